@@ -1,0 +1,172 @@
+"""The thin plugin executable: CNI env + stdin (+ the netns fd) -> pycnid -> stdout.
+
+Builtins only on the fast path (a test asserts no third-party module is loaded, and the
+VERSION benchmark holds it to 2x a bare interpreter). It checks the environment, answers
+VERSION itself, opens CNI_NETNS (a missing netns is an error, never created), hands the raw
+request to the node daemon over its unix socket with the netns fd attached (SCM_RIGHTS), and
+prints the reply. If the daemon is unreachable it answers code 11 naming the socket, within a
+hard timeout. Errors found here are rendered by ``cni.spec.errors`` (the slow path).
+"""
+import _socket
+import os
+import sys
+
+from cni.spec import envcheck, wire
+
+DEFAULT_SOCKET = "/run/pycni/pycnid.sock"
+CONNECT_TIMEOUT = 2.0
+DEFAULT_TIMEOUT = 90.0
+SUPPORTED = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")  # = cni.spec.versions.SUPPORTED
+CURRENT = "1.1.0"
+START_HINT = ("start the node daemon: `systemctl start pycnid` or "
+              "`pycnid --config /etc/pycni/pycnid.json`")
+
+
+class Failure(Exception):
+    """(code, msg, details) found before or instead of talking to the daemon."""
+
+
+def about(plugin):
+    return (f"pycni-{plugin}: pycni CNI plugin (served by pycnid)\n"
+            f"CNI protocol versions supported: {', '.join(SUPPORTED)}\n")
+
+
+def version_reply():
+    quoted = ", ".join(f'"{v}"' for v in SUPPORTED)
+    return f'{{"cniVersion": "{CURRENT}", "supportedVersions": [{quoted}]}}'
+
+
+def socket_path(plugin, stdin, environ):
+    """netconf `daemonSocket` (for IPAM `ipam.daemonSocket` first) > $PYCNI_SOCKET > default."""
+    if b"daemonSocket" in stdin:
+        import json
+        try:
+            config = json.loads(stdin)
+            ipam = config.get("ipam") if isinstance(config.get("ipam"), dict) else {}
+            for value in (ipam.get("daemonSocket") if plugin == "ipam" else None,
+                          config.get("daemonSocket")):
+                if isinstance(value, str) and value:
+                    return value
+        except (ValueError, AttributeError):
+            pass  # the daemon (or the slow path) reports the config error precisely
+    return environ.get("PYCNI_SOCKET") or DEFAULT_SOCKET
+
+
+def open_netns(path, required):
+    """Open CNI_NETNS read-only; never create it."""
+    if not path:
+        return None
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if required:
+            raise Failure(3, "network namespace does not exist", f"CNI_NETNS={path!r} not found")
+    except OSError as exc:
+        if required:
+            raise Failure(4, "cannot open CNI_NETNS", f"{path!r}: {exc.strerror}")
+    return None
+
+
+def exchange(path, request, netns_fd, timeout):
+    """Send one request, read one reply. Unreachable daemon or timeout -> code 11."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(CONNECT_TIMEOUT)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            raise Failure(11, f"pycnid is not reachable at {path}",
+                          f"{exc.strerror or exc}; {START_HINT}")
+        sock.settimeout(timeout)
+        anc = []
+        if netns_fd is not None:
+            anc = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, netns_fd.to_bytes(4, sys.byteorder))]
+        sent = sock.sendmsg([request], anc)
+        if sent < len(request):
+            sock.sendall(request[sent:])
+        sock.shutdown(_socket.SHUT_WR)
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except _socket.timeout:
+        raise Failure(11, f"pycnid at {path} did not answer within {timeout:g}s",
+                      "the request may still complete; the runtime should retry")
+    except OSError as exc:
+        raise Failure(11, f"pycnid at {path} closed the connection", str(exc))
+    finally:
+        sock.close()
+    try:
+        return wire.decode_reply(b"".join(chunks))
+    except ValueError:
+        raise Failure(11, f"pycnid at {path} sent no reply",
+                      "the daemon may have stopped mid-request; the runtime should retry")
+
+
+def render_failure(failure, stdin, command):
+    """Slow path: a config problem outranks 'daemon unreachable', so check it fully here."""
+    from cni.spec.errors import BY_CODE, CNIError
+    from cni.spec.request import parse_config
+
+    code, msg, details = failure.args
+    version = None
+    try:
+        version = parse_config(stdin, command).get("cniVersion")
+    except CNIError as err:
+        if code in (11, 3):
+            return err.to_json(), 1
+    err = BY_CODE.get(code, CNIError)(msg, details)
+    return err.to_json(version), 1
+
+
+def run(plugin, environ, stdin):
+    """Serve one invocation; returns (stdout text, exit code)."""
+    command = environ.get("CNI_COMMAND", "")
+    if command == "VERSION":
+        return version_reply(), 0
+    try:
+        problem = envcheck.check_env(environ)
+        if problem:
+            raise Failure(*problem)
+        netns_fd = open_netns(environ.get("CNI_NETNS", ""), required=command in ("ADD", "CHECK"))
+        try:
+            env = {k: v for k, v in environ.items() if k.startswith("CNI_")}
+            request = wire.encode_request(plugin, env, stdin, netns_fd is not None)
+            timeout = float(environ.get("PYCNI_TIMEOUT") or DEFAULT_TIMEOUT)
+            return exchange(socket_path(plugin, stdin, environ), request, netns_fd, timeout)[::-1]
+        finally:
+            if netns_fd is not None:
+                os.close(netns_fd)
+    except Failure as failure:
+        return render_failure(failure, stdin, command)
+
+
+def main(plugin):
+    environ = os.environ
+    if not environ.get("CNI_COMMAND"):
+        sys.stderr.write(about(plugin))
+        sys.exit(0)
+    try:
+        stdin = sys.stdin.buffer.read() if environ["CNI_COMMAND"] != "VERSION" else b""
+    except OSError as exc:
+        out, code = render_failure(Failure(5, "failed to read stdin", str(exc)), b"", "")
+    else:
+        out, code = run(plugin, environ, stdin)
+    if out:
+        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def main_bridge():
+    main("bridge")
+
+
+def main_ipam():
+    main("ipam")
+
+
+def main_svc():
+    main("svc")

@@ -1,0 +1,65 @@
+"""Network namespaces by fd, switched per thread.
+
+``setns(2)`` moves only the calling thread, so a worker thread may enter a pod's netns, open a
+netlink socket there (the socket stays bound to that netns) and come back. ``entered`` always
+switches back in ``finally``, so a switch never leaks into other work on the thread.
+Never creates a namespace: a vanished CNI_NETNS is an error (cf. pyroute2's O_CREAT default).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+from cni.spec.errors import InvalidEnvironment
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
+    if _libc.setns(fd, nstype) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def current_netns_fd() -> int:
+    """An fd for the calling thread's current netns."""
+    return os.open(f"/proc/self/task/{_gettid()}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+
+
+def _gettid() -> int:
+    return ctypes.CDLL(None).syscall(186) if not hasattr(os, "gettid") else os.gettid()
+
+
+@contextmanager
+def entered(fd: int) -> Iterator[None]:
+    """Run the body with the calling thread inside the netns ``fd``."""
+    home = current_netns_fd()
+    try:
+        try:
+            setns(fd)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                raise InvalidEnvironment("CNI_NETNS is not a network namespace",
+                                         "setns() refused the file") from None
+            raise
+        try:
+            yield
+        finally:
+            setns(home)
+    finally:
+        os.close(home)
+
+
+def same_netns(fd_a: int, fd_b: int) -> bool:
+    a, b = os.fstat(fd_a), os.fstat(fd_b)
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def open_netns_path(path: str) -> int:
+    """Open an existing netns path (O_RDONLY, never O_CREAT)."""
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)

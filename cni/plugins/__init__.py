@@ -1,0 +1,1 @@
+"""Plugin handlers (policy): run inside pycnid, one object per plugin type."""

@@ -1,0 +1,94 @@
+"""Delegation to the IPAM plugin named by `ipam.type` (CNI-CHECKLIST §1.9).
+
+`pycni-ipam` is served in-process (same daemon, no exec); any other type (`host-local`,
+`static`, `dhcp` …) is executed from CNI_PATH exactly as the spec says: the whole config on
+stdin, the same environment with only CNI_COMMAND changed, its stderr passed to our log.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+from dataclasses import replace
+from typing import Any
+
+from cni.spec.errors import CNIError, InvalidConfig, InvalidEnvironment, error_from_dict
+from cni.spec.request import Request
+from cni.spec.result import canonical
+
+log = logging.getLogger("pycnid.delegate")
+IN_PROCESS = "pycni-ipam"
+EXEC_TIMEOUT = 60.0
+
+
+def ipam_type(req: Request) -> str | None:
+    ipam = req.config.get("ipam")
+    if ipam is None or ipam == {}:
+        return None
+    if not isinstance(ipam, dict) or not isinstance(ipam.get("type"), str) or not ipam["type"]:
+        raise InvalidConfig("invalid key 'ipam'", "expected an object with a string 'type'")
+    if "/" in ipam["type"]:
+        raise InvalidConfig("invalid key 'ipam.type'", f"{ipam['type']!r} must not contain '/'")
+    return ipam["type"]
+
+
+def as_command(req: Request, command: str) -> Request:
+    env = replace(req.env, command=command)
+    return replace(req, env=env, raw_env={**req.raw_env, "CNI_COMMAND": command})
+
+
+def delegate(plugins: dict[str, Any], req: Request, command: str) -> dict | None:
+    """Run `command` on the configured IPAM; ADD returns its (canonical) result."""
+    kind = ipam_type(req)
+    if kind is None:
+        return None
+    sub = as_command(req, command)
+    if kind == IN_PROCESS and "ipam" in plugins:
+        return _in_process(plugins["ipam"], sub)
+    return _exec(kind, sub)
+
+
+def _in_process(plugin: Any, req: Request) -> dict | None:
+    verb = {"ADD": plugin.add, "DEL": plugin.delete, "CHECK": plugin.check,
+            "STATUS": plugin.status, "GC": plugin.gc}[req.command]
+    return verb(req)
+
+
+def find_plugin(kind: str, path: tuple[str, ...]) -> str:
+    for directory in path:
+        candidate = os.path.join(directory, kind)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise InvalidEnvironment(f"failed to find IPAM plugin {kind!r} in CNI_PATH",
+                             f"CNI_PATH={':'.join(path) or '(empty)'}")
+
+
+def _exec(kind: str, req: Request) -> dict | None:
+    binary = find_plugin(kind, req.env.path)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CNI_")}, **req.raw_env}
+    try:
+        proc = subprocess.run([binary], input=req.raw_config, env=env, capture_output=True,
+                              timeout=EXEC_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise CNIError(f"IPAM plugin {kind} timed out after {EXEC_TIMEOUT:g}s") from None
+    if proc.stderr:
+        log.info("ipam %s stderr: %s", kind, proc.stderr.decode(errors="replace").strip())
+    out = proc.stdout.decode(errors="replace").strip()
+    if proc.returncode != 0:
+        raise _exec_error(kind, out, proc.stderr.decode(errors="replace"))
+    if req.command != "ADD":
+        return None
+    try:
+        return canonical(json.loads(out), req.version)
+    except ValueError as exc:
+        raise CNIError(f"IPAM plugin {kind} returned an unreadable result", str(exc)) from None
+
+
+def _exec_error(kind: str, stdout: str, stderr: str) -> CNIError:
+    try:
+        err = error_from_dict(json.loads(stdout))
+        err.msg = f"{kind}: {err.msg}"
+        return err
+    except (ValueError, AttributeError):
+        return CNIError(f"IPAM plugin {kind} failed", (stdout or stderr).strip()[:2000])

@@ -1,0 +1,1 @@
+"""pycni: the store-backed side (IPAM allocator, stores) and the node daemon that hosts everything."""

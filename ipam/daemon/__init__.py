@@ -1,0 +1,1 @@
+"""pycnid, the node daemon."""

@@ -1,0 +1,80 @@
+"""pycnid's configuration file (JSON): where to listen, which store, which node this is."""
+from __future__ import annotations
+
+import json
+import socket as _socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from cni.spec.errors import InvalidConfig
+
+DEFAULT_CONFIG_PATH = "/etc/pycni/pycnid.json"
+DEFAULT_SOCKET = "/run/pycni/pycnid.sock"
+DEFAULT_STATE_DIR = "/var/lib/pycni"
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """`{"type": "sqlite", "path": ...}` or `{"type": "etcd", "endpoints": [...], "ca"/"cert"/"key"}`."""
+
+    type: str = "sqlite"
+    path: str = f"{DEFAULT_STATE_DIR}/store.db"
+    endpoints: tuple[str, ...] = ()
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    socket: str = DEFAULT_SOCKET
+    node_name: str = field(default_factory=_socket.gethostname)
+    state_dir: str = DEFAULT_STATE_DIR
+    store: StoreConfig = field(default_factory=StoreConfig)
+    metrics_address: str | None = None
+    log_level: str = "info"
+    fault_injection: bool = False
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_daemon_config(data: dict[str, Any]) -> DaemonConfig:
+    if not isinstance(data, dict):
+        raise InvalidConfig("daemon config is not a JSON object")
+    store = data.get("store") or {}
+    if not isinstance(store, dict) or store.get("type", "sqlite") not in ("sqlite", "etcd"):
+        raise InvalidConfig("invalid daemon config key 'store'",
+                            "expected {'type': 'sqlite'|'etcd', ...}")
+    state_dir = str(data.get("stateDir", DEFAULT_STATE_DIR))
+    store_cfg = StoreConfig(
+        type=store.get("type", "sqlite"),
+        path=str(store.get("path", f"{state_dir}/store.db")),
+        endpoints=tuple(store.get("endpoints") or ()),
+        ca=store.get("ca"), cert=store.get("cert"), key=store.get("key"),
+        options={k: v for k, v in store.items()
+                 if k not in ("type", "path", "endpoints", "ca", "cert", "key")})
+    if store_cfg.type == "etcd" and not store_cfg.endpoints:
+        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
+                            "an etcd store needs at least one endpoint")
+    return DaemonConfig(
+        socket=str(data.get("socket", DEFAULT_SOCKET)),
+        node_name=str(data.get("nodeName") or _socket.gethostname()),
+        state_dir=state_dir,
+        store=store_cfg,
+        metrics_address=data.get("metricsAddress"),
+        log_level=str(data.get("logLevel", "info")),
+        fault_injection=bool(data.get("faultInjection", False)),
+        raw=data,
+    )
+
+
+def load_daemon_config(path: str | None) -> DaemonConfig:
+    if path is None:
+        return parse_daemon_config({})
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return parse_daemon_config(json.load(fh))
+    except FileNotFoundError:
+        raise InvalidConfig(f"daemon config {path} not found") from None
+    except ValueError as exc:
+        raise InvalidConfig(f"daemon config {path} is not valid JSON", str(exc)) from None

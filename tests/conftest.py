@@ -1,0 +1,71 @@
+"""Shared fixtures. Privileged ones skip cleanly when not root; everything they make is removed."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from cni.launcher import write_launchers
+from tests.fixtures import netns as netns_mod
+from tests.fixtures.daemon import Pycnid, daemon_config
+from tests.fixtures.plugins import REFERENCE_BIN
+
+IS_ROOT = os.geteuid() == 0
+
+
+@pytest.fixture(scope="session")
+def cni_bin(tmp_path_factory) -> str:
+    """A CNI bin dir with our launchers (as `make install` writes them)."""
+    path = str(tmp_path_factory.mktemp("cni-bin"))
+    write_launchers(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cni_path(cni_bin) -> str:
+    """CNI_PATH: ours first, then the reference plugins."""
+    return f"{cni_bin}:{REFERENCE_BIN}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_namespaces_at_exit():
+    yield
+    if IS_ROOT:
+        netns_mod.cleanup_all()
+
+
+@pytest.fixture
+def netns_factory():
+    if not IS_ROOT:
+        pytest.skip("needs root for network namespaces")
+    made = []
+
+    def make(role: str = "pod"):
+        ns = netns_mod.new_netns(role)
+        made.append(ns)
+        return ns
+
+    yield make
+    for ns in reversed(made):
+        ns.delete()
+
+
+@pytest.fixture
+def node(netns_factory):
+    """A "node" namespace with forwarding on, where pycnid and the bridge live."""
+    ns = netns_factory("node")
+    ns.run("sysctl -qw net.ipv4.ip_forward=1")
+    return ns
+
+
+@pytest.fixture
+def pycnid(node):
+    """A real pycnid inside the node namespace, SQLite store, fault injection on."""
+    workdir = tempfile.mkdtemp(prefix="pycnid-")
+    daemon = Pycnid(node=node, workdir=workdir, config=daemon_config(workdir))
+    daemon.start()
+    yield daemon
+    daemon.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
