@@ -55,6 +55,23 @@ def entered(fd: int) -> Iterator[None]:
         os.close(home)
 
 
+NS_GET_NSTYPE = 0xB703
+
+
+def validate_netns_fd(fd: int, path: str = "CNI_NETNS") -> None:
+    """Raise code 4 unless ``fd`` is a network namespace (ioctl NS_GET_NSTYPE)."""
+    import fcntl
+
+    try:
+        kind = fcntl.ioctl(fd, NS_GET_NSTYPE)
+    except OSError as exc:
+        raise InvalidEnvironment("CNI_NETNS is not a network namespace",
+                                 f"{path!r}: {exc.strerror}") from None
+    if kind != CLONE_NEWNET:
+        raise InvalidEnvironment("CNI_NETNS is not a network namespace",
+                                 f"{path!r} is a namespace of another type")
+
+
 def same_netns(fd_a: int, fd_b: int) -> bool:
     a, b = os.fstat(fd_a), os.fstat(fd_b)
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

@@ -12,6 +12,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
 
+from cni.net.ns import validate_netns_fd
 from cni.spec.errors import CNIError, InternalError, InvalidConfig
 from cni.spec.request import Request, parse_config, parse_env
 from cni.spec.result import render
@@ -84,6 +85,8 @@ class Dispatcher:
             env = parse_env(env_vars)
             config = parse_config(stdin, env.command)
             version = config.get("cniVersion")
+            if netns_fd is not None:
+                validate_netns_fd(netns_fd, env.netns)
             req = Request(env=env, config=config, netns_fd=netns_fd, raw_env=dict(env_vars),
                           raw_config=bytes(stdin))
             plugin = self._plugin(plugin_name)
