@@ -45,12 +45,19 @@ class Faults:
             raise InjectedFault(f"injected fault at step {step!r}")
 
 
+def _registry() -> Any:
+    from ipam.daemon.metrics import Registry
+
+    return Registry()
+
+
 @dataclass
 class Services:
     """What the daemon lends to plugin handlers (mechanisms and shared state)."""
 
     node_name: str
     faults: Faults
+    metrics: Any = field(default_factory=_registry)  # ipam.daemon.metrics.Registry
     plugins: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)

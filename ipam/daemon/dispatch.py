@@ -72,9 +72,17 @@ class AttachmentLocks:
 
 
 class Dispatcher:
-    def __init__(self, plugins: Mapping[str, Any]) -> None:
+    def __init__(self, plugins: Mapping[str, Any], metrics: Any = None) -> None:
         self.plugins = plugins
         self.locks = AttachmentLocks()
+        if metrics is None:
+            from .metrics import Registry
+
+            metrics = Registry()
+        self.requests = metrics.counter("pycni_requests_total",
+                                        "CNI requests served, by plugin, command and result code")
+        self.latency = metrics.histogram("pycni_request_seconds",
+                                         "Time to serve one CNI request in pycnid")
 
     def handle(self, plugin_name: str, env_vars: Mapping[str, str], stdin: bytes,
                netns_fd: int | None) -> tuple[int, str]:
@@ -98,7 +106,12 @@ class Dispatcher:
             log.exception("internal error")
             err = InternalError("internal error in pycnid", f"{exc.__class__.__name__}: {exc}")
             reply = {"stdout": err.to_json(version), "exit": 1}
-        self._log(plugin_name, env_vars, req, reply, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        command = str(env_vars.get("CNI_COMMAND", ""))
+        self.requests.inc(plugin=plugin_name, command=command,
+                          code=str(json.loads(reply["stdout"]).get("code", 999)) if reply["exit"] else "0")
+        self.latency.observe(seconds, plugin=plugin_name, command=command)
+        self._log(plugin_name, env_vars, req, reply, seconds)
         return reply["exit"], reply["stdout"]
 
     def _plugin(self, name: str) -> Any:

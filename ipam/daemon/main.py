@@ -14,6 +14,7 @@ from cni.spec.errors import CNIError
 from .config import DaemonConfig, load_daemon_config
 from .dispatch import Dispatcher
 from .logs import setup_logging
+from .metrics import MetricsServer
 from .server import PluginServer
 
 log = logging.getLogger("pycnid")
@@ -43,11 +44,15 @@ class Daemon:
         self.config = config
         self.services = Services(node_name=config.node_name, faults=Faults(config.fault_injection))
         self.server: PluginServer | None = None
+        self.metrics_server: MetricsServer | None = None
         self._stopping = threading.Event()
 
     def startup(self) -> None:
         plugins = build_plugins(self.services, self.config)
-        dispatcher = Dispatcher(plugins)
+        dispatcher = Dispatcher(plugins, self.services.metrics)
+        if self.config.metrics_address:
+            self.metrics_server = MetricsServer(self.services.metrics,
+                                                self.config.metrics_address).start()
         self.server = PluginServer(self.config.socket, dispatcher.handle)
         log.info("pycnid serving", extra={"fields": {
             "socket": self.config.socket, "node": self.config.node_name,
@@ -66,6 +71,8 @@ class Daemon:
     def shutdown(self) -> None:
         if self.server is not None:
             self.server.server_close()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         for hook in reversed(self.services.on_shutdown):
             try:
                 hook()
