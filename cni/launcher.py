@@ -4,7 +4,10 @@ Each is a three-line script run as `python -I -S` (isolated, no site import: the
 site-packages and .pth files cost are the difference between 1x and 2x a bare interpreter),
 with the directory that holds the `cni` package put on sys.path explicitly.
 
-    python -m cni.launcher /opt/cni/bin
+    python -m cni.launcher /opt/cni/bin [--root DIR]
+
+`--root` names the directory that will hold the `cni` package at run time (a staged
+`make install DESTDIR=...` writes launchers for where the package will be, not where it is).
 """
 from __future__ import annotations
 
@@ -30,14 +33,14 @@ def render_launcher(plugin: str, python: str | None = None, root: str | None = N
                            root=root or package_root(), plugin=plugin)
 
 
-def write_launchers(dest: str, python: str | None = None) -> list[str]:
+def write_launchers(dest: str, python: str | None = None, root: str | None = None) -> list[str]:
     os.makedirs(dest, exist_ok=True)
     written = []
     for plugin in PLUGINS:
         path = os.path.join(dest, f"pycni-{plugin}")
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(render_launcher(plugin, python))
+            fh.write(render_launcher(plugin, python, root))
         os.chmod(tmp, 0o755)
         os.replace(tmp, path)
         written.append(path)
@@ -45,7 +48,12 @@ def write_launchers(dest: str, python: str | None = None) -> list[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m cni.launcher DEST_DIR")
-    for path in write_launchers(sys.argv[1]):
+    args = sys.argv[1:]
+    root_arg = None
+    if len(args) == 3 and args[1] == "--root":
+        root_arg = args.pop()
+        args.pop()
+    if len(args) != 1:
+        sys.exit("usage: python -m cni.launcher DEST_DIR [--root PACKAGE_PARENT_DIR]")
+    for path in write_launchers(args[0], root=root_arg):
         print(path)
