@@ -1,0 +1,101 @@
+# pycni — build, install, test, demo and benchmark entry points.
+#
+#   make demo      one-command demo on a fresh machine (installs what is missing, then cleans up)
+#   make test      the whole pytest suite (needs root for the namespace tests)
+#   make install   pip install . + plugin launchers, example conflist, daemon config, systemd unit
+#   make bench     side-by-side benchmarks against the reference bridge + host-local
+#
+# Staged installs: make install DESTDIR=/tmp/stage (the launchers still point at the final paths).
+
+PYTHON        ?= python3
+DESTDIR       ?=
+CNI_BIN_DIR   ?= /opt/cni/bin
+CNI_CONF_DIR  ?= /etc/cni/net.d
+PYCNI_CONF_DIR ?= /etc/pycni
+SYSTEMD_DIR   ?= /etc/systemd/system
+PIP_FLAGS     ?=
+PYTEST_ARGS   ?=
+PYTEST        ?= $(PYTHON) -m pytest -q -p no:cacheprovider --durations=15
+
+CONFLIST      := 10-pycni.conflist
+# where pip puts the package and console scripts for this interpreter (final paths, no DESTDIR)
+PURELIB        = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+# Debian's own python3 refuses pip installs (PEP 668) unless told; pyenv/venv interpreters don't care
+PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
+
+.PHONY: help install install-python install-launchers install-conf install-unit uninstall \
+        deps test test-unit demo bench launchers clean
+
+help:
+	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
+
+# --- install -----------------------------------------------------------------------------
+
+install: install-python install-launchers install-conf install-unit
+	@echo "pycni installed. Start the daemon: systemctl enable --now pycnid" \
+	      "(or: pycnid --config $(PYCNI_CONF_DIR)/pycnid.json)"
+
+# A staged install (DESTDIR) stages only this project, never its dependencies, and never
+# touches what is installed in the running system.
+install-python:
+ifeq ($(strip $(DESTDIR)),)
+	$(PYTHON) -m pip install $(PIP_SYSTEM) $(PIP_FLAGS) .
+else
+	$(PYTHON) -m pip install --root "$(DESTDIR)" --no-deps --ignore-installed \
+	    --no-warn-script-location $(PIP_SYSTEM) $(PIP_FLAGS) .
+endif
+	@test -f "$(DESTDIR)$(PURELIB)/cni/exe.py" || \
+	    { echo "pycni package not found in $(DESTDIR)$(PURELIB) after pip install" >&2; exit 1; }
+
+install-launchers:
+	$(PYTHON) -m cni.launcher "$(DESTDIR)$(CNI_BIN_DIR)" --root "$(PURELIB)"
+
+# Configuration belongs to the operator once written: never overwrite an existing file.
+install-conf:
+	install -d -m 0755 "$(DESTDIR)$(CNI_CONF_DIR)" "$(DESTDIR)$(PYCNI_CONF_DIR)"
+	@if [ -e "$(DESTDIR)$(CNI_CONF_DIR)/$(CONFLIST)" ]; then \
+	    echo "kept existing $(DESTDIR)$(CNI_CONF_DIR)/$(CONFLIST)"; \
+	else install -m 0644 conf/$(CONFLIST) "$(DESTDIR)$(CNI_CONF_DIR)/$(CONFLIST)" && \
+	    echo "wrote $(DESTDIR)$(CNI_CONF_DIR)/$(CONFLIST)"; fi
+	@if [ -e "$(DESTDIR)$(PYCNI_CONF_DIR)/pycnid.json" ]; then \
+	    echo "kept existing $(DESTDIR)$(PYCNI_CONF_DIR)/pycnid.json"; \
+	else install -m 0644 conf/pycnid.json "$(DESTDIR)$(PYCNI_CONF_DIR)/pycnid.json" && \
+	    echo "wrote $(DESTDIR)$(PYCNI_CONF_DIR)/pycnid.json"; fi
+
+install-unit:
+	install -d -m 0755 "$(DESTDIR)$(SYSTEMD_DIR)"
+	sed 's|/usr/local/bin/pycnid|$(SCRIPTS_DIR)/pycnid|' conf/pycnid.service \
+	    > "$(DESTDIR)$(SYSTEMD_DIR)/pycnid.service"
+	chmod 0644 "$(DESTDIR)$(SYSTEMD_DIR)/pycnid.service"
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+# Removes what install put in place, except configuration (conflist, pycnid.json) and state.
+uninstall:
+	rm -f "$(DESTDIR)$(CNI_BIN_DIR)/pycni-bridge" "$(DESTDIR)$(CNI_BIN_DIR)/pycni-ipam" \
+	      "$(DESTDIR)$(CNI_BIN_DIR)/pycni-svc" "$(DESTDIR)$(SYSTEMD_DIR)/pycnid.service"
+	-$(PYTHON) -m pip uninstall -y $(PIP_SYSTEM) pycni
+
+# --- develop, test, demo, bench -------------------------------------------------------------
+
+deps:
+	bash scripts/install-deps.sh
+
+test:
+	$(PYTEST) $(PYTEST_ARGS)
+
+test-unit:
+	$(PYTEST) tests/unit $(PYTEST_ARGS)
+
+demo:
+	bash scripts/demo.sh
+
+bench:
+	$(PYTHON) -m bench.run $(BENCH_ARGS)
+
+launchers:
+	$(PYTHON) -m cni.launcher build/bin
+
+clean:
+	rm -rf build dist bench/results
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

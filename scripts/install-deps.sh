@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Install what pycni needs on a Debian 12 machine, skipping what is already there.
+#
+#   scripts/install-deps.sh          everything the test suite needs (CI)
+#   scripts/install-deps.sh --demo   only what `make demo` needs
+#
+# apt: only missing packages are installed (one `apt-get update` first, if any are missing).
+# pip: the project itself, editable, with its test and nftables extras.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+export DEBIAN_FRONTEND=noninteractive
+
+DEMO_APT=(iproute2 nftables iputils-ping procps)
+FULL_APT=("${DEMO_APT[@]}" make etcd-server conntrack containernetworking-plugins golang-go
+          golang-github-appc-cni-dev iperf3 openssl netcat-openbsd socat ca-certificates git)
+# the imports the daemon and the tests need; if all load (and pycni is importable), pip is skipped
+DEMO_IMPORTS="import pyroute2, click, netaddr, nftables, cni.exe, ipam.daemon.main"
+
+mode=full
+[[ ${1:-} == --demo ]] && mode=demo
+
+say() { printf '==> %s\n' "$*"; }
+
+missing_apt() {
+    local pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -q '^install ok installed$' \
+            || printf '%s\n' "$pkg"
+    done
+}
+
+install_apt() {
+    local -a missing
+    mapfile -t missing < <(missing_apt "$@")
+    if ((${#missing[@]} == 0)); then
+        say "Debian packages: all present"
+        return
+    fi
+    if [[ $(id -u) != 0 ]]; then
+        echo "missing Debian packages (${missing[*]}): run as root" >&2
+        exit 1
+    fi
+    say "Debian packages: installing ${missing[*]}"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+pip_system_flag() {
+    # Debian's own python3 refuses pip installs (PEP 668) unless told
+    "$PYTHON" -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(
+        os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")'
+}
+
+install_pip() {
+    if [[ $mode == demo ]] && (cd / && PYTHONPATH="$OLDPWD" "$PYTHON" -c "$DEMO_IMPORTS") 2>/dev/null; then
+        say "Python packages: all present"
+        return
+    fi
+    say "Python packages: pip install -e '.[test,nft]'"
+    # shellcheck disable=SC2046
+    "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore $(pip_system_flag) -e '.[test,nft]'
+}
+
+if [[ $mode == demo ]]; then install_apt "${DEMO_APT[@]}"; else install_apt "${FULL_APT[@]}"; fi
+install_pip
