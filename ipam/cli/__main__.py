@@ -1,0 +1,3 @@
+from ipam.cli import main
+
+main()
