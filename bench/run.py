@@ -1,0 +1,184 @@
+"""`make bench`: pycni side by side with the reference Go bridge + host-local, in one run.
+
+    python3 -m bench.run [--pods 50] [--churn 200] [--concurrency 8] [--rounds 200] [--no-masq]
+
+Prints a table (goal and PASS/MISS per line) and writes the figures as JSON to bench/results/.
+Figures are wall-clock times as a runtime sees them (fork+exec+answer). Never used as timed
+assertions in the test suite.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+from . import exe_overhead
+from .common import REPO, Sandbox, median, percentile, reference_version, write_launchers
+from .report import Row, render_table
+from .sides import Side, pycni_side, reference_side
+
+RESULTS_DIR = os.path.join(REPO, "bench", "results")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=50, help="fresh pods for ADD/DEL latency")
+    parser.add_argument("--churn", type=int, default=200, help="pods in the churn run")
+    parser.add_argument("--concurrency", type=int, default=8, help="churn concurrency")
+    parser.add_argument("--rounds", type=int, default=200, help="VERSION exec rounds")
+    parser.add_argument("--masq", choices=("on", "off", "both"), default="both",
+                        help="ipMasq on both sides: on (as the example conflist), off, or both runs")
+    return parser.parse_args(argv)
+
+
+def latency(box: Sandbox, side: Side, count: int) -> dict:
+    """One warm-up pod (makes the bridge), then `count` fresh pods: ADD each, then DEL each."""
+    warm = box.pods(f"{side.name[:3]}w", 1)
+    side.drive(box, warm, 1)
+    pods = box.pods(f"{side.name[:3]}l", count)
+    try:
+        out = side.drive(box, pods, 1)
+    finally:
+        box.drop_namespaces(warm + pods)
+    return {**out, **stats(out["add"], "add"), **stats(out["del"], "del")}
+
+
+def churn(box: Sandbox, side: Side, count: int, concurrency: int) -> dict:
+    pods = box.pods(f"{side.name[:3]}c", count)
+    try:
+        out = side.drive(box, pods, concurrency)
+    finally:
+        box.drop_namespaces(pods)
+    if out["error_count"]:  # a wall time with failed pods in it compares nothing
+        out["add_wall"] = out["del_wall"] = None
+    out["wall"] = None if out["error_count"] else out["add_wall"] + out["del_wall"]
+    out["rss_kib"] = side.rss_kib()
+    out["residue"] = side.residue()
+    return {k: v for k, v in out.items() if k not in ("add", "del")}
+
+
+def stats(values: list[float], prefix: str) -> dict:
+    if not values:
+        return {f"{prefix}_p50": None, f"{prefix}_p99": None}
+    return {f"{prefix}_p50": median(values), f"{prefix}_p99": percentile(values, 99)}
+
+
+def measure_side(box: Sandbox, side: Side, args: argparse.Namespace) -> dict:
+    print(f"--> {side.name}: {args.pods} pods ADD/DEL, then {args.churn} pods "
+          f"at concurrency {args.concurrency}", file=sys.stderr, flush=True)
+    try:
+        return {"latency": latency(box, side, args.pods),
+                "churn": churn(box, side, args.churn, args.concurrency)}
+    except RuntimeError as exc:
+        return {"failed": str(exc)}
+
+
+def exec_rows(exe: dict) -> list[Row]:
+    bare, ours = exe["python -I -S -c pass"]["median"], exe["pycni-bridge VERSION"]["median"]
+    return [Row("exec VERSION median (vs python -I -S -c pass)", ours, bare, 2.0, "ms"),
+            Row("  Go bridge VERSION median (info)", exe["go bridge VERSION"]["median"], None,
+                None, "ms")]
+
+
+def variant_rows(pycni: dict, ref: dict, args: argparse.Namespace) -> list[Row]:
+    rows = []
+    lat_p, lat_r = pycni.get("latency", {}), ref.get("latency", {})
+    for verb, goal in (("add", 1.5), ("del", 1.0)):
+        for pct in ("p50", "p99"):
+            key = f"{verb}_{pct}"
+            rows.append(Row(f"{verb.upper()} {pct} over {args.pods} fresh pods",
+                            lat_p.get(key), lat_r.get(key), goal, "ms"))
+    ch_p, ch_r = pycni.get("churn", {}), ref.get("churn", {})
+    rows.append(Row(f"churn {args.churn} pods @{args.concurrency} (ADD all + DEL all)",
+                    ch_p.get("wall"), ch_r.get("wall"), 1.0, "s"))
+    rows.append(Row("  churn ADD phase (info)", ch_p.get("add_wall"), ch_r.get("add_wall"),
+                    None, "s"))
+    rows.append(Row("  churn DEL phase (info)", ch_p.get("del_wall"), ch_r.get("del_wall"),
+                    None, "s"))
+    rss = ch_p.get("rss_kib")
+    rows.append(Row("pycnid VmRSS after churn (info)", rss / 1024 if rss else None, None, None,
+                    "MiB"))
+    return rows
+
+
+def save(report: dict) -> str:
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = os.path.join(RESULTS_DIR, f"bench-{stamp}.json")
+    for target in (path, os.path.join(RESULTS_DIR, "latest.json")):
+        with open(target, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2, sort_keys=True)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        sys.exit("bench: needs root (it makes network namespaces)")
+    started = time.monotonic()
+    variants = {"on": [True], "off": [False], "both": [True, False]}[args.masq]
+    report: dict = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                                "kernel": platform.release()},
+                    "reference": f"containernetworking-plugins {reference_version()}",
+                    "config": {"isGateway": True, **vars(args)}, "variants": {}}
+    with Sandbox() as box:
+        bin_dir = write_launchers(os.path.join(box.workdir, "bin"))
+        print(f"--> exec overhead: {args.rounds} interleaved rounds", file=sys.stderr, flush=True)
+        report["exec"] = exe_overhead.measure(bin_dir, args.rounds)
+        sections = [("", exec_rows(report["exec"]))]
+        for masq in variants:
+            pycni, ref = measure_variant(box, bin_dir, masq, args)
+            rows = variant_rows(pycni, ref, args)
+            title = f"ipMasq={str(masq).lower()} (isGateway=true, host-local dataDir in a temp dir)"
+            sections.append((title, rows))
+            report["variants"][f"ipMasq={str(masq).lower()}"] = {
+                "pycni": pycni, "reference": ref, "rows": [row.as_dict() for row in rows]}
+    report["exec_rows"] = [row.as_dict() for row in sections[0][1]]
+    report["seconds"] = round(time.monotonic() - started, 1)
+    print(render_table(report, sections))
+    for name, variant in report["variants"].items():
+        for side in ("pycni", "reference"):
+            residue = variant[side].get("churn", {}).get("residue")
+            if residue:
+                print(f"  [{name}] {side}: left in the node namespace after all DELs: "
+                      + ", ".join(f"{k}={v}" for k, v in residue.items()))
+            for problem in side_problems(variant[side]):
+                print(f"  [{name}] {side}: {problem}")
+    print(f"results: {os.path.relpath(save(report), REPO)}  ({report['seconds']:.0f} s)")
+    return 0
+
+
+def measure_variant(box: Sandbox, bin_dir: str, masq: bool,
+                    args: argparse.Namespace) -> tuple[dict, dict]:
+    tag = "m" if masq else "n"
+    print(f"--> ipMasq={str(masq).lower()}", file=sys.stderr, flush=True)
+    ref = measure_side(box, reference_side(box, masq, tag), args)
+    try:
+        side = pycni_side(box, masq, bin_dir, tag)
+    except RuntimeError as exc:  # pycnid did not start
+        return {"failed": str(exc)}, ref
+    try:
+        return measure_side(box, side, args), ref
+    finally:
+        side.stop()
+
+
+def side_problems(side: dict) -> list[str]:
+    if "failed" in side:
+        return [f"failed: ...{side['failed'][-600:]}"]
+    problems = []
+    for phase in ("latency", "churn"):
+        part = side.get(phase, {})
+        if part.get("error_count"):
+            problems.append(f"{phase}: {part['error_count']} errors, e.g. {part['errors'][:2]}")
+        if part.get("ips", 0) != part.get("unique_ips", 0):
+            problems.append(f"{phase}: duplicate IPs handed out")
+    return problems
+
+
+if __name__ == "__main__":
+    sys.exit(main())
