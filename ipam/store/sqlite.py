@@ -112,7 +112,7 @@ class SqliteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 revision = _current_revision(conn)
-                if not all(_holds(conn, c) for c in compares):
+                if not _all_hold(conn, compares):
                     conn.execute("ROLLBACK")
                     return TxnResult(False, revision)
                 before = conn.total_changes
@@ -158,10 +158,14 @@ def _current_revision(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT value FROM meta WHERE name = 'revision'").fetchone()[0]
 
 
-def _holds(conn: sqlite3.Connection, compare: Compare) -> bool:
-    row = conn.execute("SELECT mod_revision FROM kv WHERE key = ?",
-                       (compare.key.encode(),)).fetchone()
-    return (row[0] if row else 0) == compare.mod_revision
+def _all_hold(conn: sqlite3.Connection, compares: Sequence[Compare]) -> bool:
+    """Every compare in one query: a key's mod_revision, 0 when absent."""
+    if not compares:
+        return True
+    keys = [c.key.encode() for c in compares]
+    marks = ",".join("?" * len(keys))
+    found = dict(conn.execute(f"SELECT key, mod_revision FROM kv WHERE key IN ({marks})", keys))
+    return all(found.get(key, 0) == c.mod_revision for key, c in zip(keys, compares))
 
 
 def _apply(conn: sqlite3.Connection, op: Op, revision: int) -> None:

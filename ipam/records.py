@@ -1,0 +1,172 @@
+"""The IPAM data model in the store: key layout and the JSON records (pure, no I/O).
+
+DESIGN.md "Store layout"::
+
+    /pycni/v1/pools/<pool>                       cidr, blockSize, disabled, nodeSelector, ranges
+    /pycni/v1/blocks/<pool>/<block-cidr>         affinity node, allocations {ip: handle id}
+    /pycni/v1/handles/<network>/<cid>/<ifname>   the IPs held by one attachment + attributes
+
+CIDRs in keys write ``/`` as ``-`` (``10.22.0.0/26`` -> ``10.22.0.0-26``); changing that
+encoding would strand every stored row. Records keep fields they do not know (``extra``), so
+a newer pycnid writing more fields is not undone by an older one.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from cni.spec.errors import InternalError
+from ipam.store.base import PREFIX
+
+IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
+POOLS = f"{PREFIX}pools/"
+BLOCKS = f"{PREFIX}blocks/"
+HANDLES = f"{PREFIX}handles/"
+
+
+def cidr_key(cidr: IPNet | str) -> str:
+    return str(cidr).replace("/", "-")
+
+
+def parse_cidr_key(text: str) -> IPNet:
+    address, _, prefix = text.rpartition("-")
+    return ipaddress.ip_network(f"{address}/{prefix}")
+
+
+def pool_key(pool: str) -> str:
+    return f"{POOLS}{pool}"
+
+
+def blocks_prefix(pool: str) -> str:
+    return f"{BLOCKS}{pool}/"
+
+
+def block_key(pool: str, cidr: IPNet | str) -> str:
+    return blocks_prefix(pool) + cidr_key(cidr)
+
+
+def handles_prefix(network: str) -> str:
+    return f"{HANDLES}{network}/"
+
+
+@dataclass(frozen=True)
+class HandleId:
+    """One attachment: (network, containerID, ifname)."""
+
+    network: str
+    container_id: str
+    ifname: str
+
+    @property
+    def key(self) -> str:
+        return f"{handles_prefix(self.network)}{self.container_id}/{self.ifname}"
+
+    def __str__(self) -> str:  # the value a block stores for an allocation
+        return f"{self.network}/{self.container_id}/{self.ifname}"
+
+
+def encode(data: Mapping[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode(key: str, value: bytes) -> dict:
+    """A record's JSON; a corrupt record is an internal error naming its key."""
+    try:
+        data = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InternalError(f"corrupt IPAM record {key}", str(exc)) from None
+    if not isinstance(data, dict):
+        raise InternalError(f"corrupt IPAM record {key}", "not a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class BlockRecord:
+    """A slice of a pool claimed by one node: which address is held by which handle."""
+
+    pool: str
+    cidr: str
+    affinity: str
+    allocations: Mapping[str, str] = field(default_factory=dict)
+    last: str | None = None  # the address handed out last (round robin resumes after it)
+    claimed_at: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    FIELDS = ("pool", "cidr", "affinity", "allocations", "last", "claimedAt")
+
+    def with_allocation(self, address: str, holder: str, advance: bool = True) -> "BlockRecord":
+        """Allocate ``address``; ``advance`` moves the round-robin cursor (not for static IPs)."""
+        return replace(self, allocations={**self.allocations, address: holder},
+                       last=address if advance else self.last)
+
+    def without(self, address: str) -> "BlockRecord":
+        return replace(self, allocations={a: h for a, h in self.allocations.items()
+                                          if a != address})
+
+    def to_bytes(self) -> bytes:
+        return encode({**self.extra, "pool": self.pool, "cidr": self.cidr,
+                       "affinity": self.affinity, "allocations": dict(self.allocations),
+                       "last": self.last, "claimedAt": self.claimed_at})
+
+    @classmethod
+    def from_bytes(cls, key: str, value: bytes) -> "BlockRecord":
+        data = decode(key, value)
+        try:
+            return cls(pool=str(data["pool"]), cidr=str(data["cidr"]),
+                       affinity=str(data.get("affinity") or ""),
+                       allocations={str(a): str(h) for a, h in
+                                    (data.get("allocations") or {}).items()},
+                       last=data.get("last"), claimed_at=float(data.get("claimedAt") or 0),
+                       extra={k: v for k, v in data.items() if k not in cls.FIELDS})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InternalError(f"corrupt IPAM block {key}", repr(exc)) from None
+
+
+@dataclass(frozen=True)
+class LeasedIP:
+    address: str  # with the subnet's prefix: "10.22.0.5/16"
+    gateway: str | None
+    pool: str
+    block: str  # the block's CIDR: "10.22.0.0/26"
+
+    @property
+    def ip(self) -> str:
+        return self.address.split("/")[0]
+
+    def to_dict(self) -> dict:
+        return {"address": self.address, "gateway": self.gateway, "pool": self.pool,
+                "block": self.block}
+
+
+@dataclass(frozen=True)
+class HandleRecord:
+    """The addresses one attachment holds, with who holds them (node, pod)."""
+
+    handle: HandleId
+    ips: tuple[LeasedIP, ...]
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    created_at: float = 0.0
+
+    @property
+    def node(self) -> str:
+        return self.attributes.get("node", "")
+
+    def to_bytes(self) -> bytes:
+        return encode({"network": self.handle.network, "containerID": self.handle.container_id,
+                       "ifname": self.handle.ifname, "ips": [ip.to_dict() for ip in self.ips],
+                       "attributes": dict(self.attributes), "createdAt": self.created_at})
+
+    @classmethod
+    def from_bytes(cls, key: str, value: bytes) -> "HandleRecord":
+        data = decode(key, value)
+        try:
+            handle = HandleId(str(data["network"]), str(data["containerID"]), str(data["ifname"]))
+            ips = tuple(LeasedIP(str(ip["address"]), ip.get("gateway"), str(ip["pool"]),
+                                 str(ip["block"])) for ip in data.get("ips") or [])
+            return cls(handle, ips, {str(k): str(v) for k, v in
+                                     (data.get("attributes") or {}).items()},
+                       float(data.get("createdAt") or 0))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InternalError(f"corrupt IPAM handle {key}", repr(exc)) from None

@@ -1,0 +1,151 @@
+"""pycni-ipam netconf parsing: every problem is code 7 naming the key."""
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from cni.plugins.ipam_config import (parse_ipam_config, parse_requested_ips,
+                                     requested_by_set)
+from cni.spec.errors import InvalidConfig
+
+
+def conf(ipam: dict, **extra) -> dict:
+    return {"cniVersion": "1.0.0", "name": "net", "type": "bridge",
+            "ipam": {"type": "pycni-ipam", **ipam}, **extra}
+
+
+def bad(config: dict) -> InvalidConfig:
+    with pytest.raises(InvalidConfig) as info:
+        parse_ipam_config(config)
+    assert info.value.code == 7
+    return info.value
+
+
+def test_host_local_defaults():
+    cfg = parse_ipam_config(conf({"ranges": [[{"subnet": "10.22.0.0/16"}]]}))
+    (r,), = cfg.range_sets
+    assert (str(r.start), str(r.end), str(r.gateway)) == ("10.22.0.1", "10.22.255.254",
+                                                          "10.22.0.1")
+    assert r.where == "ipam.ranges[0][0]"
+
+
+def test_ipv6_defaults_reach_the_last_address():
+    cfg = parse_ipam_config(conf({"ranges": [[{"subnet": "fd00::/64"}]]}))
+    (r,), = cfg.range_sets
+    assert str(r.end) == "fd00::ffff:ffff:ffff:ffff" and str(r.gateway) == "fd00::1"
+
+
+def test_dual_stack_and_explicit_limits():
+    cfg = parse_ipam_config(conf({"ranges": [
+        [{"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.10", "rangeEnd": "10.1.0.20",
+          "gateway": "10.1.0.254"}],
+        [{"subnet": "fd01::/64"}]]}))
+    assert [r[0].subnet.version for r in cfg.range_sets] == [4, 6]
+    assert str(cfg.range_sets[0][0].gateway) == "10.1.0.254"
+
+
+def test_shorthand_subnet_is_prepended_as_its_own_set():
+    cfg = parse_ipam_config(conf({"subnet": "10.9.0.0/24", "gateway": "10.9.0.254",
+                                  "ranges": [[{"subnet": "fd00::/64"}]]}))
+    assert [str(s[0].subnet) for s in cfg.range_sets] == ["10.9.0.0/24", "fd00::/64"]
+    assert cfg.range_sets[0][0].where == "ipam"
+
+
+def test_ip_ranges_capability_replaces_the_ranges():
+    cfg = parse_ipam_config(conf({"ranges": [[{"subnet": "10.1.0.0/24"}]]},
+                                 runtimeConfig={"ipRanges": [[{"subnet": "10.7.0.0/24"}]]}))
+    assert str(cfg.range_sets[0][0].subnet) == "10.7.0.0/24"
+    assert cfg.range_sets[0][0].where == "runtimeConfig.ipRanges[0][0]"
+
+
+def test_routes_and_dns_pass_through():
+    cfg = parse_ipam_config(conf({"ranges": [[{"subnet": "10.1.0.0/24"}]],
+                                  "routes": [{"dst": "0.0.0.0/0"},
+                                             {"dst": "192.168.0.0/16", "gw": "10.1.0.254"}],
+                                  "dns": {"nameservers": ["10.1.0.53"], "domain": "x"}}))
+    assert cfg.routes == ({"dst": "0.0.0.0/0"}, {"dst": "192.168.0.0/16", "gw": "10.1.0.254"})
+    assert cfg.dns == {"nameservers": ["10.1.0.53"], "domain": "x"}
+
+
+@pytest.mark.parametrize("ipam, key, words", [
+    ({}, "no address range", "ipam.ranges"),
+    ({"ranges": "10.0.0.0/8"}, "ipam.ranges", "list of range sets"),
+    ({"ranges": [[]]}, "ipam.ranges[0]", "non-empty"),
+    ({"ranges": [[{"gateway": "10.0.0.1"}]]}, "ipam.ranges[0][0].subnet", "CIDR"),
+    ({"ranges": [[{"subnet": "10.0.0.0"}]]}, "ipam.ranges[0][0].subnet", "CIDR"),
+    ({"ranges": [[{"subnet": "10.0.0.300/24"}]]}, "ipam.ranges[0][0].subnet", "not a CIDR"),
+    ({"ranges": [[{"subnet": "10.0.0.5/24"}]]}, "ipam.ranges[0][0].subnet", "host bits"),
+    ({"ranges": [[{"subnet": "10.0.0.0/31"}]]}, "ipam.ranges[0][0].subnet", "too small"),
+    ({"ranges": [[{"subnet": "fd00::/127"}]]}, "ipam.ranges[0][0].subnet", "too small"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.1.5"}]]},
+     "ipam.ranges[0][0].rangeStart", "not in network"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24", "rangeEnd": "fd00::5"}]]},
+     "ipam.ranges[0][0].rangeEnd", "same IP family"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.9", "rangeEnd": "10.0.0.8"}]]},
+     "ipam.ranges[0][0].rangeStart", "after rangeEnd"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24", "gateway": "nope"}]]},
+     "ipam.ranges[0][0].gateway", "not an IP"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24", "blockSize": "26"}]]},
+     "ipam.ranges[0][0].blockSize", "prefix length"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24"}, {"subnet": "fd00::/64"}]]},
+     "ipam.ranges[0][1]", "mixes IPv4 and IPv6"),
+    ({"ranges": [[{"subnet": "10.0.0.0/16"}], [{"subnet": "10.0.5.0/24"}]]},
+     "ipam.ranges[1][0]", "overlaps ipam.ranges[0][0]"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24", "rangeEnd": "10.0.0.50"},
+                  {"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.40"}]]},
+     "ipam.ranges[0][1]", "overlaps"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24"}]], "routes": [{"gw": "10.0.0.1"}]},
+     "ipam.routes[0]", "dst"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24"}]], "routes": [{"dst": "bogus"}]},
+     "ipam.routes[0].dst", "not a CIDR"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24"}]], "dns": {"nameservers": "10.0.0.53"}},
+     "ipam.dns.nameservers", "list of strings"),
+])
+def test_config_errors_name_the_key(ipam, key, words):
+    err = bad(conf(ipam))
+    assert key in f"{err.msg} {err.details}" and words in f"{err.msg} {err.details}"
+
+
+def test_disjoint_ranges_of_one_subnet_in_one_set_are_fine():
+    cfg = parse_ipam_config(conf({"ranges": [[
+        {"subnet": "10.0.0.0/24", "rangeEnd": "10.0.0.50"},
+        {"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.51"}]]}))
+    assert len(cfg.range_sets[0]) == 2
+
+
+def requested(config: dict, args: dict | None = None):
+    cfg = parse_ipam_config(config)
+    return requested_by_set(cfg, parse_requested_ips(config, args or {}))
+
+
+DUAL = {"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]}
+
+
+def test_requested_from_every_source_map_to_their_sets():
+    got = requested(conf(DUAL, runtimeConfig={"ips": ["fd00::50/64"]}), {"IP": "10.0.0.9"})
+    assert got == {0: ipaddress.ip_address("10.0.0.9"), 1: ipaddress.ip_address("fd00::50")}
+    got = requested(conf(DUAL, args={"cni": {"ips": ["10.0.0.7"]}}))
+    assert got == {0: ipaddress.ip_address("10.0.0.7")}
+    got = requested(conf(DUAL), {"IP": "10.0.0.9,fd00::9"})
+    assert set(map(str, got.values())) == {"10.0.0.9", "fd00::9"}
+
+
+def test_same_address_from_two_sources_counts_once():
+    got = requested(conf(DUAL, runtimeConfig={"ips": ["10.0.0.9/24"]}), {"IP": "10.0.0.9"})
+    assert got == {0: ipaddress.ip_address("10.0.0.9")}
+
+
+@pytest.mark.parametrize("config, args, words", [
+    (conf(DUAL), {"IP": "10.9.9.9"}, "outside every range"),
+    (conf(DUAL), {"IP": "10.0.0.1"}, "is a gateway"),
+    (conf(DUAL), {"IP": "10.0.0.255"}, "outside every range"),
+    (conf(DUAL), {"IP": "10.0.0.5,10.0.0.6"}, "two addresses requested from range set 0"),
+    (conf(DUAL), {"IP": "not-an-ip"}, "CNI_ARGS IP"),
+    (conf(DUAL, runtimeConfig={"ips": ["10.0.0.5", 7]}), {}, "runtimeConfig.ips[1]"),
+    (conf(DUAL, args={"cni": {"ips": "10.0.0.5"}}), {}, "args.cni.ips"),
+])
+def test_bad_requested_addresses_are_invalid_config(config, args, words):
+    with pytest.raises(InvalidConfig) as info:
+        requested(config, args)
+    assert words in f"{info.value.msg} {info.value.details}"
