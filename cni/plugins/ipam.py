@@ -1,0 +1,141 @@
+"""pycni-ipam: leases pod addresses from the node's store (served in pycnid).
+
+Verbs: ADD leases one address per range set to (network, containerID, ifname) and returns the
+abbreviated IPAM result (``ips`` without ``interface``, ``routes`` from ``ipam.routes``,
+``dns`` from ``ipam.dns``); repeating it returns the same addresses. DEL releases (nothing
+held is success). CHECK: the lease exists, its addresses are in their blocks, and they are
+the prevResult's. GC: releases this node's leases in the network that are not in
+``cni.dev/valid-attachments`` (or ``cni.dev/attachments``); no key at all means nothing is
+valid (cnitool's gc). STATUS: 50 when the store is unreachable or a range set has no address
+left for this node.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+from contextlib import ExitStack
+from typing import Any
+
+from cni.plugins.base import Services
+from cni.plugins.ipam_config import (IpamConfig, parse_ipam_config, parse_requested_ips,
+                                     requested_by_set)
+from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
+from cni.spec.request import Request, gc_valid_attachments
+from cni.spec.result import canonical
+from ipam.leases import LeaseService
+from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
+from ipam.store import open_store
+
+log = logging.getLogger("pycnid.ipam")
+POD_ATTRIBUTES = {"K8S_POD_NAMESPACE": "namespace", "K8S_POD_NAME": "pod"}
+
+
+def handle_of(req: Request) -> HandleId:
+    return HandleId(req.network, req.env.container_id, req.env.ifname)
+
+
+def render_result(record: HandleRecord, cfg: IpamConfig) -> dict:
+    """The canonical (1.1.0-shaped) abbreviated IPAM result."""
+    ips = [{"address": ip.address, **({"gateway": ip.gateway} if ip.gateway else {})}
+           for ip in record.ips]
+    return {"cniVersion": "1.1.0", "ips": ips, "routes": [dict(r) for r in cfg.routes],
+            "dns": dict(cfg.dns or {})}
+
+
+def pod_attributes(req: Request) -> dict[str, str]:
+    return {name: req.env.args[arg] for arg, name in POD_ATTRIBUTES.items()
+            if req.env.args.get(arg)}
+
+
+class IpamPlugin:
+    def __init__(self, services: Services, leases: LeaseService) -> None:
+        self.services = services
+        self.leases = leases
+
+    def add(self, req: Request) -> dict:
+        cfg = parse_ipam_config(req.config)
+        requested = requested_by_set(cfg, parse_requested_ips(req.config, req.env.args))
+        handle = handle_of(req)
+        with ExitStack() as undo:
+            self.services.faults.point(req, "ipam-allocate")
+            record, created = self.leases.acquire(handle, cfg.range_sets, requested,
+                                                  pod_attributes(req))
+            if created:
+                undo.callback(self._rollback, handle)
+            self.services.faults.point(req, "ipam-result")
+            result = render_result(record, cfg)
+            undo.pop_all()
+        return result
+
+    def _rollback(self, handle: HandleId) -> None:
+        try:
+            self.leases.release(handle)
+        except CNIError as err:  # the runtime's DEL (or GC) releases it later
+            log.warning("could not roll back the lease of %s: %s", handle, err)
+
+    def delete(self, req: Request) -> None:
+        released = self.leases.release(handle_of(req))
+        if released is not None:
+            log.debug("released %s: %s", released.handle, [ip.address for ip in released.ips])
+
+    def check(self, req: Request) -> None:
+        handle = handle_of(req)
+        record = self.leases.lookup(handle)
+        if record is None:
+            raise CheckFailed(f"no address lease for {handle}",
+                              "the attachment holds no address in the IPAM store")
+        for ip in record.ips:
+            self._check_block(record, ip.pool, ip.block, ip.ip)
+        if req.prev_result is not None:
+            compare_with_prev_result(record, req.prev_result, req.version)
+
+    def _check_block(self, record: HandleRecord, pool: str, cidr: str, ip: str) -> None:
+        kv = self.leases.store.get(block_key(pool, cidr))
+        holder = BlockRecord.from_bytes(kv.key, kv.value).allocations.get(ip) if kv else None
+        if holder != str(record.handle):
+            raise CheckFailed(f"address {ip} of {record.handle} is not allocated to it",
+                              f"block {cidr} of pool {pool} records holder {holder!r}")
+
+    def status(self, req: Request) -> None:
+        try:
+            self.leases.store.status()
+            cfg = parse_ipam_config(req.config)
+            self.leases.ensure_capacity(req.network, cfg.range_sets)
+        except TryAgainLater as err:
+            raise NotAvailable(err.msg, err.details) from None
+
+    def gc(self, req: Request) -> None:
+        valid = gc_valid_attachments(req.config)
+        released = self.leases.collect_garbage(req.network, valid)
+        if released:
+            log.info("GC released %d lease(s) in %s: %s", len(released), req.network,
+                     ", ".join(str(h) for h in released))
+
+
+def compare_with_prev_result(record: HandleRecord, prev: Any, version: str) -> None:
+    """CheckFailed naming every address the lease and prevResult disagree on."""
+    result = canonical(prev, version)
+    expected = {str(ipaddress.ip_interface(ip["address"]).ip) for ip in result["ips"]}
+    held = {ip.ip for ip in record.ips}
+    if expected != held:
+        details = []
+        if expected - held:
+            details.append(f"prevResult lists {', '.join(sorted(expected - held))} "
+                           "which the lease does not hold")
+        if held - expected:
+            details.append(f"the lease holds {', '.join(sorted(held - expected))} "
+                           "which prevResult does not list")
+        raise CheckFailed(f"the addresses of {record.handle} differ from prevResult",
+                          "; ".join(details))
+
+
+def create(services: Services, config: Any) -> IpamPlugin:
+    """pycnid's entry point: open the daemon's store and serve IPAM from it."""
+    store = open_store(config.store)
+    services.on_shutdown.append(store.close)
+    services.extra["store"] = store
+    conflicts = services.metrics.counter("pycni_ipam_cas_conflicts_total",
+                                         "IPAM txns lost to a concurrent writer and retried")
+    leases = LeaseService(store, services.node_name, on_conflict=conflicts.inc)
+    services.extra["ipam.leases"] = leases
+    return IpamPlugin(services, leases)
