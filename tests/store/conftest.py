@@ -1,7 +1,8 @@
 """The `store` fixture: every Store implementation the contract suite runs against.
 
-Each param yields a fresh, empty-enough store; tests keep to their own key prefix
-(`ns` fixture) so a store shared by a session (one real etcd) works too.
+Each param yields a store; tests keep to their own key prefix (`ns` fixture), so one real
+etcd can serve the whole module. The etcd param joins when the etcd store and its test
+fixtures are importable.
 """
 from __future__ import annotations
 
@@ -12,12 +13,31 @@ import pytest
 from ipam.store.sqlite import SqliteStore
 
 STORES = ["sqlite"]
+try:
+    from ipam.store.etcd import EtcdStore
+    from tests.fixtures.etcd import EtcdServer
+except ImportError:  # the etcd store is optional at this layer
+    EtcdStore = EtcdServer = None
+else:
+    STORES.append("etcd")
+
+
+@pytest.fixture(scope="module")
+def etcd_for_stores():
+    """One real single-member etcd for a module's contract tests."""
+    server = EtcdServer()
+    try:
+        yield server.start()
+    finally:
+        server.cleanup()
 
 
 @pytest.fixture(params=STORES)
 def store(request, tmp_path):
     if request.param == "sqlite":
         s = SqliteStore(str(tmp_path / "store.db"))
+    elif request.param == "etcd":
+        s = EtcdStore(request.getfixturevalue("etcd_for_stores").endpoints)
     else:
         raise AssertionError(f"unknown store param {request.param!r}")
     yield s
