@@ -148,3 +148,16 @@ def test_cli_rejects_bad_cni_args_before_running_anything(tool):
 def test_cli_unknown_network(tool):
     proc = tool("status", "nonet", "/var/run/netns/x")
     assert proc.returncode == 1 and 'no net configuration with name "nonet"' in proc.stderr
+
+
+def test_pycni_group_discovers_command_modules_lazily():
+    from click.testing import CliRunner
+
+    from ipam.cli import cli, command_modules
+
+    assert {"net", "daemon"} <= set(command_modules())
+    out = CliRunner().invoke(cli, ["--help"])
+    assert out.exit_code == 0 and "net" in out.output and "daemon" in out.output
+    out = CliRunner().invoke(cli, ["net", "--help"])
+    assert all(verb in out.output for verb in ("add", "check", "del", "gc", "status"))
+    assert CliRunner().invoke(cli, ["nosuch"]).exit_code == 2
