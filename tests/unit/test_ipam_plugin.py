@@ -1,0 +1,87 @@
+"""The pycni-ipam handler in-process (as pycni-bridge delegates to it), on a real SqliteStore."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cni.plugins import ipam as ipam_plugin
+from cni.plugins.base import Faults, InjectedFault, Services
+from cni.plugins.delegate import delegate
+from cni.spec.errors import CheckFailed, NotAvailable
+from cni.spec.request import Request, parse_config, parse_env
+from ipam.daemon.config import parse_daemon_config
+
+
+@pytest.fixture
+def services(tmp_path):
+    services = Services(node_name="node1", faults=Faults(enabled=True))
+    config = parse_daemon_config({"nodeName": "node1", "stateDir": str(tmp_path),
+                                  "store": {"type": "sqlite", "path": str(tmp_path / "s.db")}})
+    services.plugins["ipam"] = ipam_plugin.create(services, config)
+    yield services
+    for hook in services.on_shutdown:
+        hook()
+
+
+def request(command: str, config: dict, cid: str = "c1", args: str = "") -> Request:
+    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": "/proc/self/ns/net",
+           "CNI_IFNAME": "eth0", "CNI_ARGS": args, "CNI_PATH": "/nonexistent"}
+    if command in ("STATUS", "GC"):
+        env = {"CNI_COMMAND": command, "CNI_PATH": "/nonexistent"}
+    raw = json.dumps(config).encode()
+    return Request(env=parse_env(env), config=parse_config(raw, command), raw_env=env,
+                   raw_config=raw)
+
+
+CONF = {"cniVersion": "1.1.0", "name": "net", "type": "pycni-bridge",
+        "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": "10.30.0.0/24"}]],
+                 "routes": [{"dst": "0.0.0.0/0"}]}}
+
+
+def test_bridge_delegation_runs_in_process(services):
+    result = delegate(services.plugins, request("ADD", CONF), "ADD")
+    assert result == {"cniVersion": "1.1.0",
+                      "ips": [{"address": "10.30.0.2/24", "gateway": "10.30.0.1"}],
+                      "routes": [{"dst": "0.0.0.0/0"}], "dns": {}}
+    delegate(services.plugins, request("CHECK", CONF), "CHECK")  # no prevResult: lease only
+    delegate(services.plugins, request("DEL", CONF), "DEL")
+    with pytest.raises(CheckFailed, match="no address lease for net/c1/eth0"):
+        delegate(services.plugins, request("CHECK", CONF), "CHECK")
+
+
+def test_create_shares_the_store_and_closes_it_at_shutdown(services):
+    store = services.extra["store"]
+    assert store.name.startswith("sqlite:") and services.extra["ipam.leases"].node == "node1"
+    assert store.close in services.on_shutdown
+
+
+def test_fault_after_commit_releases_the_lease(services):
+    plugin = services.plugins["ipam"]
+    with pytest.raises(InjectedFault):
+        plugin.add(request("ADD", CONF, args="PYCNI_FAULT=ipam-result"))
+    assert services.extra["ipam.leases"].handles("net") == []
+    assert services.faults.steps_seen[-2:] == ["ipam-allocate", "ipam-result"]
+
+
+def test_repeated_add_that_fails_late_keeps_the_existing_lease(services):
+    plugin = services.plugins["ipam"]
+    plugin.add(request("ADD", CONF))
+    with pytest.raises(InjectedFault):
+        plugin.add(request("ADD", CONF, args="PYCNI_FAULT=ipam-result"))
+    assert len(services.extra["ipam.leases"].handles("net")) == 1  # not ours to undo
+
+
+def test_status_is_not_available_when_the_store_is_gone(services):
+    plugin = services.plugins["ipam"]
+    plugin.status(request("STATUS", CONF))
+    services.extra["store"].close()
+    with pytest.raises(NotAvailable) as info:
+        plugin.status(request("STATUS", CONF))
+    assert info.value.code == 50 and "sqlite:" in info.value.msg
+
+
+def test_metrics_count_conflicts(services):
+    counter = services.metrics.counter("pycni_ipam_cas_conflicts_total", "")
+    services.extra["ipam.leases"].on_conflict()
+    assert counter.value() == 1
