@@ -97,14 +97,19 @@ class LeaseService:
         requested = dict(requested or {})
         pool_sets = tuple(calc_pools(handle.network, rs) for rs in range_sets)
         attrs = {**(attributes or {}), "node": self.node}
-        for attempt in self._attempts(f"lease for {handle}"):
+        for _ in self._attempts(f"lease for {handle}"):
             existing = self.lookup(handle)
             if existing is not None:
                 return self._reuse(existing, requested), False
             with self._lock:
-                plan, record = self._plan_acquire(handle, pool_sets, requested, attrs)
+                try:
+                    plan, record = self._plan_acquire(handle, pool_sets, requested, attrs)
+                except AddressExhausted:  # maybe only in our cache: re-read the pools once
+                    plan, record = self._plan_acquire(handle, pool_sets, requested, attrs,
+                                                      fresh=True)
                 if self._commit(plan):
                     return record, True
+        raise AssertionError("unreachable: _attempts raises when attempts run out")
 
     def _reuse(self, existing: HandleRecord, requested: Mapping[int, IPAddr]) -> HandleRecord:
         held = {ip.ip for ip in existing.ips}
@@ -116,11 +121,12 @@ class LeaseService:
 
     def _plan_acquire(self, handle: HandleId, pool_sets: tuple[tuple[Pool, ...], ...],
                       requested: Mapping[int, IPAddr],
-                      attrs: Mapping[str, str]) -> tuple[Plan, HandleRecord]:
+                      attrs: Mapping[str, str],
+                      fresh: bool = False) -> tuple[Plan, HandleRecord]:
         plan = Plan()
         leased = []
         for index, pools in enumerate(pool_sets):
-            states = [self.cache.state(p) for p in pools]
+            states = [self.cache.state(p, fresh=fresh) for p in pools]
             if index in requested:
                 state, choice, revision, block = self._choose_requested(states, requested[index],
                                                                         handle)
@@ -188,7 +194,7 @@ class LeaseService:
     # -- DEL -------------------------------------------------------------------------------
     def release(self, handle: HandleId) -> HandleRecord | None:
         """Free every address ``handle`` holds and delete it; None when it holds nothing."""
-        for attempt in self._attempts(f"release of {handle}"):
+        for _ in self._attempts(f"release of {handle}"):
             kv = self.store.get(handle.key)
             if kv is None:
                 return None
@@ -196,6 +202,7 @@ class LeaseService:
             with self._lock:
                 if self._commit(self._plan_release(record, kv.mod_revision)):
                     return record
+        raise AssertionError("unreachable: _attempts raises when attempts run out")
 
     def _plan_release(self, record: HandleRecord, revision: int) -> Plan:
         plan = Plan(compares={record.handle.key: revision}, deletes=[record.handle.key])

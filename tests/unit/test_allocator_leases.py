@@ -179,6 +179,17 @@ def test_stale_cache_conflict_is_retried(leases, store):
     assert ips(record) == ["10.22.0.4/16"] and conflicts == [1]
 
 
+def test_exhaustion_rereads_the_store_before_giving_up(leases, store):
+    tiny = sets([{"subnet": "10.9.0.0/29"}])
+    for i in range(5):
+        leases.acquire(h(f"c{i}"), tiny)
+    key = block_key("net-10.9.0.0-29", "10.9.0.0/29")
+    kv = store.get(key)  # an outside writer (the CLI) frees .4 behind the cache's back
+    freed = BlockRecord.from_bytes(key, kv.value).without("10.9.0.4")
+    store.txn([Compare(key, kv.mod_revision)], [Put(key, freed.to_bytes())])
+    assert ips(leases.acquire(h("c9"), tiny)[0]) == ["10.9.0.4/29"]
+
+
 def test_disabled_pool_gives_no_address(leases, store):
     leases.acquire(h("c1"), V4)
     key = pool_key("net-10.22.0.0-16")
