@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import IO, Any, Mapping
+from typing import IO, Any, Callable, Mapping
 
 from cni.spec.envcheck import check_ifname, valid_id
 from cni.spec.errors import CNIError, IncompatibleVersion, InvalidConfig, InvalidEnvironment, \
@@ -70,7 +70,7 @@ class Runtime:
         return exec_plugin(binary, stdin, env, stderr=self.stderr, timeout=self.timeout)
 
     def _each(self, conf: NetworkConfigList, verb: str, plugins: list[tuple[int, PluginConf]],
-              stdin_for, rt: RuntimeConf | None) -> list[bytes]:
+              stdin_for: Callable[[PluginConf], bytes], rt: RuntimeConf | None) -> list[bytes]:
         outputs = []
         for index, plugin in plugins:
             try:
