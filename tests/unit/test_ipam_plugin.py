@@ -85,3 +85,12 @@ def test_metrics_count_conflicts(services):
     counter = services.metrics.counter("pycni_ipam_cas_conflicts_total", "")
     services.extra["ipam.leases"].on_conflict()
     assert counter.value() == 1
+
+
+def test_del_needs_no_valid_ranges(services):
+    plugin = services.plugins["ipam"]
+    plugin.add(request("ADD", CONF))
+    broken = {**CONF, "ipam": {"type": "pycni-ipam", "ranges": "garbage"}}
+    plugin.delete(request("DEL", broken))  # DEL releases by handle alone
+    plugin.delete(request("DEL", broken))
+    assert services.extra["ipam.leases"].handles("net") == []
