@@ -1,0 +1,62 @@
+"""Routes over netlink (pyroute2). No CNI policy here."""
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+MAIN_TABLE = 254
+
+
+@dataclass(frozen=True)
+class Route:
+    dst: IPv4Network | IPv6Network
+    gw: IPv4Address | IPv6Address | None = None
+    oif: int | None = None
+    priority: int | None = None
+    table: int | None = None
+    scope: int | None = None
+    mtu: int | None = None
+    advmss: int | None = None
+
+    @property
+    def family(self) -> int:
+        return socket.AF_INET if self.dst.version == 4 else socket.AF_INET6
+
+
+def add_route(ipr: IPRoute, route: Route, *, exist_ok: bool = False) -> None:
+    args: dict = {"dst": str(route.dst), "family": route.family}
+    for key in ("oif", "priority", "table", "scope"):
+        if getattr(route, key) is not None:
+            args[key] = getattr(route, key)
+    if route.gw is not None:
+        args["gateway"] = str(route.gw)
+    metrics = {k: getattr(route, k) for k in ("mtu", "advmss") if getattr(route, k)}
+    if metrics:
+        args["metrics"] = metrics
+    try:
+        ipr.route("add", **args)
+    except NetlinkError as exc:
+        if not (exist_ok and exc.code == errno.EEXIST):
+            raise
+
+
+def list_routes(ipr: IPRoute, version: int, table: int | None = MAIN_TABLE) -> list[Route]:
+    """Unicast routes of one family (in ``table``, or all tables when None)."""
+    family = socket.AF_INET if version == 4 else socket.AF_INET6
+    out = []
+    for msg in ipr.route("dump", family=family):
+        msg_table = msg.get("RTA_TABLE") or msg["table"]
+        if table is not None and msg_table != table:
+            continue
+        dst = msg.get("RTA_DST") or ("0.0.0.0" if version == 4 else "::")
+        gw = msg.get("RTA_GATEWAY")
+        out.append(Route(dst=ipaddress.ip_network(f"{dst}/{msg['dst_len']}", strict=False),
+                         gw=ipaddress.ip_address(gw) if gw else None, oif=msg.get("RTA_OIF"),
+                         priority=msg.get("RTA_PRIORITY"), table=msg_table))
+    return out
