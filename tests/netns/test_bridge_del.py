@@ -1,0 +1,113 @@
+"""pycni-bridge DEL and GC leave zero residue, whatever the runtime got wrong (CNI-CHECKLIST §4 #2, #10)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.fixtures.bridge import (GATEWAY, bridge_conf, bridge_node, container_links,  # noqa: F401
+                                   new_cid, pycni_ipam)
+
+pytestmark = pytest.mark.netns
+
+DEL_CASES = ["twice", "empty-netns", "deleted-netns", "no-prevresult", "garbage-prevresult",
+             "stale-prevresult"]
+
+
+@pytest.mark.parametrize("case", DEL_CASES)
+def test_del_leaves_zero_residue(bridge_node, netns_factory, case):
+    pod = netns_factory("pod")
+    conf = bridge_conf(pycni_ipam())
+    cid, result = bridge_node.add(conf, pod)
+    assert not bridge_node.residue().is_empty()
+    netns = pod.path
+    del_conf = {**conf, "prevResult": result}
+    if case == "empty-netns":
+        netns = ""
+    elif case == "deleted-netns":
+        pod.delete()
+    elif case == "no-prevresult":
+        del_conf = conf
+    elif case == "garbage-prevresult":
+        del_conf = {**conf, "prevResult": "not a result"}
+    elif case == "stale-prevresult":  # points at an address this pod never had
+        del_conf = {**conf, "prevResult": {**result, "ips": [{"address": "10.22.0.200/24"}]}}
+    first = bridge_node.run("DEL", del_conf, cid, netns)
+    assert first.code == 0, first.stdout
+    if case == "twice":
+        assert bridge_node.run("DEL", del_conf, cid, netns).code == 0
+    assert bridge_node.residue().is_empty(), bridge_node.residue()
+
+
+def test_del_of_a_never_added_container_succeeds(bridge_node, netns_factory):
+    pod = netns_factory("pod")
+    res = bridge_node.run("DEL", bridge_conf(pycni_ipam()), new_cid(), pod.path)
+    assert res.code == 0 and res.stdout == ""
+    assert bridge_node.residue().is_empty()
+
+
+def test_del_touches_only_its_own_attachment(bridge_node, netns_factory):
+    conf = bridge_conf(pycni_ipam())
+    pod_a, pod_b = netns_factory("pod"), netns_factory("pod")
+    cid_a, _ = bridge_node.add(conf, pod_a)
+    cid_b, res_b = bridge_node.add(conf, pod_b)
+    assert bridge_node.run("DEL", conf, cid_a, "").code == 0
+    left = bridge_node.residue()
+    assert left.veths == [res_b["interfaces"][1]["name"]]
+    assert len(left.elements) == 2 and all(cid_b in e for e in left.elements)
+    assert [h.rsplit("/", 2)[1] for h in left.leases] == [cid_b]
+    assert pod_b.ping(GATEWAY)
+
+
+def gc_conf(valid: list[tuple[str, str]] | None) -> dict:
+    conf = bridge_conf(pycni_ipam())
+    if valid is not None:
+        conf["cni.dev/valid-attachments"] = [{"containerID": c, "ifname": i} for c, i in valid]
+    return conf
+
+
+def test_gc_removes_what_is_not_valid_and_keeps_the_rest(bridge_node, netns_factory):
+    conf = bridge_conf(pycni_ipam())
+    pods = [netns_factory("pod") for _ in range(3)]
+    added = [bridge_node.add(conf, pod) for pod in pods]
+    keep_cid, keep_result = added[0]
+    res = bridge_node.run("GC", gc_conf([(keep_cid, "eth0")]), "")
+    assert res.code == 0, res.stdout
+    left = bridge_node.residue()
+    assert left.veths == [keep_result["interfaces"][1]["name"]]
+    assert len(left.elements) == 2 and all(keep_cid in e for e in left.elements)
+    assert len(left.leases) == 1 and keep_cid in left.leases[0]
+    assert "eth0" not in container_links(pods[1])
+    assert pods[0].ping(GATEWAY)
+    check = bridge_node.run("CHECK", {**conf, "prevResult": keep_result}, keep_cid, pods[0].path)
+    assert check.code == 0, check.stdout
+
+
+def test_gc_without_the_key_removes_everything_of_this_network_only(bridge_node, netns_factory):
+    ours, theirs = netns_factory("pod"), netns_factory("pod")
+    bridge_node.add(bridge_conf(pycni_ipam()), ours)
+    other = bridge_conf(pycni_ipam("10.23.0.0/24"), name="othernet", bridge="pycni1")
+    _, other_result = bridge_node.add(other, theirs)
+    assert bridge_node.run("GC", gc_conf(None), "").code == 0
+    assert bridge_node.residue().is_empty()
+    left = bridge_node.residue("othernet")
+    assert left.veths == [other_result["interfaces"][1]["name"]]
+    assert len(left.elements) == 2 and len(left.leases) == 1
+    assert theirs.ping("10.23.0.1")
+
+
+def test_gc_accepts_the_legacy_key(bridge_node, netns_factory):
+    pod = netns_factory("pod")
+    cid, _ = bridge_node.add(bridge_conf(pycni_ipam()), pod)
+    conf = {**bridge_conf(pycni_ipam()),
+            "cni.dev/attachments": [{"containerID": cid, "ifname": "eth0"}]}
+    assert bridge_node.run("GC", conf, "").code == 0
+    assert len(bridge_node.residue().veths) == 1
+
+
+def test_status_is_forwarded_to_ipam(bridge_node):
+    res = bridge_node.run("STATUS", bridge_conf(pycni_ipam()), "")
+    assert res.code == 0, res.stdout
+    broken = bridge_conf({"type": "no-such-ipam"})
+    res = bridge_node.run("STATUS", broken, "")
+    assert res.code != 0 and "no-such-ipam" in json.dumps(res.json)
