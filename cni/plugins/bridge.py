@@ -14,12 +14,9 @@ bridge name (and tolerates EEXIST from other processes), nft changes go through 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
-from pyroute2 import IPRoute
-
-from cni.net import link, sysctl
+from cni.net import link
 from cni.net.nft import Nft
 from cni.net.session import node_session
 from cni.spec.errors import CNIError
@@ -29,6 +26,7 @@ from .bridge_add import ADD_STEPS, run_add
 from .bridge_check import run_check
 from .bridge_errors import MECHANISM_ERRORS, describe
 from .bridge_names import Attachment, tag_in_network, tag_of_alias
+from .bridge_node import NodeBridges
 from .delegate import delegate
 from .masq import Masquerader
 
@@ -40,21 +38,7 @@ class BridgePlugin:
     def __init__(self, services: Services, nft: Nft | None = None) -> None:
         self.services = services
         self.masq = Masquerader(nft or Nft())
-        self._guard = threading.Lock()
-        self._bridge_locks: dict[str, threading.Lock] = {}
-        self._prepared: dict[str, int] = {}  # bridge name -> ifindex already prepared
-
-    def bridge_lock(self, name: str) -> threading.Lock:
-        with self._guard:
-            return self._bridge_locks.setdefault(name, threading.Lock())
-
-    def prepare_bridge(self, ipr: IPRoute, bridge: link.LinkInfo) -> None:
-        """Once per bridge (caller holds its lock): pin its MAC, refuse router advertisements."""
-        if self._prepared.get(bridge.name) == bridge.index:
-            return
-        link.pin_mac(ipr, bridge)
-        sysctl.ensure_sysctl(f"net/ipv6/conf/{bridge.name}/accept_ra", "0", missing_ok=True)
-        self._prepared[bridge.name] = bridge.index
+        self.bridges = NodeBridges()
 
     def add(self, req: Request) -> dict:
         return run_add(self, req)

@@ -17,10 +17,10 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from cni.net import addr, link, route, sysctl
 from cni.net.session import node_session, pod_session
-from cni.spec.errors import CNIError, InvalidConfig, InvalidEnvironment
+from cni.spec.errors import CNIError, InvalidEnvironment
 from cni.spec.request import Request
-from .bridge_calc import (bridge_addresses, build_result, calc_bridge_conflicts, calc_ips,
-                          calc_routes, container_addresses, masq_pairs, route_specs)
+from .bridge_calc import (bridge_addresses, build_result, calc_ips, calc_routes,
+                          container_addresses, masq_pairs, route_specs)
 from .bridge_config import BridgeConfig, parse_bridge_config
 from .bridge_names import Attachment
 from .delegate import delegate
@@ -49,15 +49,7 @@ class AddState:
 
 
 def ensure_bridge(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
-    name = st.cfg.bridge
-    with rt.bridge_lock(name), failing(f"failed to set up bridge {name}"):
-        try:
-            st.bridge = link.ensure_bridge(st.node, name, st.cfg.mtu)
-        except link.LinkError as exc:
-            raise InvalidConfig("invalid key 'bridge'", str(exc)) from None
-        rt.prepare_bridge(st.node, st.bridge)
-        if st.cfg.promisc and not st.bridge.promisc:
-            link.set_promisc(st.node, st.bridge.index)
+    st.bridge = rt.bridges.ensure_bridge(st.node, st.cfg)
 
 
 def add_ipam(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
@@ -135,24 +127,10 @@ def setup_pod(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
 
 
 def ensure_gateway(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
-    """isGateway: the gateway address on the bridge; another same-family address is an
-    error unless forceAddress (then it is replaced)."""
+    """isGateway: the gateway address on the bridge (forceAddress replaces another one)."""
     wanted = bridge_addresses(st.ips) if st.cfg.is_gateway else []
-    if not wanted:
-        return
-    name = st.cfg.bridge
-    with rt.bridge_lock(name), failing(f"failed to set the gateway address on {name}"):
-        existing = addr.list_addresses(st.node, st.bridge.index)
-        conflicts = calc_bridge_conflicts(existing, wanted)
-        if conflicts and not st.cfg.force_address:
-            raise InvalidConfig(
-                f"bridge {name} already has an address {conflicts[0]} different from "
-                f"{', '.join(map(str, wanted))}", "set forceAddress to replace it")
-        for old in conflicts:
-            addr.delete_address(st.node, st.bridge.index, old)
-        for address in wanted:
-            if address not in existing:
-                addr.add_address(st.node, st.bridge.index, address, exist_ok=True)
+    if wanted:
+        rt.bridges.ensure_gateway(st.node, st.bridge, wanted, st.cfg.force_address)
 
 
 def ensure_forwarding(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:

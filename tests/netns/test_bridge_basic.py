@@ -156,3 +156,17 @@ def test_host_local_delegation(bridge_node, netns_factory):
     assert check.code == 0, check.stdout
     assert bridge_node.run("DEL", conf, cid, pod.path).code == 0
     assert bridge_node.residue().is_empty()
+
+
+def test_next_add_heals_a_removed_gateway_and_a_deleted_bridge(bridge_node, netns_factory):
+    conf = bridge_conf(pycni_ipam())
+    node = bridge_node.node
+    bridge_node.add(conf, netns_factory("pod"))
+    node.run(f"ip addr del {GATEWAY}/24 dev pycni0")
+    _, healed = bridge_node.add(conf, netns_factory("pod"))
+    assert f"{GATEWAY}/24" in node.run("ip -4 -o addr show pycni0").stdout
+    node.run("ip link del pycni0")
+    pod = netns_factory("pod")
+    _, recreated = bridge_node.add(conf, pod)
+    assert recreated["interfaces"][0]["mac"] != healed["interfaces"][0]["mac"]
+    assert pod.ping(GATEWAY)
