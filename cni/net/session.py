@@ -9,6 +9,7 @@ the thread returns home; work that must run inside the pod (sysctls, ioctls) goe
 """
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import contextmanager
 from typing import Callable, Iterator, TypeVar
@@ -18,6 +19,9 @@ from pyroute2 import IPRoute
 from .ns import entered
 
 T = TypeVar("T")
+# pyroute2 logs every netlink message at DEBUG (a dict repr each): with pycnid at debug level
+# that floods the log and costs more than the request itself.
+logging.getLogger("pyroute2").setLevel(logging.INFO)
 
 
 @contextmanager
