@@ -30,9 +30,11 @@ from cni.spec.errors import CNIError, InternalError, InvalidConfig, TryAgainLate
 T = TypeVar("T")
 log = logging.getLogger("pycnid.store.etcd")
 
-#: gRPC codes after which another member may succeed.
+#: gRPC codes after which another member may succeed (a member without quorum answers
+#: UNKNOWN "context deadline exceeded" to a linearizable read).
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                       grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED})
+                       grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED,
+                       grpc.StatusCode.UNKNOWN})
 
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -200,8 +202,8 @@ class Connection:
                 if self._closed:
                     raise TryAgainLater(f"etcd store {self.label} is closed") from None
                 endpoint.fail()
-        raise TryAgainLater(f"etcd at {self.label} is unreachable ({what} not served)",
-                            last_error)
+        raise TryAgainLater(f"etcd at {self.label} is unreachable or without quorum"
+                            f" ({what} not served)", last_error)
 
     def wait_for_retry(self) -> float:
         """Seconds until the first failed member may be tried again (at least 10 ms)."""

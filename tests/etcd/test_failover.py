@@ -53,12 +53,22 @@ def test_a_dead_endpoint_in_the_list_costs_nothing_after_the_first_call(etcd_ser
     assert time.monotonic() - start < 1.0
 
 
-def test_whole_cluster_down_answers_11_fast_and_recovers_by_itself(etcd_cluster, open_store):
+def test_quorum_lost_then_cluster_down_answers_11_fast_and_recovers(etcd_cluster, open_store):
     store = open_store(etcd_cluster.endpoints)
     store.txn([], [Put("/before", b"1")])
-    for member in etcd_cluster.members:
+    for member in etcd_cluster.members[:2]:
         member.kill()
+    # one member still answers, but without a quorum it cannot serve reads or writes
+    start = time.monotonic()
+    with pytest.raises(NotAvailable):
+        store.status()
+    assert time.monotonic() - start < 1.0
+    start = time.monotonic()
+    with pytest.raises(TryAgainLater) as err:
+        store.get("/before")
+    assert time.monotonic() - start < 3.0 and "without quorum" in err.value.msg
 
+    etcd_cluster.members[2].kill()
     start = time.monotonic()
     with pytest.raises(TryAgainLater) as err:
         store.txn([Compare("/k", 0)], [Put("/k", b"1")])
