@@ -77,18 +77,21 @@ def list_links(ipr: IPRoute) -> list[LinkInfo]:
     return [link_info(msg) for msg in ipr.get_links()]
 
 
-def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None = None) -> LinkInfo:
-    """The bridge ``name``, created (EEXIST tolerated, MTU and a fixed MAC set on creation) and up.
+def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None = None) -> tuple[LinkInfo, bool]:
+    """The bridge ``name``, created (EEXIST tolerated, MTU and a fixed MAC set on creation) and
+    up; returns (bridge, whether this call created it).
 
     Raises LinkError if ``name`` is some other kind of link.
     """
     link = get_link(ipr, name)
+    created = False
     if link is None:
         create = {"ifname": name, "kind": "bridge", "address": random_mac()}
         if mtu:
             create["mtu"] = mtu
         try:
             ipr.link("add", **create)
+            created = True
         except NetlinkError as exc:
             if exc.code != errno.EEXIST:
                 raise
@@ -100,7 +103,7 @@ def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None = None) -> LinkInfo:
     if not link.up:
         ipr.link("set", index=link.index, state="up")
         link = replace(link, up=True)
-    return link
+    return link, created
 
 
 def pin_mac(ipr: IPRoute, link: LinkInfo) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -95,6 +96,17 @@ def link_exists(name: str) -> bool:
     return True
 
 
+def validate_pod_netns(req: Request) -> None:
+    """CNI_NETNS must be a pod's netns, not the node's own (pycnid's)."""
+    if req.netns_fd is None:
+        raise InvalidEnvironment(f"CNI_NETNS is required for {req.command}",
+                                 "no pod netns was received")
+    pod, node = os.fstat(req.netns_fd), os.stat("/proc/thread-self/ns/net")
+    if (pod.st_dev, pod.st_ino) == (node.st_dev, node.st_ino):
+        raise InvalidEnvironment("CNI_NETNS is the node's own network namespace",
+                                 f"{req.env.netns} is where pycnid and the bridge live")
+
+
 def validate_new_attachment(att: Attachment) -> None:
     """Refuse a repeated ADD before IPAM is asked: IPAM would hand back the live lease, and
     the rollback of this ADD would then release an address still in use."""
@@ -161,8 +173,7 @@ ADD_STEPS = tuple(name for name, _ in STEPS) + ("finish",)
 
 def run_add(rt: "BridgePlugin", req: Request) -> dict:
     cfg = parse_bridge_config(req)
-    if req.netns_fd is None:
-        raise InvalidEnvironment("CNI_NETNS is required for ADD", "no pod netns was received")
+    validate_pod_netns(req)
     att = Attachment.of(req)
     validate_new_attachment(att)
     with node_session() as node, ExitStack() as resources, ExitStack() as undo:

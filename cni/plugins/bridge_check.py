@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 from cni.net import addr, link, route
 from cni.net.session import node_session, pod_session
-from cni.spec.errors import CheckFailed, InvalidConfig, InvalidEnvironment
+from cni.spec.errors import CheckFailed, InvalidConfig
 from cni.spec.request import Request
 from cni.spec.result import canonical
+from .bridge_add import validate_pod_netns
 from .bridge_calc import bridge_addresses, masq_pairs, route_specs
 from .bridge_config import BridgeConfig, parse_bridge_config
 from .bridge_errors import failing
@@ -28,8 +29,7 @@ if TYPE_CHECKING:
 def run_check(rt: "BridgePlugin", req: Request) -> None:
     cfg = parse_bridge_config(req)
     prev = expected_result(req)
-    if req.netns_fd is None:
-        raise InvalidEnvironment("CNI_NETNS is required for CHECK", "no pod netns was received")
+    validate_pod_netns(req)
     index = container_index(prev, req)
     ips = [ip for ip in prev.get("ips", []) if ip.get("interface", index) == index]
     att = Attachment.of(req)

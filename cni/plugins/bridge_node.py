@@ -51,11 +51,12 @@ class NodeBridges:
 
     def _setup(self, ipr: IPRoute, cfg: BridgeConfig) -> link.LinkInfo:
         try:
-            bridge = link.ensure_bridge(ipr, cfg.bridge, cfg.mtu)
+            bridge, created = link.ensure_bridge(ipr, cfg.bridge, cfg.mtu)
         except link.LinkError as exc:
             raise InvalidConfig("invalid key 'bridge'", str(exc)) from None
         link.pin_mac(ipr, bridge)
-        sysctl.ensure_sysctl(f"net/ipv6/conf/{bridge.name}/accept_ra", "0", missing_ok=True)
+        if created:  # a bridge someone else made keeps its settings
+            sysctl.ensure_sysctl(f"net/ipv6/conf/{bridge.name}/accept_ra", "0", missing_ok=True)
         if cfg.promisc and not bridge.promisc:
             link.set_promisc(ipr, bridge.index)
         return bridge

@@ -170,3 +170,10 @@ def test_next_add_heals_a_removed_gateway_and_a_deleted_bridge(bridge_node, netn
     _, recreated = bridge_node.add(conf, pod)
     assert recreated["interfaces"][0]["mac"] != healed["interfaces"][0]["mac"]
     assert pod.ping(GATEWAY)
+
+
+def test_the_node_netns_is_not_a_pod(bridge_node):
+    res = bridge_node.run("ADD", bridge_conf(pycni_ipam()), new_cid(), bridge_node.node.path)
+    assert res.error_code() == 4 and "node's own" in res.json["msg"]
+    assert bridge_node.residue().is_empty()
+    assert "eth0" not in container_links(bridge_node.node)
