@@ -1,5 +1,6 @@
-"""An independent judge of the IPAM store contents (read with etcdctl, parsed here from the
-documented key layout, not with pycni's record classes), used next to `pycni ipam check`.
+"""An independent judge of the IPAM store contents (read over etcd's HTTP gateway, parsed
+here from the documented key layout, not with pycni's record classes), used next to
+`pycni ipam check`.
 
     /pycni/v1/blocks/<pool>/<block-cidr>        {"allocations": {ip: "<network>/<cid>/<ifname>"}, ...}
     /pycni/v1/handles/<network>/<cid>/<ifname>  {"ips": [{"address", "pool", "block"}], "attributes"}

@@ -62,6 +62,8 @@ def run_all(cni_bin: str, jobs: list[tuple[ClusterNode, str, str]], conf: dict,
             per_node: int = 16) -> list[Call]:
     """Run (node, command, cid) jobs with ``per_node`` in flight on each node at once."""
     nodes = {node.name for node, _, _ in jobs}
+    if not jobs:
+        return []
     with ThreadPoolExecutor(max_workers=per_node * len(nodes)) as pool:
         return list(pool.map(lambda job: ipam(cni_bin, job[0], job[1], conf, job[2]), jobs))
 
