@@ -170,10 +170,12 @@ def bridge_config(name: str, plugin: str, ipam: dict, masq: bool, **extra) -> di
             "isGateway": True, "ipMasq": masq, "ipam": ipam, **extra}
 
 
-def pycni_config(socket_path: str, masq: bool) -> dict:
+def pycni_config(masq: bool) -> dict:
+    """No `daemonSocket` key: as on a real node, the plugin finds pycnid at the default path
+    (here $PYCNI_SOCKET), without parsing the netconf itself."""
     ipam = {"type": "pycni-ipam", "ranges": [[{"subnet": "10.66.0.0/16"}]],
             "routes": [{"dst": "0.0.0.0/0"}]}
-    return bridge_config("bench-pycni", "pycni-bridge", ipam, masq, daemonSocket=socket_path)
+    return bridge_config("bench-pycni", "pycni-bridge", ipam, masq)
 
 
 def reference_config(data_dir: str, masq: bool) -> dict:

@@ -26,9 +26,11 @@ class Side:
     cni_path: str
     config: dict
     daemon: subprocess.Popen | None = None
+    extra_env: dict | None = None
 
     def spec(self, pods: list[str], concurrency: int) -> dict:
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH": self.cni_path}
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH": self.cni_path,
+               **(self.extra_env or {})}
         return {"binary": self.binary, "config": self.config, "env": env, "pods": pods,
                 "concurrency": concurrency}
 
@@ -45,15 +47,16 @@ class Side:
         return json.loads(proc.stdout)
 
     def residue(self) -> dict:
-        """What is left in the node namespace after every pod was deleted."""
+        """Per-pod state left in the node namespace after every pod was deleted: veths, the
+        reference's per-container iptables chains (CNI-…), pycni's masquerade set elements."""
         links = sh(["ip", "-n", self.node, "-o", "link", "show", "type", "veth"], check=False)
-        nft = sh(["ip", "netns", "exec", self.node, "nft", "list", "ruleset"], check=False)
-        chains = [ln for ln in nft.stdout.splitlines() if ln.strip().startswith("chain ")]
-        rules = [ln for ln in nft.stdout.splitlines()
-                 if ln.strip() and not ln.strip().startswith(("chain ", "table ", "type ", "}"))
-                 and "policy" not in ln]
-        return {"veths": len(links.stdout.splitlines()), "nft_chains": len(chains),
-                "nft_rules": len(rules)}
+        nft = sh(["ip", "netns", "exec", self.node, "nft", "-j", "list", "ruleset"], check=False)
+        objects = json.loads(nft.stdout or '{"nftables": []}')["nftables"]
+        chains = [o["chain"] for o in objects if "chain" in o]
+        cni_chains = [c for c in chains if c["name"].startswith("CNI-")]
+        elements = sum(len(o["set"].get("elem", [])) for o in objects if "set" in o)
+        return {"veths": len(links.stdout.splitlines()), "cni_chains": len(cni_chains),
+                "set_elements": elements}
 
     def rss_kib(self) -> int | None:
         return vm_rss_kib(self.daemon.pid) if self.daemon else None
@@ -67,7 +70,8 @@ def pycni_side(box: Sandbox, masq: bool, bin_dir: str, tag: str = "") -> Side:
     node = box.netns(f"pycni-node{tag}")
     daemon, sock = start_pycnid(box, node, tag)
     return Side("pycni", node, os.path.join(bin_dir, "pycni-bridge"),
-                f"{bin_dir}:{REFERENCE_BIN}", pycni_config(sock, masq), daemon)
+                f"{bin_dir}:{REFERENCE_BIN}", pycni_config(masq), daemon,
+                extra_env={"PYCNI_SOCKET": sock})
 
 
 def reference_side(box: Sandbox, masq: bool, tag: str = "") -> Side:
