@@ -28,30 +28,61 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pods", type=int, default=50, help="fresh pods for ADD/DEL latency")
     parser.add_argument("--churn", type=int, default=200, help="pods in the churn run")
     parser.add_argument("--concurrency", type=int, default=8, help="churn concurrency")
+    parser.add_argument("--chunks", type=int, default=5,
+                        help="latency blocks, alternating between the sides")
     parser.add_argument("--rounds", type=int, default=200, help="VERSION exec rounds")
     parser.add_argument("--masq", choices=("on", "off", "both"), default="both",
                         help="ipMasq on both sides: on (as the example conflist), off, or both runs")
     return parser.parse_args(argv)
 
 
-def latency(box: Sandbox, side: Side, count: int) -> dict:
-    """One warm-up pod (makes the bridge), then `count` fresh pods: ADD each, then DEL each."""
-    warm = box.pods(f"{side.name[:3]}w", 1)
-    side.drive(box, warm, 1)
-    pods = box.pods(f"{side.name[:3]}l", count)
-    try:
-        out = side.drive(box, pods, 1)
-    finally:
-        box.drop_namespaces(warm + pods)
-    return {**out, **stats(out["add"], "add"), **stats(out["del"], "del")}
+def latency(box: Sandbox, sides: list[Side], count: int, chunks: int,
+            failed: dict[str, str]) -> dict[str, dict]:
+    """A warm-up pod per side (makes the bridge), then `count` fresh pods per side, ADD each
+    then DEL each, in `chunks` blocks that alternate between the sides so that background load
+    on the machine falls on both alike."""
+    merged = {side.name: {"add": [], "del": [], "errors": [], "error_count": 0, "ips": 0,
+                          "unique_ips": 0} for side in sides}
+    for side in sides:
+        drive_fresh(box, side, f"{side.name[:3]}w", 1, 1, failed)
+    sizes = [count // chunks + (1 if i < count % chunks else 0) for i in range(chunks)]
+    for i, size in enumerate(s for s in sizes if s):
+        for side in sides if i % 2 == 0 else sides[::-1]:
+            out = drive_fresh(box, side, f"{side.name[:3]}l{i}-", size, 1, failed)
+            if out:
+                merge(merged[side.name], out)
+    return {name: {**m, **stats(m["add"], "add"), **stats(m["del"], "del")}
+            for name, m in merged.items() if name not in failed}
 
 
-def churn(box: Sandbox, side: Side, count: int, concurrency: int) -> dict:
-    pods = box.pods(f"{side.name[:3]}c", count)
+def drive_fresh(box: Sandbox, side: Side, label: str, count: int, concurrency: int,
+                failed: dict[str, str]) -> dict | None:
+    """ADD then DEL `count` fresh pods on one side; a driver crash marks the side failed."""
+    if side.name in failed:
+        return None
+    pods = box.pods(label, count)
     try:
-        out = side.drive(box, pods, concurrency)
+        return side.drive(box, pods, concurrency)
+    except RuntimeError as exc:
+        failed[side.name] = str(exc)
+        return None
     finally:
         box.drop_namespaces(pods)
+
+
+def merge(into: dict, out: dict) -> None:
+    into["add"] += out["add"]
+    into["del"] += out["del"]
+    into["errors"] = (into["errors"] + out["errors"])[:5]
+    for key in ("error_count", "ips", "unique_ips"):
+        into[key] += out[key]
+
+
+def churn(box: Sandbox, side: Side, count: int, concurrency: int,
+          failed: dict[str, str]) -> dict | None:
+    out = drive_fresh(box, side, f"{side.name[:3]}c", count, concurrency, failed)
+    if out is None:
+        return None
     if out["error_count"]:  # a wall time with failed pods in it compares nothing
         out["add_wall"] = out["del_wall"] = None
     out["wall"] = None if out["error_count"] else out["add_wall"] + out["del_wall"]
@@ -66,16 +97,6 @@ def stats(values: list[float], prefix: str) -> dict:
     return {f"{prefix}_p50": median(values), f"{prefix}_p99": percentile(values, 99)}
 
 
-def measure_side(box: Sandbox, side: Side, args: argparse.Namespace) -> dict:
-    print(f"--> {side.name}: {args.pods} pods ADD/DEL, then {args.churn} pods "
-          f"at concurrency {args.concurrency}", file=sys.stderr, flush=True)
-    try:
-        return {"latency": latency(box, side, args.pods),
-                "churn": churn(box, side, args.churn, args.concurrency)}
-    except RuntimeError as exc:
-        return {"failed": str(exc)}
-
-
 def exec_rows(exe: dict) -> list[Row]:
     bare, ours = exe["python -I -S -c pass"]["median"], exe["pycni-bridge VERSION"]["median"]
     return [Row("exec VERSION median (vs python -I -S -c pass)", ours, bare, 2.0, "ms"),
@@ -85,13 +106,13 @@ def exec_rows(exe: dict) -> list[Row]:
 
 def variant_rows(pycni: dict, ref: dict, args: argparse.Namespace) -> list[Row]:
     rows = []
-    lat_p, lat_r = pycni.get("latency", {}), ref.get("latency", {})
+    lat_p, lat_r = pycni.get("latency") or {}, ref.get("latency") or {}
     for verb, goal in (("add", 1.5), ("del", 1.0)):
         for pct in ("p50", "p99"):
             key = f"{verb}_{pct}"
             rows.append(Row(f"{verb.upper()} {pct} over {args.pods} fresh pods",
                             lat_p.get(key), lat_r.get(key), goal, "ms"))
-    ch_p, ch_r = pycni.get("churn", {}), ref.get("churn", {})
+    ch_p, ch_r = pycni.get("churn") or {}, ref.get("churn") or {}
     rows.append(Row(f"churn {args.churn} pods @{args.concurrency} (ADD all + DEL all)",
                     ch_p.get("wall"), ch_r.get("wall"), 1.0, "s"))
     rows.append(Row("  churn ADD phase (info)", ch_p.get("add_wall"), ch_r.get("add_wall"),
@@ -154,17 +175,27 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure_variant(box: Sandbox, bin_dir: str, masq: bool,
                     args: argparse.Namespace) -> tuple[dict, dict]:
+    """Both sides under one config: latency blocks interleaved, then churn (reference first)."""
     tag = "m" if masq else "n"
-    print(f"--> ipMasq={str(masq).lower()}", file=sys.stderr, flush=True)
-    ref = measure_side(box, reference_side(box, masq, tag), args)
+    print(f"--> ipMasq={str(masq).lower()}: {args.pods} fresh pods a side ADD/DEL, then "
+          f"{args.churn} pods at concurrency {args.concurrency}", file=sys.stderr, flush=True)
+    failed: dict[str, str] = {}
+    sides = [reference_side(box, masq, tag)]
     try:
-        side = pycni_side(box, masq, bin_dir, tag)
+        sides.append(pycni_side(box, masq, bin_dir, tag))
     except RuntimeError as exc:  # pycnid did not start
-        return {"failed": str(exc)}, ref
+        failed["pycni"] = str(exc)
     try:
-        return measure_side(box, side, args), ref
+        lat = latency(box, sides, args.pods, args.chunks, failed)
+        results = {side.name: {"latency": lat.get(side.name, {}),
+                               "churn": churn(box, side, args.churn, args.concurrency, failed)}
+                   for side in sides}
     finally:
-        side.stop()
+        for side in sides:
+            side.stop()
+    for name, why in failed.items():
+        results[name] = {"failed": why}
+    return results.get("pycni", {}), results["reference"]
 
 
 def side_problems(side: dict) -> list[str]:
@@ -172,7 +203,7 @@ def side_problems(side: dict) -> list[str]:
         return [f"failed: ...{side['failed'][-600:]}"]
     problems = []
     for phase in ("latency", "churn"):
-        part = side.get(phase, {})
+        part = side.get(phase) or {}
         if part.get("error_count"):
             problems.append(f"{phase}: {part['error_count']} errors, e.g. {part['errors'][:2]}")
         if part.get("ips", 0) != part.get("unique_ips", 0):
