@@ -27,6 +27,8 @@ from pyetcd.exceptions import NoServerAvailableError
 
 from cni.spec.errors import CNIError, InternalError, InvalidConfig, TryAgainLater
 
+from .deadline import bound
+
 T = TypeVar("T")
 log = logging.getLogger("pycnid.store.etcd")
 
@@ -181,7 +183,8 @@ class Connection:
     def call(self, rpc: Callable[[Stubs, float], T], budget: float | None = None,
              what: str = "request") -> T:
         """``rpc(stubs, timeout)`` on a healthy member, failing over until ``budget`` is spent."""
-        deadline = time.monotonic() + (budget or self.opts.request_timeout)
+        # the caller's request deadline (ipam.store.deadline), if any, cuts the budget down
+        deadline = time.monotonic() + bound(budget or self.opts.request_timeout)
         last_error = "no member answered"
         while (remaining := deadline - time.monotonic()) > 0:
             try:
