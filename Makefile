@@ -25,7 +25,7 @@ SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_pat
 PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
-        deps test test-unit demo bench launchers clean
+        deps test test-unit demo bench bench-ipam launchers clean
 
 help:
 	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
@@ -92,6 +92,10 @@ demo:
 
 bench:
 	$(PYTHON) -m bench.run $(BENCH_ARGS)
+
+# IPAM allocations/s and p50/p99 on a real etcd, one node and three (issue 3)
+bench-ipam:
+	$(PYTHON) -m bench.ipam_alloc $(BENCH_ARGS)
 
 launchers:
 	$(PYTHON) -m cni.launcher build/bin

@@ -102,7 +102,8 @@ def interleave(nodes: list[ClusterNode], command: str, count: int,
     return [(node, command, cid(node, i)) for i in range(count) for node in nodes]
 
 
-def pycni_ipam_cli(node: ClusterNode, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def pycni_ipam_cli(node: ClusterNode, *args: str,
+                   timeout: float = 60) -> subprocess.CompletedProcess:
     """`pycni ipam ARGS` run inside the node's namespace with its daemon's config."""
     cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m", "ipam.cli", "ipam",
            *args, "--config", os.path.join(node.daemon.workdir, "pycnid.json")]
