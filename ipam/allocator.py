@@ -1,24 +1,37 @@
-"""Allocation policy, pure (no I/O): pools, blocks, and which address to hand out next.
+"""Allocation mechanics, pure (no I/O): pools, blocks, and which address of a block is next.
 
-A *range* is one host-local style entry (subnet, rangeStart..rangeEnd, gateway). Ranges of one
-network over the same subnet form a *pool*, cut into *blocks* (default /26 for IPv4, /122 for
-IPv6, never larger than the subnet) that a node claims and then allocates from. Never handed
-out: a range's gateway, the IPv4 network and broadcast addresses, anything outside every
-rangeStart..rangeEnd. Within a block the next address is the first free one after the last
-handed out (round robin, like host-local), so a released address is not reused at once.
-Integers are Python ints: IPv6 arithmetic is exact over all 128 bits.
+A ``Pool`` is a parsed pool record (``ipam.pool_spec.PoolSpec``: the one definition of which
+addresses are never handed out, shared with the reports) plus the allocator's per-block view
+of it. Pools come from two places:
+
+- *netconf pools*: one per distinct subnet of a netconf range set (host-local style ranges,
+  named ``<network>-<subnet>``); addresses outside every rangeStart..rangeEnd, a range's gateway
+  and the IPv4 network/broadcast addresses are never handed out; blocks are claimed lowest
+  first, and a node never borrows from another node's block (``strictAffinity`` unless the
+  stored record says otherwise).
+- *cluster pools*: records made by ``pycni ipam pool add``; exclusions, ``gateway: "first"``
+  (each block's lowest usable address is its gateway), ``strictAffinity``, ``reuseDelay``;
+  blocks are claimed in an order seeded by a hash of the node name, so nodes diverge.
+
+Within a block the next address is the first free one after the last handed out (round robin,
+like host-local). Integers are Python ints: IPv6 arithmetic is exact over all 128 bits.
 """
 from __future__ import annotations
 
+import hashlib
 import ipaddress
-from dataclasses import dataclass, replace
-from functools import cached_property, lru_cache
-from typing import Collection, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any, Collection, Iterator, Mapping
 
-from ipam.records import BlockRecord, IPNet, cidr_key
+from cni.spec.errors import CNIError, InternalError
+from ipam.pool_intervals import Interval, count
+from ipam.pool_spec import PoolSpec, calc_exclusions, spec_from_record
+from ipam.records import IPNet, cidr_key
 
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
 DEFAULT_BLOCK_PREFIX = {4: 26, 6: 122}
+SEGMENT_CACHE_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -37,29 +50,66 @@ class Range:
         return f"{self.subnet} ({self.start}-{self.end})"
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Pool:
-    """The ranges of one network over one subnet, as blocks."""
+    """A pool as the allocator uses it (identity equality: it caches per-block segments)."""
 
-    name: str
-    cidr: IPNet
-    block_prefix: int
-    ranges: tuple[Range, ...]
-    disabled: bool = False
+    spec: PoolSpec
+    strict_affinity: bool
+    ranges: tuple[Range, ...] = ()  # netconf pools: the ranges, for messages
+    _segments: dict[str, tuple[Interval, ...]] = field(default_factory=dict, repr=False)
 
-    @cached_property
-    def gateways(self) -> frozenset[IPAddr]:
-        return frozenset(r.gateway for r in self.ranges)
+    name = property(lambda self: self.spec.name)
+    cidr = property(lambda self: self.spec.cidr)
+    block_prefix = property(lambda self: self.spec.block_size)
+    disabled = property(lambda self: self.spec.disabled)
+    reuse_delay = property(lambda self: float(self.spec.reuse_delay))
+    source = property(lambda self: self.spec.source)
+    family = property(lambda self: self.spec.cidr.version)
 
     def describe(self) -> str:
-        return ", ".join(r.describe() for r in self.ranges)
+        if self.ranges:
+            return ", ".join(r.describe() for r in self.ranges)
+        return f"{self.name} ({self.cidr})"
+
+    def segments(self, block: IPNet) -> tuple[Interval, ...]:
+        """The addresses of ``block`` that can be handed out, as intervals (cached)."""
+        key = str(block)
+        found = self._segments.get(key)
+        if found is None:
+            found = tuple(calc_segments(self.spec, block))
+            if len(self._segments) >= SEGMENT_CACHE_LIMIT:
+                self._segments.clear()
+            self._segments[key] = found
+        return found
+
+    def capacity(self, block: IPNet) -> int:
+        return count(self.segments(block))
+
+    def block_of(self, ip: IPAddr) -> IPNet:
+        return parse_cidr(f"{ip}/{self.block_prefix}", strict=False)
 
     def allocatable(self, ip: IPAddr) -> bool:
-        return (any(r.contains(ip) for r in self.ranges) and ip not in self.gateways
-                and not is_reserved_v4(self.cidr, ip))
+        if ip.version != self.family or ip not in self.cidr:
+            return False
+        value = int(ip)
+        return any(lo <= value <= hi for lo, hi in self.segments(self.block_of(ip)))
 
     def gateway_for(self, ip: IPAddr) -> IPAddr | None:
-        return next((r.gateway for r in self.ranges if r.contains(ip)), None)
+        """The gateway returned with ``ip``: its block's (gateway "first") or its range's."""
+        if self.spec.gateway == "first":
+            return self.spec.block_gateway(self.block_of(ip))
+        value = int(ip)
+        return next((ipaddress.ip_address(gw) for lo, hi, gw in self.spec.ranges
+                     if lo <= value <= hi and gw is not None), None)
+
+
+def calc_segments(spec: PoolSpec, block: IPNet) -> list[Interval]:
+    usable = spec.usable(int(block.network_address), int(block.broadcast_address))
+    if spec.gateway == "first" and usable:
+        lo, hi = usable[0]
+        usable = ([(lo + 1, hi)] if lo < hi else []) + usable[1:]
+    return usable
 
 
 def is_reserved_v4(subnet: IPNet, ip: IPAddr) -> bool:
@@ -78,20 +128,27 @@ def calc_block_prefix(subnet: IPNet, requested: int | None = None) -> int:
 
 
 def calc_pools(network: str, range_set: tuple[Range, ...]) -> tuple[Pool, ...]:
-    """One pool per distinct subnet of a range set, in config order."""
+    """One netconf pool per distinct subnet of a range set, in config order."""
     by_subnet: dict[IPNet, list[Range]] = {}
     for rng in range_set:
         by_subnet.setdefault(rng.subnet, []).append(rng)
-    return tuple(Pool(calc_pool_name(network, subnet),
-                      subnet, calc_block_prefix(subnet, ranges[0].block_prefix), tuple(ranges))
+    return tuple(netconf_pool(network, subnet, tuple(ranges))
                  for subnet, ranges in by_subnet.items())
 
 
+def netconf_pool(network: str, subnet: IPNet, ranges: tuple[Range, ...]) -> Pool:
+    spec = PoolSpec(name=calc_pool_name(network, subnet), cidr=subnet,
+                    block_size=calc_block_prefix(subnet, ranges[0].block_prefix),
+                    strict_affinity=True, network=network,
+                    ranges=tuple((int(r.start), int(r.end), int(r.gateway)) for r in ranges))
+    return Pool(spec, strict_affinity=True, ranges=ranges)
+
+
 def pool_record(pool: Pool, network: str) -> dict:
-    """The pool as stored under /pycni/v1/pools/<pool> (derived from the netconf)."""
+    """A netconf pool as stored under /pycni/v1/pools/<pool> (derived from the netconf)."""
     return {"name": pool.name, "network": network, "cidr": str(pool.cidr),
-            "blockSize": pool.block_prefix, "disabled": pool.disabled, "nodeSelector": "all()",
-            "source": "netconf", "ranges": range_limits(pool)}
+            "blockSize": pool.block_prefix, "disabled": False, "nodeSelector": "all()",
+            "strictAffinity": True, "source": "netconf", "ranges": range_limits(pool)}
 
 
 def range_limits(pool: Pool) -> list[dict]:
@@ -100,38 +157,59 @@ def range_limits(pool: Pool) -> list[dict]:
 
 
 def merge_pool_record(pool: Pool, network: str, stored: Mapping | None) -> dict:
-    """What the pool record should be: the stored one (its block size and flags win, its
-    other fields are kept) with the netconf's range limits."""
+    """What a netconf pool's record should be: the stored one (its block size and flags win,
+    its other fields are kept) with the netconf's range limits."""
     if stored is None:
         return pool_record(pool, network)
     return {**stored, "ranges": range_limits(pool)}
 
 
 def apply_pool_record(pool: Pool, record: Mapping) -> Pool:
-    """The pool as the store says: block size is fixed once blocks exist; `disabled` is honoured."""
-    prefix = record.get("blockSize", pool.block_prefix)
-    if not isinstance(prefix, int) or not pool.cidr.prefixlen <= prefix <= pool.cidr.max_prefixlen:
-        prefix = pool.block_prefix
-    return replace(pool, block_prefix=prefix, disabled=bool(record.get("disabled", False)))
+    """A netconf pool as its stored record says: block size (fixed once blocks exist),
+    ``disabled``, and whatever the operator set (exclusions, gateway, strictAffinity,
+    reuseDelay)."""
+    spec = pool.spec
+    prefix = record.get("blockSize", spec.block_size)
+    if isinstance(prefix, bool) or not isinstance(prefix, int) or \
+            not spec.cidr.prefixlen <= prefix <= spec.cidr.max_prefixlen:
+        prefix = spec.block_size
+    changes: dict[str, Any] = {"block_size": prefix,
+                               "disabled": bool(record.get("disabled", False))}
+    try:
+        if record.get("exclusions"):
+            changes["exclusions"] = calc_exclusions(record["exclusions"], spec.cidr)
+    except CNIError as err:
+        raise InternalError(f"corrupt IPAM pool record {pool.name}", str(err)) from None
+    if record.get("gateway") in ("none", "first"):
+        changes["gateway"] = record["gateway"]
+    if isinstance(record.get("reuseDelay"), (int, float)):
+        changes["reuse_delay"] = record["reuseDelay"]
+    strict = bool(record.get("strictAffinity", True))
+    return Pool(replace(spec, strict_affinity=strict, **changes), strict, pool.ranges)
+
+
+def pool_from_record(record: Mapping) -> Pool:
+    """A cluster pool from its stored record; InternalError naming it when unusable."""
+    try:
+        spec = spec_from_record(record)
+    except CNIError as err:
+        raise InternalError(f"unusable IPAM pool record {record.get('name')!r}",
+                            str(err)) from None
+    if spec.gateway not in ("none", "first"):
+        spec = replace(spec, gateway="none")
+    return Pool(spec, strict_affinity=spec.strict_affinity)
 
 
 def block_containing(pool: Pool, ip: IPAddr) -> IPNet:
-    return ipaddress.ip_network(f"{ip}/{pool.block_prefix}", strict=False)
+    return pool.block_of(ip)
 
 
 def find_pool(pools: tuple[Pool, ...], ip: IPAddr) -> Pool | None:
-    """The pool whose ranges allow ``ip`` (gateway and reserved addresses excluded)."""
+    """The pool in which ``ip`` can be handed out (gateways, exclusions, reserved excluded)."""
     return next((p for p in pools if p.allocatable(ip)), None)
 
 
-def _segments(pool: Pool, block: IPNet) -> list[tuple[int, int]]:
-    """Inclusive integer intervals of ``block`` inside the pool's ranges, ascending."""
-    lo, hi = int(block.network_address), int(block.broadcast_address)
-    out = [(max(lo, int(r.start)), min(hi, int(r.end))) for r in pool.ranges]
-    return sorted((a, b) for a, b in out if a <= b)
-
-
-def _round_robin(segments: list[tuple[int, int]], start: int) -> Iterator[int]:
+def _round_robin(segments: tuple[Interval, ...], start: int) -> Iterator[int]:
     """Every integer of the segments, from ``start`` upwards, then wrapping to the lowest."""
     for a, b in segments:
         yield from range(max(a, start), b + 1)
@@ -139,97 +217,71 @@ def _round_robin(segments: list[tuple[int, int]], start: int) -> Iterator[int]:
         yield from range(a, min(b, start - 1) + 1)
 
 
-@lru_cache(maxsize=4096)
 def block_capacity(pool: Pool, block: IPNet) -> int:
     """How many addresses of ``block`` can ever be handed out."""
-    segments = _segments(pool, block)
-    size = sum(b - a + 1 for a, b in segments)
-    excluded = set(pool.gateways)
-    if pool.cidr.version == 4:
-        excluded |= {pool.cidr.network_address, pool.cidr.broadcast_address}
-    return size - sum(1 for ip in excluded if any(a <= int(ip) <= b for a, b in segments))
+    return pool.capacity(block)
 
 
 def pick_address(pool: Pool, block: IPNet, allocations: Collection[str] = (),
-                 last: str | None = None) -> IPAddr | None:
-    """The next free allocatable address of ``block`` after ``last`` (wrapping), or None."""
-    if allocations and len(allocations) >= block_capacity(pool, block):
+                 last: str | None = None, avoid: Collection[str] = ()) -> IPAddr | None:
+    """The next free address of ``block`` after ``last`` (wrapping), skipping ``avoid``
+    (addresses in their reuse delay); None when there is none."""
+    if allocations and len(allocations) >= pool.capacity(block):
         return None
     start = 0
     if last:
         last_ip = ipaddress.ip_address(last)
         if last_ip in block:
             start = int(last_ip) + 1
-    make = ipaddress.IPv4Address if pool.cidr.version == 4 else ipaddress.IPv6Address
-    for value in _round_robin(_segments(pool, block), start):
-        ip = make(value)
-        if pool.allocatable(ip) and str(ip) not in allocations:
-            return ip
+    make = ipaddress.IPv4Address if pool.family == 4 else ipaddress.IPv6Address
+    for value in _round_robin(pool.segments(block), start):
+        text = str(make(value))
+        if text not in allocations and text not in avoid:
+            return make(value)
     return None
 
 
 @lru_cache(maxsize=65536)
-def parse_cidr(cidr: str) -> IPNet:
-    return ipaddress.ip_network(cidr)
+def parse_cidr(cidr: str, strict: bool = True) -> IPNet:
+    return ipaddress.ip_network(cidr, strict=strict)
 
 
-def iter_candidate_blocks(pool: Pool, taken: Collection[str]) -> Iterator[IPNet]:
-    """Unclaimed blocks (by CIDR string not in ``taken``) holding an allocatable address,
-    lowest first. Lazy: an IPv6 /64 has 2**58 blocks."""
+def calc_seed(node: str, pool: str) -> int:
+    """A stable per-(node, pool) number: where a node starts looking for free blocks."""
+    return int.from_bytes(hashlib.sha256(f"{node}\0{pool}".encode()).digest()[:16], "big")
+
+
+def iter_candidate_blocks(pool: Pool, taken: Collection[str],
+                          seed: int | None = None) -> Iterator[IPNet]:
+    """Unclaimed blocks (CIDR string not in ``taken``) with an address to hand out. Netconf
+    pools (or no seed): lowest first; else a permutation of every block seeded by ``seed``.
+    Lazy: an IPv6 /64 has 2**58 blocks."""
+    order = _ascending_blocks(pool) if seed is None or pool.ranges else _seeded_blocks(pool, seed)
+    for block in order:
+        if str(block) not in taken and pool.capacity(block) > 0:
+            yield block
+
+
+def _ascending_blocks(pool: Pool) -> Iterator[IPNet]:
     step = 1 << (pool.cidr.max_prefixlen - pool.block_prefix)
-    make = ipaddress.IPv4Network if pool.cidr.version == 4 else ipaddress.IPv6Network
-    seen: set[int] = set()
-    for rng in sorted(pool.ranges, key=lambda r: r.start):
-        first = int(block_containing(pool, rng.start).network_address)
-        for base in range(first, int(rng.end) + 1, step):
-            if base in seen:
-                continue
-            seen.add(base)
-            block = make((base, pool.block_prefix))
-            if str(block) not in taken and pick_address(pool, block) is not None:
-                yield block
+    last = -1
+    for lo, hi in pool.spec.allowed:
+        for base in range(max(lo - lo % step, last + 1), hi + 1, step):
+            last = base
+            yield _block_at(pool, base)
 
 
-@dataclass(frozen=True)
-class Choice:
-    """Where one address comes from: an existing block of this node, or a block to claim."""
-
-    pool: Pool
-    block: IPNet
-    address: IPAddr
-    claim: bool
-
-
-def choose_address(pools: tuple[Pool, ...], own: Mapping[str, Mapping[str, BlockRecord]],
-                   taken: Mapping[str, Collection[str]]) -> Choice | None:
-    """Policy for one range set: first the node's own blocks (pool order, then block order),
-    then the first unclaimed block; None when the node can get no address from any pool.
-
-    ``own[pool][cidr]`` are this node's blocks; ``taken[pool]`` every claimed block's CIDR.
-    """
-    for pool in pools:
-        if pool.disabled:
-            continue
-        for cidr, block in sorted(own.get(pool.name, {}).items(),
-                                  key=lambda item: parse_cidr(item[0])):
-            net = parse_cidr(cidr)
-            ip = pick_address(pool, net, block.allocations, block.last)
-            if ip is not None:
-                return Choice(pool, net, ip, claim=False)
-    for pool in pools:
-        if pool.disabled:
-            continue
-        block = next(iter_candidate_blocks(pool, taken.get(pool.name, ())), None)
-        if block is not None:
-            return Choice(pool, block, pick_address(pool, block), claim=True)
-    return None
+def _seeded_blocks(pool: Pool, seed: int) -> Iterator[IPNet]:
+    """i -> (a*i + c) mod n with odd a is a permutation of the n = 2**k blocks."""
+    bits = pool.block_prefix - pool.cidr.prefixlen
+    n = 1 << bits
+    a, c = (seed | 1) % n or 1, (seed >> 64) % n
+    step = 1 << (pool.cidr.max_prefixlen - pool.block_prefix)
+    base = int(pool.cidr.network_address)
+    for i in range(n):
+        yield _block_at(pool, base + ((a * i + c) % n) * step)
 
 
-def locate_requested(range_sets: tuple[tuple[Pool, ...], ...],
-                     ip: IPAddr) -> tuple[int, Pool] | None:
-    """The range set index and pool a requested address belongs to."""
-    for index, pools in enumerate(range_sets):
-        pool = find_pool(pools, ip)
-        if pool is not None:
-            return index, pool
-    return None
+def _block_at(pool: Pool, base: int) -> IPNet:
+    make = ipaddress.IPv4Network if pool.family == 4 else ipaddress.IPv6Network
+    return make((base, pool.block_prefix))

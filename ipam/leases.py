@@ -1,62 +1,39 @@
-"""The lease service: allocation policy (``allocator``) carried out over a ``Store``.
+"""The lease service: the allocation policy carried out over a ``Store``, one txn per ADD.
 
-One ADD is one txn: it writes every block allocation and the handle together and compares
-the ``mod_revision`` of every key it touches (handle absent, each block as read or absent for
-a claim, each pool record), so a dual-stack lease is all-or-nothing and no address is ever in
-two handles, on any number of nodes. A lost compare re-reads the compared keys and plans
-again, with bounded jittered backoff; local requests are single-flighted by a lock (Calico's
-host lock), so conflicts only come from other writers (other nodes, the CLI).
+One ADD is one txn: it writes every block allocation, the handle and its attributes together
+and compares the ``mod_revision`` of every key it touches (handle absent, each block as read
+or absent for a claim, its affinity index entry, each pool record), so a dual-stack lease is
+all-or-nothing and no address is ever in two handles, on any number of nodes. The node's own
+blocks live in memory (``PoolCache``), so the common ADD and DEL need no read before the txn.
+A lost compare re-reads the compared keys and plans again, with bounded jittered backoff.
+Local requests are combined (``Combiner``): concurrent ADDs/DELs of one node share a txn, so
+conflicts only come from other writers (other nodes, the CLI).
 
-GC releases the handles *of this node* (attribute ``node``) in one network that are not in
-the runtime's valid attachments; ``valid=None`` (no valid-attachments key, as cnitool sends)
-means nothing is valid. Handles of other nodes are never touched.
+GC releases the handles *of this node* (attribute ``node``) in one network that are not in the
+runtime's valid attachments; ``valid=None`` (no valid-attachments key, as cnitool sends) means
+nothing is valid. Handles of other nodes are never touched. Empty blocks go back to the pool
+after ``block_grace`` seconds (``return_empty_blocks``, run by the daemon's housekeeping).
 """
 from __future__ import annotations
 
 import logging
-import random
-import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterator, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping, TypeVar
 
-from cni.spec.errors import (AddressConflict, AddressExhausted, CNIError, NotAvailable,
-                             TryAgainLater)
-from ipam.allocator import (Choice, IPAddr, Pool, Range, block_containing, calc_pools,
-                            choose_address, find_pool, merge_pool_record)
-from ipam.poolcache import PoolCache, PoolState, describe_blocks
-from ipam.records import (BlockRecord, HandleId, HandleRecord, LeasedIP, block_key, encode,
-                          handles_prefix, pool_key)
-from ipam.store.base import Compare, Delete, Op, Put, Store
+from cni.spec.errors import AddressExhausted, CNIError, NotAvailable
+from ipam.combiner import Combiner
+from ipam.plan import Plan
+from ipam.planner import PlanView, Planner, exhausted
+from ipam.policy import choose_address
+from ipam.poolcache import PoolCache
+from ipam.records import HandleId, HandleRecord, handles_prefix
+from ipam.selection import RangeSets, Selection, as_selection
+from ipam.store.base import Store
 
 log = logging.getLogger("pycnid.ipam")
+T = TypeVar("T")
 MAX_ATTEMPTS = 16
-BACKOFF_CAP = 0.05
-
-RangeSets = tuple[tuple[Range, ...], ...]
-
-
-@dataclass
-class Plan:
-    """One txn being built: compares, ops, and what to remember once it commits."""
-
-    compares: dict[str, int] = field(default_factory=dict)
-    puts: dict[str, bytes] = field(default_factory=dict)
-    deletes: list[str] = field(default_factory=list)
-    blocks: dict[str, tuple[str, str, BlockRecord]] = field(default_factory=dict)
-    pools: dict[str, dict] = field(default_factory=dict)
-
-    def ops(self) -> list[Op]:
-        return [*(Put(k, v) for k, v in self.puts.items()), *(Delete(k) for k in self.deletes)]
-
-    def write_block(self, key: str, revision: int, pool: str, block: BlockRecord) -> None:
-        self.compares.setdefault(key, revision)
-        self.blocks[key] = (pool, block.cidr, block)
-        self.puts[key] = block.to_bytes()
-
-
-def backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(BACKOFF_CAP, 0.001 * 2 ** attempt)))
+DEFAULT_BLOCK_GRACE = 300.0
 
 
 def is_valid(handle: HandleId, valid: Collection[tuple[str, str]] | None) -> bool:
@@ -65,17 +42,41 @@ def is_valid(handle: HandleId, valid: Collection[tuple[str, str]] | None) -> boo
     return (handle.container_id, handle.ifname) in valid or (handle.container_id, "") in valid
 
 
+def _noop(*_: Any) -> None:
+    return None
+
+
 class LeaseService:
-    def __init__(self, store: Store, node: str, *, clock: Callable[[], float] = time.time,
-                 attempts: int = MAX_ATTEMPTS,
-                 on_conflict: Callable[[], None] | None = None) -> None:
+    """Hooks for metrics: ``on_conflict()`` per lost txn, ``on_retry()`` per further attempt,
+    ``on_event(kind, pool)`` per committed claim/borrow/return, ``on_latency(seconds)`` per
+    ADD."""
+
+    def __init__(self, store: Store, node: str, *, labels: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.time, attempts: int = MAX_ATTEMPTS,
+                 on_conflict: Callable[[], None] | None = None,
+                 block_grace: float = DEFAULT_BLOCK_GRACE, max_batch: int = 16,
+                 pool_list_ttl: float = 5.0) -> None:
         self.store = store
         self.node = node
         self.clock = clock
-        self.attempts = attempts
-        self.on_conflict = on_conflict or (lambda: None)
-        self.cache = PoolCache(store, node)
-        self._lock = threading.Lock()
+        self.block_grace = block_grace
+        self.on_conflict: Callable[[], None] = on_conflict or _noop
+        self.on_retry: Callable[[], None] = _noop
+        self.on_event: Callable[[str, str], None] = _noop
+        self.on_latency: Callable[[float], None] = _noop
+        self.cache = PoolCache(store, node, list_ttl=pool_list_ttl)
+        self.planner = Planner(self.cache, node, labels or {}, clock)
+        self.combiner = Combiner(self.commit, self.refresh, attempts, max_batch, store.name,
+                                 lambda: self.on_retry())
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.planner.labels
+
+    def run(self, job: Callable[[Plan], T], what: str = "request") -> T:
+        """Plan ``job`` (with the planner, under the node lock, combined with concurrent jobs)
+        and commit it; retried from a fresh plan when a compare is lost."""
+        return self.combiner.run(job, what)
 
     # -- reading ---------------------------------------------------------------------------
     def lookup(self, handle: HandleId) -> HandleRecord | None:
@@ -86,160 +87,52 @@ class LeaseService:
         return [HandleRecord.from_bytes(kv.key, kv.value)
                 for kv in self.store.range(handles_prefix(network))]
 
-    # -- ADD -------------------------------------------------------------------------------
-    def acquire(self, handle: HandleId, range_sets: RangeSets,
-                requested: Mapping[int, IPAddr] | None = None,
+    # -- ADD / DEL -------------------------------------------------------------------------
+    def acquire(self, handle: HandleId, selection: Selection | RangeSets,
+                requested: Mapping[int, Any] | Iterable[Any] | None = None,
                 attributes: Mapping[str, str] | None = None) -> tuple[HandleRecord, bool]:
-        """Lease one address per range set to ``handle``; (record, newly created).
+        """Lease one address per pool set to ``handle``; (record, newly created). Repeating
+        it for a handle that exists returns the addresses it holds. ``requested``: static
+        addresses (IPs or ``Requested``), each leased from the set it belongs to."""
+        started = time.perf_counter()
+        chosen = as_selection(handle.network, selection)
+        wanted = list(requested.values() if isinstance(requested, Mapping) else requested or ())
+        result = self.run(lambda plan: self.planner.plan_acquire(
+            plan, handle, chosen, wanted, attributes or {}), f"lease for {handle}")
+        self.on_latency(time.perf_counter() - started)
+        return result
 
-        Repeating it for a handle that exists returns the addresses it holds.
-        """
-        requested = dict(requested or {})
-        pool_sets = tuple(calc_pools(handle.network, rs) for rs in range_sets)
-        attrs = {**(attributes or {}), "node": self.node}
-        for _ in self._attempts(f"lease for {handle}"):
-            existing = self.lookup(handle)
-            if existing is not None:
-                return self._reuse(existing, requested), False
-            with self._lock:
-                try:
-                    plan, record = self._plan_acquire(handle, pool_sets, requested, attrs)
-                except AddressExhausted:  # maybe only in our cache: re-read the pools once
-                    plan, record = self._plan_acquire(handle, pool_sets, requested, attrs,
-                                                      fresh=True)
-                if self._commit(plan):
-                    return record, True
-        raise AssertionError("unreachable: _attempts raises when attempts run out")
-
-    def _reuse(self, existing: HandleRecord, requested: Mapping[int, IPAddr]) -> HandleRecord:
-        held = {ip.ip for ip in existing.ips}
-        missing = sorted(str(ip) for ip in requested.values() if str(ip) not in held)
-        if missing:
-            raise AddressConflict(f"{existing.handle} already holds {', '.join(sorted(held))}",
-                                  f"requested {', '.join(missing)}; DEL the attachment first")
-        return existing
-
-    def _plan_acquire(self, handle: HandleId, pool_sets: tuple[tuple[Pool, ...], ...],
-                      requested: Mapping[int, IPAddr],
-                      attrs: Mapping[str, str],
-                      fresh: bool = False) -> tuple[Plan, HandleRecord]:
-        plan = Plan()
-        leased = []
-        for index, pools in enumerate(pool_sets):
-            states = [self.cache.state(p, fresh=fresh) for p in pools]
-            if index in requested:
-                state, choice, revision, block = self._choose_requested(states, requested[index],
-                                                                        handle)
-            else:
-                state, choice, revision, block = self._choose_free(states)
-            address = str(choice.address)
-            block = block.with_allocation(address, str(handle), advance=index not in requested)
-            plan.write_block(block_key(state.pool.name, choice.block), revision, state.pool.name,
-                             block)
-            self._plan_pool(plan, state, handle.network)
-            gateway = state.pool.gateway_for(choice.address)
-            leased.append(LeasedIP(f"{address}/{state.pool.cidr.prefixlen}",
-                                   str(gateway) if gateway else None, state.pool.name,
-                                   str(choice.block)))
-        record = HandleRecord(handle, tuple(leased), attrs, self.clock())
-        plan.compares[handle.key] = 0
-        plan.puts[handle.key] = record.to_bytes()
-        return plan, record
-
-    def _choose_free(self, states: list[PoolState]) -> tuple[PoolState, Choice, int, BlockRecord]:
-        pools = tuple(s.pool for s in states)
-        choice = choose_address(pools, {s.pool.name: s.own_blocks() for s in states},
-                                {s.pool.name: s.taken for s in states})
-        if choice is None:
-            ranges = ", ".join(s.pool.describe() for s in states)
-            raise AddressExhausted(f"no address left in range {ranges} for node {self.node}",
-                                   "; ".join(describe_blocks(s) for s in states))
-        state = next(s for s in states if s.pool.name == choice.pool.name)
-        if choice.claim:
-            return state, choice, 0, self._new_block(state.pool, str(choice.block))
-        revision, block = state.own[str(choice.block)]
-        return state, choice, revision, block
-
-    def _choose_requested(self, states: list[PoolState], ip: IPAddr,
-                          handle: HandleId) -> tuple[PoolState, Choice, int, BlockRecord]:
-        pool = find_pool(tuple(s.pool for s in states), ip)
-        if pool is None:  # the netconf validation maps every request to a range set
-            raise AddressExhausted(f"requested address {ip} is in no pool of node {self.node}")
-        state = next(s for s in states if s.pool.name == pool.name)
-        if pool.disabled:
-            raise AddressExhausted(f"requested address {ip} is in disabled pool {pool.name}")
-        block_net = block_containing(pool, ip)
-        revision, block = self.cache.read_block(pool.name, str(block_net))
-        holder = block.allocations.get(str(ip)) if block else None
-        if holder is not None:
-            raise AddressConflict(f"requested address {ip} is already held by {holder}",
-                                  f"{handle} gets nothing; release {holder} first")
-        if block is None:
-            block = self._new_block(pool, str(block_net))
-        return state, Choice(pool, block_net, ip, claim=revision == 0), revision, block
-
-    def _new_block(self, pool: Pool, cidr: str) -> BlockRecord:
-        return BlockRecord(pool=pool.name, cidr=cidr, affinity=self.node,
-                           claimed_at=self.clock())
-
-    def _plan_pool(self, plan: Plan, state: PoolState, network: str) -> None:
-        """Compare the pool record as cached; write it when absent or its ranges changed."""
-        key = pool_key(state.pool.name)
-        plan.compares[key] = state.record_rev
-        desired = merge_pool_record(state.config, network, state.record)
-        if desired != state.record:
-            plan.puts[key] = encode(desired)
-            plan.pools[state.pool.name] = desired
-
-    # -- DEL -------------------------------------------------------------------------------
     def release(self, handle: HandleId) -> HandleRecord | None:
         """Free every address ``handle`` holds and delete it; None when it holds nothing."""
-        for _ in self._attempts(f"release of {handle}"):
-            kv = self.store.get(handle.key)
-            if kv is None:
-                return None
-            record = HandleRecord.from_bytes(kv.key, kv.value)
-            with self._lock:
-                if self._commit(self._plan_release(record, kv.mod_revision)):
-                    return record
-        raise AssertionError("unreachable: _attempts raises when attempts run out")
-
-    def _plan_release(self, record: HandleRecord, revision: int) -> Plan:
-        plan = Plan(compares={record.handle.key: revision}, deletes=[record.handle.key])
-        for ip in record.ips:
-            key = block_key(ip.pool, ip.block)
-            if key in plan.blocks:
-                block_rev, block = plan.compares[key], plan.blocks[key][2]
-            else:
-                block_rev, block = self.cache.read_block(ip.pool, ip.block)
-            if block is not None and block.allocations.get(ip.ip) == str(record.handle):
-                plan.write_block(key, block_rev, ip.pool, block.without(ip.ip))
-        return plan
+        return self.run(lambda plan: self.planner.plan_release(plan, handle),
+                        f"release of {handle}")
 
     # -- the txn ---------------------------------------------------------------------------
-    def _commit(self, plan: Plan) -> bool:
-        compares = [Compare(k, r) for k, r in plan.compares.items()]
-        result = self.store.txn(compares, plan.ops())
-        if result.succeeded:
-            for pool, cidr, block in plan.blocks.values():
-                self.cache.note_block(pool, cidr, result.revision, block)
-            for pool, record in plan.pools.items():
-                self.cache.note_pool(pool, result.revision, record)
-            return True
-        self.on_conflict()
+    def commit(self, plan: Plan) -> bool:
+        """Run the plan's txn; on success teach the cache what it wrote."""
+        result = self.store.txn(plan.txn_compares(), plan.ops())
+        if not result.succeeded:
+            self.on_conflict()
+            return False
+        revision, cache = result.revision, self.cache
+        for pool, cidr, block in plan.blocks.values():
+            cache.note_block(pool, cidr, revision, block)
+        for pool, cidr, present in plan.affinities.values():
+            cache.note_affinity(pool, cidr, revision, present)
+        for name, record in plan.pools.items():
+            cache.note_pool(name, revision, record)
+        for key, handle in plan.handles.items():
+            cache.note_handle(key, revision, handle)
+        for kind, pool in plan.events:
+            self.on_event(kind, pool)
+        return True
+
+    def refresh(self, plan: Plan) -> None:
+        """After a lost compare: re-read every key the plan compared."""
         for key in plan.compares:
             self.cache.refresh(key, self.store.get(key))
-        return False
 
-    def _attempts(self, what: str) -> Iterator[int]:
-        for attempt in range(self.attempts):
-            if attempt:
-                backoff(attempt)
-            yield attempt
-        raise TryAgainLater(f"could not commit the {what} after {self.attempts} attempts",
-                            f"the store {self.store.name} is contended; retry")
-
-    # -- GC and STATUS ---------------------------------------------------------------------
+    # -- GC, STATUS, housekeeping ----------------------------------------------------------
     def collect_garbage(self, network: str,
                         valid: Collection[tuple[str, str]] | None) -> list[HandleId]:
         """Release this node's handles in ``network`` that are not valid; keep going past
@@ -260,16 +153,28 @@ class LeaseService:
                               "; ".join(str(e) for e in errors))
         return released
 
-    def ensure_capacity(self, network: str, range_sets: RangeSets) -> None:
-        """NotAvailable (50) unless every range set still has an address for this node.
-        Re-reads the pools' blocks, so it also resynchronises the cache."""
-        for ranges in range_sets:
-            with self._lock:
-                states = [self.cache.state(p, fresh=True) for p in calc_pools(network, ranges)]
-                if choose_address(tuple(s.pool for s in states),
-                                  {s.pool.name: s.own_blocks() for s in states},
-                                  {s.pool.name: s.taken for s in states}) is None:
-                    ranges_text = ", ".join(s.pool.describe() for s in states)
-                    raise NotAvailable(f"no address left in range {ranges_text} for node "
-                                       f"{self.node}", "; ".join(describe_blocks(s)
-                                                                  for s in states))
+    def ensure_capacity(self, selection: Selection | str,
+                        range_sets: RangeSets | None = None) -> None:
+        """NotAvailable (50) unless every pool set still has an address for this node.
+        Re-reads the pools, so it also resynchronises the cache."""
+        chosen = as_selection(selection, range_sets) if isinstance(selection, str) else selection
+        self.run(lambda plan: self._check_capacity(plan, chosen), "capacity check")
+
+    def _check_capacity(self, plan: Plan, selection: Selection) -> None:
+        try:
+            sets = self.planner.pool_sets(selection, fresh=True)
+        except AddressExhausted as err:
+            raise NotAvailable(err.msg, err.details) from None
+        for states in sets:
+            view = PlanView(self.planner, plan, states)
+            if choose_address([s.pool for s in states], view, self.node, self.clock()) is None:
+                err = exhausted(states, self.node)
+                raise NotAvailable(err.msg, err.details)
+
+    def return_empty_blocks(self) -> list[str]:
+        """Give back this node's blocks empty for longer than the grace period."""
+        returned = self.run(lambda plan: self.planner.plan_return_empty(plan, self.block_grace),
+                            "return of empty blocks")
+        if returned:
+            log.info("returned empty blocks to their pools: %s", ", ".join(returned))
+        return returned

@@ -5,6 +5,10 @@ DESIGN.md "Store layout"::
     /pycni/v1/pools/<pool>                       cidr, blockSize, disabled, nodeSelector, ranges
     /pycni/v1/blocks/<pool>/<block-cidr>         affinity node, allocations {ip: handle id}
     /pycni/v1/handles/<network>/<cid>/<ifname>   the IPs held by one attachment + attributes
+    /pycni/v1/affinity/<node>/<pool>/<block-cidr>  index: "this node claimed that block"
+
+The affinity index is written and deleted in the same txn as its block, so a node finds its
+own blocks with one ``keys_only`` range instead of reading every block of the pool.
 
 CIDRs in keys write ``/`` as ``-`` (``10.22.0.0/26`` -> ``10.22.0.0-26``); changing that
 encoding would strand every stored row. Records keep fields they do not know (``extra``), so
@@ -24,6 +28,7 @@ IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
 POOLS = f"{PREFIX}pools/"
 BLOCKS = f"{PREFIX}blocks/"
 HANDLES = f"{PREFIX}handles/"
+AFFINITY = f"{PREFIX}affinity/"
 
 
 def cidr_key(cidr: IPNet | str) -> str:
@@ -49,6 +54,20 @@ def block_key(pool: str, cidr: IPNet | str) -> str:
 
 def handles_prefix(network: str) -> str:
     return f"{HANDLES}{network}/"
+
+
+def affinity_prefix(node: str, pool: str | None = None) -> str:
+    return f"{AFFINITY}{node}/" + (f"{pool}/" if pool is not None else "")
+
+
+def affinity_key(node: str, pool: str, cidr: IPNet | str) -> str:
+    return affinity_prefix(node, pool) + cidr_key(cidr)
+
+
+def parse_block_key(key: str) -> tuple[str, str]:
+    """(pool, block CIDR) of a block key or of an affinity key."""
+    head, _, cidr_text = key.rpartition("/")
+    return head.rpartition("/")[2], str(parse_cidr_key(cidr_text))
 
 
 @dataclass(frozen=True)
@@ -84,7 +103,12 @@ def decode(key: str, value: bytes) -> dict:
 
 @dataclass(frozen=True)
 class BlockRecord:
-    """A slice of a pool claimed by one node: which address is held by which handle."""
+    """A slice of a pool claimed by one node: which address is held by which handle.
+
+    ``released`` {ip: unix time} remembers recent releases (reuse delay); ``borrowed``
+    {ip: node} marks allocations made by a node other than ``affinity``; ``empty_since`` is
+    when the last allocation went (the block returns to the pool after a grace period).
+    """
 
     pool: str
     cidr: str
@@ -93,33 +117,79 @@ class BlockRecord:
     last: str | None = None  # the address handed out last (round robin resumes after it)
     claimed_at: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    released: Mapping[str, float] = field(default_factory=dict)
+    borrowed: Mapping[str, str] = field(default_factory=dict)
+    empty_since: float | None = None
 
-    FIELDS = ("pool", "cidr", "affinity", "allocations", "last", "claimedAt")
+    FIELDS = ("pool", "cidr", "affinity", "allocations", "last", "claimedAt", "released",
+              "borrowed", "emptySince")
 
-    def with_allocation(self, address: str, holder: str, advance: bool = True) -> "BlockRecord":
-        """Allocate ``address``; ``advance`` moves the round-robin cursor (not for static IPs)."""
+    def with_allocation(self, address: str, holder: str, advance: bool = True,
+                        borrower: str | None = None) -> "BlockRecord":
+        """Allocate ``address``; ``advance`` moves the round-robin cursor (not for static IPs);
+        ``borrower``: the node allocating in another node's block."""
+        borrowed = {a: n for a, n in self.borrowed.items() if a != address}
+        if borrower is not None and borrower != self.affinity:
+            borrowed[address] = borrower
         return replace(self, allocations={**self.allocations, address: holder},
-                       last=address if advance else self.last)
+                       last=address if advance else self.last, empty_since=None,
+                       released={a: t for a, t in self.released.items() if a != address},
+                       borrowed=borrowed)
 
-    def without(self, address: str) -> "BlockRecord":
-        return replace(self, allocations={a: h for a, h in self.allocations.items()
-                                          if a != address})
+    def without(self, address: str, released_at: float | None = None) -> "BlockRecord":
+        """Free ``address``; ``released_at`` starts its reuse delay and, when it was the last
+        allocation, the block's empty grace period."""
+        allocations = {a: h for a, h in self.allocations.items() if a != address}
+        released = dict(self.released)
+        empty_since = self.empty_since
+        if released_at is not None:
+            released[address] = released_at
+            if not allocations and empty_since is None:
+                empty_since = released_at
+        return replace(self, allocations=allocations, released=released,
+                       borrowed={a: n for a, n in self.borrowed.items() if a != address},
+                       empty_since=empty_since)
+
+    def pruned(self, now: float, reuse_delay: float) -> "BlockRecord":
+        """Forget releases whose reuse delay has passed (keeps the record small)."""
+        if not self.released or all(now - t < reuse_delay for t in self.released.values()):
+            return self
+        return replace(self, released={a: t for a, t in self.released.items()
+                                       if now - t < reuse_delay})
+
+    def cooling(self, now: float, reuse_delay: float) -> set[str]:
+        """Free addresses still within their reuse delay."""
+        return {a for a, t in self.released.items()
+                if now - t < reuse_delay and a not in self.allocations}
 
     def to_bytes(self) -> bytes:
-        return encode({**self.extra, "pool": self.pool, "cidr": self.cidr,
-                       "affinity": self.affinity, "allocations": dict(self.allocations),
-                       "last": self.last, "claimedAt": self.claimed_at})
+        data = {**self.extra, "pool": self.pool, "cidr": self.cidr, "affinity": self.affinity,
+                "allocations": dict(self.allocations), "last": self.last,
+                "claimedAt": self.claimed_at}
+        if self.released:
+            data["released"] = dict(self.released)
+        if self.borrowed:
+            data["borrowed"] = dict(self.borrowed)
+        if self.empty_since is not None:
+            data["emptySince"] = self.empty_since
+        return encode(data)
 
     @classmethod
     def from_bytes(cls, key: str, value: bytes) -> "BlockRecord":
         data = decode(key, value)
         try:
+            empty = data.get("emptySince")
             return cls(pool=str(data["pool"]), cidr=str(data["cidr"]),
                        affinity=str(data.get("affinity") or ""),
                        allocations={str(a): str(h) for a, h in
                                     (data.get("allocations") or {}).items()},
                        last=data.get("last"), claimed_at=float(data.get("claimedAt") or 0),
-                       extra={k: v for k, v in data.items() if k not in cls.FIELDS})
+                       extra={k: v for k, v in data.items() if k not in cls.FIELDS},
+                       released={str(a): float(t) for a, t in
+                                 (data.get("released") or {}).items()},
+                       borrowed={str(a): str(n) for a, n in
+                                 (data.get("borrowed") or {}).items()},
+                       empty_since=float(empty) if empty is not None else None)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InternalError(f"corrupt IPAM block {key}", repr(exc)) from None
 

@@ -1,10 +1,17 @@
-"""pycni-ipam's netconf: host-local style ranges, routes, dns, and the requested static IPs.
+"""pycni-ipam's netconf: which pools, routes, dns, and the requested static IPs.
 
-Accepted (as host-local): ``ipam.ranges`` = a list of range sets, each a list of
-``{subnet, rangeStart?, rangeEnd?, gateway?, blockSize?}``; the shorthand ``ipam.subnet`` /
-``rangeStart`` / ``rangeEnd`` / ``gateway`` (prepended as its own range set); the
-``ipRanges`` capability (``runtimeConfig.ipRanges``, same shape) replaces both. One address
-is leased per range set. Every problem is InvalidConfig (code 7) naming the key.
+Where addresses come from (``ipam.selection``), first match wins:
+
+- the ``ipRanges`` capability (``runtimeConfig.ipRanges``): host-local style range sets;
+- ``ipam.pools: ["v4pool", "v6pool"]``: cluster pools by name, one address per IP family;
+- ``ipam.ranges`` (as host-local) = a list of range sets, each a list of ``{subnet,
+  rangeStart?, rangeEnd?, gateway?, blockSize?}``, and the shorthand ``ipam.subnet`` /
+  ``rangeStart`` / ``rangeEnd`` / ``gateway`` (prepended as its own range set); one address
+  per range set;
+- none of them: every enabled cluster pool whose node selector matches this node.
+
+``pools`` together with ``ranges``/``subnet`` is refused. Every problem is InvalidConfig
+(code 7) naming the key.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from typing import Any, Mapping
 from cni.spec.errors import InvalidConfig
 from ipam.allocator import IPAddr, Range, is_reserved_v4
 from ipam.records import IPNet
+from ipam.selection import Selection
 
 ROUTE_INT_KEYS = ("mtu", "advmss", "priority", "table", "scope")
 DNS_LIST_KEYS = ("nameservers", "search", "options")
@@ -26,6 +34,11 @@ class IpamConfig:
     range_sets: tuple[tuple[Range, ...], ...]
     routes: tuple[dict, ...] = ()
     dns: Mapping[str, Any] | None = None
+    pools: tuple[str, ...] = ()  # cluster pools by name; neither these nor ranges: selectors
+
+    @property
+    def selection(self) -> Selection:
+        return Selection(self.network, self.range_sets, self.pools)
 
 
 @dataclass(frozen=True)
@@ -42,9 +55,27 @@ def parse_ipam_config(config: Mapping[str, Any]) -> IpamConfig:
     ipam = config.get("ipam")
     if not isinstance(ipam, dict):
         raise invalid("ipam", "expected an object")
-    range_sets = parse_range_sets(ipam, config.get("runtimeConfig"))
+    runtime = config.get("runtimeConfig")
+    pools = parse_pool_names(ipam)
+    by_capability = isinstance(runtime, dict) and bool(runtime.get("ipRanges"))
+    range_sets: tuple[tuple[Range, ...], ...] = ()
+    if by_capability or (not pools and ("ranges" in ipam or "subnet" in ipam)):
+        range_sets = parse_range_sets(ipam, runtime)
     return IpamConfig(str(config["name"]), range_sets, parse_routes(ipam.get("routes")),
-                      parse_dns(ipam.get("dns")))
+                      parse_dns(ipam.get("dns")), () if by_capability else pools)
+
+
+def parse_pool_names(ipam: Mapping) -> tuple[str, ...]:
+    value = ipam.get("pools")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value or \
+            not all(isinstance(v, str) and v for v in value):
+        raise invalid("ipam.pools", "expected a non-empty list of pool names")
+    if "ranges" in ipam or "subnet" in ipam:
+        raise invalid("ipam.pools", "set either ipam.pools (cluster pools) or "
+                                    "ipam.ranges/ipam.subnet (host-local style), not both")
+    return tuple(value)
 
 
 def parse_range_sets(ipam: Mapping, runtime: Any) -> tuple[tuple[Range, ...], ...]:
@@ -248,3 +279,35 @@ def _set_of(cfg: IpamConfig, req: Requested) -> int:
     known = "; ".join(r.describe() for ranges in cfg.range_sets for r in ranges)
     raise InvalidConfig(f"requested address {req.ip} ({req.source}) is outside every range",
                         f"ranges: {known}")
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    """pycnid config keys of the IPAM: ``nodeLabels``, ``ipam.blockReturnGrace``,
+    ``ipam.housekeepingInterval``."""
+
+    labels: Mapping[str, str]
+    block_grace: float = 300.0
+    housekeeping_interval: float = 30.0
+
+
+def parse_daemon_options(raw: Mapping[str, Any]) -> DaemonOptions:
+    labels = raw.get("nodeLabels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                               for k, v in labels.items()):
+        raise InvalidConfig("invalid daemon config key 'nodeLabels'",
+                            "expected an object of string labels")
+    ipam = raw.get("ipam") or {}
+    if not isinstance(ipam, dict):
+        raise InvalidConfig("invalid daemon config key 'ipam'", "expected an object")
+    values = {attr: _seconds(ipam[key], f"ipam.{key}") for key, attr in
+              (("blockReturnGrace", "block_grace"),
+               ("housekeepingInterval", "housekeeping_interval")) if key in ipam}
+    return DaemonOptions(dict(labels), **values)
+
+
+def _seconds(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise InvalidConfig(f"invalid daemon config key '{key}'",
+                            f"expected a number of seconds >= 0, got {value!r}")
+    return float(value)

@@ -4,9 +4,11 @@ from __future__ import annotations
 import ipaddress
 import itertools
 
-from ipam.allocator import (Range, block_capacity, block_containing, calc_block_prefix,
-                            calc_pool_name, calc_pools, choose_address, find_pool,
-                            iter_candidate_blocks, pick_address)
+from ipam.allocator import (Pool, Range, block_capacity, block_containing, calc_block_prefix,
+                            calc_pool_name, calc_pools, find_pool, iter_candidate_blocks,
+                            pick_address)
+from ipam.policy import StaticView
+from ipam.policy import choose_address as choose
 from ipam.records import BlockRecord
 
 ip = ipaddress.ip_address
@@ -140,6 +142,10 @@ def own(pool, *blocks: tuple[str, dict[str, str]]) -> dict:
     return {pool.name: {cidr: BlockRecord(pool.name, cidr, "n1", allocs) for cidr, allocs in blocks}}
 
 
+def choose_address(pools, own_blocks, taken):
+    return choose(pools, StaticView(own_blocks, taken), "n1", 0.0)
+
+
 def test_choose_prefers_own_block_with_room():
     pool = pool_of(rng("10.0.0.0/24"))
     choice = choose_address((pool,), own(pool, ("10.0.0.64/26", {"10.0.0.64": "a"})),
@@ -175,7 +181,8 @@ def test_choose_returns_none_when_every_block_is_taken_or_full():
 
 def test_disabled_pool_is_skipped():
     from dataclasses import replace
-    pool = replace(pool_of(rng("10.0.0.0/24")), disabled=True)
+    plain = pool_of(rng("10.0.0.0/24"))
+    pool = Pool(replace(plain.spec, disabled=True), True, plain.ranges)
     assert choose_address((pool,), {}, {}) is None
 
 

@@ -69,7 +69,12 @@ def test_routes_and_dns_pass_through():
 
 
 @pytest.mark.parametrize("ipam, key, words", [
-    ({}, "no address range", "ipam.ranges"),
+    ({"ranges": []}, "no address range", "ipam.ranges"),
+    ({"pools": "v4"}, "ipam.pools", "non-empty list of pool names"),
+    ({"pools": []}, "ipam.pools", "non-empty list"),
+    ({"pools": ["v4", 7]}, "ipam.pools", "pool names"),
+    ({"pools": ["v4"], "ranges": [[{"subnet": "10.0.0.0/24"}]]}, "ipam.pools", "not both"),
+    ({"pools": ["v4"], "subnet": "10.0.0.0/24"}, "ipam.pools", "not both"),
     ({"ranges": "10.0.0.0/8"}, "ipam.ranges", "list of range sets"),
     ({"ranges": [[]]}, "ipam.ranges[0]", "non-empty"),
     ({"ranges": [[{"gateway": "10.0.0.1"}]]}, "ipam.ranges[0][0].subnet", "CIDR"),
@@ -105,6 +110,35 @@ def test_routes_and_dns_pass_through():
 def test_config_errors_name_the_key(ipam, key, words):
     err = bad(conf(ipam))
     assert key in f"{err.msg} {err.details}" and words in f"{err.msg} {err.details}"
+
+
+def test_cluster_pools_by_name_or_by_node_selector():
+    named = parse_ipam_config(conf({"pools": ["v4", "v6"]}))
+    assert named.range_sets == () and named.pools == ("v4", "v6")
+    assert named.selection.mode == "pools"
+    selected = parse_ipam_config(conf({}))  # neither pools nor ranges: node selectors
+    assert selected.selection.mode == "selector" and selected.selection.network == "net"
+    ranged = parse_ipam_config(conf({"ranges": [[{"subnet": "10.0.0.0/24"}]]}))
+    assert ranged.selection.mode == "ranges"
+
+
+def test_ip_ranges_capability_wins_over_named_pools():
+    cfg = parse_ipam_config(conf({"pools": ["v4"]},
+                                 runtimeConfig={"ipRanges": [[{"subnet": "10.7.0.0/24"}]]}))
+    assert cfg.pools == () and str(cfg.range_sets[0][0].subnet) == "10.7.0.0/24"
+
+
+def test_daemon_options_labels_and_housekeeping():
+    from cni.plugins.ipam_config import parse_daemon_options
+    opts = parse_daemon_options({"nodeLabels": {"zone": "a"},
+                                 "ipam": {"blockReturnGrace": 60, "bufferSize": 8}})
+    assert opts.labels == {"zone": "a"} and opts.block_grace == 60.0
+    assert opts.housekeeping_interval == 30.0
+    for raw, key in (({"nodeLabels": {"zone": 1}}, "nodeLabels"),
+                     ({"ipam": {"blockReturnGrace": -1}}, "ipam.blockReturnGrace"),
+                     ({"ipam": {"housekeepingInterval": "30"}}, "ipam.housekeepingInterval")):
+        with pytest.raises(InvalidConfig, match=key):
+            parse_daemon_options(raw)
 
 
 def test_disjoint_ranges_of_one_subnet_in_one_set_are_fine():
