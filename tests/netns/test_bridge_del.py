@@ -111,3 +111,70 @@ def test_status_is_forwarded_to_ipam(bridge_node):
     broken = bridge_conf({"type": "no-such-ipam"})
     res = bridge_node.run("STATUS", broken, "")
     assert res.code != 0 and "no-such-ipam" in json.dumps(res.json)
+
+
+def test_del_after_a_pycnid_restart(bridge_node, pycnid, netns_factory):
+    pod = netns_factory("pod")
+    conf = bridge_conf(pycni_ipam())
+    cid, result = bridge_node.add(conf, pod)
+    pycnid.stop()
+    pycnid.start()
+    check = bridge_node.run("CHECK", {**conf, "prevResult": result}, cid, pod.path)
+    assert check.code == 0, check.stdout
+    assert bridge_node.run("DEL", conf, cid, pod.path).code == 0
+    assert bridge_node.residue().is_empty()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay_ms", [0, 2, 5, 10, 20])
+def test_sigkill_mid_add_then_del_leaves_nothing(bridge_node, pycnid, netns_factory, delay_ms):
+    import threading
+    import time
+
+    pod = netns_factory("pod")
+    conf = bridge_conf(pycni_ipam(), hairpinMode=True)
+    cid = new_cid()
+    worker = threading.Thread(target=bridge_node.run, args=("ADD", conf, cid, pod.path))
+    worker.start()
+    time.sleep(0.015 + delay_ms / 1000)  # the executable itself needs ~15 ms to reach pycnid
+    pycnid.kill()
+    worker.join(timeout=30)
+    pycnid.start()
+    res = bridge_node.run("DEL", conf, cid, pod.path)
+    assert res.code == 0, res.stdout
+    assert bridge_node.residue().is_empty(), bridge_node.residue()
+    assert "eth0" not in container_links(pod)
+
+
+SLOW_IPAM = """#!/bin/sh
+# host-local, but ADD holds its answer back for a while (so pycnid can be killed meanwhile)
+out=$(/usr/lib/cni/host-local); rc=$?
+[ "$CNI_COMMAND" = ADD ] && sleep 2
+echo "$out"; exit $rc
+"""
+
+
+def test_sigkill_while_ipam_answers_then_del_releases_the_lease(bridge_node, pycnid,
+                                                                  netns_factory, tmp_path):
+    import threading
+    import time
+
+    from tests.fixtures.bridge import host_local_ipam
+
+    (tmp_path / "slow-ipam").write_text(SLOW_IPAM)
+    (tmp_path / "slow-ipam").chmod(0o755)
+    bridge_node.cni_path = f"{tmp_path}:{bridge_node.cni_path}"
+    conf = bridge_conf({**host_local_ipam(bridge_node.host_local_dir), "type": "slow-ipam"},
+                       version="1.0.0")
+    pod, cid = netns_factory("pod"), new_cid()
+    worker = threading.Thread(target=bridge_node.run, args=("ADD", conf, cid, pod.path))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not bridge_node.residue().leases and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert bridge_node.residue().leases, "IPAM never reserved an address"
+    pycnid.kill()
+    worker.join(timeout=30)
+    pycnid.start()
+    assert bridge_node.run("DEL", conf, cid, pod.path).code == 0
+    assert bridge_node.residue().is_empty(), bridge_node.residue()
