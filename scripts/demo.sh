@@ -122,8 +122,9 @@ ping_from "$POD1" "$GW" "pod1 -> gateway $GW"
 ping_from "$POD2" "$GW" "pod2 -> gateway $GW"
 
 step "What the node namespace holds now"
-ip -n "$NODE" -br link show | sed 's/^/    /'
-info "nftables tables: $(in_node nft list tables | tr '\n' ' ')"
+ip -n "$NODE" -br link show | awk '{printf "    %-24s %s\n", $1, $2}'
+info "bridge address: $(ip -n "$NODE" -br -4 addr show type bridge | awk '{print $1, $3}')"
+info "nftables tables: $(in_node nft list tables | tr '\n' ' ' | sed 's/ *$//')"
 
 step "Checking and detaching: pycni net check / pycni net del"
 for pod in "$POD1" "$POD2"; do
