@@ -1,6 +1,7 @@
 """Assertions shared by the cluster tests: store invariants, `pycni ipam check`, leftovers."""
 from __future__ import annotations
 
+import ipaddress
 import json
 
 import pytest
@@ -47,6 +48,22 @@ def assert_handles_match(view: StoreView, calls: list[Call], network: str = NETW
              for h, c in expected.items()
              if view.handles[h].get("attributes", {}).get("node") != c.node]
     assert not nodes, "handles name the wrong node:\n" + "\n".join(nodes[:10])
+
+
+def assert_from_own_blocks(view: StoreView, network: str = NETWORK) -> None:
+    """With free blocks left in the pool, every pod address comes from a block affine to the
+    node that served it (no borrowing needed, so nodes write their own blocks only)."""
+    affinity = {(rec["pool"], str(ipaddress.ip_network(rec["cidr"]))): rec.get("affinity")
+                for rec in view.blocks.values()}
+    foreign = []
+    for holder in view.pod_handles(network):
+        record = view.handles[holder]
+        node = record.get("attributes", {}).get("node")
+        for ip in record.get("ips") or []:
+            owner = affinity.get((ip["pool"], str(ipaddress.ip_network(ip["block"]))))
+            if owner != node:
+                foreign.append(f"{holder} on {node}: {ip['address']} in a block of {owner}")
+    assert not foreign, f"{len(foreign)} address(es) from another node's block: {foreign[:10]}"
 
 
 def assert_only_buffers_left(view: StoreView, network: str = NETWORK) -> None:

@@ -4,10 +4,11 @@ here from the documented key layout, not with pycni's record classes), used next
 
     /pycni/v1/blocks/<pool>/<block-cidr>        {"allocations": {ip: "<network>/<cid>/<ifname>"}, ...}
     /pycni/v1/handles/<network>/<cid>/<ifname>  {"ips": [{"address", "pool", "block"}], "attributes"}
+    /pycni/v1/affinity/<node>/<pool>/<block-cidr>  index of the blocks a node claimed
 
 ``problems()`` lists every broken rule: an address in two handles, a handle address its block
 does not record for it, a block allocation whose handle is missing or does not list it, an
-address outside its block.
+address outside its block, a block and its affinity index entry that disagree.
 """
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ from dataclasses import dataclass, field
 
 BLOCKS = "/pycni/v1/blocks/"
 HANDLES = "/pycni/v1/handles/"
+AFFINITY = "/pycni/v1/affinity/"
 
 
 @dataclass
 class StoreView:
     blocks: dict[str, dict] = field(default_factory=dict)  # block key -> record
     handles: dict[str, dict] = field(default_factory=dict)  # holder id -> record
+    affinity: set[str] = field(default_factory=set)  # "<node>/<pool>/<cidr-key>"
 
     @classmethod
     def parse(cls, dump: dict[str, tuple[bytes, int]]) -> "StoreView":
@@ -32,6 +35,8 @@ class StoreView:
                 view.blocks[key] = json.loads(value)
             elif key.startswith(HANDLES):
                 view.handles[key[len(HANDLES):]] = json.loads(value)
+            elif key.startswith(AFFINITY):
+                view.affinity.add(key[len(AFFINITY):])
         return view
 
     def handle_ips(self, holder: str) -> list[str]:
@@ -75,4 +80,13 @@ class StoreView:
                     found.append(f"{key}: {address} is held by missing handle {holder}")
                 elif address not in self.handle_ips(holder):
                     found.append(f"{key}: {address} is not listed by its handle {holder}")
-        return found
+        return found + self.affinity_problems()
+
+    def affinity_problems(self) -> list[str]:
+        """Each claimed block has its index entry under its node, and nothing else does."""
+        claimed = {f"{rec['affinity']}/{rec['pool']}/{rec['cidr'].replace('/', '-')}"
+                   for rec in self.blocks.values() if rec.get("affinity")}
+        return ([f"block claimed without an affinity index entry: {e}"
+                 for e in sorted(claimed - self.affinity)] +
+                [f"affinity index entry without its claimed block: {e}"
+                 for e in sorted(self.affinity - claimed)])

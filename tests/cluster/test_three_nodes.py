@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from .checks import (assert_cli_checks_clean, assert_handles_match, assert_no_duplicates,
-                     assert_only_buffers_left, assert_store_consistent, cli_check, store_view)
+from .checks import (assert_cli_checks_clean, assert_from_own_blocks, assert_handles_match,
+                     assert_no_duplicates, assert_only_buffers_left, assert_store_consistent,
+                     cli_check, store_view)
 from .load import interleave, netconf, run_all
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
@@ -27,6 +28,7 @@ def test_three_nodes_300_concurrent_adds_each_then_del_all(make_cluster, cni_bin
     view = store_view(cluster)
     assert_store_consistent(view)
     assert_handles_match(view, adds)
+    assert_from_own_blocks(view)
     checks = [cli_check(cluster, "after the ADDs")]
 
     dels = run_all(cni_bin, interleave(cluster.nodes, "DEL", ADDS_PER_NODE), conf,
