@@ -58,6 +58,7 @@ class Pool:
     strict_affinity: bool
     ranges: tuple[Range, ...] = ()  # netconf pools: the ranges, for messages
     _segments: dict[str, tuple[Interval, ...]] = field(default_factory=dict, repr=False)
+    _capacity: dict[str, int] = field(default_factory=dict, repr=False)
 
     name = property(lambda self: self.spec.name)
     cidr = property(lambda self: self.spec.cidr)
@@ -72,19 +73,23 @@ class Pool:
             return ", ".join(r.describe() for r in self.ranges)
         return f"{self.name} ({self.cidr})"
 
-    def segments(self, block: IPNet) -> tuple[Interval, ...]:
+    def segments(self, block: IPNet | str) -> tuple[Interval, ...]:
         """The addresses of ``block`` that can be handed out, as intervals (cached)."""
-        key = str(block)
+        key = block if isinstance(block, str) else str(block)
         found = self._segments.get(key)
         if found is None:
-            found = tuple(calc_segments(self.spec, block))
+            found = tuple(calc_segments(self.spec, parse_cidr(key)))
             if len(self._segments) >= SEGMENT_CACHE_LIMIT:
-                self._segments.clear()
+                self._segments.clear(), self._capacity.clear()
             self._segments[key] = found
         return found
 
-    def capacity(self, block: IPNet) -> int:
-        return count(self.segments(block))
+    def capacity(self, block: IPNet | str) -> int:
+        key = block if isinstance(block, str) else str(block)
+        found = self._capacity.get(key)
+        if found is None:
+            found = self._capacity[key] = count(self.segments(key))
+        return found
 
     def block_of(self, ip: IPAddr) -> IPNet:
         return parse_cidr(f"{ip}/{self.block_prefix}", strict=False)
@@ -222,7 +227,7 @@ def block_capacity(pool: Pool, block: IPNet) -> int:
     return pool.capacity(block)
 
 
-def pick_address(pool: Pool, block: IPNet, allocations: Collection[str] = (),
+def pick_address(pool: Pool, block: IPNet | str, allocations: Collection[str] = (),
                  last: str | None = None, avoid: Collection[str] = ()) -> IPAddr | None:
     """The next free address of ``block`` after ``last`` (wrapping), skipping ``avoid``
     (addresses in their reuse delay); None when there is none."""
@@ -231,7 +236,7 @@ def pick_address(pool: Pool, block: IPNet, allocations: Collection[str] = (),
     start = 0
     if last:
         last_ip = ipaddress.ip_address(last)
-        if last_ip in block:
+        if last_ip in parse_cidr(block if isinstance(block, str) else str(block)):
             start = int(last_ip) + 1
     make = ipaddress.IPv4Address if pool.family == 4 else ipaddress.IPv6Address
     for value in _round_robin(pool.segments(block), start):
@@ -244,6 +249,13 @@ def pick_address(pool: Pool, block: IPNet, allocations: Collection[str] = (),
 @lru_cache(maxsize=65536)
 def parse_cidr(cidr: str, strict: bool = True) -> IPNet:
     return ipaddress.ip_network(cidr, strict=strict)
+
+
+@lru_cache(maxsize=65536)
+def cidr_order(cidr: str) -> tuple[int, int, int]:
+    """Sort key of a block CIDR string: family, then address."""
+    net = parse_cidr(cidr)
+    return net.version, int(net.network_address), net.prefixlen
 
 
 def calc_seed(node: str, pool: str) -> int:

@@ -76,8 +76,9 @@ class Combiner:
 
     def _serve(self, batch: list[Job]) -> None:
         for attempt in range(self.attempts):
-            if attempt:
+            if attempt:  # the first retry at once: the lost keys were just re-read
                 self.on_retry()
+            if attempt > 1:
                 time.sleep(random.uniform(0, min(BACKOFF_CAP, 0.001 * 2 ** attempt)))
             plan, planned = self._plan(batch)
             if plan.empty or self.commit(plan):

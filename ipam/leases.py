@@ -129,8 +129,8 @@ class LeaseService:
 
     def refresh(self, plan: Plan) -> None:
         """After a lost compare: re-read every key the plan compared."""
-        for key in plan.compares:
-            self.cache.refresh(key, self.store.get(key))
+        for key, compared in plan.compares.items():
+            self.cache.refresh(key, self.store.get(key), compared)
 
     # -- GC, STATUS, housekeeping ----------------------------------------------------------
     def collect_garbage(self, network: str,

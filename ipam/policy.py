@@ -19,8 +19,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Mapping, Protocol
 
-from ipam.allocator import (IPAddr, Pool, calc_seed, iter_candidate_blocks, parse_cidr,
-                            pick_address)
+from ipam.allocator import (IPAddr, Pool, calc_seed, cidr_order, iter_candidate_blocks,
+                            parse_cidr, pick_address)
 from ipam.records import BlockRecord, IPNet
 
 OWN, CLAIM, BORROW = "own", "claim", "borrow"
@@ -87,11 +87,12 @@ Blocks = Callable[[Pool], Mapping[str, BlockRecord]]
 def pick_fresh(pools: list[Pool], blocks: Blocks, now: float, kind: str) -> Choice | None:
     for pool in pools:
         for cidr, block in sorted_blocks(blocks(pool), kind == OWN):
-            net = parse_cidr(cidr)
-            ip = pick_address(pool, net, block.allocations, block.last,
+            if len(block.allocations) >= pool.capacity(cidr):  # full: the common case
+                continue
+            ip = pick_address(pool, cidr, block.allocations, block.last,
                               block.cooling(now, pool.reuse_delay))
             if ip is not None:
-                return Choice(pool, net, ip, kind)
+                return Choice(pool, parse_cidr(cidr), ip, kind)
     return None
 
 
@@ -119,7 +120,7 @@ def pick_cooling(pools: list[Pool], blocks: Blocks, now: float, kind: str) -> Ch
 def sorted_blocks(blocks: Mapping[str, BlockRecord],
                   by_address: bool) -> list[tuple[str, BlockRecord]]:
     items = list(blocks.items())
-    return sorted(items, key=lambda item: parse_cidr(item[0])) if by_address else items
+    return sorted(items, key=lambda item: cidr_order(item[0])) if by_address else items
 
 
 def ordered_for(node: str, blocks: Mapping[str, BlockRecord]) -> dict[str, BlockRecord]:

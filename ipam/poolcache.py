@@ -219,8 +219,9 @@ class PoolCache:
     def forget_handle(self, key: str) -> None:
         self.handles.pop(key, None)
 
-    def refresh(self, key: str, kv: KV | None) -> None:
-        """Update from a key just re-read after a failed txn."""
+    def refresh(self, key: str, kv: KV | None, compared: int = -1) -> None:
+        """Update from a key just re-read after a failed txn (``compared``: the revision the
+        txn expected)."""
         revision = kv.mod_revision if kv else 0
         if key.startswith(POOLS):
             self.note_pool(key[len(POOLS):], revision, decode(kv.key, kv.value) if kv else None)
@@ -228,6 +229,9 @@ class PoolCache:
             pool, cidr = parse_block_key(key)
             self.note_block(pool, cidr, revision,
                             BlockRecord.from_bytes(kv.key, kv.value) if kv else None)
+            state = self.states.get(pool)
+            if compared == 0 and kv is not None and state is not None:
+                state.taken = None  # a lost claim: others claim too, re-list before the next
         elif key.startswith(AFFINITY):
             pool, cidr = parse_block_key(key)
             self.note_affinity(pool, cidr, revision, kv is not None)

@@ -6,8 +6,13 @@ abbreviated IPAM result (``ips`` without ``interface``, ``routes`` from ``ipam.r
 held is success). CHECK: the lease exists, its addresses are in their blocks, and they are
 the prevResult's. GC: releases this node's leases in the network that are not in
 ``cni.dev/valid-attachments`` (or ``cni.dev/attachments``); no key at all means nothing is
-valid (cnitool's gc). STATUS: 50 when the store is unreachable or a range set has no address
+valid (cnitool's gc). STATUS: 50 when the store is unreachable or a pool set has no address
 left for this node.
+
+Addresses come from netconf ranges, cluster pools named in ``ipam.pools``, or the cluster pools
+whose node selector matches this node (``ipam_config``). The daemon config adds ``nodeLabels``
+(for node selectors) and ``ipam.blockReturnGrace`` / ``ipam.housekeepingInterval`` (seconds:
+how long an empty block stays with the node, and how often that is looked at).
 """
 from __future__ import annotations
 
@@ -17,17 +22,20 @@ from contextlib import ExitStack
 from typing import Any
 
 from cni.plugins.base import Services
-from cni.plugins.ipam_config import (IpamConfig, parse_ipam_config, parse_requested_ips,
-                                     requested_by_set)
+from cni.plugins.ipam_config import (IpamConfig, parse_daemon_options, parse_ipam_config,
+                                     parse_requested_ips, requested_by_set)
 from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
+from ipam.housekeeping import Housekeeping
+from ipam.ipam_metrics import IpamMetrics
 from ipam.leases import LeaseService
 from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
 from ipam.store import open_store
 
 log = logging.getLogger("pycnid.ipam")
-POD_ATTRIBUTES = {"K8S_POD_NAMESPACE": "namespace", "K8S_POD_NAME": "pod"}
+POD_ATTRIBUTES = {"K8S_POD_NAMESPACE": "namespace", "K8S_POD_NAME": "pod",
+                  "K8S_POD_UID": "podUID"}
 
 
 def handle_of(req: Request) -> HandleId:
@@ -54,11 +62,13 @@ class IpamPlugin:
 
     def add(self, req: Request) -> dict:
         cfg = parse_ipam_config(req.config)
-        requested = requested_by_set(cfg, parse_requested_ips(req.config, req.env.args))
+        requested: Any = parse_requested_ips(req.config, req.env.args)
+        if cfg.range_sets:  # cluster pools map requests once the pools are read
+            requested = requested_by_set(cfg, requested)
         handle = handle_of(req)
         with ExitStack() as undo:
             self.services.faults.point(req, "ipam-allocate")
-            record, created = self.leases.acquire(handle, cfg.range_sets, requested,
+            record, created = self.leases.acquire(handle, cfg.selection, requested,
                                                   pod_attributes(req))
             if created:
                 undo.callback(self._rollback, handle)
@@ -100,7 +110,7 @@ class IpamPlugin:
         try:
             self.leases.store.status()
             cfg = parse_ipam_config(req.config)
-            self.leases.ensure_capacity(req.network, cfg.range_sets)
+            self.leases.ensure_capacity(cfg.selection)
         except TryAgainLater as err:
             raise NotAvailable(err.msg, err.details) from None
 
@@ -134,8 +144,12 @@ def create(services: Services, config: Any) -> IpamPlugin:
     store = open_store(config.store)
     services.on_shutdown.append(store.close)
     services.extra["store"] = store
-    conflicts = services.metrics.counter("pycni_ipam_cas_conflicts_total",
-                                         "IPAM txns lost to a concurrent writer and retried")
-    leases = LeaseService(store, services.node_name, on_conflict=conflicts.inc)
+    options = parse_daemon_options(getattr(config, "raw", {}) or {})
+    leases = LeaseService(store, services.node_name, labels=options.labels,
+                          block_grace=options.block_grace)
+    IpamMetrics(services.metrics, store).attach(leases)
     services.extra["ipam.leases"] = leases
+    if options.housekeeping_interval > 0:
+        housekeeping = Housekeeping(leases, options.housekeeping_interval).start()
+        services.on_shutdown.append(housekeeping.stop)
     return IpamPlugin(services, leases)
