@@ -214,10 +214,8 @@ def is_borrowed(block: BlockView, ip: str, handle: HandleView | None) -> bool:
     """An address the block marks borrowed, or held by a handle of another node."""
     if ip in (block.record.get("borrowed") or {}):
         return True
-    if handle is None:
+    if handle is None:  # (a handle's borrowedFrom attribute names no address: not used)
         return False
-    if "borrowedFrom" in handle.attributes:
-        return True
     return bool(handle.node and block.affinity and handle.node != block.affinity)
 
 

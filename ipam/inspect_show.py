@@ -1,7 +1,8 @@
 """`pycni ipam show` reports, pure: a snapshot in, a JSON-ready dict out.
 
 - ``report_overview``: every pool with size/reserved/used/free/cooling/borrowed, every block
-  with its node, and per node its blocks (and whether its heartbeat is alive);
+  with its node, and per node its blocks, the addresses used in them, and the handles (and
+  their addresses) of its pods, and whether its heartbeat is alive;
 - ``report_ip``: who holds an address (handle, pod, node, block) or why it is free, cooling
   or never handed out; every pool containing it is looked at (netconf pools of different
   networks may share a subnet);
@@ -46,10 +47,14 @@ def report_overview(snap: Snapshot, now: float) -> dict[str, Any]:
     blocks = [block_summary(b, snap.spec(b.pool), snap, now)
               for name in sorted({*snap.pools, *(b.pool for b in snap.blocks.values())})
               for b in snap.blocks_of(name)]
-    names = sorted({b["node"] for b in blocks} | set(snap.nodes) | set(snap.alive))
+    held = [h for h in snap.handles.values() if h.node]
+    names = sorted({b["node"] for b in blocks if b["node"]} | set(snap.nodes) |
+                   set(snap.alive) | {h.node for h in held})
     nodes = [{"name": n, "alive": n in snap.alive, "registered": n in snap.nodes,
               "blocks": [f"{b['pool']}:{b['cidr']}" for b in blocks if b["node"] == n],
-              "used": sum(b["used"] for b in blocks if b["node"] == n)} for n in names]
+              "used": sum(b["used"] for b in blocks if b["node"] == n),
+              "handles": sum(1 for h in held if h.node == n),
+              "addresses": sum(len(h.ips) for h in held if h.node == n)} for n in names]
     return {"revision": snap.revision,
             "pools": [pool_summary(name, snap, now) for name in sorted(snap.pools)],
             "blocks": blocks, "nodes": nodes}

@@ -90,8 +90,10 @@ def render_overview(doc: dict) -> str:
         out += ["", "BLOCKS", render_table(["POOL", "BLOCK", "NODE", "CAPACITY", "USED", "FREE",
                                             "COOLING", "BORROWED", "NOTE"], blocks)]
     if doc["nodes"]:
-        nodes = [[n["name"], n["alive"], len(n["blocks"]), n["used"]] for n in doc["nodes"]]
-        out += ["", "NODES", render_table(["NODE", "ALIVE", "BLOCKS", "USED"], nodes)]
+        nodes = [[n["name"], n["alive"], len(n["blocks"]), n["used"], n["handles"],
+                  n["addresses"]] for n in doc["nodes"]]
+        out += ["", "NODES", render_table(["NODE", "ALIVE", "BLOCKS", "USED IN BLOCKS",
+                                           "HANDLES", "ADDRESSES HELD"], nodes)]
     return "\n".join(out)
 
 

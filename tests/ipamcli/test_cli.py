@@ -104,7 +104,8 @@ def test_show_reports_in_json(ipam, store):
                                    "capacity": 62, "used": 1, "free": 61, "cooling": 0,
                                    "borrowed": 0, "emptySince": None}]
     assert overview["nodes"] == [{"name": "node1", "alive": False, "registered": False,
-                                  "blocks": ["p:10.1.0.0/26"], "used": 1}]
+                                  "blocks": ["p:10.1.0.0/26"], "used": 1, "handles": 1,
+                                  "addresses": 1}]
     held = ipam("show", "10.1.0.2", "-o", "json")
     assert held["ip"] == "10.1.0.2" and held["listedByHandles"] == ["net/c1/eth0"]
     assert (held["matches"][0]["state"], held["matches"][0]["pod"]) == ("allocated", "web-1")
