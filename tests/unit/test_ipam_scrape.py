@@ -1,0 +1,65 @@
+"""pycni-ipam's metrics on pycnid's registry, scraped as Prometheus text after real leases
+on a SqliteStore (in-process handler)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cni.plugins import ipam as ipam_plugin
+from cni.plugins.base import Faults, Services
+from cni.spec.request import Request, parse_config, parse_env
+from ipam.daemon.config import parse_daemon_config
+from tests.fixtures.ipam_pools import put_pool
+
+
+@pytest.fixture
+def services(tmp_path):
+    services = Services(node_name="node1", faults=Faults())
+    config = parse_daemon_config({"nodeName": "node1", "stateDir": str(tmp_path),
+                                  "nodeLabels": {"zone": "a"},
+                                  "ipam": {"housekeepingInterval": 0},
+                                  "store": {"type": "sqlite", "path": str(tmp_path / "s.db")}})
+    services.plugins["ipam"] = ipam_plugin.create(services, config)
+    yield services
+    for hook in reversed(services.on_shutdown):
+        hook()
+
+
+def add(services, cid: str) -> dict:
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": cid, "CNI_NETNS": "/proc/self/ns/net",
+           "CNI_IFNAME": "eth0", "CNI_ARGS": "", "CNI_PATH": "/nonexistent"}
+    raw = json.dumps({"cniVersion": "1.1.0", "name": "net", "type": "ptp",
+                      "ipam": {"type": "pycni-ipam"}}).encode()
+    req = Request(env=parse_env(env), config=parse_config(raw, "ADD"), raw_env=env,
+                  raw_config=raw)
+    return services.plugins["ipam"].add(req)
+
+
+def samples(services) -> dict[str, float]:
+    out = {}
+    for line in services.metrics.render().splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def test_pool_usage_blocks_events_and_latency_are_exposed(services):
+    store = services.extra["store"]
+    put_pool(store, "pa", "10.95.0.0/24", block_size=26, gateway="first",
+             node_selector={"zone": "a"})
+    for cid in ("c1", "c2", "c3"):
+        add(services, cid)
+    leases = services.extra["ipam.leases"]
+    leases.release(next(r.handle for r in leases.handles("net") if r.handle.container_id == "c3"))
+    got = samples(services)
+    assert got['pycni_ipam_pool_size{pool="pa"}'] == 256 - 2 - 4  # net/bcast, 4 gateways
+    assert got['pycni_ipam_addresses_in_use{pool="pa"}'] == 2
+    assert got['pycni_ipam_addresses_cooling{pool="pa"}'] == 1
+    assert got['pycni_ipam_addresses_free{pool="pa"}'] == 250 - 2 - 1
+    assert got['pycni_ipam_addresses_borrowed{pool="pa"}'] == 0
+    assert got['pycni_ipam_blocks{node="node1",pool="pa"}'] == 1
+    assert got['pycni_ipam_block_events_total{event="claim",pool="pa"}'] == 1
+    assert got["pycni_ipam_allocation_seconds_count"] == 3
+    assert "pycni_ipam_cas_conflicts_total" not in got  # no conflict, no sample yet
