@@ -26,7 +26,7 @@ def etcd_endpoints(etcd_shared) -> str:  # noqa: F811
     return ",".join(etcd_shared.endpoints)
 
 
-@pytest.fixture(params=["sqlite", "etcd"])
+@pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.etcd)])
 def store_kind(request) -> str:
     return request.param
 

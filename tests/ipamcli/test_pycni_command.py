@@ -85,6 +85,7 @@ def test_the_pycni_command_end_to_end(config, store):
     assert run("pool", "ls") == {"pools": []} and run("check")["ok"] is True
 
 
+@pytest.mark.etcd
 def test_command_line_overrides_and_environment(sqlite_path, etcd_endpoints, tmp_path):
     sqlite_config = write_config(tmp_path, {"type": "sqlite", "path": sqlite_path})
     pycni("pool", "add", "e", "--cidr", "10.2.0.0/16", "--etcd-endpoints", etcd_endpoints,
@@ -102,6 +103,7 @@ def test_command_line_overrides_and_environment(sqlite_path, etcd_endpoints, tmp
     assert names(env={"PYCNI_ETCD_ENDPOINTS": etcd_endpoints}) == ["e"]
 
 
+@pytest.mark.etcd
 def test_etcd_with_mtls_from_the_config_or_the_command_line(etcd_tls, tmp_path):  # noqa: F811
     tls = etcd_tls.tls
     config = write_config(tmp_path, {"type": "etcd", "endpoints": etcd_tls.endpoints,
@@ -116,6 +118,7 @@ def test_etcd_with_mtls_from_the_config_or_the_command_line(etcd_tls, tmp_path):
     assert refused.stderr.startswith("pycni ipam: ") and etcd_tls.endpoint in refused.stderr
 
 
+@pytest.mark.etcd
 def test_unreachable_etcd_is_a_message_naming_it():
     endpoint = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
