@@ -1,10 +1,15 @@
 """Pool exhaustion on two nodes sharing one small pool: every usable address is handed out
 exactly once, then ADD fails with a precise error naming the pool and the node, and a failed
-dual-stack ADD writes nothing (the IPv6 side, which has room, is not half-leased)."""
+dual-stack ADD writes nothing (the IPv6 side, which has room, is not half-leased).
+
+Two pool kinds: a netconf range (host-local semantics) and named cluster pools written to
+etcd as an operator would (exclusions and a gateway per block never handed out)."""
 from __future__ import annotations
 
 import ipaddress
 import json
+import time
+from dataclasses import dataclass
 
 import pytest
 
@@ -15,9 +20,39 @@ from .load import NETWORK, ipam, netconf
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd]
 
-V4 = "10.97.0.0/27"  # .0 network, .1 gateway, .31 broadcast: 29 usable (.2-.30)
-V6 = "fd97::/120"
-USABLE_V4 = 29
+
+@dataclass(frozen=True)
+class Case:
+    v4: str
+    usable: int  # addresses of the v4 pool that can ever be handed out
+    never: tuple[str, ...]  # v4 addresses that must never be handed out
+    pools: tuple[dict, ...] = ()  # cluster pool records to write first
+
+    def conf(self) -> dict:
+        if self.pools:
+            return {"cniVersion": "1.1.0", "name": NETWORK, "type": "ptp",
+                    "ipam": {"type": "pycni-ipam", "pools": [p["name"] for p in self.pools]}}
+        return netconf([[{"subnet": self.v4, "blockSize": 28}],
+                        [{"subnet": "fd97::/120", "blockSize": 124}]])
+
+
+def pool_record(name: str, cidr: str, block: int, **keys) -> dict:
+    return {"name": name, "cidr": cidr, "blockSize": block, "disabled": False,
+            "nodeSelector": {}, "strictAffinity": False, "exclusions": [], "gateway": "none",
+            "reuseDelay": 120, "createdAt": time.time(), **keys}
+
+
+CASES = {
+    # .0 network, .1 the range's gateway, .31 broadcast: 29 usable (.2-.30)
+    "netconf-range": Case("10.97.0.0/27", 29, ("10.97.0.0", "10.97.0.1", "10.97.0.31")),
+    # 32 - network/broadcast - 3 excluded - a gateway per /28 block (.1 and .16) = 25
+    "cluster-pools": Case("10.98.0.0/27", 25,
+                          ("10.98.0.0", "10.98.0.1", "10.98.0.16", "10.98.0.20", "10.98.0.21",
+                           "10.98.0.22", "10.98.0.31"),
+                          (pool_record("small4", "10.98.0.0/27", 28, gateway="first",
+                                       exclusions=["10.98.0.20-10.98.0.22"]),
+                           pool_record("big6", "fd98::/120", 124))),
+}
 
 
 def pod_state(view: StoreView) -> tuple[dict, dict]:
@@ -32,9 +67,9 @@ def buffered(view: StoreView, subnet: str) -> int:
                if h.startswith("_buffer/") and ipaddress.ip_address(ip) in net)
 
 
-def pool_name_of(view_dump: dict, subnet: str) -> str:
-    """The pool record's name whose cidr is ``subnet`` (as the store has it)."""
-    for key, (value, _) in view_dump.items():
+def pool_name_of(dump: dict, subnet: str) -> str:
+    """The name of the pool record whose cidr is ``subnet`` (as the store has it)."""
+    for key, (value, _) in dump.items():
         if key.startswith("/pycni/v1/pools/"):
             record = json.loads(value)
             if str(ipaddress.ip_network(record.get("cidr", "0.0.0.0/32"))) == subnet:
@@ -42,11 +77,10 @@ def pool_name_of(view_dump: dict, subnet: str) -> str:
     raise AssertionError(f"no pool record with cidr {subnet}")
 
 
-def test_exhausted_pool_precise_error_nothing_half_written(make_cluster, cni_bin):
-    cluster = make_cluster(nodes=2, etcd_members=1)
-    conf = netconf([[{"subnet": V4, "blockSize": 28}], [{"subnet": V6, "blockSize": 124}]])
-    adds, last_failures, serial = [], {}, 0
-    while True:  # alternate the nodes until neither gets an address
+def fill_pool(cni_bin, cluster, conf: dict, limit: int) -> list:
+    """ADD on the nodes in turn until a whole round gets no address."""
+    adds, serial = [], 0
+    while True:
         round_ok = False
         for node in cluster.nodes:
             serial += 1
@@ -55,10 +89,19 @@ def test_exhausted_pool_precise_error_nothing_half_written(make_cluster, cni_bin
                 adds.append(call)
                 round_ok = True
             else:
-                last_failures[node.name] = call
+                assert call.code == 101, call.run.stdout
         if not round_ok:
-            break
-        assert serial < 4 * USABLE_V4, "more ADDs succeeded than the pool has addresses"
+            return adds
+        assert len(adds) <= limit, "more ADDs succeeded than the pool has addresses"
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_exhausted_pool_precise_error_nothing_half_written(make_cluster, cni_bin, case):
+    cluster = make_cluster(nodes=2, etcd_members=1)
+    for record in case.pools:
+        cluster.etcd.put(f"/pycni/v1/pools/{record['name']}", json.dumps(record).encode())
+    conf = case.conf()
+    adds = fill_pool(cni_bin, cluster, conf, case.usable)
 
     dump = cluster.etcd.dump()
     view = StoreView.parse(dump)
@@ -66,10 +109,11 @@ def test_exhausted_pool_precise_error_nothing_half_written(make_cluster, cni_bin
     assert_handles_match(view, adds)
     assert_no_duplicates(adds)
     v4 = [ip for c in adds for ip in c.ips() if ":" not in ip]
-    assert len(v4) + buffered(view, V4) == USABLE_V4, "usable addresses left unused"
-    assert all(ipaddress.ip_address(ip) in ipaddress.ip_network(V4) for ip in v4)
+    assert all(ipaddress.ip_address(ip) in ipaddress.ip_network(case.v4) for ip in v4)
+    assert not set(v4) & set(case.never), f"handed out: {sorted(set(v4) & set(case.never))}"
+    assert len(v4) + buffered(view, case.v4) == case.usable, "usable addresses left unused"
 
-    pool = pool_name_of(dump, V4)
+    pool = pool_name_of(dump, case.v4)
     before = pod_state(view)
     for node in cluster.nodes:
         failed = ipam(cni_bin, node, "ADD", conf, f"{node.name}-late")
@@ -84,7 +128,7 @@ def test_exhausted_pool_precise_error_nothing_half_written(make_cluster, cni_bin
     node = next(n for n in cluster.nodes if n.name == freed.node)
     assert ipam(cni_bin, node, "DEL", conf, freed.cid).ok
     reuse = ipam(cni_bin, node, "ADD", conf, f"{node.name}-reuse")
-    assert reuse.ok, reuse.run.stdout
+    assert reuse.ok, reuse.run.stdout  # in its reuse delay, but nothing else is free
     assert [ip for ip in reuse.ips() if ":" not in ip] == [ip for ip in freed.ips()
                                                            if ":" not in ip]
     for call in adds + [reuse]:
