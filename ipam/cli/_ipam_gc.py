@@ -1,7 +1,7 @@
 """`pycni ipam gc`: the dead-node reaper (``ipam.reaper``), then check's fixes until none is left.
 
 The reaper runs first (a dead node's handles are released whole, by its rules: heartbeat gone
-for the grace period, confirmed on a second look). Then rounds of check + fixes: a fix can
+for the grace period, confirmed on a second look), on stores with heartbeats (etcd) only. Then rounds of check + fixes: a fix can
 uncover the next (an orphan handle deleted leaves its allocations orphan, freed in the next
 round, and then the empty orphan block is deleted). ``--dry-run`` reports one round and writes
 nothing.
@@ -47,11 +47,21 @@ def calc_grace(env: Env, grace: float | None) -> float:
     return parse_node_options(env.config().raw).reap_grace
 
 
+def has_heartbeats(store: Any) -> bool:
+    """Only a store with leases (etcd) carries heartbeats; on SQLite (one node) every node
+    would look dead, so the reaper never runs there (as in pycnid)."""
+    return callable(getattr(store, "keep_lease", None))
+
+
 def run_reaper(env: Env, dry_run: bool, grace: float | None) -> dict[str, Any]:
+    def skipped(why: str) -> dict[str, Any]:
+        return {"available": False, "summary": f"not run: {why}", "nodes": [], "errors": []}
     try:
         reaper = load_reaper("reap_dead_nodes")
     except Failed as exc:
-        return {"available": False, "summary": f"not run: {exc}", "nodes": [], "errors": []}
+        return skipped(str(exc))
+    if not has_heartbeats(env.store()):
+        return skipped(f"store {env.store_name} keeps no node heartbeats (one node)")
     seconds = calc_grace(env, grace)
     report = reaper.reap_dead_nodes(env.store(), time.time(), seconds, dry_run=dry_run)
     doc = report.to_dict()

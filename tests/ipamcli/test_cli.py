@@ -118,7 +118,7 @@ def test_show_reports_in_json(ipam, store):
     assert "BLOCKS" in ipam("show").stdout
 
 
-def test_check_finds_injected_damage_and_gc_repairs_it(ipam, store):
+def test_check_finds_injected_damage_and_gc_repairs_it(ipam, store, store_kind):
     ipam("pool", "add", "p", "--cidr", "10.1.0.0/24")
     c = Contents(records={f"{P}pools/p": json.loads(store.get(f"{P}pools/p").value)})
     c.allocate("p", "10.1.0.2", "net/c1/eth0").allocate("p", "10.1.0.3", "net/c2/eth0")
@@ -149,6 +149,13 @@ def test_check_finds_injected_damage_and_gc_repairs_it(ipam, store):
         ("duplicate-address", "drop", "applied"), ("orphan-allocation", "free", "applied")]
     assert done["remaining"] == []
     assert ipam("check", "-o", "json")["ok"] is True
+    if store_kind == "sqlite":  # no heartbeats: every node would look dead
+        assert done["reaper"]["available"] is False and "keeps no node heartbeats" in \
+            done["reaper"]["summary"]
+    else:  # etcd: node1/node2 have no heartbeat, a first look makes them suspects
+        assert done["reaper"]["available"] is True and done["reaper"]["grace"] == 900
+        assert {(n["node"], n["state"]) for n in done["reaper"]["nodes"]} == {
+            ("node1", "suspect"), ("node2", "suspect")}
     block = json.loads(store.get(block_key("p", "10.1.0.0/26")).value)
     assert block["allocations"] == {"10.1.0.2": "net/c1/eth0", "10.1.0.3": "net/c2/eth0"}
 
@@ -174,3 +181,27 @@ def test_release_ip(ipam, store):
     again = ipam("release", "10.1.0.2")
     assert "nothing released" in again.stdout
     assert "invalid address 'nonsense'" in ipam("release", "nonsense", code=1).stderr
+
+
+def test_gc_reaps_a_dead_node_on_a_second_look(ipam, store, store_kind):
+    if store_kind == "sqlite":
+        pytest.skip("the reaper needs heartbeats (etcd)")
+    ipam("pool", "add", "p", "--cidr", "10.1.0.0/24")
+    c = Contents(records={f"{P}pools/p": json.loads(store.get(f"{P}pools/p").value)})
+    c.allocate("p", "10.1.0.2", "net/alive/eth0", node="node1").heartbeat("node1")
+    c.allocate("p", "10.1.0.70", "net/dead/eth0", node="node2")
+    c.write(store)
+    first = ipam("gc", "--grace", "0", "-o", "json")
+    assert {(n["node"], n["state"]) for n in first["reaper"]["nodes"]} == {
+        ("node1", "alive"), ("node2", "suspect")}
+    assert store.get(f"{P}handles/net/dead/eth0") is not None  # one look is not enough
+    planned = ipam("gc", "--grace", "0", "--dry-run", "-o", "json")
+    assert ("node2", "reaped") in {(n["node"], n["state"]) for n in planned["reaper"]["nodes"]}
+    assert store.get(f"{P}handles/net/dead/eth0") is not None  # a dry run writes nothing
+    second = ipam("gc", "--grace", "0", "-o", "json")
+    assert ("node2", "reaped") in {(n["node"], n["state"]) for n in second["reaper"]["nodes"]}
+    assert store.get(f"{P}handles/net/dead/eth0") is None
+    assert store.get(f"{P}handles/net/alive/eth0") is not None
+    assert ipam("check", "-o", "json")["ok"] is True
+    assert ipam("gc", "--grace", "0").stdout.splitlines()[-1].startswith(
+        "dead-node reaper: 1 node(s) alive")
