@@ -20,7 +20,7 @@ from typing import Any, Callable
 from cni.spec.errors import AddressConflict, InvalidConfig, TryAgainLater
 from ipam.edits import encode
 from ipam.inspect import BLOCKS, POOLS, PoolView, Snapshot, affinity_key, parse_pool
-from ipam.pool_spec import PoolSpec, record_of, validate_name
+from ipam.pool_spec import PoolSpec, record_of
 from ipam.pool_update import PoolUpdate, calc_updated_record, find_gateway_conflicts
 from ipam.release import CHUNK, release_in_block
 from ipam.repair import read_snapshot
@@ -43,7 +43,10 @@ def list_pools(store: Store) -> list[PoolView]:
 
 
 def read_pool(store: Store, name: str) -> tuple[int, dict]:
-    kv = store.get(f"{POOLS}{validate_name(name)}")
+    """An existing pool by name (netconf pools of IPv6 subnets have ':' in theirs)."""
+    if not name or "/" in name:
+        raise PoolNotFound(f"invalid pool name {name!r}", "see pycni ipam pool ls")
+    kv = store.get(f"{POOLS}{name}")
     if kv is None:
         raise PoolNotFound(f"pool {name} does not exist", "see pycni ipam pool ls")
     return kv.mod_revision, json.loads(kv.value)

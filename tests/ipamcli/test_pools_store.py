@@ -138,7 +138,12 @@ def test_gateway_first_refused_when_a_block_gateway_is_held(store):
 def test_netconf_pool_takes_no_node_selector(store):
     c = Contents()
     name = c.netconf_pool("net", "10.70.0.0/24")
+    name6 = c.netconf_pool("net", "fd70::/120")
     c.write(store)
+    assert set_pool(store, name6, PoolUpdate(disabled=True)).new["disabled"] is True
+    assert remove_pool(store, name6)["removed"] is True  # ':' in its name is fine
+    with pytest.raises(PoolNotFound, match="invalid pool name 'a/b'"):
+        remove_pool(store, "a/b")
     with pytest.raises(PoolInvalid, match="comes from the ranges of network net"):
         set_pool(store, name, PoolUpdate(node_selector={"a": "b"}))
     assert set_pool(store, name, PoolUpdate(disabled=True)).new["disabled"] is True
