@@ -1,11 +1,12 @@
 """Group commit: concurrent callers on one node share one store txn (flat combining).
 
 A caller queues its *job* (``job(plan) -> value``: add this caller's reads and writes to the
-plan) and takes the node lock. Whoever holds the lock is the leader: it plans every queued job
+plan) and, when no other caller is leading, leads: it plans every queued job
 into one ``Plan`` (a job that raises is left out whole and gets its error), commits it in one
 txn, and hands each job its value. When the txn loses a compare, the leader lets the caller
 refresh the cache and plans the same jobs again (bounded attempts, jittered backoff). A caller
-whose job a previous leader finished returns without ever touching the store.
+whose job a leader finished returns at once, without waiting for the next txn. Only one leader
+runs at a time, so the cache is never used by two threads at once.
 
 With one caller at a time this is exactly "plan, commit, retry" under a lock; with many it
 turns N round trips into one, which is what keeps a node fast when kubelet starts many pods.
@@ -49,24 +50,34 @@ class Combiner:
     max_batch: int = 16
     store_name: str = "the store"
     on_retry: Callable[[], None] = lambda: None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
     _queue: deque = field(default_factory=deque)
+    _leading: bool = False
 
     def run(self, plan: Callable[[Plan], T], what: str = "request") -> T:
         job: Job[T] = Job(plan, what)
-        self._queue.append(job)
-        while not job.done:
-            with self._lock:
-                if not job.done:
-                    self._lead()
+        with self._cond:
+            self._queue.append(job)
+        while True:
+            with self._cond:
+                while self._leading and not job.done:  # a served caller leaves at once
+                    self._cond.wait()
+                if job.done:
+                    break
+                self._leading = True
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue),
+                                                                  self.max_batch))]
+            try:
+                self._lead(batch)
+            finally:
+                with self._cond:
+                    self._leading = False
+                    self._cond.notify_all()
         if job.error is not None:
             raise job.error
         return job.value
 
-    def _lead(self) -> None:
-        batch = []
-        while self._queue and len(batch) < self.max_batch:
-            batch.append(self._queue.popleft())
+    def _lead(self, batch: list[Job]) -> None:
         try:
             self._serve(batch)
         except BaseException as exc:  # the store failed: every job of the batch hears it
@@ -106,7 +117,8 @@ class Combiner:
                 job.finish(error=exc)
                 continue
             if planned and draft.size() > MAX_TXN_OPS:
-                self._queue.appendleft(job)
+                with self._cond:
+                    self._queue.appendleft(job)
                 batch.remove(job)
                 continue
             plan = draft

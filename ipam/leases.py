@@ -122,7 +122,10 @@ class LeaseService:
         for name, record in plan.pools.items():
             cache.note_pool(name, revision, record)
         for key, handle in plan.handles.items():
-            cache.note_handle(key, revision, handle)
+            if handle is None:
+                cache.forget_handle(key)
+            else:
+                cache.note_handle(key, revision, handle)
         for kind, pool in plan.events:
             self.on_event(kind, pool)
         return True
