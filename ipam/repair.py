@@ -35,6 +35,10 @@ class Skip(Exception):
     """The reason for a fix is gone (or never was): nothing to write."""
 
 
+class Contended(TryAgainLater):
+    """The keys of one change kept moving under it (not a store failure)."""
+
+
 def read_snapshot(store: Store) -> Snapshot:
     """Everything under /pycni/v1/ in one range (one revision on etcd)."""
     range_at = getattr(store, "range_at", None)
@@ -70,8 +74,8 @@ def apply_with_retry(store: Store, keys: list[str],
         change = plan(read(store, keys))
         if commit(store, change):
             return change
-    raise TryAgainLater(f"{what}: the keys kept changing ({MAX_ATTEMPTS} attempts)",
-                        f"store {store.name}; retry")
+    raise Contended(f"{what}: the keys kept changing ({MAX_ATTEMPTS} attempts)",
+                    f"store {store.name}; retry")
 
 
 def handle_key(handle_id: str) -> str:
@@ -207,10 +211,14 @@ def put_or_delete_handle(change: Change, handle_id: str, record: dict) -> None:
 
 
 def apply_fix(store: Store, fix: Fix, now: float) -> tuple[str, str]:
-    """("applied", "") or ("skipped", why)."""
+    """("applied", ""), ("skipped", why) or ("failed", why); a store failure raises."""
     try:
         apply_with_retry(store, fix_keys(fix), lambda cur: plan_fix(fix, cur, now),
                          f"gc {fix.action} of {fix.ip or fix.handle or fix.block_key}")
     except Skip as why:
         return "skipped", str(why)
+    except Contended as exc:
+        return "failed", str(exc)
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a malformed record
+        return "skipped", f"a record it touches is unusable: {exc!r}"
     return "applied", ""

@@ -154,3 +154,13 @@ def test_release_ip_needs_a_pool_when_networks_share_it(store):
     assert record(store, f"{P}handles/neta/c1/eth0") is not None
     with pytest.raises(InvalidConfig, match="invalid address '10.9.0.2/24'"):
         release_ip(store, "10.9.0.2/24")
+
+
+def test_a_fix_touching_a_malformed_record_is_skipped_not_fatal(store, broken):
+    snap = read_snapshot(store)
+    (orphan,) = [f for f in find_problems(snap) if f.kind == "orphan-allocation"]
+    key = block_key("p", "10.1.0.0/26")
+    block = {**record(store, key), "allocations": ["not", "a", "map"]}
+    assert store.txn([], [Put(key, json.dumps(block).encode())]).succeeded
+    status, why = apply_fix(store, orphan.fixes[0], NOW)
+    assert status == "skipped" and "unusable" in why
