@@ -6,7 +6,7 @@ Counted as they happen (from the lease service's hooks):
 ``pycni_ipam_allocation_seconds`` histogram (one ADD's lease, queueing included).
 
 Computed at scrape time from the store (pool records and blocks: two ranges, no handles, at
-most once per ``ttl`` seconds however many gauges a scrape renders), counted by
+most once per ``ttl`` seconds, default 30, however many gauges and scrapes), counted by
 ``ipam.inspect`` exactly as ``pycni ipam show`` counts: ``pycni_ipam_pool_size{pool}``,
 ``pycni_ipam_addresses_in_use|free|cooling|borrowed{pool}``, ``pycni_ipam_blocks{pool, node}``.
 """
@@ -26,7 +26,7 @@ ADDRESS_STATES = {"in_use": "used", "free": "free", "cooling": "cooling",
 
 
 class IpamMetrics:
-    def __init__(self, registry: Any, store: Store, *, ttl: float = 5.0,
+    def __init__(self, registry: Any, store: Store, *, ttl: float = 30.0,
                  clock: Callable[[], float] = time.time) -> None:
         self.store, self.ttl, self.clock = store, ttl, clock
         self._lock = threading.Lock()

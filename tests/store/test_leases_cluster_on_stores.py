@@ -119,3 +119,28 @@ def test_empty_blocks_go_back_and_can_be_claimed_again(store, tag):
     assert [b.affinity for b in blocks(store, pool)] == [other.node]
     assert not store.range(f"{HANDLES}{network}/a/")
     assert again.ips[0].ip
+
+
+def test_many_concurrent_adds_of_one_node_are_unique_and_whole(store, tag):
+    put_pool(store, f"v4-{tag}", "10.94.0.0/24", block_size=28, node_selector={"test": tag})
+    put_pool(store, f"v6-{tag}", "fd94::/64", node_selector={"test": tag})
+    leases, network = LeaseService(store, f"node-{tag}", labels={"test": tag}), f"n{tag}"
+    results, errors = [], []
+
+    def add(i: int) -> None:
+        try:
+            results.append(leases.acquire(HandleId(network, f"c{i}", "eth0"),
+                                          Selection(network))[0])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    got = [ip.ip for r in results for ip in r.ips]
+    assert len(got) == len(set(got)) == 80
+    assert sorted(str(r.handle) for r in handles(store, network)) == \
+        sorted(str(r.handle) for r in results)
