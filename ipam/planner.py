@@ -167,6 +167,9 @@ class Planner:
         cidr = state.pool.block_of(ip)
         _, block = self.block_for_write(plan, state.name, str(cidr))
         current = block.allocations.get(str(ip)) if block else None
+        if current is not None and not plan.pending_block(block_key(state.name, str(cidr)))[0]:
+            block = self.reread_block(state.name, str(cidr))  # the cache may lag: ask the store
+            current = block.allocations.get(str(ip)) if block else None
         if current is not None:
             raise AddressConflict(f"requested address {ip} is already held by {current}",
                                   f"{holder} gets nothing; {self.describe_holder(current)}")
@@ -214,6 +217,13 @@ class Planner:
             return state.others[cidr]
         kv = self.cache.store.get(key)
         return (kv.mod_revision, BlockRecord.from_bytes(kv.key, kv.value)) if kv else (0, None)
+
+    def reread_block(self, pool: str, cidr: str) -> BlockRecord | None:
+        """A block as the store has it now (the cache learns it too)."""
+        kv = self.cache.store.get(block_key(pool, cidr))
+        block = BlockRecord.from_bytes(kv.key, kv.value) if kv else None
+        self.cache.note_block(pool, cidr, kv.mod_revision if kv else 0, block)
+        return block
 
     def plan_pool_record(self, plan: Plan, state: PoolState) -> None:
         """Compare the pool record as cached; write a netconf pool's record when it is absent

@@ -291,3 +291,17 @@ def test_concurrent_adds_of_one_node_share_txns_and_a_failing_one_is_left_out(tm
         assert len(blocks(store, "p")["10.75.0.0/24"].allocations) == 30
     finally:
         store.close()
+
+
+def test_a_static_request_is_not_refused_on_a_stale_cache(store, clock):
+    """node2 borrowed into node1's block and released it behind node1's cache: node1 can
+    still be asked for that address."""
+    put_pool(store, "one", "10.76.0.0/28", block_size=28)
+    owner, borrower = node(store, "node1", clock), node(store, "node2", clock)
+    owner.acquire(h("a"), by_name("one"))
+    lent, _ = borrower.acquire(h("b"), by_name("one"))
+    owner.acquire(h("c"), by_name("one"))  # node1's cache now holds node2's allocation
+    borrower.release(h("b"))
+    wanted = ipaddress.ip_address(lent.ips[0].ip)
+    record, created = owner.acquire(h("d"), by_name("one"), [wanted])
+    assert created and record.ips[0].ip == str(wanted)
