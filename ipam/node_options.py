@@ -5,11 +5,11 @@ Read from pycnid's JSON config (``DaemonConfig.raw``) so the keys sit beside the
     "nodeAddress": "172.31.250.11",      # underlay address in the node record (default: the
                                          # source address towards the first etcd endpoint)
     "nodeLabels": {"zone": "a"},         # also used for pool nodeSelectors
-    "ipam": {"bufferSize": 8,            # addresses pre-reserved per pool for etcd outages (0: none)
+    "ipam": {"bufferSize": 8,            # addresses reserved per pool for etcd outages (0: none)
              "heartbeatTTL": 10,         # seconds; the etcd lease of /pycni/v1/heartbeats/<node>
              "reapGrace": 900,           # seconds a heartbeat must stay gone before reclaiming
              "reapInterval": 60,         # seconds between two reaper passes on this node (0: off)
-             "addBudget": 2.5}           # seconds every store call of one ADD/DEL may take in all
+             "addBudget": 2}             # seconds every store call of one ADD/DEL may take in all
 
 Every bad value is ``InvalidConfig`` naming the key, so pycnid refuses to start with it.
 """
@@ -31,7 +31,7 @@ class NodeOptions:
     heartbeat_ttl: int = 10
     reap_grace: float = 900.0
     reap_interval: float = 60.0
-    add_budget: float = 2.5
+    add_budget: float = 2.0
 
 
 NUMBERS = {  # config key -> (attribute, minimum, maximum, integer)

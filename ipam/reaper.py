@@ -19,7 +19,8 @@ reclamation at the next txn. A live node (heartbeat present) is refused unless `
    suspicion go.
 
 A partitioned node is therefore never reclaimed before its heartbeat has been gone for the
-whole grace period (keep it well above the longest etcd outage nodes should ride out).
+whole grace period (keep it well above the longest etcd outage nodes should ride out). A store
+without leases (SQLite, one node) has no heartbeats, so the reaper never acts on it.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.liveness import NODES, heartbeat_key, node_key
+from ipam.liveness import NODES, heartbeat_key, node_key, supports_leases
 from ipam.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
 from ipam.records import BLOCKS, HANDLES, BlockRecord, HandleRecord, decode, encode
 from ipam.store.base import PREFIX, Compare, Delete, Put, Store
@@ -84,9 +85,11 @@ class NodeVerdict:
 class ReapReport:
     nodes: list[NodeVerdict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    skipped: str = ""  # why no node was looked at
 
     def to_dict(self) -> dict:
-        return {"nodes": [v.to_dict() for v in self.nodes], "errors": list(self.errors)}
+        out = {"nodes": [v.to_dict() for v in self.nodes], "errors": list(self.errors)}
+        return {**out, "skipped": self.skipped} if self.skipped else out
 
     @property
     def reaped(self) -> list[str]:
@@ -109,8 +112,13 @@ def calc_candidates(store: Store, skip: str | None) -> set[str]:
 
 def reap_dead_nodes(store: Store, now: float, grace: float, *, self_node: str | None = None,
                     dry_run: bool = False) -> ReapReport:
-    """One reaper pass over every node but ``self_node``; errors are collected per node."""
+    """One reaper pass over every node but ``self_node``; errors are collected per node.
+    A store without leases (SQLite) has no heartbeats: every node would look dead, so the
+    pass does nothing there."""
     report = ReapReport()
+    if not supports_leases(store):
+        report.skipped = f"the store {store.name} has no heartbeats (single node): no reaping"
+        return report
     for node in sorted(calc_candidates(store, self_node)):
         try:
             report.nodes.append(judge_node(store, node, now, grace, dry_run))

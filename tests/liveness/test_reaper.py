@@ -116,3 +116,18 @@ def test_a_heartbeat_reappearing_mid_reclamation_stops_it(cluster):
     assert report.stopped and "came back" in report.stopped + str(report.to_dict())
     assert len(handles_of(cluster, "dead")) == 3  # nothing was taken
     cluster.revoke_lease(lease)
+
+
+def test_the_reaper_never_acts_on_a_store_without_heartbeats(tmp_path):
+    from ipam.store.sqlite import SqliteStore
+
+    sqlite = SqliteStore(str(tmp_path / "store.db"))
+    try:
+        seed_pool(sqlite)
+        seed_lease(sqlite, "solo", "10.77.2.1")
+        for offset in (0, 10 * GRACE):
+            report = reap_dead_nodes(sqlite, time.time() + offset, GRACE)
+            assert report.nodes == [] and "no heartbeats" in report.skipped
+        assert handles_of(sqlite, "solo") and sqlite.get(suspect_key("solo")) is None
+    finally:
+        sqlite.close()

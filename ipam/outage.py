@@ -1,0 +1,352 @@
+"""Outage tolerance: pycni-ipam keeps serving ADDs for a while when etcd is unreachable.
+
+Each node keeps ``ipam.bufferSize`` addresses per pool (default 8) reserved in etcd under its
+buffer handle ``_buffer/<node>/<pool>`` (``ipam/outage_txns.py``) and a copy in memory and in
+``<stateDir>/ipam-outage/`` (``ipam/outage_files.py``). The guard wraps the ADD/DEL path:
+
+- ADD with the store reachable and nothing to write back: the normal lease (one CAS txn), all
+  its store calls bounded by ``ipam.addBudget`` seconds (default 2).
+- ADD when the store does not answer (or is known down): an address per range set is taken
+  from the in-memory buffer, journalled (append + fsync) and returned. Buffer empty, no buffer,
+  or a static IP request: code 11 at once. Repeating the ADD returns the same addresses.
+- DEL when the store does not answer: journalled, answered as done.
+- The reconciler thread probes the store (every 0.5 s while down); once it answers, the journal
+  is replayed in order (one txn per entry), the snapshot rewritten, then the journal shortened,
+  and the buffers refilled. An ADD/DEL arriving while entries wait replays them first, so the
+  store path never overtakes the journal.
+
+STATUS still answers 50 while the store is down (``IpamPlugin.status``). SQLite stores never
+become unreachable and get no guard (``NoGuard``). Known limit: after a restart in the middle
+of an outage, repeating an ADD made *before* the outage gets a second address (the handle then
+holds both once written back: nothing is freed that a container may use).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from cni.spec.errors import CNIError, TryAgainLater
+from ipam.leases import LeaseService
+from ipam.outage_calc import (Names, calc_cancelled, calc_pool_names, entry_handle, entry_record,
+                              handle_dict, leased_ip)
+from ipam.outage_files import OutageFiles
+from ipam.outage_store import StoreUnreachable
+from ipam.outage_txns import plan_refill, plan_replay, read_buffers
+from ipam.records import HandleId, HandleRecord, LeasedIP
+from ipam.selection import Selection
+from ipam.store.deadline import call_deadline
+
+log = logging.getLogger("pycnid.outage")
+Commit = Callable[[], tuple[HandleRecord, bool]]
+FAST, SLOW = 0.5, 5.0  # reconciler period while something waits / when all is quiet
+CATCH_UP_WAIT = 0.2  # an ADD waits this long for a running replay before using the buffer
+REFILL_PAUSE = 2.0  # seconds between two refill attempts of a pool that stayed short
+
+
+class OutageGuard:
+    """Around a ``LeaseService`` whose store is a ``TrackedStore``."""
+
+    def __init__(self, leases: LeaseService, files: OutageFiles, *, size: int, budget: float,
+                 clock: Callable[[], float] = time.time, metrics: Any = None) -> None:
+        self.leases, self.store, self.node = leases, leases.store, leases.node
+        self.reach, self.files = leases.store.reach, files
+        self.size, self.budget, self.clock = size, budget, clock
+        self._lock = threading.Lock()  # in-memory state and the journal file
+        self._sync = threading.Lock()  # one replay / refill at a time
+        self.entries: list[dict] = []
+        self.pending: dict[str, HandleRecord] = {}  # served from the buffer, not written back
+        self.known: dict[str, HandleRecord] = {}  # leases this daemon committed
+        self.buffers: dict[str, list[LeasedIP]] = {}  # what may still be handed out
+        self.stored: dict[str, list[dict]] = {}  # the snapshot as last saved
+        self.pools: set[str] = set()  # pools to keep a buffer for
+        self.selections: dict[Selection, Names] = {}  # the pools each selection was served from
+        self._next_wake: dict[str, float] = {}  # ADDs wake the reconciler at most this often
+        self._next_refill: dict[str, float] = {}  # a pool that stayed short waits until then
+        self._seq = 0
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ipam-outage", daemon=True)
+        self._counters(metrics)
+
+    def _counters(self, metrics: Any) -> None:
+        if metrics is None:
+            from ipam.daemon.metrics import Registry
+            metrics = Registry()
+        self.served = metrics.counter("pycni_ipam_outage_served_total",
+                                      "ADDs answered from the outage buffer")
+        self.replayed = metrics.counter("pycni_ipam_outage_replayed_total",
+                                        "Journal entries written back to the store")
+        self.conflicts = metrics.counter("pycni_ipam_outage_conflicts_total",
+                                         "Buffer addresses found held by others at write-back")
+        metrics.gauge("pycni_ipam_outage_buffer_addresses",
+                      "Addresses this node may hand out during a store outage, by pool",
+                      lambda: {(("pool", p),): len(ips) for p, ips in self.buffers.items()})
+        metrics.gauge("pycni_ipam_outage_journal_entries", "Journal entries not written back",
+                      lambda: {(): len(self.entries)})
+        metrics.gauge("pycni_ipam_store_reachable", "1 when the IPAM store answered last",
+                      lambda: {(): 0 if self.reach.down else 1})
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def load(self) -> "OutageGuard":
+        """Read the journal and the snapshot (after a restart: what was served, what is left)."""
+        with self._lock:
+            self.entries = self.files.entries()
+            self._seq = max((int(e.get("seq", 0)) for e in self.entries), default=0)
+            self.stored = self.files.load_buffers()
+            self._rebuild(self.stored)
+            self.pools |= set(self.stored)
+        if self.entries:
+            log.warning("outage journal holds %d entr(ies) to write back", len(self.entries))
+        return self
+
+    def start(self) -> "OutageGuard":
+        self._thread.start()
+        self._wake.set()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _rebuild(self, snapshot: dict[str, list[dict]]) -> None:
+        """pending and buffers from the journal and a snapshot (caller holds _lock)."""
+        pending: dict[str, HandleRecord] = {}
+        served: set[str] = set()
+        for entry in self.entries:
+            key = entry_handle(entry).key
+            if entry["op"] == "add":
+                record = pending[key] = entry_record(entry)
+                served |= {ip.ip for ip in record.ips}
+            else:
+                pending.pop(key, None)
+        self.pending = pending
+        self.buffers = {} if self.files.corrupt else {
+            pool: [ip for ip in map(leased_ip, ips) if ip.ip not in served]
+            for pool, ips in snapshot.items()}
+
+    # -- the ADD / DEL path -------------------------------------------------------------------
+    def acquire(self, handle: HandleId, selection: Selection, attributes: Mapping[str, str],
+                commit: Commit, static: bool = False) -> tuple[HandleRecord, bool]:
+        served = self.pending.get(handle.key)
+        if served is not None:
+            return served, False
+        if self.ready():
+            try:
+                with call_deadline(self.budget):
+                    record, created = commit()
+            except StoreUnreachable as exc:
+                return self.serve(handle, selection, attributes, static, exc)
+            self.note_committed(record, selection, static)
+            return record, created
+        return self.serve(handle, selection, attributes, static, None)
+
+    def release(self, handle: HandleId, commit: Callable[[], Any]) -> None:
+        if self.ready():
+            try:
+                with call_deadline(self.budget):
+                    commit()
+                self.known.pop(handle.key, None)
+                return
+            except StoreUnreachable:
+                pass
+        with self._lock:
+            self._journal({"op": "del", "handle": handle_dict(handle)})
+            self.pending.pop(handle.key, None)
+            self.known.pop(handle.key, None)
+        log.warning("DEL of %s journalled: the store %s is unreachable", handle, self.store.name)
+
+    def lookup(self, handle: HandleId) -> HandleRecord | None:
+        """The record served from the buffer and not yet written back, if any."""
+        return self.pending.get(handle.key)
+
+    def forget(self, handles: list[HandleId]) -> None:
+        for handle in handles:
+            self.known.pop(handle.key, None)
+
+    def ready(self) -> bool:
+        """May the store path be used now? (store not known down, nothing left to replay)"""
+        if self.reach.down:
+            return False
+        return not self.entries or self.catch_up(CATCH_UP_WAIT)
+
+    def catch_up(self, wait: float) -> bool:
+        if not self._sync.acquire(timeout=wait):
+            return False
+        try:
+            with call_deadline(self.budget):
+                self.replay()
+        except CNIError as exc:
+            log.info("write-back not finished: %s", exc)
+        finally:
+            self._sync.release()
+        return not self.entries
+
+    def serve(self, handle: HandleId, selection: Selection, attributes: Mapping[str, str],
+              static: bool, cause: CNIError | None) -> tuple[HandleRecord, bool]:
+        with self._lock:
+            known = self.known.get(handle.key)
+            if known is not None:
+                return known, False
+            names = self.selections.get(selection) or calc_pool_names(selection, self.buffers)
+            picks = self._pick(names, static, cause)
+            record = HandleRecord(handle, tuple(picks), {**attributes, "node": self.node},
+                                  self.clock())
+            self._journal({"op": "add", "handle": handle_dict(handle),
+                           "record": json.loads(record.to_bytes())})
+            for ip in picks:
+                self.buffers[ip.pool].remove(ip)
+            self.pending[handle.key] = record
+        self.served.inc()
+        log.warning("ADD of %s served from the outage buffer: %s", handle,
+                    ", ".join(ip.address for ip in picks))
+        return record, True
+
+    def _pick(self, names: Names, static: bool, cause: CNIError | None) -> list[LeasedIP]:
+        why = str(cause) if cause else self.reach.reason or "no answer"
+        if static:
+            raise TryAgainLater(f"the store {self.store.name} is unreachable; a requested "
+                                "address cannot be checked until it is back", why)
+        picks = []
+        for pools in names:
+            ip = next((ips[0] for p in pools if (ips := self.buffers.get(p))), None)
+            if ip is None:
+                raise TryAgainLater(f"the store {self.store.name} is unreachable and node "
+                                    f"{self.node} has no outage buffer address left in pool "
+                                    f"{', '.join(pools) or '(none known)'}",
+                                    f"retry when the store is back ({why})")
+            picks.append(ip)
+        return picks
+
+    def _journal(self, entry: dict) -> None:
+        self._seq += 1
+        entry = {**entry, "seq": self._seq, "at": self.clock()}
+        self.files.append(entry)
+        self.entries.append(entry)
+
+    def note_committed(self, record: HandleRecord, selection: Selection, static: bool) -> None:
+        """Remember the lease (a repeated ADD during an outage returns it) and, for a dynamic
+        lease, which pools served it: those get a buffer, and serve it in an outage."""
+        self.known[record.handle.key] = record
+        if static or not self.size:
+            return
+        self.selections[selection] = tuple((ip.pool,) for ip in record.ips)
+        now = time.monotonic()
+        for pool in (ip.pool for ip in record.ips):
+            self.pools.add(pool)
+            if len(self.buffers.get(pool, ())) < self.size and \
+                    now >= self._next_wake.get(pool, 0.0):
+                self._next_wake[pool] = now + REFILL_PAUSE
+                self._wake.set()
+
+    # -- the reconciler -----------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(FAST if self.reach.down or self.entries else SLOW)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.sync()
+            except CNIError as exc:
+                log.debug("outage sync: %s", exc)
+            except Exception:  # never let the reconciler die silently
+                log.exception("outage sync failed")
+
+    def sync(self) -> None:
+        """Probe the store; when it answers, write the journal back and refill the buffers."""
+        self.store.status()
+        with self._sync:
+            self.replay()
+            if not self.entries:
+                self.refresh_buffers()
+
+    def replay(self) -> None:
+        """Write journal entries back in order (caller holds _sync); stops at the first error."""
+        with self._lock:
+            batch = list(self.entries)
+        if not batch:
+            return
+        cancelled, done = calc_cancelled(batch), set()
+        try:
+            for entry in batch:
+                self._apply(entry, entry["seq"] in cancelled)
+                done.add(entry["seq"])
+        finally:
+            if done:
+                self._finish_replay(done)
+
+    def _apply(self, entry: dict, cancelled: bool) -> None:
+        handle = entry_handle(entry)
+        if entry["op"] == "del":
+            self.leases.release(handle)
+            self.known.pop(handle.key, None)
+        else:
+            record, now = entry_record(entry), self.clock()
+            conflicts = self.leases.run(lambda plan: plan_replay(
+                self.leases.planner, plan, record, cancelled, now), f"write-back of {handle}")
+            for conflict in conflicts:
+                self.conflicts.inc()
+                log.error("outage write-back conflict: %s", conflict)
+            if not cancelled:
+                self.known[handle.key] = record
+        self.replayed.inc()
+
+    def _finish_replay(self, done: set[int]) -> None:
+        """Snapshot first, then the shorter journal: a crash in between replays again."""
+        stored = read_buffers(self.store, self.node)
+        with self._lock:
+            self.entries = [e for e in self.entries if e["seq"] not in done]
+            self._save({pool: [ip.to_dict() for ip in r.ips] for pool, r in stored.items()})
+            self.files.rewrite(self.entries)
+            self.files.corrupt = False
+            self._rebuild(self.stored)
+        log.info("wrote back %d outage journal entr(ies); %d left", len(done), len(self.entries))
+
+    def refresh_buffers(self) -> None:
+        """Re-read the buffer handles, refill the short ones, save the snapshot if it moved."""
+        stored = read_buffers(self.store, self.node)
+        now = time.monotonic()
+        for name in sorted(self.pools):
+            have = len(stored[name].ips) if name in stored else 0
+            if have >= self.size or now < self._next_refill.get(name, 0.0):
+                continue
+            record = self.leases.run(lambda plan: plan_refill(
+                self.leases.planner, plan, name, self.size, self.clock),
+                f"refill of the outage buffer of {name}")
+            if record is not None:
+                stored[name] = record
+            if (len(record.ips) if record else 0) < self.size:
+                self._next_refill[name] = now + REFILL_PAUSE
+        with self._lock:
+            snapshot = {pool: [ip.to_dict() for ip in r.ips] for pool, r in stored.items()}
+            if snapshot != self.stored:
+                self._save(snapshot)
+            self._rebuild(snapshot)
+
+    def _save(self, snapshot: dict[str, list[dict]]) -> None:
+        self.files.save_buffers(snapshot)
+        self.stored = snapshot
+
+
+class NoGuard:
+    """The ADD/DEL path without outage handling (SQLite: the store is local)."""
+
+    def acquire(self, handle: HandleId, selection: Selection, attributes: Mapping[str, str],
+                commit: Commit, static: bool = False) -> tuple[HandleRecord, bool]:
+        return commit()
+
+    def release(self, handle: HandleId, commit: Callable[[], Any]) -> None:
+        commit()
+
+    def lookup(self, handle: HandleId) -> HandleRecord | None:
+        return None
+
+    def forget(self, handles: list[HandleId]) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
