@@ -30,6 +30,8 @@ from cni.spec.result import canonical
 from ipam.housekeeping import Housekeeping
 from ipam.ipam_metrics import IpamMetrics
 from ipam.leases import LeaseService
+from ipam.node_setup import NodeServices, setup_guard, setup_node
+from ipam.outage import NoGuard
 from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
 from ipam.store import open_store
 
@@ -56,9 +58,12 @@ def pod_attributes(req: Request) -> dict[str, str]:
 
 
 class IpamPlugin:
-    def __init__(self, services: Services, leases: LeaseService) -> None:
+    def __init__(self, services: Services, leases: LeaseService,
+                 node: NodeServices | None = None) -> None:
         self.services = services
         self.leases = leases
+        self.node = node  # liveness, outage guard, reaper (ipam/node_setup.py; engineer B)
+        self.guard = node.guard if node is not None else NoGuard()
 
     def add(self, req: Request) -> dict:
         cfg = parse_ipam_config(req.config)
@@ -68,8 +73,10 @@ class IpamPlugin:
         handle = handle_of(req)
         with ExitStack() as undo:
             self.services.faults.point(req, "ipam-allocate")
-            record, created = self.leases.acquire(handle, cfg.selection, requested,
-                                                  pod_attributes(req))
+            attributes = pod_attributes(req)
+            record, created = self.guard.acquire(  # the outage buffer when etcd is away
+                handle, cfg.selection, attributes, lambda: self.leases.acquire(
+                    handle, cfg.selection, requested, attributes), static=bool(requested))
             if created:
                 undo.callback(self._rollback, handle)
             self.services.faults.point(req, "ipam-result")
@@ -79,17 +86,21 @@ class IpamPlugin:
 
     def _rollback(self, handle: HandleId) -> None:
         try:
-            self.leases.release(handle)
+            self.guard.release(handle, lambda: self.leases.release(handle))
         except CNIError as err:  # the runtime's DEL (or GC) releases it later
             log.warning("could not roll back the lease of %s: %s", handle, err)
 
     def delete(self, req: Request) -> None:
-        released = self.leases.release(handle_of(req))
-        if released is not None:
-            log.debug("released %s: %s", released.handle, [ip.address for ip in released.ips])
+        handle = handle_of(req)
+        self.guard.release(handle, lambda: self.leases.release(handle))
 
     def check(self, req: Request) -> None:
         handle = handle_of(req)
+        served = self.guard.lookup(handle)  # served from the outage buffer, not written back
+        if served is not None:
+            if req.prev_result is not None:
+                compare_with_prev_result(served, req.prev_result, req.version)
+            return
         record = self.leases.lookup(handle)
         if record is None:
             raise CheckFailed(f"no address lease for {handle}",
@@ -117,9 +128,12 @@ class IpamPlugin:
     def gc(self, req: Request) -> None:
         valid = gc_valid_attachments(req.config)
         released = self.leases.collect_garbage(req.network, valid)
+        self.guard.forget(released)
         if released:
             log.info("GC released %d lease(s) in %s: %s", len(released), req.network,
                      ", ".join(str(h) for h in released))
+        if self.node is not None:
+            self.node.reap()  # dead nodes' addresses, after their grace period (ipam/reaper.py)
 
 
 def compare_with_prev_result(record: HandleRecord, prev: Any, version: str) -> None:
@@ -145,11 +159,13 @@ def create(services: Services, config: Any) -> IpamPlugin:
     services.on_shutdown.append(store.close)
     services.extra["store"] = store
     options = parse_daemon_options(getattr(config, "raw", {}) or {})
-    leases = LeaseService(store, services.node_name, labels=options.labels,
+    node = setup_node(services, config, store)  # liveness, reaper; node.store is tracked
+    leases = LeaseService(node.store, services.node_name, labels=options.labels,
                           block_grace=options.block_grace)
+    setup_guard(node, services, config, leases)
     IpamMetrics(services.metrics, store).attach(leases)
     services.extra["ipam.leases"] = leases
     if options.housekeeping_interval > 0:
         housekeeping = Housekeeping(leases, options.housekeeping_interval).start()
         services.on_shutdown.append(housekeeping.stop)
-    return IpamPlugin(services, leases)
+    return IpamPlugin(services, leases, node)

@@ -27,7 +27,8 @@ def etcd_in_node(node):
 @pytest.fixture
 def pycnid_etcd(node, etcd_in_node):
     workdir = tempfile.mkdtemp(prefix="pycnid-etcd-")
-    config = daemon_config(workdir, store={"type": "etcd", "endpoints": etcd_in_node.endpoints})
+    config = daemon_config(workdir, store={"type": "etcd", "endpoints": etcd_in_node.endpoints},
+                           ipam={"bufferSize": 0})  # no outage buffer: ADD answers 11 at once
     daemon = Pycnid(node=node, workdir=workdir, config=config)
     daemon.start()
     yield daemon
