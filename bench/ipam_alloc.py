@@ -81,18 +81,24 @@ def go(procs: list[subprocess.Popen]) -> None:
         proc.stdin.flush()
 
 
-def run_round(nodes: list[ClusterNode], mode: str, spec: dict, profile: str | None) -> dict:
-    """All nodes' workers warm up, ADD at once, then DEL at once; aggregate their figures."""
+def run_round(cluster: Cluster, nodes: list[ClusterNode], mode: str, spec: dict,
+              profile: str | None) -> dict:
+    """All nodes' workers warm up, ADD at once, then DEL at once; aggregate their figures,
+    with the CPU seconds each party spent in the ADD phase (load-independent)."""
     procs = [start_worker(node, mode, spec, profile) for node in nodes]
     spies = []
+    daemons = [n.daemon.proc.pid for n in cluster.nodes if n.daemon.proc]
+    etcd = [m.proc.pid for m in cluster.etcd.members if m.proc]
     try:
         for proc in procs:
             expect(proc, "ready")
         if profile and mode == "socket":
             spies = [py_spy(node, profile, f"{mode}-{len(nodes)}n") for node in nodes]
+        cpu = (proc_cpu(daemons), proc_cpu(etcd))
         go(procs)
         for proc in procs:
             expect(proc, "added")
+        cpu = (proc_cpu(daemons) - cpu[0], proc_cpu(etcd) - cpu[1])
         go(procs)
         results = [json.loads(proc.stdout.readline()) for proc in procs]  # type: ignore[union-attr]
     finally:
@@ -100,7 +106,25 @@ def run_round(nodes: list[ClusterNode], mode: str, spec: dict, profile: str | No
             proc.wait(timeout=120)
         for spy in spies:
             spy.wait(timeout=60)
-    return {phase: aggregate([r[phase] for r in results]) for phase in ("add", "del")}
+    figures = {phase: aggregate([r[phase] for r in results]) for phase in ("add", "del")}
+    adds = figures["add"]["n"] or 1
+    client = sum(r["add"]["client_cpu"] for r in results)
+    figures["cpu_ms_per_add"] = {"client": 1000 * client / adds, "pycnid": 1000 * cpu[0] / adds,
+                                 "etcd": 1000 * cpu[1] / adds}
+    return figures
+
+
+def proc_cpu(pids: list[int]) -> float:
+    """utime + stime of the processes, in seconds (from /proc/<pid>/stat)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def aggregate(parts: list[dict]) -> dict:
@@ -133,15 +157,20 @@ def verdict(add: dict) -> str:
 
 def render(rows: list[tuple[str, str, dict]]) -> str:
     head = (f"{'path':<8} {'nodes':>5} {'inflt':>5} {'ADD/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-            f"{'max ms':>8} {'DEL/s':>8} {'errors':>6}  "
+            f"{'max ms':>8} {'DEL/s':>8} {'errors':>6} {'CPU ms/ADD cli+d+etcd':>22}  "
             f"goal >= {GOAL_RATE:.0f}/s, p99 <= {GOAL_P99_MS:g} ms")
     lines = [head, "-" * len(head)]
     for mode, nodes, fig in rows:
         add, dele = fig["add"], fig["del"]
         lines.append(f"{mode:<8} {nodes:>5} {fig['concurrency']:>5} {add['rate']:>8.0f} "
                      f"{add['p50_ms']:>8.2f} {add['p99_ms']:>8.2f} {add['max_ms']:>8.1f} "
-                     f"{dele['rate']:>8.0f} {add['errors'] + dele['errors']:>6}  {verdict(add)}")
+                     f"{dele['rate']:>8.0f} {add['errors'] + dele['errors']:>6} "
+                     f"{render_cpu(fig['cpu_ms_per_add']):>22}  {verdict(add)}")
     return "\n".join(lines)
+
+
+def render_cpu(cpu: dict) -> str:
+    return f"{cpu['client']:.2f}+{cpu['pycnid']:.2f}+{cpu['etcd']:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             count = args.exe_count if mode == "exe" else args.count
             for concurrency in [int(c) for c in str(args.concurrency).split(",") if c]:
                 for nodes in (cluster.nodes[:1], cluster.nodes):
-                    figures = run_round(nodes, mode, {**spec, "count": count,
+                    figures = run_round(cluster, nodes, mode, {**spec, "count": count,
                                                       "concurrency": concurrency}, args.profile)
                     rows.append((mode, str(len(nodes)), {**figures, "concurrency": concurrency}))
                     print(render(rows[-1:]).splitlines()[-1], flush=True)
