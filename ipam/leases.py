@@ -17,10 +17,11 @@ after ``block_grace`` seconds (``return_empty_blocks``, run by the daemon's hous
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Callable, Collection, Iterable, Mapping, TypeVar
 
-from cni.spec.errors import AddressExhausted, CNIError, NotAvailable
+from cni.spec.errors import AddressExhausted, CNIError, NotAvailable, TryAgainLater
 from ipam.combiner import Combiner
 from ipam.plan import Plan
 from ipam.planner import PlanView, Planner, exhausted
@@ -34,6 +35,7 @@ log = logging.getLogger("pycnid.ipam")
 T = TypeVar("T")
 MAX_ATTEMPTS = 16
 DEFAULT_BLOCK_GRACE = 300.0
+IN_DOUBT_WINDOW = 60.0  # seconds a txn that failed without an answer may still land
 
 
 def is_valid(handle: HandleId, valid: Collection[tuple[str, str]] | None) -> bool:
@@ -65,6 +67,7 @@ class LeaseService:
         self.on_event: Callable[[str, str], None] = _noop
         self.on_latency: Callable[[float], None] = _noop
         self.cache = PoolCache(store, node, list_ttl=pool_list_ttl)
+        self.doubt = threading.Event()  # set when a txn's outcome became unknown
         self.planner = Planner(self.cache, node, labels or {}, clock)
         self.combiner = Combiner(self.commit, self.refresh, attempts, max_batch, store.name,
                                  lambda: self.on_retry())
@@ -109,8 +112,15 @@ class LeaseService:
 
     # -- the txn ---------------------------------------------------------------------------
     def commit(self, plan: Plan) -> bool:
-        """Run the plan's txn; on success teach the cache what it wrote."""
-        result = self.store.txn(plan.txn_compares(), plan.ops())
+        """Run the plan's txn; on success teach the cache what it wrote. When the store fails
+        without saying whether the txn landed, the handles it would have created are noted
+        *in doubt*: the callers hear "try again later", and ``resolve_in_doubt`` releases
+        them if they did land and no ADD has taken them since."""
+        try:
+            result = self.store.txn(plan.txn_compares(), plan.ops())
+        except TryAgainLater:
+            self.note_in_doubt(plan)
+            raise
         if not result.succeeded:
             self.on_conflict()
             return False
@@ -122,6 +132,7 @@ class LeaseService:
         for name, record in plan.pools.items():
             cache.note_pool(name, revision, record)
         for key, handle in plan.handles.items():
+            cache.in_doubt.pop(key, None)
             if handle is None:
                 cache.forget_handle(key)
             else:
@@ -129,6 +140,39 @@ class LeaseService:
         for kind, pool in plan.events:
             self.on_event(kind, pool)
         return True
+
+    def note_in_doubt(self, plan: Plan) -> None:
+        now = time.monotonic()
+        for key, handle in plan.handles.items():
+            if handle is not None:
+                values, _ = self.cache.in_doubt.get(key, (set(), now))
+                self.cache.in_doubt[key] = (values | {plan.puts[key]}, now)
+        if plan.handles:
+            self.doubt.set()
+
+    def resolve_in_doubt(self) -> list[HandleId]:
+        """Release the handles of failed ADDs whose txn landed after all (as written, not
+        taken by a later ADD); forget those that did not land within ``IN_DOUBT_WINDOW``."""
+        if not self.cache.in_doubt:
+            return []
+        released = self.run(self._plan_in_doubt, "rollback of in-doubt leases")
+        if released:
+            log.info("rolled back %d lease(s) of failed ADDs that landed after all: %s",
+                     len(released), ", ".join(str(h) for h in released))
+        return released
+
+    def _plan_in_doubt(self, plan: Plan) -> list[HandleId]:
+        released = []
+        for key, (values, since) in list(self.cache.in_doubt.items()):
+            kv = self.store.get(key)
+            if kv is not None and kv.value in values:
+                record = HandleRecord.from_bytes(kv.key, kv.value)
+                self.cache.note_handle(key, kv.mod_revision, record)
+                self.planner.plan_release(plan, record.handle)
+                released.append(record.handle)
+            elif kv is not None or time.monotonic() - since > IN_DOUBT_WINDOW:
+                del self.cache.in_doubt[key]  # taken or changed since, or it never landed
+        return released
 
     def refresh(self, plan: Plan) -> None:
         """After a lost compare: re-read every key the plan compared."""

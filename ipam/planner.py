@@ -121,6 +121,8 @@ class Planner:
         kv = self.cache.store.get(key)
         record = HandleRecord.from_bytes(kv.key, kv.value) if kv else None
         self.cache.note_handle(key, kv.mod_revision if kv else 0, record)
+        if record is not None:
+            self.cache.in_doubt.pop(key, None)  # an ADD answered with it: it is in use now
         return record
 
     def _plan_new(self, plan: Plan, handle: HandleId, selection: Selection,

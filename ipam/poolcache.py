@@ -82,6 +82,8 @@ class PoolCache:
         self.handles: dict[str, tuple[int, HandleRecord | None]] = {}
         self.records: dict[str, tuple[int, dict]] = {}  # cluster pool records by name
         self.bad_records: dict[str, CNIError] = {}
+        # handle key -> (values a txn whose outcome is unknown may have written, since when)
+        self.in_doubt: dict[str, tuple[set[bytes], float]] = {}
         self._pools: dict[str, tuple[int, Pool]] = {}
         self._records_at: float | None = None
 

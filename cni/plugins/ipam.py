@@ -12,7 +12,8 @@ left for this node.
 Addresses come from netconf ranges, cluster pools named in ``ipam.pools``, or the cluster pools
 whose node selector matches this node (``ipam_config``). The daemon config adds ``nodeLabels``
 (for node selectors) and ``ipam.blockReturnGrace`` / ``ipam.housekeepingInterval`` (seconds:
-how long an empty block stays with the node, and how often that is looked at).
+how long an empty block stays with the node, and how often that is looked at; 0: never). The
+housekeeping thread also rolls back failed ADDs whose txn landed after all.
 """
 from __future__ import annotations
 
@@ -165,7 +166,6 @@ def create(services: Services, config: Any) -> IpamPlugin:
     setup_guard(node, services, config, leases)
     IpamMetrics(services.metrics, store).attach(leases)
     services.extra["ipam.leases"] = leases
-    if options.housekeeping_interval > 0:
-        housekeeping = Housekeeping(leases, options.housekeeping_interval).start()
-        services.on_shutdown.append(housekeeping.stop)
+    housekeeping = Housekeeping(leases, options.housekeeping_interval).start()
+    services.on_shutdown.append(housekeeping.stop)
     return IpamPlugin(services, leases, node)

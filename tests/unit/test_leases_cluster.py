@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cni.spec.errors import AddressConflict, AddressExhausted, InvalidConfig
+from cni.spec.errors import AddressConflict, AddressExhausted, InvalidConfig, TryAgainLater
 from ipam.leases import LeaseService
 from ipam.records import (BlockRecord, HandleId, affinity_key, block_key, blocks_prefix)
 from ipam.selection import Selection
@@ -305,3 +305,58 @@ def test_a_static_request_is_not_refused_on_a_stale_cache(store, clock):
     wanted = ipaddress.ip_address(lent.ips[0].ip)
     record, created = owner.acquire(h("d"), by_name("one"), [wanted])
     assert created and record.ips[0].ip == str(wanted)
+
+
+class FlakyStore(SqliteStore):
+    """A real SqliteStore whose next txn applies but answers 'try again later', as a store
+    whose reply is lost (etcd member killed after the commit, a deadline passed) does."""
+
+    lose_reply = False
+
+    def txn(self, compares, ops):
+        result = super().txn(compares, ops)
+        if self.lose_reply:
+            self.lose_reply = False
+            raise TryAgainLater("the store did not answer", "reply lost")
+        return result
+
+
+def test_a_failed_add_whose_txn_landed_is_rolled_back(tmp_path, clock):
+    store = FlakyStore(str(tmp_path / "flaky.db"))
+    try:
+        put_pool(store, "p", "10.77.0.0/24")
+        leases = node(store, "node1", clock)
+        store.lose_reply = True
+        with pytest.raises(TryAgainLater):
+            leases.acquire(h("lost"), by_name("p"))
+        assert leases.lookup(h("lost")) is not None  # it landed: in doubt
+        assert leases.resolve_in_doubt() == [h("lost")]
+        assert leases.lookup(h("lost")) is None and leases.cache.in_doubt == {}
+        assert all(not b.allocations for b in blocks(store, "p").values())
+        store.lose_reply = True  # the runtime retries the ADD before the rollback ran:
+        with pytest.raises(TryAgainLater):
+            leases.acquire(h("again"), by_name("p"))
+        retried, created = leases.acquire(h("again"), by_name("p"))
+        assert not created and leases.resolve_in_doubt() == []  # taken by the retry: kept
+        assert leases.lookup(h("again")) == retried
+    finally:
+        store.close()
+
+
+def test_housekeeping_rolls_back_in_doubt_leases_by_itself(tmp_path, clock):
+    from ipam.housekeeping import Housekeeping
+    store = FlakyStore(str(tmp_path / "flaky.db"))
+    leases = node(store, "node1", clock)
+    keeper = Housekeeping(leases, 0).start()
+    try:
+        put_pool(store, "p", "10.78.0.0/24")
+        store.lose_reply = True
+        with pytest.raises(TryAgainLater):
+            leases.acquire(h("lost"), by_name("p"))
+        deadline = time.monotonic() + 5
+        while leases.lookup(h("lost")) is not None:
+            assert time.monotonic() < deadline, "the in-doubt lease was not rolled back"
+            time.sleep(0.05)
+    finally:
+        keeper.stop()
+        store.close()
