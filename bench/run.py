@@ -21,6 +21,7 @@ from .report import Row, render_table
 from .sides import Side, pycni_side, reference_side
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
+CPU_KEYS = ("add_cpu", "add_daemon_cpu", "del_cpu", "del_daemon_cpu")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,7 +43,7 @@ def latency(box: Sandbox, sides: list[Side], count: int, chunks: int,
     then DEL each, in `chunks` blocks that alternate between the sides so that background load
     on the machine falls on both alike."""
     merged = {side.name: {"add": [], "del": [], "errors": [], "error_count": 0, "ips": 0,
-                          "unique_ips": 0} for side in sides}
+                          "unique_ips": 0, **dict.fromkeys(CPU_KEYS, 0.0)} for side in sides}
     for side in sides:
         drive_fresh(box, side, f"{side.name[:3]}w", 1, 1, failed)
     sizes = [count // chunks + (1 if i < count % chunks else 0) for i in range(chunks)]
@@ -51,8 +52,17 @@ def latency(box: Sandbox, sides: list[Side], count: int, chunks: int,
             out = drive_fresh(box, side, f"{side.name[:3]}l{i}-", size, 1, failed)
             if out:
                 merge(merged[side.name], out)
-    return {name: {**m, **stats(m["add"], "add"), **stats(m["del"], "del")}
-            for name, m in merged.items() if name not in failed}
+    return {name: {**m, **stats(m["add"], "add"), **stats(m["del"], "del"),
+                   **cpu_per_pod(m)} for name, m in merged.items() if name not in failed}
+
+
+def cpu_per_pod(m: dict) -> dict:
+    """CPU seconds per pod: the plugin processes (with their children) plus pycnid's share."""
+    pods = len(m["add"])
+    if not pods or m["error_count"]:
+        return {"add_cpu_per_pod": None, "del_cpu_per_pod": None}
+    return {"add_cpu_per_pod": (m["add_cpu"] + m["add_daemon_cpu"]) / pods,
+            "del_cpu_per_pod": (m["del_cpu"] + m["del_daemon_cpu"]) / pods}
 
 
 def drive_fresh(box: Sandbox, side: Side, label: str, count: int, concurrency: int,
@@ -74,7 +84,7 @@ def merge(into: dict, out: dict) -> None:
     into["add"] += out["add"]
     into["del"] += out["del"]
     into["errors"] = (into["errors"] + out["errors"])[:5]
-    for key in ("error_count", "ips", "unique_ips"):
+    for key in ("error_count", "ips", "unique_ips", *CPU_KEYS):
         into[key] += out[key]
 
 
@@ -86,6 +96,7 @@ def churn(box: Sandbox, side: Side, count: int, concurrency: int,
     if out["error_count"]:  # a wall time with failed pods in it compares nothing
         out["add_wall"] = out["del_wall"] = None
     out["wall"] = None if out["error_count"] else out["add_wall"] + out["del_wall"]
+    out["cpu"] = sum(out[key] for key in CPU_KEYS)
     out["rss_kib"] = side.rss_kib()
     out["residue"] = side.residue()
     return {k: v for k, v in out.items() if k not in ("add", "del")}
@@ -112,12 +123,18 @@ def variant_rows(pycni: dict, ref: dict, args: argparse.Namespace) -> list[Row]:
             key = f"{verb}_{pct}"
             rows.append(Row(f"{verb.upper()} {pct} over {args.pods} fresh pods",
                             lat_p.get(key), lat_r.get(key), goal, "ms"))
+    for verb in ("add", "del"):
+        rows.append(Row(f"  {verb.upper()} CPU per pod, exec + pycnid (info)",
+                        lat_p.get(f"{verb}_cpu_per_pod"), lat_r.get(f"{verb}_cpu_per_pod"),
+                        None, "ms"))
     ch_p, ch_r = pycni.get("churn") or {}, ref.get("churn") or {}
     rows.append(Row(f"churn {args.churn} pods @{args.concurrency} (ADD all + DEL all)",
                     ch_p.get("wall"), ch_r.get("wall"), 1.0, "s"))
     rows.append(Row("  churn ADD phase (info)", ch_p.get("add_wall"), ch_r.get("add_wall"),
                     None, "s"))
     rows.append(Row("  churn DEL phase (info)", ch_p.get("del_wall"), ch_r.get("del_wall"),
+                    None, "s"))
+    rows.append(Row("  churn CPU, exec + pycnid (info)", ch_p.get("cpu"), ch_r.get("cpu"),
                     None, "s"))
     rss = ch_p.get("rss_kib")
     rows.append(Row("pycnid VmRSS after churn (info)", rss / 1024 if rss else None, None, None,

@@ -32,7 +32,7 @@ class Side:
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH": self.cni_path,
                **(self.extra_env or {})}
         return {"binary": self.binary, "config": self.config, "env": env, "pods": pods,
-                "concurrency": concurrency}
+                "concurrency": concurrency, "daemon_pid": self.daemon.pid if self.daemon else None}
 
     def drive(self, box: Sandbox, pods: list[str], concurrency: int) -> dict:
         """Run ADD-all then DEL-all for `pods` from inside this side's node namespace."""
