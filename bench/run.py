@@ -29,6 +29,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pods", type=int, default=50, help="fresh pods for ADD/DEL latency")
     parser.add_argument("--churn", type=int, default=200, help="pods in the churn run")
     parser.add_argument("--concurrency", type=int, default=8, help="churn concurrency")
+    parser.add_argument("--results-dir", default=RESULTS_DIR, help="where the JSON goes")
     parser.add_argument("--chunks", type=int, default=5,
                         help="latency blocks, alternating between the sides")
     parser.add_argument("--rounds", type=int, default=200, help="VERSION exec rounds")
@@ -142,11 +143,11 @@ def variant_rows(pycni: dict, ref: dict, args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def save(report: dict) -> str:
-    os.makedirs(RESULTS_DIR, exist_ok=True)
+def save(report: dict, directory: str) -> str:
+    os.makedirs(directory, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = os.path.join(RESULTS_DIR, f"bench-{stamp}.json")
-    for target in (path, os.path.join(RESULTS_DIR, "latest.json")):
+    path = os.path.join(directory, f"bench-{stamp}.json")
+    for target in (path, os.path.join(directory, "latest.json")):
         with open(target, "w", encoding="utf-8") as fh:
             json.dump(report, fh, indent=2, sort_keys=True)
     return path
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                     "reference": f"containernetworking-plugins {reference_version()}",
                     "config": {"isGateway": True, **vars(args)}, "variants": {}}
     with Sandbox() as box:
+        report["sandbox"] = {"prefix": box.prefix, "workdir": box.workdir}
         bin_dir = write_launchers(os.path.join(box.workdir, "bin"))
         print(f"--> exec overhead: {args.rounds} interleaved rounds", file=sys.stderr, flush=True)
         report["exec"] = exe_overhead.measure(bin_dir, args.rounds)
@@ -186,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                       + ", ".join(f"{k}={v}" for k, v in residue.items()))
             for problem in side_problems(variant[side]):
                 print(f"  [{name}] {side}: {problem}")
-    print(f"results: {os.path.relpath(save(report), REPO)}  ({report['seconds']:.0f} s)")
+    print(f"results: {os.path.relpath(save(report, args.results_dir), REPO)}  ({report['seconds']:.0f} s)")
     return 0
 
 

@@ -1,0 +1,40 @@
+"""`make bench` must keep working: a tiny run of the harness completes on both sides, wires
+every pod, and leaves nothing behind. No timing is asserted (benchmarks are not tests)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_bench_harness_runs_both_sides_without_errors_or_residue(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the benchmark creates network namespaces: needs root")
+    cmd = [sys.executable, "-m", "bench.run", "--pods", "3", "--chunks", "2", "--churn", "6",
+           "--concurrency", "3", "--rounds", "3", "--masq", "on",
+           "--results-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "exec VERSION median" in proc.stdout
+    report = json.loads((tmp_path / "latest.json").read_text())
+    variant = report["variants"]["ipMasq=true"]
+    for side in ("pycni", "reference"):
+        lat, churn = variant[side]["latency"], variant[side]["churn"]
+        assert lat["error_count"] == 0 and churn["error_count"] == 0, (side, lat, churn)
+        assert len(lat["add"]) == 3 and len(lat["del"]) == 3
+        assert churn["ips"] == churn["unique_ips"] == 6
+        assert churn["residue"] == {"veths": 0, "cni_chains": 0, "set_elements": 0}, side
+    assert variant["pycni"]["churn"]["rss_kib"] > 0
+    verdicts = {row["verdict"] for row in variant["rows"] if row["goal"] is not None}
+    assert verdicts <= {"PASS", "MISS"}  # every goal line was measured on both sides
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    prefix = report["sandbox"]["prefix"]
+    assert [ln for ln in names.splitlines() if ln.startswith(prefix)] == []
+    assert not os.path.exists(report["sandbox"]["workdir"])
