@@ -312,8 +312,9 @@ def check_reuse(existing: HandleRecord, requested: Iterable[Any]) -> HandleRecor
 
 def exhausted(states: tuple[PoolState, ...], node: str) -> AddressExhausted:
     details = "; ".join(describe_blocks(s) for s in states)
-    if all(s.base is not None for s in states):
-        ranges = ", ".join(s.pool.describe() for s in states)
-        return AddressExhausted(f"no address left in range {ranges} for node {node}", details)
     names = ", ".join(s.name for s in states)
+    if all(s.base is not None for s in states):  # netconf ranges: name them as configured
+        ranges = ", ".join(s.pool.describe() for s in states)
+        return AddressExhausted(f"no address left in range {ranges} for node {node} "
+                                f"(pool {names})", details)
     return AddressExhausted(f"no address left in pool {names} for node {node}", details)

@@ -115,7 +115,7 @@ def test_exhaustion_is_101_and_status_50(cni_bin, pycnid, pod):
     full = run_ipam(cni_bin, pycnid, "ADD", conf, cid="c9", netns=pod.path)
     assert full.error_code() == 101
     assert full.json["msg"] == ("no address left in range 10.66.0.0/29 (10.66.0.1-10.66.0.6) "
-                                "for node node1")
+                                "for node node1 (pool ipamnet-10.66.0.0-29)")
     assert run_ipam(cni_bin, pycnid, "STATUS", conf).error_code() == 50
     assert run_ipam(cni_bin, pycnid, "DEL", conf, cid="c3").ok
     assert run_ipam(cni_bin, pycnid, "STATUS", conf).ok
