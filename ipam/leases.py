@@ -27,7 +27,7 @@ from ipam.plan import Plan
 from ipam.planner import PlanView, Planner, exhausted
 from ipam.policy import choose_address
 from ipam.poolcache import PoolCache
-from ipam.records import HandleId, HandleRecord, handles_prefix
+from ipam.records import HANDLES, HandleId, HandleRecord, handles_prefix
 from ipam.selection import RangeSets, Selection, as_selection
 from ipam.store.base import Store
 
@@ -175,9 +175,19 @@ class LeaseService:
         return released
 
     def refresh(self, plan: Plan) -> None:
-        """After a lost compare: re-read every key the plan compared."""
+        """After a lost compare: re-read the keys the plan compared. Blocks, affinities and
+        pools first; the handles (one per ADD of a combined txn) only when those did not
+        change, since then a handle must be what the txn lost on (a repeated ADD)."""
+        explained = False
         for key, compared in plan.compares.items():
-            self.cache.refresh(key, self.store.get(key), compared)
+            if not key.startswith(HANDLES):
+                kv = self.store.get(key)
+                explained |= (kv.mod_revision if kv else 0) != compared
+                self.cache.refresh(key, kv, compared)
+        if not explained:
+            for key, compared in plan.compares.items():
+                if key.startswith(HANDLES):
+                    self.cache.refresh(key, self.store.get(key), compared)
 
     # -- GC, STATUS, housekeeping ----------------------------------------------------------
     def collect_garbage(self, network: str,
