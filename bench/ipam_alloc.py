@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -101,9 +102,17 @@ def run_round(cluster: Cluster, nodes: list[ClusterNode], mode: str, spec: dict,
         cpu = (proc_cpu(daemons) - cpu[0], proc_cpu(etcd) - cpu[1])
         go(procs)
         results = [json.loads(proc.stdout.readline()) for proc in procs]  # type: ignore[union-attr]
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+        raise
     finally:
         for proc in procs:
-            proc.wait(timeout=120)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         for spy in spies:
             spy.wait(timeout=60)
     figures = {phase: aggregate([r[phase] for r in results]) for phase in ("add", "del")}
@@ -178,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     cni_bin = write_launchers(tempfile.mkdtemp(prefix="pycni-bench-bin-"))
     started = time.time()
     load_before = os.getloadavg()[0]
