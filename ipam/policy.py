@@ -89,8 +89,10 @@ def pick_fresh(pools: list[Pool], blocks: Blocks, now: float, kind: str) -> Choi
         for cidr, block in sorted_blocks(blocks(pool), kind == OWN):
             if len(block.allocations) >= pool.capacity(cidr):  # full: the common case
                 continue
-            ip = pick_address(pool, cidr, block.allocations, block.last,
-                              block.cooling(now, pool.reuse_delay))
+            cooling = block.cooling(now, pool.reuse_delay) if block.released else set()
+            if len(block.allocations) + len(cooling) >= pool.capacity(cidr):
+                continue  # nothing but cooling addresses left: no need to walk the block
+            ip = pick_address(pool, cidr, block.allocations, block.last, cooling)
             if ip is not None:
                 return Choice(pool, parse_cidr(cidr), ip, kind)
     return None
