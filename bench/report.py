@@ -52,7 +52,8 @@ def render_table(report: dict, sections: list[tuple[str, list[Row]]]) -> str:
     machine = report["machine"]
     width = max(len(r.label) for _, rows in sections for r in rows) + 2
     lines = [f"pycni bench  {report['when']}  {machine['cores']} cores  "
-             f"Python {machine['python']}  kernel {machine['kernel']}",
+             f"Python {machine['python']}  kernel {machine['kernel']}  load average "
+             f"{machine['loadavg_start']} -> {machine['loadavg_end']} (other work on the machine)",
              f"reference: {report['reference']} (Go bridge + host-local), "
              "each side in its own node namespace", "",
              f"{'':{width}}{'pycni':>12}{'reference':>12}{'ratio':>8}{'goal':>8}  result",

@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"on": [True], "off": [False], "both": [True, False]}[args.masq]
     report: dict = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                                "kernel": platform.release()},
+                                "kernel": platform.release(),
+                                "loadavg_start": round(os.getloadavg()[0], 1)},
                     "reference": f"containernetworking-plugins {reference_version()}",
                     "config": {"isGateway": True, **vars(args)}, "variants": {}}
     with Sandbox() as box:
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 "pycni": pycni, "reference": ref, "rows": [row.as_dict() for row in rows]}
     report["exec_rows"] = [row.as_dict() for row in sections[0][1]]
     report["seconds"] = round(time.monotonic() - started, 1)
+    report["machine"]["loadavg_end"] = round(os.getloadavg()[0], 1)
     print(render_table(report, sections))
     for name, variant in report["variants"].items():
         for side in ("pycni", "reference"):
