@@ -12,6 +12,9 @@ the mean latency is C/R, so the goal's p99 needs few calls in flight per node):
   lease   LeaseService in-process (the allocator + one etcd txn per ADD), inside the node netns
   socket  through pycnid's unix socket with the executable's own code, no process spawn
   exe     the real pycni-ipam executable (process spawn included), for reference
+Every round gets a pool of its own; the last row, socket+churn, restarts node1's pycnid and
+repeats its socket round on the pool the first one left behind (all its addresses released and
+in their reuse delay): a node restarted after pod churn.
 Goal (issue 3): >= 1,000 allocations/s in aggregate with p99 <= 10 ms. Prints a table with
 PASS/MISS and writes JSON to bench/results/ipam-<time>.json (and ipam-latest.json). With
 ``--profile DIR`` a py-spy (if installed) flame of each pycnid and a cProfile of one lease
@@ -37,9 +40,11 @@ from .common import REPO, percentile, write_launchers
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 GOAL_RATE = 1000.0
 GOAL_P99_MS = 10.0
-NETCONF = {"cniVersion": "1.1.0", "name": "bench-ipam", "type": "ptp",
-           "ipam": {"type": "pycni-ipam",
-                    "ranges": [[{"subnet": "10.200.0.0/16", "blockSize": 26}]]}}
+def netconf(index: int) -> dict:
+    """Round ``index``'s network: a pool of its own, so every round starts from the same state."""
+    return {"cniVersion": "1.1.0", "name": f"bench-{index}", "type": "ptp",
+            "ipam": {"type": "pycni-ipam",
+                     "ranges": [[{"subnet": f"10.{200 + index}.0.0/16", "blockSize": 26}]]}}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -94,7 +99,8 @@ def run_round(cluster: Cluster, nodes: list[ClusterNode], mode: str, spec: dict,
         for proc in procs:
             expect(proc, "ready")
         if profile and mode == "socket":
-            spies = [py_spy(node, profile, f"{mode}-{len(nodes)}n") for node in nodes]
+            spies = [py_spy(node, profile,
+                                 f"{spec.get('tag', mode)}-{len(nodes)}n-{spec['concurrency']}") for node in nodes]
         cpu = (proc_cpu(daemons), proc_cpu(etcd))
         go(procs)
         for proc in procs:
@@ -165,13 +171,13 @@ def verdict(add: dict) -> str:
 
 
 def render(rows: list[tuple[str, str, dict]]) -> str:
-    head = (f"{'path':<8} {'nodes':>5} {'inflt':>5} {'ADD/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+    head = (f"{'path':<12} {'nodes':>5} {'inflt':>5} {'ADD/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
             f"{'max ms':>8} {'DEL/s':>8} {'errors':>6} {'CPU ms/ADD cli+d+etcd':>22}  "
             f"goal >= {GOAL_RATE:.0f}/s, p99 <= {GOAL_P99_MS:g} ms")
     lines = [head, "-" * len(head)]
     for mode, nodes, fig in rows:
         add, dele = fig["add"], fig["del"]
-        lines.append(f"{mode:<8} {nodes:>5} {fig['concurrency']:>5} {add['rate']:>8.0f} "
+        lines.append(f"{mode:<12} {nodes:>5} {fig['concurrency']:>5} {add['rate']:>8.0f} "
                      f"{add['p50_ms']:>8.2f} {add['p99_ms']:>8.2f} {add['max_ms']:>8.1f} "
                      f"{dele['rate']:>8.0f} {add['errors'] + dele['errors']:>6} "
                      f"{render_cpu(fig['cpu_ms_per_add']):>22}  {verdict(add)}")
@@ -200,15 +206,26 @@ def main(argv: list[str] | None = None) -> int:
         cluster.etcd.start()
         for _ in range(3):
             cluster.add_node(logLevel="warning", faultInjection=False)
-        spec = {"endpoints": cluster.etcd.endpoints, "netconf": NETCONF, "cni_bin": cni_bin}
-        for mode in modes:
+        spec = {"endpoints": cluster.etcd.endpoints, "cni_bin": cni_bin}
+        rounds = [(mode, nodes, concurrency) for mode in modes
+                  for concurrency in [int(c) for c in str(args.concurrency).split(",") if c]
+                  for nodes in (1, 3)]
+        if "socket" in modes:  # again on the first socket round's pool, every address cooling
+            rounds.append(("socket+churn", 1, 1))
+        for index, (mode, nodes, concurrency) in enumerate(rounds):
+            base = mode.split("+")[0]
+            pool = index if mode == base else next(i for i, r in enumerate(rounds)
+                                                   if r[0] == base and r[1] == 1)
             count = args.exe_count if mode == "exe" else args.count
-            for concurrency in [int(c) for c in str(args.concurrency).split(",") if c]:
-                for nodes in (cluster.nodes[:1], cluster.nodes):
-                    figures = run_round(cluster, nodes, mode, {**spec, "count": count,
-                                                      "concurrency": concurrency}, args.profile)
-                    rows.append((mode, str(len(nodes)), {**figures, "concurrency": concurrency}))
-                    print(render(rows[-1:]).splitlines()[-1], flush=True)
+            if mode != base:  # the restart drops what pycnid learnt in memory
+                cluster.nodes[0].daemon.stop()
+                cluster.nodes[0].daemon.start()
+            figures = run_round(cluster, cluster.nodes[:nodes], base,
+                                {**spec, "netconf": netconf(pool), "count": count,
+                                 "concurrency": concurrency, "tag": mode.replace("+", "")},
+                                args.profile)
+            rows.append((mode, str(nodes), {**figures, "concurrency": concurrency}))
+            print(render(rows[-1:]).splitlines()[-1], flush=True)
     finally:
         cluster.close()
         shutil.rmtree(cni_bin, ignore_errors=True)

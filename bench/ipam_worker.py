@@ -125,7 +125,7 @@ def cpu_seconds() -> float:
 def main() -> None:
     spec = json.loads(sys.argv[1])
     add, delete, close = MODES[spec["mode"]](spec)
-    prefix = f"{spec['node']}-{spec['mode']}"
+    prefix = f"{spec['node']}-{spec.get('tag', spec['mode'])}"
     warm = [f"{prefix}-warm{i}" for i in range(spec.get("warmup", 20))]
     cids = [f"{prefix}-{i}" for i in range(spec["count"])]
     try:
