@@ -9,7 +9,7 @@ Read from pycnid's JSON config (``DaemonConfig.raw``) so the keys sit beside the
              "heartbeatTTL": 10,         # seconds; the etcd lease of /pycni/v1/heartbeats/<node>
              "reapGrace": 900,           # seconds a heartbeat must stay gone before reclaiming
              "reapInterval": 60,         # seconds between two reaper passes on this node (0: off)
-             "addBudget": 2}             # seconds every store call of one ADD/DEL may take in all
+             "addBudget": 2}             # seconds one store call of an ADD/DEL may take
 
 Every bad value is ``InvalidConfig`` naming the key, so pycnid refuses to start with it.
 """

@@ -4,13 +4,15 @@ Each node keeps ``ipam.bufferSize`` addresses per pool (default 8) reserved in e
 buffer handle ``_buffer/<node>/<pool>`` (``ipam/outage_txns.py``) and a copy in memory and in
 ``<stateDir>/ipam-outage/`` (``ipam/outage_files.py``). The guard wraps the ADD/DEL path:
 
-- ADD with the store reachable and nothing to write back: the normal lease (one CAS txn), all
-  its store calls bounded by ``ipam.addBudget`` seconds (default 2).
-- ADD when the store does not answer (or is known down): an address per range set is taken
+- ADD with the store reachable and nothing to write back: the normal lease (one CAS txn), each
+  of its store calls bounded by ``ipam.addBudget`` seconds (default 2).
+- ADD when the store does not answer (or is known down: then without asking it at all, also
+  for requests already queued in the lease service): an address per range set is taken
   from the in-memory buffer, journalled (append + fsync) and returned. Buffer empty, no buffer,
   or a static IP request: code 11 at once. Repeating the ADD returns the same addresses.
 - DEL when the store does not answer: journalled, answered as done.
-- The reconciler thread probes the store (every 0.5 s while down); once it answers, the journal
+- The reconciler thread probes the store (at once after a failed call, then every 0.5 s while
+  it stays down; only a failed probe marks it down); once it answers, the journal
   is replayed in order (one txn per entry), the snapshot rewritten, then the journal shortened,
   and the buffers refilled. An ADD/DEL arriving while entries wait replays them first, so the
   store path never overtakes the journal.
@@ -37,7 +39,7 @@ from ipam.outage_store import StoreUnreachable
 from ipam.outage_txns import plan_refill, plan_replay, read_buffers
 from ipam.records import HandleId, HandleRecord, LeasedIP
 from ipam.selection import Selection
-from ipam.store.deadline import call_deadline
+from ipam.store.deadline import call_budget
 
 log = logging.getLogger("pycnid.outage")
 Commit = Callable[[], tuple[HandleRecord, bool]]
@@ -67,6 +69,7 @@ class OutageGuard:
         self._next_refill: dict[str, float] = {}  # a pool that stayed short waits until then
         self._seq = 0
         self._wake, self._stop = threading.Event(), threading.Event()
+        self.reach.on_suspect = self._wake.set  # a failed call: probe the store now
         self._thread = threading.Thread(target=self._run, name="ipam-outage", daemon=True)
         self._counters(metrics)
 
@@ -136,7 +139,7 @@ class OutageGuard:
             return served, False
         if self.ready():
             try:
-                with call_deadline(self.budget):
+                with call_budget(self.budget):
                     record, created = commit()
             except StoreUnreachable as exc:
                 return self.serve(handle, selection, attributes, static, exc)
@@ -147,7 +150,7 @@ class OutageGuard:
     def release(self, handle: HandleId, commit: Callable[[], Any]) -> None:
         if self.ready():
             try:
-                with call_deadline(self.budget):
+                with call_budget(self.budget):
                     commit()
                 self.known.pop(handle.key, None)
                 return
@@ -177,7 +180,7 @@ class OutageGuard:
         if not self._sync.acquire(timeout=wait):
             return False
         try:
-            with call_deadline(self.budget):
+            with call_budget(self.budget):
                 self.replay()
         except CNIError as exc:
             log.info("write-back not finished: %s", exc)
@@ -245,7 +248,7 @@ class OutageGuard:
     # -- the reconciler -----------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(FAST if self.reach.down or self.entries else SLOW)
+            self._wake.wait(FAST if self.reach.suspect or self.entries else SLOW)
             self._wake.clear()
             if self._stop.is_set():
                 return

@@ -1,12 +1,14 @@
-"""A Store wrapper that notices when the store is unreachable, and bounds calls by a deadline.
+"""A Store wrapper that notices when the store is unreachable.
 
 ``TrackedStore`` passes every call through. A ``TryAgainLater`` from the store itself (etcd
 unreachable, overloaded or closed: raised by the store, not by a caller's retry loop) comes out
-as ``StoreUnreachable`` (still code 11) and marks ``Reachability`` down; ``status()`` failing
-marks it down too, and any call that succeeds marks it up. While it is down the outage guard
-serves ADDs without touching the store, so only the first ADD of an outage waits for a
-timeout. A call started after this thread's deadline (``ipam.store.deadline``) fails at once
-(``StoreUnreachable``, without marking the store down: it answered, only too slowly).
+as ``StoreUnreachable`` (still code 11) and makes the store *suspect*: ``on_suspect`` asks for
+a ``status()`` probe at once. Only a failed probe marks ``Reachability`` down, so one call that
+missed its budget on a busy but healthy etcd does not divert every request; any call that
+succeeds marks the store up again. While it is down, calls made on
+behalf of a CNI request (a thread inside ``ipam.store.deadline.call_budget``) fail at once
+without touching the store, so only the first ADD of an outage waits for a timeout (the other
+threads, e.g. the reconciler's probe, still ask the store).
 """
 from __future__ import annotations
 
@@ -27,23 +29,32 @@ class StoreUnreachable(TryAgainLater):
 
 
 class Reachability:
-    """Whether the store answered last time; ``down`` until a call succeeds again."""
+    """``suspect`` after a failed call, ``down`` after a failed probe; both end when a call
+    succeeds again."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._down_until = 0.0
+        self.suspect = False
         self.reason = ""
         self.changed = threading.Event()  # set on every down -> up transition
+        self.on_suspect: Callable[[], None] = lambda: None  # e.g. wake the prober
 
     @property
     def down(self) -> bool:
         return self.clock() < self._down_until
 
     def failed(self, reason: str) -> None:
+        """A call got no answer: probe before believing it."""
+        self.reason, self.suspect = reason, True
+        self.on_suspect()
+
+    def probe_failed(self, reason: str) -> None:
+        self.reason, self.suspect = reason, True
         self._down_until = self.clock() + DOWN_HOLD
-        self.reason = reason
 
     def succeeded(self) -> None:
+        self.suspect = False
         if self._down_until:
             self._down_until = 0.0
             self.changed.set()
@@ -58,10 +69,9 @@ class TrackedStore:
         self.name = store.name
 
     def _call(self, what: str, call: Callable[[], T]) -> T:
-        left = deadline.remaining()
-        if left is not None and left <= 0:  # slow, not down: no mark
-            raise StoreUnreachable(f"the store {self.name} did not answer in time",
-                                   f"the request's deadline passed before the {what}")
+        if self.reach.down and deadline.in_request():
+            raise StoreUnreachable(f"the store {self.name} is unreachable",
+                                   self.reach.reason or f"{what} not tried")
         try:
             result = call()
         except TryAgainLater as exc:
@@ -87,7 +97,7 @@ class TrackedStore:
         try:
             self.inner.status()
         except NotAvailable as exc:
-            self.reach.failed(str(exc))
+            self.reach.probe_failed(str(exc))
             raise
         self.reach.succeeded()
 

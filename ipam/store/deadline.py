@@ -1,15 +1,18 @@
-"""A per-thread deadline for store calls: "everything this request asks the store ends by T".
+"""A per-thread cap on each store call, for requests that must answer in time.
 
 A CNI ADD must answer within a few seconds even when etcd is gone (issue 3: code 11 within
-3 s), yet one ADD makes several store calls, each with its own timeout. ``call_deadline(s)``
-bounds them together: a store that honours it (``EtcdStore`` through ``remaining()``) gives
-each call only the time left, and a call started after the deadline fails at once with
-``TryAgainLater``. Nested deadlines keep the earliest. Threads never see each other's.
+3 s), while the store's own ``requestTimeout`` (2.5 s) is made for background work.
+``call_budget(s)`` caps every store call this thread makes inside the block at ``s`` seconds
+(a store that honours it: ``EtcdStore`` through ``bound()``); nested caps keep the smaller.
+It caps each call, not the request as a whole: time spent queued behind other requests of the
+node (the lease service combines them) is not the store's fault and must not turn a busy but
+healthy etcd into an "unreachable" one. The cap also marks the thread as serving a request
+(``in_request``), so a store known to be down can fail such calls at once
+(``ipam.outage_store``). Threads never see each other's cap.
 """
 from __future__ import annotations
 
 import threading
-import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -17,24 +20,25 @@ _local = threading.local()
 
 
 @contextmanager
-def call_deadline(seconds: float) -> Iterator[None]:
-    """Store calls made by this thread inside the block end within ``seconds``."""
-    outer = getattr(_local, "deadline", None)
-    mine = time.monotonic() + seconds
-    _local.deadline = mine if outer is None else min(outer, mine)
+def call_budget(seconds: float) -> Iterator[None]:
+    """Each store call made by this thread inside the block takes at most ``seconds``."""
+    outer = getattr(_local, "budget", None)
+    _local.budget = seconds if outer is None else min(outer, seconds)
     try:
         yield
     finally:
-        _local.deadline = outer
+        _local.budget = outer
 
 
-def remaining() -> float | None:
-    """Seconds left before this thread's deadline (may be <= 0); None without a deadline."""
-    deadline = getattr(_local, "deadline", None)
-    return None if deadline is None else deadline - time.monotonic()
+def current_budget() -> float | None:
+    return getattr(_local, "budget", None)
+
+
+def in_request() -> bool:
+    return current_budget() is not None
 
 
 def bound(budget: float) -> float:
-    """``budget`` cut down to this thread's deadline (never below 0)."""
-    left = remaining()
-    return budget if left is None else max(0.0, min(budget, left))
+    """``budget`` cut down to this thread's cap."""
+    cap = current_budget()
+    return budget if cap is None else min(budget, cap)

@@ -75,7 +75,7 @@ def test_a_journal_written_back_twice_changes_nothing_the_second_time(guards, et
     assert len(buffered) == 2 and a.ips[0].ip not in buffered
     etcd_server.kill()
     b = add(guard, "b")  # the first call fails within the budget, then the buffer answers
-    assert b.ips[0].ip == buffered[0] and guard.reach.down
+    assert b.ips[0].ip == buffered[0] and guard.reach.suspect
     saved = str(tmp_path / "journal.copy")
     shutil.copy(guard.files.journal_path, saved)
 

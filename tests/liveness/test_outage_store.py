@@ -1,6 +1,7 @@
-"""The store side of outage handling on a real etcd: a per-request deadline bounds every call
-(etcd gone: answered within the deadline, not the store's 2.5 s), and the tracking wrapper
-marks the store down on a failure and up again on the next answer."""
+"""The store side of outage handling on a real etcd: a request's budget caps each call (etcd
+gone: answered within it, not the store's 2.5 s), and the tracking wrapper makes the store
+suspect on a failed call, down on a failed probe, fails a request's calls at once while down,
+and marks it up on the next answer."""
 from __future__ import annotations
 
 import threading
@@ -10,30 +11,30 @@ import pytest
 
 from cni.spec.errors import NotAvailable, TryAgainLater
 from ipam.outage_store import Reachability, StoreUnreachable, TrackedStore
-from ipam.store.deadline import bound, call_deadline, remaining
+from ipam.store.deadline import bound, call_budget, current_budget, in_request
 
 pytestmark = pytest.mark.etcd
 
 
-def test_deadline_is_per_thread_and_nested_deadlines_keep_the_earliest():
-    assert remaining() is None and bound(2.5) == 2.5
+def test_call_budget_is_per_thread_and_nested_budgets_keep_the_smallest():
+    assert current_budget() is None and bound(2.5) == 2.5 and not in_request()
     seen = []
-    with call_deadline(0.5):
-        with call_deadline(5):
-            assert 0 < remaining() <= 0.5
-        thread = threading.Thread(target=lambda: seen.append(remaining()))
+    with call_budget(0.5):
+        with call_budget(5):
+            assert current_budget() == 0.5 and in_request()
+        thread = threading.Thread(target=lambda: seen.append(current_budget()))
         thread.start()
         thread.join()
-        assert bound(2.5) <= 0.5
-    assert seen == [None] and remaining() is None
+        assert bound(2.5) == 0.5 and bound(0.1) == 0.1
+    assert seen == [None] and current_budget() is None
 
 
-def test_a_call_to_a_dead_etcd_ends_at_the_deadline(etcd_server, open_store):
+def test_a_call_to_a_dead_etcd_ends_within_the_budget(etcd_server, open_store):
     store = open_store(etcd_server.endpoints)
     store.get("/warm")  # connected once
     etcd_server.kill()
     started = time.monotonic()
-    with call_deadline(0.4), pytest.raises(TryAgainLater, match="unreachable"):
+    with call_budget(0.4), pytest.raises(TryAgainLater, match="unreachable"):
         store.get("/pycni/v1/x")
     assert time.monotonic() - started < 0.9
     started = time.monotonic()
@@ -47,17 +48,19 @@ def test_tracked_store_marks_down_on_failure_and_up_on_the_next_answer(etcd_serv
                            Reachability())
     assert tracked.get("/none") is None and not tracked.reach.down
     etcd_server.kill()
+    probes = []
+    tracked.reach.on_suspect = lambda: probes.append(1)
     with pytest.raises(StoreUnreachable) as caught:
         tracked.get("/none")
-    assert caught.value.code == 11 and tracked.reach.down
+    assert caught.value.code == 11 and tracked.reach.suspect and probes == [1]
+    assert not tracked.reach.down  # one call without an answer is not an outage yet
     with pytest.raises(NotAvailable):
-        tracked.status()
+        tracked.status()  # the probe confirms it
     assert tracked.reach.down
-    with call_deadline(0.001):
-        time.sleep(0.01)
+    with call_budget(2.0):  # a request's call while the store is known down: no call at all
         started = time.monotonic()
-        with pytest.raises(StoreUnreachable, match="did not answer in time"):
-            tracked.range("/pycni/v1/")  # past the deadline: no call at all
+        with pytest.raises(StoreUnreachable, match="unreachable"):
+            tracked.range("/pycni/v1/")
         assert time.monotonic() - started < 0.05
     etcd_server.start()
     deadline = time.monotonic() + 10
@@ -68,3 +71,4 @@ def test_tracked_store_marks_down_on_failure_and_up_on_the_next_answer(etcd_serv
         except NotAvailable:
             time.sleep(0.2)
     assert tracked.get("/none") is None and tracked.reach.changed.is_set()
+    assert not tracked.reach.suspect
