@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.liveness import NODES, heartbeat_key, node_key, supports_leases
+from ipam.liveness import HEARTBEATS, NODES, heartbeat_key, node_key, supports_leases
 from ipam.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
-from ipam.records import BLOCKS, HANDLES, BlockRecord, HandleRecord, decode, encode
+from ipam.records import AFFINITY, decode, encode
 from ipam.store.base import PREFIX, Compare, Delete, Put, Store
 
 log = logging.getLogger("pycnid.reaper")
@@ -96,15 +96,15 @@ class ReapReport:
         return [v.node for v in self.nodes if v.state == "reaped"]
 
 
+def node_names(store: Store, prefix: str) -> set[str]:
+    """The node names a keys-only range finds right under ``prefix`` (``<prefix><node>/...``)."""
+    return {kv.key[len(prefix):].split("/", 1)[0] for kv in store.range(prefix, keys_only=True)}
+
+
 def calc_candidates(store: Store, skip: str | None) -> set[str]:
-    """Every node the store mentions: node records, handle ``node`` attributes, block
-    affinities, suspicions (a node may hold addresses without ever having written a record)."""
-    nodes = {kv.key[len(NODES):] for kv in store.range(NODES, keys_only=True)}
-    nodes |= {kv.key[len(SUSPECTS):] for kv in store.range(SUSPECTS, keys_only=True)}
-    for kv in store.range(HANDLES):
-        nodes.add(HandleRecord.from_bytes(kv.key, kv.value).node)
-    for kv in store.range(BLOCKS):
-        nodes.add(BlockRecord.from_bytes(kv.key, kv.value).affinity)
+    """Every node the store mentions: node records, affinity index entries (blocks), and
+    suspicions; keys only, so a pass costs little while every node is alive."""
+    nodes = node_names(store, NODES) | node_names(store, AFFINITY) | node_names(store, SUSPECTS)
     nodes.discard("")
     nodes.discard(skip or "")
     return nodes
@@ -119,7 +119,11 @@ def reap_dead_nodes(store: Store, now: float, grace: float, *, self_node: str | 
     if not supports_leases(store):
         report.skipped = f"the store {store.name} has no heartbeats (single node): no reaping"
         return report
+    beating, suspects = node_names(store, HEARTBEATS), node_names(store, SUSPECTS)
     for node in sorted(calc_candidates(store, self_node)):
+        if node in beating and node not in suspects:
+            report.nodes.append(NodeVerdict(node, "alive"))
+            continue
         try:
             report.nodes.append(judge_node(store, node, now, grace, dry_run))
         except CNIError as exc:

@@ -183,7 +183,7 @@ class Connection:
     def call(self, rpc: Callable[[Stubs, float], T], budget: float | None = None,
              what: str = "request") -> T:
         """``rpc(stubs, timeout)`` on a healthy member, failing over until ``budget`` is spent."""
-        # the caller's request deadline (ipam.store.deadline), if any, cuts the budget down
+        # a CNI request's cap on each store call (ipam.store.deadline), if any
         deadline = time.monotonic() + bound(budget or self.opts.request_timeout)
         last_error = "no member answered"
         while (remaining := deadline - time.monotonic()) > 0:

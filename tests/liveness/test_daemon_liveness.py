@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from tests.cluster.checks import assert_store_consistent, store_view
-from tests.cluster.load import ipam, netconf
+from tests.cluster.checks import (assert_cli_checks_clean, assert_store_consistent, cli_check,
+                                  store_view)
+from tests.cluster.load import ipam, netconf, pycni_ipam_cli
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
 HEARTBEATS, NODES = "/pycni/v1/heartbeats/", "/pycni/v1/nodes/"
@@ -133,3 +134,28 @@ def test_the_gc_verb_of_any_node_reaps_only_on_a_second_look_after_the_grace(mak
     assert sorted(ip for ips in node_handles(view, live.name).values() for ip in ips) == \
         sorted(live_ips)
     assert_store_consistent(view)
+
+
+def test_release_node_from_the_cli_refuses_a_live_node_then_releases_a_dead_one(make_cluster,
+                                                                             cni_bin):
+    cluster = make_cluster(nodes=2, ipam={"heartbeatTTL": 2, "reapInterval": 0,
+                                          "bufferSize": 2})
+    live, dead = cluster.nodes
+    conf = netconf()
+    live_ips = add_pods(cni_bin, live, conf, 2)
+    add_pods(cni_bin, dead, conf, 2)
+    refused = pycni_ipam_cli(live, "release-node", dead.name, "--output", "json")
+    assert refused.returncode != 0 and f"node {dead.name} is alive" in refused.stderr
+    dead.daemon.kill()
+    wait_for("the heartbeat to expire",
+             lambda: HEARTBEATS + dead.name not in cluster.etcd.dump(), 8)
+    done = pycni_ipam_cli(live, "release-node", dead.name, "--output", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["complete"] and len(report["released"]) == 3  # 2 pods + the buffer
+    view = store_view(cluster)
+    assert node_handles(view, dead.name) == {}
+    assert sorted(ip for ips in node_handles(view, live.name).values() for ip in ips
+                  if ip in live_ips) == sorted(live_ips)
+    assert_store_consistent(view)
+    assert_cli_checks_clean([cli_check(cluster, "after release-node")])

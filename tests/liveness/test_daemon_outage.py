@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.cluster.checks import assert_no_duplicates, assert_store_consistent, store_view
+from tests.cluster.checks import (assert_cli_checks_clean, assert_no_duplicates,
+                                  assert_store_consistent, cli_check, store_view)
 from tests.cluster.load import NETWORK, ipam, netconf
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
@@ -87,6 +88,7 @@ def test_outage_served_from_the_buffer_written_back_and_refilled(make_cluster, c
     assert e.ok, e.run.stdout
     assert_no_duplicates([first, b, d, e])
     assert_store_consistent(store_view(cluster))
+    assert_cli_checks_clean([cli_check(cluster, "after the write-back")])
 
 
 def test_pycnid_sigkilled_mid_outage_replays_its_journal(make_cluster, cni_bin):
@@ -127,3 +129,4 @@ def test_pycnid_sigkilled_mid_outage_replays_its_journal(make_cluster, cni_bin):
     assert e.ok and not set(e.ips()) & set(held)
     wait_for("the refill", lambda: len(buffer_of(cluster, node)) == 4, 10)
     assert_store_consistent(store_view(cluster))
+    assert_cli_checks_clean([cli_check(cluster, "after the write-back")])
