@@ -160,7 +160,7 @@ def py_spy(node: ClusterNode, profile: str, tag: str) -> subprocess.Popen:
         return subprocess.Popen(["true"])
     out = os.path.join(profile, f"pycnid-{node.name}-{tag}.txt")
     return subprocess.Popen([spy, "record", "--pid", str(node.daemon.proc.pid), "--duration",
-                             "3", "--rate", "200", "--format", "raw", "--output", out,
+                             "3", "--rate", "250", "--gil", "--format", "raw", "--output", out,
                              "--nonblocking"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 

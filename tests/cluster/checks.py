@@ -4,12 +4,10 @@ from __future__ import annotations
 import ipaddress
 import json
 
-import pytest
-
 from tests.fixtures.cluster import Cluster
 
 from .invariants import StoreView
-from .load import NETWORK, Call, cli_available, pycni_ipam_cli
+from .load import NETWORK, Call, pycni_ipam_cli
 
 
 def store_view(cluster: Cluster) -> StoreView:
@@ -74,11 +72,9 @@ def assert_only_buffers_left(view: StoreView, network: str = NETWORK) -> None:
     assert not held, f"{len(held)} address(es) still allocated: {sorted(held.items())[:10]}"
 
 
-def cli_check(cluster: Cluster, when: str) -> tuple[str, list | None]:
-    """Run `pycni ipam check --output json` on a node now: (when, problems), or (when, None)
-    while `pycni ipam` does not exist in the tree (engineer C). A failing run is a problem."""
-    if not cli_available("ipam"):
-        return when, None
+def cli_check(cluster: Cluster, when: str) -> tuple[str, list]:
+    """Run `pycni ipam check --output json` on a node now: (when, problems). A run that
+    fails or prints no JSON report is a problem too."""
     out = pycni_ipam_cli(cluster.nodes[0], "check", "--output", "json")
     try:
         report = json.loads(out.stdout)
@@ -90,10 +86,8 @@ def cli_check(cluster: Cluster, when: str) -> tuple[str, list | None]:
     return when, list(problems or [])
 
 
-def assert_cli_checks_clean(results: list[tuple[str, list | None]]) -> None:
-    """Every `pycni ipam check` taken during the test was clean. Called last: while the CLI
-    does not exist yet the test is marked xfail here, after all its other assertions passed."""
-    if any(problems is None for _, problems in results):
-        pytest.xfail("waiting for `pycni ipam check` (engineer C)")
+def assert_cli_checks_clean(results: list[tuple[str, list]]) -> None:
+    """Every `pycni ipam check` taken during the test was clean (checked last, so a dirty
+    report never hides what the test's own store checks found)."""
     dirty = [(when, problems) for when, problems in results if problems]
     assert not dirty, f"pycni ipam check reports problems: {dirty}"

@@ -111,13 +111,6 @@ def pycni_ipam_cli(node: ClusterNode, *args: str,
                           env={**os.environ, "PYTHONPATH": REPO})
 
 
-def cli_available(group: str = "ipam") -> bool:
-    """Whether `pycni <group>` exists in this tree (engineer C's operator CLI)."""
-    import importlib.util
-
-    return importlib.util.find_spec(f"ipam.cli.{group}") is not None
-
-
 def gc_conf(conf: dict, valid: list[tuple[str, str]]) -> dict:
     """The netconf of a CNI GC request naming the attachments that are still valid."""
     return {**conf, "cni.dev/valid-attachments": [{"containerID": cid, "ifname": ifname}
