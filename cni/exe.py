@@ -39,17 +39,44 @@ def version_reply():
 def socket_path(plugin, stdin, environ):
     """netconf `daemonSocket` (for IPAM `ipam.daemonSocket` first) > $PYCNI_SOCKET > default."""
     if b"daemonSocket" in stdin:
-        import json
-        try:
-            config = json.loads(stdin)
-            ipam = config.get("ipam") if isinstance(config.get("ipam"), dict) else {}
-            for value in (ipam.get("daemonSocket") if plugin == "ipam" else None,
-                          config.get("daemonSocket")):
-                if isinstance(value, str) and value:
-                    return value
-        except (ValueError, AttributeError):
-            pass  # the daemon (or the slow path) reports the config error precisely
+        found = scan_daemon_socket(stdin)
+        if found is None:
+            found = parse_daemon_socket(plugin, stdin)
+        if found:
+            return found
     return environ.get("PYCNI_SOCKET") or DEFAULT_SOCKET
+
+
+def scan_daemon_socket(stdin):
+    """The one `"daemonSocket": "<path>"` of a config, found without importing json (whose
+    import of `re` costs more than the rest of this process). None when it is not that
+    simple (several occurrences, escapes): then the config is parsed properly."""
+    key = b'"daemonSocket"'
+    start = stdin.find(key)
+    if start < 0 or stdin.find(key, start + 1) >= 0:
+        return None
+    rest = stdin[start + len(key):].lstrip()
+    if not rest.startswith(b":"):
+        return None
+    rest = rest[1:].lstrip()
+    end = rest.find(b'"', 1)
+    if not rest.startswith(b'"') or end < 0 or b"\\" in rest[:end]:
+        return None
+    return rest[1:end].decode("utf-8", "replace")
+
+
+def parse_daemon_socket(plugin, stdin):
+    import json
+    try:
+        config = json.loads(stdin)
+        ipam = config.get("ipam") if isinstance(config.get("ipam"), dict) else {}
+        for value in (ipam.get("daemonSocket") if plugin == "ipam" else None,
+                      config.get("daemonSocket")):
+            if isinstance(value, str) and value:
+                return value
+    except (ValueError, AttributeError):
+        pass  # the daemon (or the slow path) reports the config error precisely
+    return None
 
 
 def open_netns(path, required):

@@ -44,7 +44,7 @@ def test_sigkill_mid_adds_restart_gc_leaks_nothing(make_cluster, cni_bin):
     dels = run_all(cni_bin, [(n, "DEL", c.cid) for n, group in ((steady, kept),
                                                                 (victim, succeeded + again))
                              for c in group], conf)
-    assert all(c.ok for c in dels), [c.run.stdout for c in dels if not c.ok][:3]
+    assert all(c.ok for c in dels), [(c.run.code, c.run.stdout, c.run.stderr[-800:]) for c in dels if not c.ok][:3]
     view = store_view(cluster)
     assert_store_consistent(view)
     assert_only_buffers_left(view, NETWORK)

@@ -93,3 +93,18 @@ def test_error_json_round_trip() -> None:
     err = error_from_dict({"code": 11, "msg": "later", "details": "etcd down"})
     data = json.loads(err.to_json("1.0.0"))
     assert data == {"cniVersion": "1.0.0", "code": 11, "msg": "later", "details": "etcd down"}
+
+
+@pytest.mark.parametrize("stdin,plugin,expected", [
+    (b'{"name":"n","daemonSocket": "/run/a.sock"}', "bridge", "/run/a.sock"),
+    (b'{"name":"n","ipam":{"type":"pycni-ipam","daemonSocket":"/run/i.sock"}}', "ipam", "/run/i.sock"),
+    (b'{"daemonSocket":"/run/top.sock","ipam":{"daemonSocket":"/run/i.sock"}}', "ipam", "/run/i.sock"),
+    (b'{"daemonSocket":"/run/top.sock","ipam":{"daemonSocket":"/run/i.sock"}}', "bridge", "/run/top.sock"),
+    (b'{"daemonSocket":"/run/we\\\\ird.sock"}', "bridge", "/run/we\\ird.sock"),
+    (b'{"name":"n"}', "bridge", "/env.sock"),
+    (b'{"daemonSocket": 5}', "bridge", "/env.sock"),
+])
+def test_executable_finds_the_daemon_socket(stdin, plugin, expected) -> None:
+    from cni.exe import socket_path
+
+    assert socket_path(plugin, stdin, {"PYCNI_SOCKET": "/env.sock"}) == expected
