@@ -1,37 +1,131 @@
-"""pyroute2 sessions bound to one netns, owned by one request thread.
+"""pyroute2 sessions bound to one netns.
 
-pyroute2 0.9 keeps its netlink socket per thread (thread-local, created on first use in the
-calling thread's netns), so an ``IPRoute`` is never shared between threads or pooled: each
-request opens its own, uses it on its own thread and closes it. A pod session is created
-while the thread is inside the pod netns (``entered``), so its socket stays bound there after
-the thread returns home; work that must run inside the pod (sysctls, ioctls) goes in
-``inside``. Never use pyroute2's ``netns=`` argument: it creates missing namespaces.
+pyroute2 0.9 keeps an ``IPRoute``'s netlink socket and asyncio loop per thread (created on
+first use, in the calling thread's netns), so a session is only ever used by the thread that
+made it.
+
+- Node sessions (pycnid's own netns) are made once per thread and reused by every request the
+  thread serves (pycnid's workers are long-lived): building one costs about as much as two
+  netlink requests. A session that fails with anything but a kernel answer (``NetlinkError``) or
+  a CNI error is closed and made afresh on next use; sessions of threads that have ended are
+  closed when another thread makes one; ``close_node_sessions()`` closes all at shutdown.
+- Pod sessions are per request: made while the thread is inside the pod netns (``entered``),
+  so the socket stays bound there after the thread returns home; work that must run inside the
+  pod (sysctls, ioctls) goes in ``inside``.
+
+Never use pyroute2's ``netns=`` argument: it creates missing namespaces.
 """
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from contextlib import contextmanager
-from typing import Callable, Iterator, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, TypeVar
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
+from cni.spec.errors import CNIError
 from .ns import entered
 
 T = TypeVar("T")
+log = logging.getLogger("pycnid.netlink")
 # pyroute2 logs every netlink message at DEBUG (a dict repr each): with pycnid at debug level
 # that floods the log and costs more than the request itself.
 logging.getLogger("pyroute2").setLevel(logging.INFO)
+# Failures that leave the session usable: the kernel refused a request, or policy said no.
+HARMLESS = (NetlinkError, CNIError)
 
 
-@contextmanager
-def node_session() -> Iterator[IPRoute]:
-    """An IPRoute in the calling thread's own netns (pycnid's node netns)."""
-    ipr = IPRoute()
+def thread_netns_inode() -> int:
+    """The inode of the calling thread's netns (to tell the node netns from a pod's)."""
+    return os.stat("/proc/thread-self/ns/net").st_ino
+
+
+@dataclass
+class _Cached:
+    ipr: IPRoute
+    thread: threading.Thread
+    netns: int
+    loop: Any  # the asyncio loop pyroute2 made for it (closed with it once the thread ended)
+
+
+class NodeSessions:
+    """One reusable IPRoute per thread in the node netns."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open: dict[int, _Cached] = {}  # by thread ident
+
+    @contextmanager
+    def session(self) -> Iterator[IPRoute]:
+        cached = self._acquire()
+        try:
+            yield cached.ipr
+        except HARMLESS:
+            raise
+        except BaseException:
+            self._discard(cached)
+            raise
+
+    def close_all(self) -> None:
+        with self._lock:
+            every, self._open = list(self._open.values()), {}
+        for cached in every:
+            _close(cached, loop_too=not cached.thread.is_alive())
+
+    def _acquire(self) -> _Cached:
+        cached: _Cached | None = getattr(self._local, "cached", None)
+        netns = thread_netns_inode()
+        if cached is not None and cached.netns == netns and not cached.ipr.status["closed"]:
+            return cached
+        if cached is not None:
+            self._discard(cached)
+        return self._create(netns)
+
+    def _create(self, netns: int) -> _Cached:
+        ipr = IPRoute()
+        cached = _Cached(ipr, threading.current_thread(), netns, ipr.asyncore.event_loop)
+        with self._lock:
+            ended = [c for c in self._open.values() if not c.thread.is_alive()]
+            for c in ended:
+                del self._open[c.thread.ident]
+            self._open[threading.get_ident()] = cached
+        for c in ended:
+            _close(c, loop_too=True)
+        self._local.cached = cached
+        return cached
+
+    def _discard(self, cached: _Cached) -> None:
+        self._local.cached = None
+        with self._lock:
+            if self._open.get(threading.get_ident()) is cached:
+                del self._open[threading.get_ident()]
+        _close(cached, loop_too=False)  # the calling thread's own: close() takes its loop along
+
+
+def _close(cached: _Cached, loop_too: bool) -> None:
     try:
-        yield ipr
-    finally:
-        ipr.close()
+        cached.ipr.close()
+        if loop_too and not cached.loop.is_closed():
+            cached.loop.close()
+    except Exception:  # closing must never fail a request or the shutdown
+        log.debug("closing a netlink session failed", exc_info=True)
+
+
+_NODE = NodeSessions()
+
+
+def node_session() -> Any:
+    """The calling thread's IPRoute in its own netns (pycnid's node netns), reused."""
+    return _NODE.session()
+
+
+def close_node_sessions() -> None:
+    _NODE.close_all()
 
 
 @contextmanager
@@ -49,8 +143,3 @@ def pod_session(netns_fd: int, inside: Callable[[], T] | None = None
         yield ipr, value
     finally:
         ipr.close()
-
-
-def thread_netns_inode() -> int:
-    """The inode of the calling thread's netns (to tell the node netns from a pod's)."""
-    return os.stat("/proc/thread-self/ns/net").st_ino

@@ -2,8 +2,8 @@
 
 pycnid runs in the node netns: the bridge, the host veth ends and the nftables table live
 there; the pod is reached through the netns fd the executable sent. Requests arrive
-concurrently on threads: netlink sessions are per request, bridge set-up is serialised per
-bridge name (and tolerates EEXIST from other processes), nft changes go through one engine.
+concurrently on worker threads: each thread reuses its node netlink session (the pod
+session is per request), bridge set-up is serialised per bridge name (and tolerates EEXIST from other processes), nft changes go through one engine.
 
 - ADD: ``bridge_add`` (named steps, full rollback).
 - DEL: by derived names only (host veth, masquerade tag), so it needs neither the pod netns
@@ -18,7 +18,7 @@ from typing import Any
 
 from cni.net import link
 from cni.net.nft import Nft
-from cni.net.session import node_session
+from cni.net.session import close_node_sessions, node_session
 from cni.spec.errors import CNIError
 from cni.spec.request import Request, gc_valid_attachments
 from .base import Services
@@ -114,4 +114,5 @@ def valid_attachment_filter(req: Request) -> Any:
 
 def create(services: Services, config: Any) -> BridgePlugin:
     """pycnid's entry point (called on its main thread, in the node netns)."""
+    services.on_shutdown.append(close_node_sessions)
     return BridgePlugin(services)
