@@ -1,0 +1,120 @@
+"""Every example under conf/ is accepted by the parsers pycnid and the plugins really use.
+
+Daemon configs (*.json): ``parse_daemon_config``, the node options (``ipam/node_options.py``),
+the IPAM's daemon options (``cni/plugins/ipam_config.py``) and, for an etcd store, the etcd
+options (``ipam/store/etcd_conn.py``). Conflists: the runtime's conflist parser, then each
+plugin object through ``parse_bridge_config`` / ``parse_ipam_config``. A file of an unknown
+kind fails, so a new example cannot slip in untested.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cni.plugins.bridge_config import parse_bridge_config
+from cni.plugins.ipam_config import DaemonOptions, parse_daemon_options, parse_ipam_config
+from cni.runtime.conflist import conflist_from_bytes
+from cni.spec.request import Env, Request
+from ipam.daemon.config import parse_daemon_config
+from ipam.node_options import NodeOptions, parse_node_options
+from ipam.store.etcd_conn import EtcdOptions, parse_options
+
+CONF = os.path.join(os.path.dirname(__file__), "..", "..", "conf")
+FILES = sorted(os.listdir(CONF))
+
+
+def path(name: str) -> str:
+    return os.path.join(CONF, name)
+
+
+def load(name: str) -> dict:
+    with open(path(name), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def plugin_request(network: dict, plugin: dict) -> Request:
+    config = {"cniVersion": network["cniVersion"], "name": network["name"], **plugin}
+    return Request(env=Env(command="ADD", container_id="c1", netns="/x", ifname="eth0",
+                           args={}), config=config)
+
+
+def test_every_file_is_of_a_known_kind():
+    kinds = (".json", ".conflist", ".service")
+    assert FILES and all(name.endswith(kinds) for name in FILES), FILES
+    assert {"10-pycni.conflist", "20-pycni-cluster.conflist", "pycnid.json",
+            "pycnid-etcd.json", "pycnid.service"} <= set(FILES)
+
+
+@pytest.mark.parametrize("name", [n for n in FILES if n.endswith(".json")])
+def test_daemon_config_is_accepted(name):
+    raw = load(name)
+    config = parse_daemon_config(raw)
+    endpoints = config.store.endpoints if config.store.type == "etcd" else ()
+    node = parse_node_options(config.raw, endpoints)
+    options = parse_daemon_options(config.raw)
+    assert isinstance(node, NodeOptions) and isinstance(options, DaemonOptions)
+    if config.store.type == "etcd":
+        etcd = parse_options(config.store.endpoints, config.store.ca, config.store.cert,
+                             config.store.key, config.store.options)
+        assert etcd.endpoints and etcd.ca and etcd.cert and etcd.key
+
+
+def test_etcd_example_shows_the_real_defaults():
+    """The README says conf/pycnid-etcd.json spells out the defaults: keep that true."""
+    raw = load("pycnid-etcd.json")
+    config = parse_daemon_config(raw)
+    assert config.store.type == "etcd" and len(config.store.endpoints) == 3
+    assert all(url.startswith("https://") for url in config.store.endpoints)
+    node = parse_node_options(raw, config.store.endpoints)
+    defaults = NodeOptions()
+    assert (node.buffer_size, node.heartbeat_ttl, node.reap_grace, node.reap_interval,
+            node.add_budget) == (defaults.buffer_size, defaults.heartbeat_ttl,
+                                 defaults.reap_grace, defaults.reap_interval,
+                                 defaults.add_budget)
+    assert node.labels == {"zone": "a"} and node.address == "10.0.0.11"
+    options = parse_daemon_options(raw)
+    assert (options.block_grace, options.housekeeping_interval) == (
+        DaemonOptions({}).block_grace, DaemonOptions({}).housekeeping_interval)
+    etcd = parse_options(config.store.endpoints, config.store.ca, config.store.cert,
+                         config.store.key, config.store.options)
+    plain = EtcdOptions(config.store.endpoints)
+    assert (etcd.call_timeout, etcd.request_timeout, etcd.status_timeout,
+            etcd.endpoint_retry) == (plain.call_timeout, plain.request_timeout,
+                                     plain.status_timeout, plain.endpoint_retry)
+    assert set(raw["ipam"]) == {"bufferSize", "heartbeatTTL", "reapGrace", "reapInterval",
+                                "addBudget", "blockReturnGrace", "housekeepingInterval"}
+
+
+@pytest.mark.parametrize("name", [n for n in FILES if n.endswith(".conflist")])
+def test_conflist_and_its_plugins_are_accepted(name):
+    with open(path(name), "rb") as fh:
+        data = fh.read()
+    conflist = conflist_from_bytes(data, path(name))
+    network = json.loads(data)
+    assert conflist.name == network["name"]
+    types = []
+    for plugin in network["plugins"]:
+        types.append(plugin["type"])
+        req = plugin_request(network, plugin)
+        if plugin["type"] == "pycni-bridge":
+            assert parse_bridge_config(req).has_ipam
+        if plugin.get("ipam", {}).get("type") == "pycni-ipam":
+            parse_ipam_config(req.config)
+    assert types[0] == "pycni-bridge"
+
+
+def test_cluster_conflist_selects_cluster_pools():
+    network = load("20-pycni-cluster.conflist")
+    ipam = network["plugins"][0]["ipam"]
+    cfg = parse_ipam_config({"name": network["name"], "ipam": ipam})
+    assert cfg.pools == ("pods-v4",) and cfg.range_sets == ()
+    assert cfg.selection.mode == "pools"
+    assert network["name"] != load("10-pycni.conflist")["name"]
+
+
+def test_service_unit_runs_pycnid_with_the_installed_config():
+    with open(path("pycnid.service"), encoding="utf-8") as fh:
+        unit = fh.read()
+    assert "ExecStart=/usr/local/bin/pycnid --config /etc/pycni/pycnid.json" in unit
