@@ -5,8 +5,10 @@ plan) and, when no other caller is leading, leads: it plans every queued job
 into one ``Plan`` (a job that raises is left out whole and gets its error), commits it in one
 txn, and hands each job its value. When the txn loses a compare, the leader lets the caller
 refresh the cache and plans the same jobs again (bounded attempts, jittered backoff). A caller
-whose job a leader finished returns at once, without waiting for the next txn. Only one leader
-runs at a time, so the cache is never used by two threads at once.
+whose job a leader finished returns at once, without waiting for the next txn: each job has
+an event of its own, set when it is finished or when leadership passes to it (a leader that is
+done hands over to the oldest queued job), so no caller is woken for another's job. Only one
+leader runs at a time, so the cache is never used by two threads at once.
 
 With one caller at a time this is exactly "plan, commit, retry" under a lock; with many it
 turns N round trips into one, which is what keeps a node fast when kubelet starts many pods.
@@ -27,16 +29,18 @@ T = TypeVar("T")
 BACKOFF_CAP = 0.05
 
 
-@dataclass
+@dataclass(eq=False)  # jobs are compared by identity (queue.remove)
 class Job(Generic[T]):
     plan: Callable[[Plan], T]
     what: str
     done: bool = False
     value: Any = None
     error: BaseException | None = None
+    wake: threading.Event = field(default_factory=threading.Event)  # finished, or now leading
 
     def finish(self, value: Any = None, error: BaseException | None = None) -> None:
         self.value, self.error, self.done = value, error, True
+        self.wake.set()
 
 
 @dataclass
@@ -50,32 +54,42 @@ class Combiner:
     max_batch: int = 16
     store_name: str = "the store"
     on_retry: Callable[[], None] = lambda: None
-    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     _queue: deque = field(default_factory=deque)
     _leading: bool = False
 
     def run(self, plan: Callable[[Plan], T], what: str = "request") -> T:
         job: Job[T] = Job(plan, what)
-        with self._cond:
+        with self._lock:
             self._queue.append(job)
-        while True:
-            with self._cond:
-                while self._leading and not job.done:  # a served caller leaves at once
-                    self._cond.wait()
-                if job.done:
-                    break
-                self._leading = True
-                batch = [self._queue.popleft() for _ in range(min(len(self._queue),
-                                                                  self.max_batch))]
+            leading = not self._leading
+            self._leading = True
+        if not leading:
+            job.wake.wait()  # a leader finished it, or handed leadership to it
+            leading = not job.done
+        if leading:
             try:
-                self._lead(batch)
+                while not job.done:  # its job is queued until a batch of this leader takes it
+                    with self._lock:
+                        batch = [self._queue.popleft() for _ in range(min(len(self._queue),
+                                                                          self.max_batch))]
+                    self._lead(batch)
             finally:
-                with self._cond:
-                    self._leading = False
-                    self._cond.notify_all()
+                self._hand_over(job)
         if job.error is not None:
             raise job.error
         return job.value
+
+    def _hand_over(self, own: Job) -> None:
+        """The oldest queued job leads next; with none queued nobody leads. A leader leaving
+        on an exception first takes its own job out of the queue (nobody waits for it)."""
+        with self._lock:
+            if not own.done and own in self._queue:
+                self._queue.remove(own)
+            if self._queue:
+                self._queue[0].wake.set()
+            else:
+                self._leading = False
 
     def _lead(self, batch: list[Job]) -> None:
         try:
@@ -117,7 +131,7 @@ class Combiner:
                 job.finish(error=exc)
                 continue
             if planned and draft.size() > MAX_TXN_OPS:
-                with self._cond:
+                with self._lock:
                     self._queue.appendleft(job)
                 batch.remove(job)
                 continue
