@@ -11,6 +11,8 @@ from cni.spec.errors import InvalidConfig
 DEFAULT_CONFIG_PATH = "/etc/pycni/pycnid.json"
 DEFAULT_SOCKET = "/run/pycni/pycnid.sock"
 DEFAULT_STATE_DIR = "/var/lib/pycni"
+DEFAULT_WORKERS = 16
+MAX_WORKERS = 1024
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class DaemonConfig:
     metrics_address: str | None = None
     log_level: str = "info"
     fault_injection: bool = False
+    workers: int = DEFAULT_WORKERS  # pooled request threads of the socket server
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,8 +67,16 @@ def parse_daemon_config(data: dict[str, Any]) -> DaemonConfig:
         metrics_address=data.get("metricsAddress"),
         log_level=str(data.get("logLevel", "info")),
         fault_injection=bool(data.get("faultInjection", False)),
+        workers=parse_workers(data.get("workers", DEFAULT_WORKERS)),
         raw=data,
     )
+
+
+def parse_workers(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
+        raise InvalidConfig("invalid daemon config key 'workers'",
+                            f"expected an integer 1..{MAX_WORKERS}, got {value!r}")
+    return value
 
 
 def load_daemon_config(path: str | None) -> DaemonConfig:

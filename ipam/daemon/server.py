@@ -1,4 +1,8 @@
-"""The unix-socket transport of pycnid: root-only socket, peer credentials, one thread a request."""
+"""The unix-socket transport of pycnid: root-only socket, peer credentials, a pool of workers.
+
+The accept loop (``serve_forever``) hands each connection to a ``WorkerPool`` of long-lived
+threads (``workers`` in the daemon config); a connection is served whole by one worker.
+"""
 from __future__ import annotations
 
 import array
@@ -10,6 +14,9 @@ import struct
 from typing import Callable
 
 from cni.spec import wire
+
+from .config import DEFAULT_WORKERS
+from .workers import WorkerPool
 
 log = logging.getLogger("pycnid.server")
 
@@ -43,46 +50,56 @@ def receive_request(sock: socket.socket) -> tuple[bytes, int | None]:
     return b"".join(chunks), (fds[0] if fds else None)
 
 
-class _Handler(socketserver.BaseRequestHandler):
-    server: "PluginServer"
-
-    def handle(self) -> None:
-        sock: socket.socket = self.request
-        fd = None
-        try:
-            uid = peer_uid(sock)
-            if uid not in (0, os.getuid()):
-                log.warning("refused request from uid %d", uid)
-                return
-            raw, fd = receive_request(sock)
-            plugin, env, stdin, _has_fd = wire.decode_request(raw)
-            exit_code, stdout = self.server.serve(plugin, env, stdin, fd)
-            sock.sendall(wire.encode_reply(exit_code, stdout))
-        except (OSError, ValueError) as exc:
-            log.warning("bad request: %s", exc)
-        finally:
-            if fd is not None:
-                os.close(fd)
+def serve_connection(sock: socket.socket,
+                     serve: Callable[[str, dict, bytes, int | None], tuple[int, str]]) -> None:
+    """One request on an accepted connection: check the peer, read, serve, reply."""
+    fd = None
+    try:
+        uid = peer_uid(sock)
+        if uid not in (0, os.getuid()):
+            log.warning("refused request from uid %d", uid)
+            return
+        raw, fd = receive_request(sock)
+        plugin, env, stdin, _has_fd = wire.decode_request(raw)
+        exit_code, stdout = serve(plugin, env, stdin, fd)
+        sock.sendall(wire.encode_reply(exit_code, stdout))
+    except (OSError, ValueError) as exc:
+        log.warning("bad request: %s", exc)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
-class PluginServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
+class PluginServer(socketserver.UnixStreamServer):
     allow_reuse_address = True
     request_queue_size = 256
 
-    def __init__(self, path: str, serve: Callable[[str, dict, bytes, int | None], tuple[int, str]]) -> None:
+    def __init__(self, path: str, serve: Callable[[str, dict, bytes, int | None], tuple[int, str]],
+                 workers: int = DEFAULT_WORKERS) -> None:
         self.path = path
         self.serve = serve
         prepare_socket_path(path)
         old = os.umask(0o177)
         try:
-            super().__init__(path, _Handler)
+            super().__init__(path, socketserver.BaseRequestHandler)
         finally:
             os.umask(old)
         os.chmod(path, 0o600)
+        self.pool: WorkerPool[socket.socket] = WorkerPool(workers, self._serve_one,
+                                                          self.shutdown_request)
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:
+        self.pool.submit(request)  # the worker closes it
+
+    def _serve_one(self, sock: socket.socket) -> None:
+        try:
+            serve_connection(sock, self.serve)
+        finally:
+            self.shutdown_request(sock)
 
     def server_close(self) -> None:
         super().server_close()
+        self.pool.stop()
         try:
             os.unlink(self.path)
         except FileNotFoundError:
