@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from cni.plugins.base import Services
-from cni.plugins.ipam_config import (IpamConfig, parse_daemon_options, parse_ipam_config,
+from cni.plugins.ipam_config import (IpamConfig, cached_ipam_config, parse_daemon_options,
                                      parse_requested_ips, requested_by_set)
 from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
 from cni.spec.request import Request, gc_valid_attachments
@@ -46,11 +46,13 @@ def handle_of(req: Request) -> HandleId:
 
 
 def render_result(record: HandleRecord, cfg: IpamConfig) -> dict:
-    """The canonical (1.1.0-shaped) abbreviated IPAM result."""
+    """The canonical (1.1.0-shaped) abbreviated IPAM result; its routes and dns are copies
+    (``cfg`` is shared by every ADD of the netconf)."""
     ips = [{"address": ip.address, **({"gateway": ip.gateway} if ip.gateway else {})}
            for ip in record.ips]
+    dns = {k: list(v) if isinstance(v, list) else v for k, v in (cfg.dns or {}).items()}
     return {"cniVersion": "1.1.0", "ips": ips, "routes": [dict(r) for r in cfg.routes],
-            "dns": dict(cfg.dns or {})}
+            "dns": dns}
 
 
 def pod_attributes(req: Request) -> dict[str, str]:
@@ -67,7 +69,7 @@ class IpamPlugin:
         self.guard = node.guard if node is not None else NoGuard()
 
     def add(self, req: Request) -> dict:
-        cfg = parse_ipam_config(req.config)
+        cfg = cached_ipam_config(req.config)  # validated once per distinct netconf
         requested: Any = parse_requested_ips(req.config, req.env.args)
         if cfg.range_sets:  # cluster pools map requests once the pools are read
             requested = requested_by_set(cfg, requested)
@@ -121,7 +123,7 @@ class IpamPlugin:
     def status(self, req: Request) -> None:
         try:
             self.leases.store.status()
-            cfg = parse_ipam_config(req.config)
+            cfg = cached_ipam_config(req.config)
             self.leases.ensure_capacity(cfg.selection)
         except TryAgainLater as err:
             raise NotAvailable(err.msg, err.details) from None

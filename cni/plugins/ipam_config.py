@@ -16,6 +16,7 @@ Where addresses come from (``ipam.selection``), first match wins:
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -24,6 +25,7 @@ from ipam.allocator import IPAddr, Range, is_reserved_v4
 from ipam.records import IPNet
 from ipam.selection import Selection
 
+CACHE_SIZE = 256  # distinct IPAM netconfs remembered (cleared whole when full)
 ROUTE_INT_KEYS = ("mtu", "advmss", "priority", "table", "scope")
 DNS_LIST_KEYS = ("nameservers", "search", "options")
 
@@ -63,6 +65,35 @@ def parse_ipam_config(config: Mapping[str, Any]) -> IpamConfig:
         range_sets = parse_range_sets(ipam, runtime)
     return IpamConfig(str(config["name"]), range_sets, parse_routes(ipam.get("routes")),
                       parse_dns(ipam.get("dns")), () if by_capability else pools)
+
+
+_parsed: dict[str, IpamConfig] = {}
+
+
+def cached_ipam_config(config: Mapping[str, Any]) -> IpamConfig:
+    """``parse_ipam_config``, remembered by what it reads (name, ``ipam``, the ``ipRanges``
+    capability): the same netconf on every ADD of a network is validated once. A bad config is
+    never remembered, so it fails the same way every time."""
+    key = ipam_config_key(config)
+    if key is None:
+        return parse_ipam_config(config)
+    cfg = _parsed.get(key)
+    if cfg is None:
+        cfg = parse_ipam_config(config)
+        if len(_parsed) >= CACHE_SIZE:
+            _parsed.clear()
+        _parsed[key] = cfg
+    return cfg
+
+
+def ipam_config_key(config: Mapping[str, Any]) -> str | None:
+    """Everything ``parse_ipam_config`` reads, as text; None when it is not JSON data."""
+    runtime = config.get("runtimeConfig")
+    ip_ranges = runtime.get("ipRanges") if isinstance(runtime, dict) else None
+    try:
+        return json.dumps((config.get("name"), config.get("ipam"), ip_ranges or None))
+    except (TypeError, ValueError):
+        return None
 
 
 def parse_pool_names(ipam: Mapping) -> tuple[str, ...]:
