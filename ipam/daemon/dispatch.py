@@ -141,6 +141,9 @@ class Dispatcher:
 
     def _log(self, plugin: str, env: Mapping[str, str], req: Request | None, reply: dict,
              seconds: float) -> None:
+        level = logging.WARNING if reply["exit"] else logging.INFO
+        if not log.isEnabledFor(level):  # one line a request, built only when it is written
+            return
         fields = {"plugin": plugin, "command": env.get("CNI_COMMAND"),
                   "containerID": env.get("CNI_CONTAINERID"), "ifname": env.get("CNI_IFNAME"),
                   "network": req.network if req and req.command != "VERSION" else None,
