@@ -60,6 +60,8 @@ class Daemon:
 
     def serve(self) -> None:
         assert self.server is not None
+        if self._stopping.is_set():  # SIGTERM came before self.server was set: nothing to shut
+            return
         self.server.serve_forever(poll_interval=0.2)
 
     def request_stop(self, *_: Any) -> None:

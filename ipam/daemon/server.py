@@ -79,14 +79,18 @@ class PluginServer(socketserver.UnixStreamServer):
         self.path = path
         self.serve = serve
         prepare_socket_path(path)
+        # the workers first: the socket appearing means pycnid is ready (and may be stopped)
+        self.pool: WorkerPool[socket.socket] = WorkerPool(workers, self._serve_one,
+                                                          self.shutdown_request)
         old = os.umask(0o177)
         try:
             super().__init__(path, socketserver.BaseRequestHandler)
+        except BaseException:
+            self.pool.stop()
+            raise
         finally:
             os.umask(old)
         os.chmod(path, 0o600)
-        self.pool: WorkerPool[socket.socket] = WorkerPool(workers, self._serve_one,
-                                                          self.shutdown_request)
 
     def process_request(self, request: socket.socket, client_address: object) -> None:
         self.pool.submit(request)  # the worker closes it
