@@ -17,6 +17,7 @@ Never use pyroute2's ``netns=`` argument: it creates missing namespaces.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -49,7 +50,10 @@ class _Cached:
     ipr: IPRoute
     thread: threading.Thread
     netns: int
-    loop: Any  # the asyncio loop pyroute2 made for it (closed with it once the thread ended)
+    # pyroute2 keeps these in the thread's locals, which vanish with the thread: held here so
+    # that another thread can close them once the owner has ended.
+    loop: Any
+    transport: Any
 
 
 class NodeSessions:
@@ -81,6 +85,7 @@ class NodeSessions:
         cached: _Cached | None = getattr(self._local, "cached", None)
         netns = thread_netns_inode()
         if cached is not None and cached.netns == netns and not cached.ipr.status["closed"]:
+            drop_stray_replies(cached.ipr)
             return cached
         if cached is not None:
             self._discard(cached)
@@ -88,7 +93,8 @@ class NodeSessions:
 
     def _create(self, netns: int) -> _Cached:
         ipr = IPRoute()
-        cached = _Cached(ipr, threading.current_thread(), netns, ipr.asyncore.event_loop)
+        cached = _Cached(ipr, threading.current_thread(), netns, ipr.asyncore.event_loop,
+                         ipr.asyncore.local.transport)
         with self._lock:
             ended = [c for c in self._open.values() if not c.thread.is_alive()]
             for c in ended:
@@ -107,8 +113,25 @@ class NodeSessions:
         _close(cached, loop_too=False)  # the calling thread's own: close() takes its loop along
 
 
+def drop_stray_replies(ipr: IPRoute) -> None:
+    """Empty the queue where pyroute2 parks replies no request waits for (between requests).
+
+    A successful ``link("get")`` is answered with the link and then an ACK; pyroute2 returns
+    after the link and files the late ACK under "no request" (36 bytes a call). In a session
+    that lives as long as the daemon, those would pile up without end.
+    """
+    root = getattr(getattr(ipr.asyncore.local, "msg_queue", None), "root", None)
+    while root is not None and not root.empty():
+        root.get_nowait()
+        root.task_done()
+
+
 def _close(cached: _Cached, loop_too: bool) -> None:
+    """Close a session; ``loop_too`` for a session whose thread has ended (or the loop stays)."""
     try:
+        if loop_too and not cached.loop.is_closed():
+            cached.transport.abort()  # lets the loop drop the socket on its next turn
+            cached.loop.run_until_complete(asyncio.sleep(0))
         cached.ipr.close()
         if loop_too and not cached.loop.is_closed():
             cached.loop.close()
