@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import socket
 from dataclasses import dataclass, replace
 
 from pyroute2 import IPRoute
@@ -60,6 +61,15 @@ def normalize_mac(text: str) -> str | None:
     if not MAC_RE.match(mac) or int(mac[:2], 16) & 1 or mac == "00:00:00:00:00:00":
         return None
     return mac
+
+
+def link_exists(name: str) -> bool:
+    """Whether the calling thread's netns has a link ``name`` (one ioctl, no netlink)."""
+    try:
+        socket.if_nametoindex(name)
+    except OSError:
+        return False
+    return True
 
 
 def get_link(ipr: IPRoute, name: str | None = None, index: int | None = None) -> LinkInfo | None:

@@ -14,6 +14,7 @@ session is per request), bridge set-up is serialised per bridge name (and tolera
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cni.net import link
@@ -32,6 +33,7 @@ from .masq import Masquerader
 
 log = logging.getLogger("pycnid.bridge")
 __all__ = ["ADD_STEPS", "BridgePlugin", "create"]
+DEL_HELPERS = 8  # concurrent veth deletions (they queue on the kernel's rtnl lock anyway)
 
 
 class BridgePlugin:
@@ -39,25 +41,33 @@ class BridgePlugin:
         self.services = services
         self.masq = Masquerader(nft or Nft())
         self.bridges = NodeBridges()
+        # Threads are made by the submitting request thread, so they start in the node netns.
+        self.helpers = ThreadPoolExecutor(DEL_HELPERS, thread_name_prefix="pycnid-bridge-del")
 
     def add(self, req: Request) -> dict:
         return run_add(self, req)
 
     def delete(self, req: Request) -> None:
+        """The kernel spends ~15-20 ms deleting a veth (RCU grace periods), nearly all of it
+        waiting: a helper thread deletes it while this one releases the masquerade elements and
+        the lease (the reference, too, releases the lease before the veth is gone)."""
         att = Attachment.of(req)
+        veth_removed = self.helpers.submit(remove_host_veth, att.host_veth)
         errors: list[str] = []
         try:
-            with node_session() as ipr:
-                link.delete_link(ipr, att.host_veth)
-        except MECHANISM_ERRORS as exc:
-            errors.append(f"deleting host veth {att.host_veth}: {describe(exc)}")
-        try:
-            self.masq.remove(att.tag)
-        except MECHANISM_ERRORS as exc:
-            errors.append(f"removing masquerade elements of {att.tag}: {describe(exc)}")
-        delegate(self.services.plugins, req, "DEL")
+            try:
+                self.masq.remove(att.tag)
+            except MECHANISM_ERRORS as exc:
+                errors.append(f"removing masquerade elements of {att.tag}: {describe(exc)}")
+            delegate(self.services.plugins, req, "DEL")
+        finally:
+            veth_error = veth_removed.result()
+        errors = ([veth_error] if veth_error else []) + errors
         if errors:
             raise CNIError("DEL could not remove everything", "; ".join(errors))
+
+    def close(self) -> None:
+        self.helpers.shutdown(wait=False, cancel_futures=True)
 
     def check(self, req: Request) -> None:
         run_check(self, req)
@@ -95,6 +105,18 @@ class BridgePlugin:
         return errors
 
 
+def remove_host_veth(name: str) -> str | None:
+    """Delete a host veth (its peer goes along); None when done or already gone, else why not."""
+    if not link.link_exists(name):
+        return None
+    try:
+        with node_session() as ipr:
+            link.delete_link(ipr, name)
+    except MECHANISM_ERRORS as exc:
+        return f"deleting host veth {name}: {describe(exc)}"
+    return None
+
+
 def valid_attachment_filter(req: Request) -> Any:
     """GC: a predicate over attachment tags, true for what must be kept: tags of other
     networks and of this network's valid attachments. No valid-attachments key (cnitool's
@@ -114,5 +136,6 @@ def valid_attachment_filter(req: Request) -> Any:
 
 def create(services: Services, config: Any) -> BridgePlugin:
     """pycnid's entry point (called on its main thread, in the node netns)."""
-    services.on_shutdown.append(close_node_sessions)
-    return BridgePlugin(services)
+    plugin = BridgePlugin(services)
+    services.on_shutdown += [close_node_sessions, plugin.close]  # run in reverse order
+    return plugin

@@ -77,7 +77,7 @@ def setup_veth(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
 
 
 def explain_exists(host: str, ifname: str, netns: str) -> CNIError:
-    if link_exists(host):
+    if link.link_exists(host):
         return attachment_exists(host)
     return CNIError(f"container interface {ifname} already exists in {netns}",
                     "CNI_IFNAME must not exist in the pod netns before ADD")
@@ -86,14 +86,6 @@ def explain_exists(host: str, ifname: str, netns: str) -> CNIError:
 def attachment_exists(host: str) -> CNIError:
     return CNIError(f"host veth {host} of this attachment already exists",
                     "ADD was repeated without DEL; run DEL first")
-
-
-def link_exists(name: str) -> bool:
-    try:
-        socket.if_nametoindex(name)
-    except OSError:
-        return False
-    return True
 
 
 def validate_pod_netns(req: Request) -> None:
@@ -110,7 +102,7 @@ def validate_pod_netns(req: Request) -> None:
 def validate_new_attachment(att: Attachment) -> None:
     """Refuse a repeated ADD before IPAM is asked: IPAM would hand back the live lease, and
     the rollback of this ADD would then release an address still in use."""
-    if link_exists(att.host_veth):
+    if link.link_exists(att.host_veth):
         raise attachment_exists(att.host_veth)
 
 
