@@ -23,6 +23,9 @@ in_node() { ip netns exec "$NODE" "$@"; }
 cleanup() {
     local status=$?
     trap - EXIT INT TERM
+    # a signal may arrive while a command's output is redirected (pycni_net add > pod.json):
+    # the trap inherits that redirection, so speak on the script's own stdout/stderr again
+    exec 1>&3 2>&4
     step "Cleaning up"
     if [[ -n $PYCNID_PID ]] && kill -0 "$PYCNID_PID" 2>/dev/null; then
         kill -TERM "$PYCNID_PID" 2>/dev/null || true
@@ -50,6 +53,7 @@ if [[ $(id -u) != 0 ]]; then
     echo "make demo needs root: it creates network namespaces (never touching the host's own)" >&2
     exit 1
 fi
+exec 3>&1 4>&2
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
