@@ -33,6 +33,7 @@ from ipam.ipam_metrics import IpamMetrics
 from ipam.leases import LeaseService
 from ipam.node_setup import NodeServices, setup_guard, setup_node
 from ipam.outage import NoGuard
+from ipam.pool_watch import start_pool_watch
 from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
 from ipam.store import open_store
 
@@ -170,4 +171,5 @@ def create(services: Services, config: Any) -> IpamPlugin:
     services.extra["ipam.leases"] = leases
     housekeeping = Housekeeping(leases, options.housekeeping_interval).start()
     services.on_shutdown.append(housekeeping.stop)
+    start_pool_watch(services, store, leases)  # etcd: pool changes reach the cache at once
     return IpamPlugin(services, leases, node)
