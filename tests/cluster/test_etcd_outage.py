@@ -4,7 +4,7 @@ STATUS is 50 throughout; after etcd restarts the journal is replayed (handles re
 the addresses the ADDs returned) and the store checks clean."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import pytest
 
@@ -12,6 +12,7 @@ from .checks import (assert_cli_checks_clean, assert_no_duplicates, assert_only_
                      assert_store_consistent, cli_check, store_view)
 from .invariants import StoreView
 from .load import NETWORK, Call, ipam, netconf
+from tests.fixtures import waiting
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
 
@@ -24,14 +25,7 @@ def buffer_ips(view: StoreView, node: str) -> set[str]:
             for ip in view.handle_ips(holder)}
 
 
-def wait_for(what: str, probe, timeout: float):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
-        time.sleep(0.3)
+wait_for = partial(waiting.wait_for, step=0.3)  # each probe reads the store or runs STATUS
 
 
 def test_outage_served_from_buffer_then_11_then_reconciled(make_cluster, cni_bin):

@@ -7,15 +7,10 @@ import time
 import pytest
 
 from ipam.store.base import Put
+from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.etcd
 
-
-def wait_for(predicate, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def heartbeat(store, key: str):
@@ -27,7 +22,7 @@ def test_plain_lease_expires_with_its_key(store):
     lease = store.grant_lease(2)
     store.txn([], [Put("/hb/plain", b"x", lease=lease)])
     assert 0 < store.lease_ttl(lease) <= 2
-    wait_for(lambda: store.get("/hb/plain") is None, 5, "the key to expire")
+    wait_for("the key to expire", lambda: store.get("/hb/plain") is None, 5, step=0.05)
     assert store.lease_ttl(lease) == -1 and store.refresh_lease(lease) == 0
 
 
@@ -50,7 +45,7 @@ def test_keeper_regrants_a_lease_that_vanished(store):
     first = keeper.lease_id
     store.revoke_lease(first)  # as if it expired during an outage
     assert store.get("/hb/node2") is None
-    wait_for(lambda: keeper.grants == 2 and keeper.wait(0), 4, "a new lease")
+    wait_for("a new lease", lambda: keeper.grants == 2 and keeper.wait(0), 4, step=0.05)
     assert keeper.lease_id != first
     assert store.get("/hb/node2").value == b"alive"
     keeper.stop()

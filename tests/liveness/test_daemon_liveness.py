@@ -12,18 +12,12 @@ import pytest
 from tests.cluster.checks import (assert_cli_checks_clean, assert_store_consistent, cli_check,
                                   store_view)
 from tests.cluster.load import ipam, netconf, pycni_ipam_cli
+from tests.fixtures.waiting import wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
 HEARTBEATS, NODES = "/pycni/v1/heartbeats/", "/pycni/v1/nodes/"
 SUSPECTS = "/pycni/v1/reaper/suspects/"
 
-
-def wait_for(what: str, probe, timeout: float, step: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
-        time.sleep(step)
-    return value
 
 
 def node_handles(view, node: str) -> dict[str, list[str]]:

@@ -6,25 +6,21 @@ from __future__ import annotations
 
 import json
 import os
-import time
+from functools import partial
 
 import pytest
 
 from tests.cluster.checks import (assert_cli_checks_clean, assert_no_duplicates,
                                   assert_store_consistent, cli_check, store_view)
 from tests.cluster.load import NETWORK, ipam, netconf
+from tests.fixtures import waiting
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
 SIZE = 3
 BUFFER = "_buffer/{node}/clusternet-10.96.0.0-20"
 
 
-def wait_for(what: str, probe, timeout: float, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
-        time.sleep(step)
-    return value
+wait_for = partial(waiting.wait_for, step=0.2)  # probes here cost a store read or an exec
 
 
 def buffer_of(cluster, node) -> list[str]:

@@ -13,15 +13,10 @@ from ipam.liveness import (Liveness, NodeRecord, heartbeat_alive, heartbeat_key,
 from ipam.node_options import parse_node_options
 from ipam.store.sqlite import SqliteStore
 from cni.spec.errors import InvalidConfig
+from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.etcd
 
-
-def wait_for(predicate, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_start_writes_node_record_and_heartbeat_and_stop_revokes(store):
@@ -45,7 +40,7 @@ def test_heartbeat_vanishes_after_the_ttl_when_the_keeper_dies(store):
     live.keeper.stop(revoke=False)  # as a SIGKILLed pycnid: nobody refreshes, nobody revokes
     assert heartbeat_alive(store, "n2")
     started = time.monotonic()
-    wait_for(lambda: not heartbeat_alive(store, "n2"), 5, "the heartbeat to expire")
+    wait_for("the heartbeat to expire", lambda: not heartbeat_alive(store, "n2"), 5, step=0.05)
     assert time.monotonic() - started <= 3.5
 
 
@@ -56,7 +51,7 @@ def test_a_lost_lease_is_regranted_and_the_node_reannounced(store):
     first_rev = store.get(node_key("n3")).mod_revision
     store.revoke_lease(first_lease)  # as if it expired during an etcd outage
     assert not heartbeat_alive(store, "n3")
-    wait_for(lambda: heartbeat_alive(store, "n3"), 4, "a new heartbeat")
+    wait_for("a new heartbeat", lambda: heartbeat_alive(store, "n3"), 4, step=0.05)
     assert live.lease_id != first_lease
     assert store.get(node_key("n3")).mod_revision > first_rev  # what the reaper watches
     live.stop()

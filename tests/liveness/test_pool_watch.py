@@ -11,6 +11,7 @@ import time
 import pytest
 
 from tests.cluster.load import ipam, pycni_ipam_cli
+from tests.fixtures.waiting import wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
 METRICS = "127.0.0.1:9464"  # in the node's own namespace: nothing else listens there
@@ -39,13 +40,6 @@ def watch_revision(node) -> float:
 def watch_events(node, kind: str) -> float:
     return scrape(node).get(f'pycni_ipam_pool_watch_events_total{{kind="{kind}"}}', 0.0)
 
-
-def wait_for(what: str, probe, timeout: float = 10, step: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
-        time.sleep(step)
-    return value
 
 
 def pool_revision(cluster, name: str) -> int:

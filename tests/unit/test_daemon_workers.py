@@ -7,7 +7,6 @@ import os
 import socket
 import tempfile
 import threading
-import time
 
 import pytest
 
@@ -16,13 +15,8 @@ from cni.spec.errors import InvalidConfig
 from ipam.daemon.config import parse_daemon_config
 from ipam.daemon.server import PluginServer
 from ipam.daemon.workers import WorkerPool
+from tests.fixtures.waiting import wait_for
 
-
-def wait_for(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
 
 
 def test_pool_reuses_its_threads() -> None:
@@ -35,7 +29,7 @@ def test_pool_reuses_its_threads() -> None:
 
     pool: WorkerPool[int] = WorkerPool(2, run, lambda _t: None, name="t")
     try:
-        wait_for(lambda: pool._idle == 2)
+        wait_for("the condition", lambda: pool._idle == 2, 5.0, step=0.005)
         for i in range(50):
             pool.submit(i)
             assert done.acquire(timeout=5)
@@ -59,10 +53,10 @@ def test_a_busy_pool_gives_a_request_a_thread_of_its_own() -> None:
 
     pool: WorkerPool[int] = WorkerPool(2, run, lambda _t: None)
     try:
-        wait_for(lambda: pool._idle == 2)
+        wait_for("the condition", lambda: pool._idle == 2, 5.0, step=0.005)
         for task in range(3):
             pool.submit(task)
-        wait_for(lambda: len(finished) == 3)
+        wait_for("the condition", lambda: len(finished) == 3, 5.0, step=0.005)
         assert finished[0] == 2 and pool.overflow_count == 1
     finally:
         pool.stop()
