@@ -153,7 +153,7 @@ def setup_masquerade(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
         return
     undo.callback(quietly("remove masquerade elements", rt.masq.remove, st.att.tag))
     with failing("failed to set up masquerading"):
-        rt.masq.add(st.att.tag, masq_pairs(st.ips))
+        rt.masq.add(st.att.tag, st.cfg.bridge, masq_pairs(st.ips))
 
 
 STEPS: tuple[tuple[str, Callable[["BridgePlugin", AddState, ExitStack], None]], ...] = (

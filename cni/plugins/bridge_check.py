@@ -39,11 +39,11 @@ def run_check(rt: "BridgePlugin", req: Request) -> None:
             host = validate_host_veth(node, att, container, cfg)
             bridge = validate_bridge(node, cfg, host, prev)
             validate_addresses(pod, container, ips, req.env.ifname)
-            validate_routes(pod, prev.get("routes", []), ips, container.index)
+            validate_routes(pod, prev.get("routes", []), ips, container)
             if cfg.is_gateway:
                 validate_gateway(node, bridge, ips)
         if cfg.ip_masq:
-            validate_masquerade(rt, att, ips)
+            validate_masquerade(rt, att, cfg.bridge, ips)
     delegate(rt.services.plugins, req, "CHECK")
 
 
@@ -112,14 +112,16 @@ def validate_addresses(pod, container: link.LinkInfo, ips: list[dict], ifname: s
             raise CheckFailed(f"address {ip['address']} is missing from {ifname}")
 
 
-def validate_routes(pod, routes: list[dict], ips: list[dict], oif: int) -> None:
+def validate_routes(pod, routes: list[dict], ips: list[dict], container: link.LinkInfo) -> None:
+    """Each route on this attachment's own device: another attachment's route to the same
+    destination does not count."""
     live = {v: route.list_routes(pod, v, table=None) for v in (4, 6)}
-    for want in route_specs(routes, ips, oif):
+    for want in route_specs(routes, ips, container.index):
         table = want.table or route.MAIN_TABLE
-        if not any(r.dst == want.dst and r.gw == want.gw and r.table == table
-                   for r in live[want.dst.version]):
+        if not any(r.dst == want.dst and r.gw == want.gw and r.oif == want.oif
+                   and r.table == table for r in live[want.dst.version]):
             via = f" via {want.gw}" if want.gw else ""
-            raise CheckFailed(f"route {want.dst}{via} is missing in the pod")
+            raise CheckFailed(f"route {want.dst}{via} dev {container.name} is missing in the pod")
 
 
 def validate_gateway(node, bridge: link.LinkInfo, ips: list[dict]) -> None:
@@ -129,9 +131,9 @@ def validate_gateway(node, bridge: link.LinkInfo, ips: list[dict]) -> None:
             raise CheckFailed(f"gateway address {want} is missing from bridge {bridge.name}")
 
 
-def validate_masquerade(rt: "BridgePlugin", att: Attachment, ips: list[dict]) -> None:
+def validate_masquerade(rt: "BridgePlugin", att: Attachment, bridge: str, ips: list[dict]) -> None:
     have = rt.masq.elements(att.tag)
-    for elem in elements_for(att.tag, masq_pairs(ips)):
+    for elem in elements_for(att.tag, bridge, masq_pairs(ips)):
         if elem not in have:
             raise CheckFailed(f"masquerade element {elem.key} of {att.tag} is missing from "
                               f"set {elem.set} of table {FAMILY} {TABLE}")

@@ -5,24 +5,30 @@ and removes set elements, each carrying the attachment tag as its comment, so DE
 them with no prevResult and no pod netns:
 
     table inet pycni-masq {
-      set masq4   { type ipv4_addr; }                          # pod addresses to masquerade
-      set nomasq4 { type ipv4_addr . ipv4_addr; flags interval; }  # pod . its own subnet
+      set masq4   { type ifname . ipv4_addr; }                 # bridge . pod address
+      set nomasq4 { type ifname . ipv4_addr . ipv4_addr; flags interval; }  # ... . own subnet
       (masq6 / nomasq6 alike)
       chain postrouting {
         type nat hook postrouting priority srcnat; policy accept;
-        ip saddr . ip daddr @nomasq4 return                    # inside its own subnet
-        ip saddr @masq4 ip daddr != 224.0.0.0/4 masquerade     # leaving it, not multicast
+        iifname . ip saddr . ip daddr @nomasq4 return          # inside its own subnet
+        iifname . ip saddr @masq4 ip daddr != 224.0.0.0/4 masquerade  # leaving it, not multicast
       }
     }
 
 Same behaviour as the reference per-container chain (`-d <subnet> ACCEPT`, `! -d 224.0.0.0/4
-MASQUERADE`). Reading back uses `nft -j` JSON only (``parse_elements``).
+MASQUERADE`). Keys carry the bridge (routed pod traffic enters the node through it, so it is
+``iifname`` in postrouting): two networks with the same subnet on different bridges are
+different traffic with different elements. Reading back uses `nft -j` JSON only
+(``parse_elements``). The first layout keyed by the address alone (``LEGACY``) is recognised
+and rewritten (``render_migration``).
 """
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+from cni.spec.errors import InvalidConfig
 
 FAMILY = "inet"
 TABLE = "pycni-masq"
@@ -31,6 +37,9 @@ MULTICAST = {4: "224.0.0.0/4", 6: "ff00::/8"}
 ADDR_TYPE = {4: "ipv4_addr", 6: "ipv6_addr"}
 MATCH = {4: "ip", 6: "ip6"}
 SETS = ("masq4", "nomasq4", "masq6", "nomasq6")
+SET_TYPES = {f"{kind}{v}": ["ifname", ADDR_TYPE[v]] + ([ADDR_TYPE[v]] if kind == "nomasq" else [])
+             for v in (4, 6) for kind in ("masq", "nomasq")}
+NOT_IN_NFT_STRING = set('"\\*')  # nft has no escapes in a quoted string; '*' is a wildcard
 
 
 @dataclass(frozen=True)
@@ -47,17 +56,46 @@ def render_table() -> str:
     t = f"{FAMILY} {TABLE}"
     lines = [f'add table {t} {{ comment "pycni-bridge ipMasq"; }}',
              f"add chain {t} {CHAIN} {{ type nat hook postrouting priority srcnat; policy accept; }}"]
-    for v in (4, 6):
-        lines.append(f"add set {t} masq{v} {{ type {ADDR_TYPE[v]}; }}")
-        lines.append(f"add set {t} nomasq{v} {{ type {ADDR_TYPE[v]} . {ADDR_TYPE[v]}; flags interval; }}")
+    for name, types in SET_TYPES.items():
+        flags = " flags interval;" if name.startswith("nomasq") else ""
+        lines.append(f"add set {t} {name} {{ type {' . '.join(types)};{flags} }}")
     lines.append(f"flush chain {t} {CHAIN}")
     for v in (4, 6):
         m = MATCH[v]
-        lines.append(f"add rule {t} {CHAIN} {m} saddr . {m} daddr @nomasq{v} return")
+        lines.append(f"add rule {t} {CHAIN} iifname . {m} saddr . {m} daddr @nomasq{v} return")
     for v in (4, 6):
         m = MATCH[v]
-        lines.append(f"add rule {t} {CHAIN} {m} saddr @masq{v} {m} daddr != {MULTICAST[v]} masquerade")
+        lines.append(f"add rule {t} {CHAIN} iifname . {m} saddr @masq{v} "
+                     f"{m} daddr != {MULTICAST[v]} masquerade")
     return "\n".join(lines) + "\n"
+
+
+def render_migration(elements: Iterable[Element]) -> str:
+    """One transaction replacing a table of another layout by this one with ``elements``."""
+    return f"delete table {FAMILY} {TABLE}\n" + render_table() + render_add(elements)
+
+
+def is_legacy(doc: dict) -> bool:
+    """Whether a `nft -j list table` document has our sets in another layout (types)."""
+    return any(_set_types(found) != SET_TYPES[found["name"]] for found in _our_sets(doc))
+
+
+def _set_types(found: dict) -> list[str]:
+    types = found.get("type", [])
+    return [types] if isinstance(types, str) else list(types)
+
+
+def ifname_literal(name: str) -> str:
+    """An interface name as an nft string literal; InvalidConfig when nft cannot express it."""
+    if not nft_expressible(name):
+        raise InvalidConfig("invalid key 'bridge'",
+                            f"{name!r} cannot be matched by nftables (ipMasq): no '\"', '\\', "
+                            "'*' or control characters")
+    return f'"{name}"'
+
+
+def nft_expressible(name: str) -> bool:
+    return bool(name) and not NOT_IN_NFT_STRING & set(name) and name.isprintable()
 
 
 def canon_network(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str:
@@ -67,15 +105,33 @@ def canon_network(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str
     return str(network)
 
 
-def elements_for(tag: str, pairs: Iterable[tuple[Any, Any]]) -> list[Element]:
-    """The elements of one attachment: for each (pod address, own subnet) one masq and one
-    nomasq element."""
+def elements_for(tag: str, bridge: str, pairs: Iterable[tuple[Any, Any]]) -> list[Element]:
+    """The elements of one attachment on ``bridge``: for each (pod address, own subnet) one
+    masq and one nomasq element."""
     out = []
+    port = ifname_literal(bridge)
     for address, subnet in pairs:
         v = address.version
-        out.append(Element(f"masq{v}", str(address), tag))
-        out.append(Element(f"nomasq{v}", f"{address} . {canon_network(subnet)}", tag))
+        out.append(Element(f"masq{v}", f"{port} . {address}", tag))
+        out.append(Element(f"nomasq{v}", f"{port} . {address} . {canon_network(subnet)}", tag))
     return out
+
+
+def migrate_elements(legacy: Iterable[Element], bridges: dict[str, str]) -> list[Element]:
+    """Legacy (address-keyed) elements rekeyed by the bridge of their attachment (tag ->
+    bridge); elements of an attachment without one are left out."""
+    out = []
+    for elem in legacy:
+        bridge = bridges.get(elem.tag or "")
+        if bridge and nft_expressible(bridge):
+            out.append(Element(elem.set, f"{ifname_literal(bridge)} . {elem.key}", elem.tag))
+    return out
+
+
+def describe_key(key: str) -> str:
+    """An element's key in words: '10.22.0.2 on bridge pycni0'."""
+    port, address = key.split(" . ")[:2]
+    return f"{address} on bridge {port.strip(chr(34))}"
 
 
 def render_add(elements: Iterable[Element]) -> str:
@@ -91,13 +147,15 @@ def render_delete(elements: Iterable[Element]) -> str:
 def parse_elements(doc: dict) -> list[Element]:
     """The elements of our sets in a `nft -j list table` document."""
     out = []
-    for item in doc.get("nftables", []):
-        found = item.get("set")
-        if not found or found.get("table") != TABLE or found.get("name") not in SETS:
-            continue
+    for found in _our_sets(doc):
         for elem in found.get("elem", []):
             out.append(_element(found["name"], elem))
     return out
+
+
+def _our_sets(doc: dict) -> list[dict]:
+    sets = (item.get("set") for item in doc.get("nftables", []))
+    return [s for s in sets if s and s.get("table") == TABLE and s.get("name") in SETS]
 
 
 def _element(set_name: str, elem: Any) -> Element:
@@ -122,4 +180,4 @@ def key_text(value: Any) -> str:
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:
-        return text
+        return f'"{text}"'  # an interface name, as it is written

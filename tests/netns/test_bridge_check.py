@@ -36,7 +36,8 @@ def test_deleted_address(bridge_node, added):
 def test_deleted_route(bridge_node, added):
     _, _, pod, _ = added
     pod.run("ip route del default")
-    assert failed_check(bridge_node, added) == "route 0.0.0.0/0 via 10.22.0.1 is missing in the pod"
+    assert failed_check(bridge_node, added) == ("route 0.0.0.0/0 via 10.22.0.1 dev eth0 is "
+                                                "missing in the pod")
 
 
 def test_deleted_host_veth(bridge_node, added):
@@ -66,10 +67,10 @@ def test_hairpin_turned_off(bridge_node, added):
 def test_deleted_masquerade_element(bridge_node, added):
     conf, cid, _, _ = added
     ip = ip_of(conf["prevResult"])
-    bridge_node.node.run(f"nft delete element inet pycni-masq masq4 '{{ {ip} }}'")
+    bridge_node.node.run(f"nft delete element inet pycni-masq masq4 '{{ \"pycni0\" . {ip} }}'")
     msg = failed_check(bridge_node, added)
-    assert msg == (f"masquerade element {ip} of podnet/{cid}/eth0 is missing from set masq4 "
-                   "of table inet pycni-masq")
+    assert msg == (f'masquerade element "pycni0" . {ip} of podnet/{cid}/eth0 is missing from '
+                   "set masq4 of table inet pycni-masq")
 
 
 def test_released_lease(bridge_node, added):
