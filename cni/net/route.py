@@ -1,4 +1,10 @@
-"""Routes over netlink (pyroute2). No CNI policy here."""
+"""Routes over netlink (pyroute2). No CNI policy here.
+
+Routes are appended (NLM_F_CREATE|NLM_F_APPEND, the reference's RouteAddEcmp), not added
+exclusively: a route to a destination another device already routes (a Pod's second default
+route, on its second interface) is installed next to it — for IPv6 as another nexthop of one
+multipath route. EEXIST then means exactly this route (dst, gateway, device, metric) exists.
+"""
 from __future__ import annotations
 
 import errno
@@ -30,6 +36,16 @@ class Route:
 
 
 def add_route(ipr: IPRoute, route: Route, *, exist_ok: bool = False) -> None:
+    """Append ``route``; ``exist_ok``: this very route being there already is fine."""
+    try:
+        ipr.route("append", **route_request(route))
+    except NetlinkError as exc:
+        if not (exist_ok and exc.code == errno.EEXIST):
+            raise
+
+
+def route_request(route: Route) -> dict:
+    """The pyroute2 arguments of one route (pure)."""
     args: dict = {"dst": str(route.dst), "family": route.family}
     for key in ("oif", "priority", "table", "scope"):
         if getattr(route, key) is not None:
@@ -39,24 +55,25 @@ def add_route(ipr: IPRoute, route: Route, *, exist_ok: bool = False) -> None:
     metrics = {k: getattr(route, k) for k in ("mtu", "advmss") if getattr(route, k)}
     if metrics:
         args["metrics"] = metrics
-    try:
-        ipr.route("add", **args)
-    except NetlinkError as exc:
-        if not (exist_ok and exc.code == errno.EEXIST):
-            raise
+    return args
 
 
 def list_routes(ipr: IPRoute, version: int, table: int | None = MAIN_TABLE) -> list[Route]:
-    """Unicast routes of one family (in ``table``, or all tables when None)."""
+    """Unicast routes of one family (in ``table``, or all tables when None); a multipath
+    route is listed once per nexthop (its gateway and device)."""
     family = socket.AF_INET if version == 4 else socket.AF_INET6
     out = []
     for msg in ipr.route("dump", family=family):
         msg_table = msg.get("RTA_TABLE") or msg["table"]
-        if table is not None and msg_table != table:
-            continue
-        dst = msg.get("RTA_DST") or ("0.0.0.0" if version == 4 else "::")
-        gw = msg.get("RTA_GATEWAY")
-        out.append(Route(dst=ipaddress.ip_network(f"{dst}/{msg['dst_len']}", strict=False),
-                         gw=ipaddress.ip_address(gw) if gw else None, oif=msg.get("RTA_OIF"),
-                         priority=msg.get("RTA_PRIORITY"), table=msg_table))
+        if table is None or msg_table == table:
+            out += routes_of(msg, version, msg_table)
     return out
+
+
+def routes_of(msg, version: int, table: int) -> list[Route]:
+    dst = msg.get("RTA_DST") or ("0.0.0.0" if version == 4 else "::")
+    network = ipaddress.ip_network(f"{dst}/{msg['dst_len']}", strict=False)
+    hops = [(nh.get("RTA_GATEWAY"), nh["oif"]) for nh in msg.get("RTA_MULTIPATH") or ()]
+    return [Route(dst=network, gw=ipaddress.ip_address(gw) if gw else None, oif=oif,
+                  priority=msg.get("RTA_PRIORITY"), table=table)
+            for gw, oif in hops or [(msg.get("RTA_GATEWAY"), msg.get("RTA_OIF"))]]

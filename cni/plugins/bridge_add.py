@@ -114,7 +114,8 @@ def setup_port(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
 
 
 def setup_pod(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
-    """Inside the pod: addresses, link up, routes (gw defaults to the family's gateway)."""
+    """Inside the pod: addresses, link up, routes (gw defaults to the family's gateway), each
+    route on this attachment's device next to another attachment's route to the same dst."""
     ifname = st.req.env.ifname
 
     def inside() -> int:

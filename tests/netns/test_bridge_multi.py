@@ -1,5 +1,6 @@
 """Attachments that share something: the same subnet on two networks (masquerading belongs to
-each attachment, keyed by its bridge). Issue 6 §2."""
+each attachment, keyed by its bridge) and one Pod on two networks (each attachment's routes on
+its own device, CHECK per device). Issue 6 §2 and §3."""
 from __future__ import annotations
 
 import json
@@ -130,3 +131,48 @@ def test_a_node_with_the_address_keyed_table_keeps_working(bridge_node, pycnid, 
     assert check(bridge_node, conf_a, res_a, cid_a, pod_a).code == 0
     assert source_seen_outside(pod_a, outside) == UPLINK_NODE
     assert source_seen_outside(pod_b, outside) == UPLINK_NODE
+
+
+DUAL = {"a": ("10.22.0.0/24", "fd22::/64"), "b": ("10.23.0.0/24", "fd23::/64")}
+
+
+def dual_stack(name: str) -> dict:
+    v4, v6 = DUAL[name]
+    ipam = {"type": "pycni-ipam", "ranges": [[{"subnet": v4}], [{"subnet": v6}]],
+            "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}
+    return bridge_conf(ipam, name=f"net{name}", bridge=f"pycni-{name}")
+
+
+def default_routes(pod, version: int) -> set[tuple[str, str]]:
+    """(gateway, device) of each default route (each nexthop of a multipath one)."""
+    routes = json.loads(pod.run(["ip", f"-{version}", "-j", "route", "show", "default"]).stdout)
+    hops = [hop for r in routes for hop in r.get("nexthops", [r])]
+    return {(hop["gateway"], hop["dev"]) for hop in hops}
+
+
+def test_one_pod_on_two_networks_has_both_default_routes(bridge_node, netns_factory):
+    pod = netns_factory("pod")
+    conf_a, conf_b = dual_stack("a"), dual_stack("b")
+    cid, res_a = bridge_node.add(conf_a, pod)
+    _, res_b = bridge_node.add(conf_b, pod, container_id=cid, ifname="net1")
+    assert default_routes(pod, 4) == {("10.22.0.1", "eth0"), ("10.23.0.1", "net1")}
+    assert default_routes(pod, 6) == {("fd22::1", "eth0"), ("fd23::1", "net1")}
+    assert check(bridge_node, conf_a, res_a, cid, pod).code == 0
+    res = check(bridge_node, conf_b, res_b, cid, pod, ifname="net1")
+    assert res.code == 0, res.stdout
+    assert bridge_node.run("DEL", conf_b, cid, pod.path, ifname="net1").code == 0
+    assert default_routes(pod, 4) == {("10.22.0.1", "eth0")}
+    assert default_routes(pod, 6) == {("fd22::1", "eth0")}
+    assert check(bridge_node, conf_a, res_a, cid, pod).code == 0
+
+
+def test_check_does_not_pass_on_a_route_of_another_device(bridge_node, netns_factory):
+    pod = netns_factory("pod")
+    conf_a, conf_b = dual_stack("a"), dual_stack("b")
+    cid, _ = bridge_node.add(conf_a, pod)
+    _, res_b = bridge_node.add(conf_b, pod, container_id=cid, ifname="net1")
+    pod.run("ip route del default via 10.23.0.1 dev net1")
+    pod.run("ip route append default via 10.23.0.1 dev eth0 onlink")  # same dst and gw
+    res = check(bridge_node, conf_b, res_b, cid, pod, ifname="net1")
+    assert res.error_code() == 100, res.stdout
+    assert res.json["msg"] == "route 0.0.0.0/0 via 10.23.0.1 dev net1 is missing in the pod"
