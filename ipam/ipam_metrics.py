@@ -5,18 +5,25 @@ Counted as they happen (from the lease service's hooks):
 (further attempts), ``pycni_ipam_block_events_total{event=claim|borrow|return, pool}`` and the
 ``pycni_ipam_allocation_seconds`` histogram (one ADD's lease, queueing included).
 
-Computed at scrape time from the store (pool records and blocks: two ranges, no handles, at
-most once per ``ttl`` seconds, default 30, however many gauges and scrapes), counted by
+Read from the store in the background (pool records and blocks: two ranges, no handles, every
+``ipam.metricsInterval`` seconds, default 30, by a thread of their own) and counted by
 ``ipam.inspect`` exactly as ``pycni ipam show`` counts: ``pycni_ipam_pool_size{pool}``,
 ``pycni_ipam_addresses_in_use|free|cooling|borrowed{pool}``, ``pycni_ipam_blocks{pool, node}``.
+A scrape never calls the store: it renders the last good snapshot, whatever the store does (an
+etcd outage makes a read wait its request timeout), with ``pycni_ipam_usage_age_seconds`` (how
+old that snapshot is; since the start while there has been none) and
+``pycni_ipam_usage_refresh_failed`` (1 when the last read failed, the figures are then stale).
 """
 from __future__ import annotations
 
-import threading
+import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from cni.spec.errors import CNIError, InvalidConfig
 from ipam.daemon.metrics import Labels, labels
+from ipam.daemon.periodic import Periodic
 from ipam.inspect import BLOCKS, POOLS, BlockView, CorruptRecord, calc_pool_usage, load_json, \
     parse_pool
 from ipam.store.base import Store
@@ -25,14 +32,24 @@ ADDRESS_STATES = {"in_use": "used", "free": "free", "cooling": "cooling",
                   "borrowed": "borrowed"}
 
 
+log = logging.getLogger("pycnid.ipam")
+
+
+@dataclass(frozen=True)
+class UsageSnapshot:
+    """What one good read of the store found, and when (``clock`` time)."""
+
+    taken: float
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    blocks: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
 class IpamMetrics:
-    def __init__(self, registry: Any, store: Store, *, ttl: float = 30.0,
+    def __init__(self, registry: Any, store: Store, *,
                  clock: Callable[[], float] = time.time) -> None:
-        self.store, self.ttl, self.clock = store, ttl, clock
-        self._lock = threading.Lock()
-        self._at: float | None = None
-        self._usage: dict[str, dict[str, int]] = {}
-        self._blocks: dict[tuple[str, str], int] = {}
+        self.store, self.clock = store, clock
+        self.snapshot = UsageSnapshot(clock())  # empty until the first good read
+        self.failed = False
         self.conflicts = registry.counter("pycni_ipam_cas_conflicts_total",
                                           "IPAM txns lost to a concurrent writer and retried")
         self.retries = registry.counter("pycni_ipam_cas_retries_total",
@@ -47,6 +64,12 @@ class IpamMetrics:
             registry.gauge(f"pycni_ipam_addresses_{suffix}", f"addresses of the pool: {suffix}",
                            lambda field=field: self._per_pool(field))
         registry.gauge("pycni_ipam_blocks", "blocks claimed per pool and node", self._per_node)
+        registry.gauge("pycni_ipam_usage_age_seconds",
+                       "age of the pool and block figures (seconds since the last good read)",
+                       lambda: {(): max(0.0, self.clock() - self.snapshot.taken)})
+        registry.gauge("pycni_ipam_usage_refresh_failed",
+                       "1 when the last read of pools and blocks failed (figures are stale)",
+                       lambda: {(): float(self.failed)})
 
     def attach(self, leases: Any) -> None:
         """Feed the counters from a LeaseService's hooks."""
@@ -55,23 +78,53 @@ class IpamMetrics:
         leases.on_event = lambda event, pool: self.events.inc(event=event, pool=pool)
         leases.on_latency = self.latency.observe
 
-    def _per_pool(self, field: str) -> dict[Labels, float]:
-        self.refresh()
-        return {labels(pool=pool): float(usage[field]) for pool, usage in self._usage.items()}
+    def _per_pool(self, name: str) -> dict[Labels, float]:
+        usage = self.snapshot.usage
+        return {labels(pool=pool): float(figures[name]) for pool, figures in usage.items()}
 
     def _per_node(self) -> dict[Labels, float]:
-        self.refresh()
-        return {labels(pool=pool, node=node): float(n) for (pool, node), n in
-                self._blocks.items()}
+        blocks = self.snapshot.blocks
+        return {labels(pool=pool, node=node): float(n) for (pool, node), n in blocks.items()}
 
     def refresh(self) -> None:
-        """Re-read pools and blocks when the last read is older than ``ttl``."""
-        with self._lock:
-            now = self.clock()
-            if self._at is not None and now - self._at < self.ttl:
-                return
-            self._usage, self._blocks = read_usage(self.store, now)
-            self._at = now
+        """Read pools and blocks into a new snapshot; on failure keep the old one, flagged."""
+        now = self.clock()
+        try:
+            usage, blocks = read_usage(self.store, now)
+        except CNIError as err:  # unreachable or timed out: expected in an outage
+            self.note_failure(f"{err.msg}: {err.details}" if err.details else err.msg)
+            return
+        except Exception:  # noqa: BLE001 - a bug: logged with its stack, figures kept
+            log.exception("IPAM metrics: reading pools and blocks failed")
+            self.failed = True
+            return
+        if self.failed:
+            log.info("IPAM metrics: pools and blocks read again")
+        self.snapshot, self.failed = UsageSnapshot(now, usage, blocks), False
+
+    def note_failure(self, why: str) -> None:
+        """Warn once per failing stretch; the gauges say the rest."""
+        if not self.failed:
+            log.warning("IPAM metrics: pools and blocks not read, serving the last figures: %s",
+                        why)
+        self.failed = True
+
+
+def start_ipam_metrics(services: Any, store: Store, leases: Any, interval: float, *,
+                       serve: bool) -> IpamMetrics:
+    """The IPAM metrics on pycnid's registry; with ``serve`` (a metrics endpoint is configured)
+    a background thread refreshes the store-backed figures every ``interval`` seconds,
+    stopped through ``services.on_shutdown``."""
+    if interval <= 0:
+        raise InvalidConfig("invalid daemon config key 'ipam.metricsInterval'",
+                            f"expected a number of seconds > 0, got {interval!r}")
+    metrics = IpamMetrics(services.metrics, store)
+    metrics.attach(leases)
+    services.extra["ipam.metrics"] = metrics
+    if serve:
+        refresher = Periodic("ipam-metrics", interval, metrics.refresh).start()
+        services.on_shutdown.append(refresher.stop)
+    return metrics
 
 
 def read_usage(store: Store, now: float) -> tuple[dict[str, dict[str, int]],

@@ -29,7 +29,7 @@ from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
 from ipam.housekeeping import Housekeeping
-from ipam.ipam_metrics import IpamMetrics
+from ipam.ipam_metrics import start_ipam_metrics
 from ipam.leases import LeaseService
 from ipam.node_setup import NodeServices, setup_guard, setup_node
 from ipam.outage import NoGuard
@@ -167,7 +167,8 @@ def create(services: Services, config: Any) -> IpamPlugin:
     leases = LeaseService(node.store, services.node_name, labels=options.labels,
                           block_grace=options.block_grace)
     setup_guard(node, services, config, leases)
-    IpamMetrics(services.metrics, store).attach(leases)
+    serve = bool(getattr(config, "metrics_address", None))  # no endpoint: nothing reads them
+    start_ipam_metrics(services, store, leases, options.metrics_interval, serve=serve)
     services.extra["ipam.leases"] = leases
     housekeeping = Housekeeping(leases, options.housekeeping_interval).start()
     services.on_shutdown.append(housekeeping.stop)

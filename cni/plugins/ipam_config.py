@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -315,11 +316,12 @@ def _set_of(cfg: IpamConfig, req: Requested) -> int:
 @dataclass(frozen=True)
 class DaemonOptions:
     """pycnid config keys of the IPAM: ``nodeLabels``, ``ipam.blockReturnGrace``,
-    ``ipam.housekeepingInterval``."""
+    ``ipam.housekeepingInterval``, ``ipam.metricsInterval``."""
 
     labels: Mapping[str, str]
     block_grace: float = 300.0
     housekeeping_interval: float = 30.0
+    metrics_interval: float = 30.0
 
 
 def parse_daemon_options(raw: Mapping[str, Any]) -> DaemonOptions:
@@ -333,12 +335,14 @@ def parse_daemon_options(raw: Mapping[str, Any]) -> DaemonOptions:
         raise InvalidConfig("invalid daemon config key 'ipam'", "expected an object")
     values = {attr: _seconds(ipam[key], f"ipam.{key}") for key, attr in
               (("blockReturnGrace", "block_grace"),
-               ("housekeepingInterval", "housekeeping_interval")) if key in ipam}
+               ("housekeepingInterval", "housekeeping_interval"),
+               ("metricsInterval", "metrics_interval")) if key in ipam}
     return DaemonOptions(dict(labels), **values)
 
 
 def _seconds(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0 <= value <= threading.TIMEOUT_MAX:  # not NaN, inf, 1e400: no thread waits them
         raise InvalidConfig(f"invalid daemon config key '{key}'",
                             f"expected a number of seconds >= 0, got {value!r}")
     return float(value)

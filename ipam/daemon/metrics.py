@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Iterable
@@ -164,6 +165,20 @@ def labels(**items: str) -> Labels:
     return _labels(items)
 
 
+class QuietHTTPServer(ThreadingHTTPServer):
+    """Errors while serving a scrape become log lines, not tracebacks on stderr: a scraper
+    that hangs up (timed out, restarted) is routine, a debug line; anything else is logged
+    with its stack in the daemon's JSON log."""
+
+    def handle_error(self, request, client_address) -> None:  # socketserver API
+        exc = sys.exc_info()[1]
+        peer = ":".join(map(str, client_address))
+        if isinstance(exc, ConnectionError):  # BrokenPipe, ConnectionReset, ConnectionAborted
+            log.debug("metrics scraper %s hung up: %s", peer, exc)
+        else:
+            log.error("serving metrics to %s failed", peer, exc_info=True)
+
+
 class MetricsServer:
     """GET /metrics on a loopback address, in a daemon thread."""
 
@@ -186,7 +201,7 @@ class MetricsServer:
             def log_message(self, *_args) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer((host or "127.0.0.1", int(port)), Handler)
+        self.httpd = QuietHTTPServer((host or "127.0.0.1", int(port)), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="metrics", daemon=True)
 

@@ -53,6 +53,7 @@ def test_pool_usage_blocks_events_and_latency_are_exposed(services):
         add(services, cid)
     leases = services.extra["ipam.leases"]
     leases.release(next(r.handle for r in leases.handles("net") if r.handle.container_id == "c3"))
+    services.extra["ipam.metrics"].refresh()  # the background thread's round (no endpoint here)
     got = samples(services)
     assert got['pycni_ipam_pool_size{pool="pa"}'] == 256 - 2 - 4  # net/bcast, 4 gateways
     assert got['pycni_ipam_addresses_in_use{pool="pa"}'] == 2

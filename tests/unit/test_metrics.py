@@ -1,9 +1,14 @@
 """The Prometheus registry renders valid text exposition and serves it on loopback."""
 from __future__ import annotations
 
+import logging
+import socket
+import struct
+import threading
 import urllib.request
 
 from ipam.daemon.metrics import MetricsServer, Registry, labels
+from tests.fixtures.waiting import wait_for
 
 
 def test_counter_gauge_histogram_render() -> None:
@@ -43,3 +48,32 @@ def test_endpoint_serves_metrics_on_loopback() -> None:
     finally:
         server.stop()
     assert b"pycni_served_total 1" in body
+
+
+def hang_up_after_request(port: int) -> None:
+    """Send a scrape request, then reset the connection (SO_LINGER 0: RST, not FIN)."""
+    client = socket.create_connection(("127.0.0.1", port))
+    client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+
+
+def test_a_scraper_that_hangs_up_is_a_debug_line_not_a_traceback(capfd, caplog) -> None:
+    reg = Registry()
+    gone = threading.Event()
+    many = {labels(n=str(i)): i for i in range(20000)}  # ~500 KB: more than a socket buffers
+    reg.gauge("pycni_big", "rendered once the scraper has left",
+              lambda: many if gone.wait(10) else {})
+    server = MetricsServer(reg, "127.0.0.1:0").start()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="pycnid.metrics"):
+            hang_up_after_request(server.port)
+            gone.set()
+            wait_for("the hang-up in the log", lambda: [r for r in caplog.records
+                                                        if "hung up" in r.getMessage()])
+        body = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=5).read()
+    finally:
+        server.stop()
+    assert b'pycni_big{n="19999"} 19999' in body  # still serving
+    assert {r.levelno for r in caplog.records if r.name == "pycnid.metrics"} == {logging.DEBUG}
+    assert "Traceback" not in capfd.readouterr().err
