@@ -173,7 +173,7 @@ def result_as_version(result: Any, version: str) -> dict[str, Any]:
     if not isinstance(result, dict):
         raise DecodingFailure("result is not a JSON object", f"got {type(result).__name__}")
     have = str(result.get("cniVersion") or version)
-    parsed = canonical(result, have)
+    parsed = canonical(result, have, where="cached result")
     if have == version:
         return {**result, "cniVersion": version}
     if have not in SUPPORTED or version not in SUPPORTED:

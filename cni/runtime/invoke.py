@@ -128,5 +128,5 @@ def decode_result(stdout: bytes, conf_version: str) -> dict[str, Any]:
         raise DecodingFailure("plugin printed an unreadable result", "not a JSON object")
     if not result.get("cniVersion"):
         result["cniVersion"] = conf_version
-    canonical(result, result["cniVersion"])
+    canonical(result, result["cniVersion"], where="result")
     return result

@@ -102,11 +102,38 @@ class AddressConflict(CNIError):
     code = 102
 
 
+class AttachmentExists(CNIError):
+    """ADD found the attachment's interfaces already there (ADD repeated without DEL, or
+    CNI_IFNAME already taken in the pod)."""
+
+    code = 103
+
+
+class NodeChangeFailed(CNIError):
+    """The kernel refused a network change (netlink, sysctl, nftables); the message names the
+    step and the kernel's reason."""
+
+    code = 104
+
+
+class CleanupIncomplete(CNIError):
+    """DEL or GC removed what it could; the message lists what is left and why."""
+
+    code = 105
+
+
+class DelegateFailed(CNIError):
+    """The delegated IPAM plugin failed without a CNI error, or printed an unreadable result."""
+
+    code = 106
+
+
 BY_CODE: dict[int, type[CNIError]] = {
     cls.code: cls
     for cls in (IncompatibleVersion, UnsupportedField, UnknownContainer, InvalidEnvironment,
                 IOFailure, DecodingFailure, InvalidConfig, TryAgainLater, NotAvailable,
-                NotAvailableDegraded, CheckFailed, AddressExhausted, AddressConflict)
+                NotAvailableDegraded, CheckFailed, AddressExhausted, AddressConflict,
+                AttachmentExists, NodeChangeFailed, CleanupIncomplete, DelegateFailed)
 }
 
 

@@ -6,6 +6,7 @@ the daemon parses the same request again into a ``Request``.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -13,6 +14,10 @@ from . import envcheck
 from .envcheck import ID_PATTERN, valid_id
 from .errors import BY_CODE, DecodingFailure, InvalidConfig, InvalidEnvironment
 from .versions import validate_version
+
+# Far above any real netconf (a conflist plugin with prevResult nests ~6 levels) and far below
+# what would exhaust Python's recursion limit in the code that reads it.
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -83,12 +88,73 @@ def parse_env(environ: Mapping[str, str]) -> Env:
                args=parse_cni_args(environ.get("CNI_ARGS", "")), path=path)
 
 
-def parse_config(data: bytes | str, command: str) -> dict:
-    """Decode the network config and check its version and name."""
+def decode_json(data: bytes | str, what: str) -> Any:
+    """Strict JSON: no NaN/Infinity, no number beyond a double, nesting at most MAX_DEPTH
+    (code 6), and strings that are valid Unicode (code 7, naming the key). ``what`` names the
+    document in the message ("network config", "result of IPAM plugin x")."""
     try:
-        config = json.loads(data)
+        value = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise DecodingFailure(f"failed to decode {what}",
+                              f"it nests deeper than {MAX_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise DecodingFailure("failed to decode network config", str(exc)) from None
+        raise DecodingFailure(f"failed to decode {what}", str(exc)) from None
+    validate_tree(value, what)
+    return value
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON (a number must be finite)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} does not fit a double")
+    return value
+
+
+def validate_tree(value: Any, what: str) -> None:
+    """Walk a decoded document without recursion: too deep is code 6; a key or string that
+    is not valid Unicode (a lone surrogate such as "\\ud800") is code 7 naming its key."""
+    stack: list[tuple[Any, int, tuple]] = [(value, 0, ())]
+    while stack:
+        item, depth, path = stack.pop()
+        if isinstance(item, str):
+            _validate_text(item, path, what)
+        elif isinstance(item, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise DecodingFailure(f"failed to decode {what}",
+                                      f"{key_path(path) or 'it'} nests deeper than "
+                                      f"{MAX_DEPTH} levels")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str):
+                    _validate_text(key, path + (key,), what)
+                stack.append((child, depth + 1, path + (key,)))
+
+
+def _validate_text(text: str, path: tuple, what: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidConfig(f"invalid {key_path(path) or what}",
+                            f"{text[:40]!r} is not valid Unicode (lone surrogate)") from None
+
+
+def key_path(path: tuple) -> str:
+    """('ipam', 'routes', 0, 'dst') -> 'ipam.routes[0].dst'."""
+    out = ""
+    for key in path:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+    return out
+
+
+def parse_config(data: bytes | str, command: str) -> dict:
+    """Decode the network config and check its version, name and type."""
+    config = decode_json(data, "network config")
     if not isinstance(config, dict):
         raise DecodingFailure("network config is not a JSON object")
     version = config.get("cniVersion", "0.1.0")
@@ -101,7 +167,33 @@ def parse_config(data: bytes | str, command: str) -> dict:
             raise InvalidConfig("missing network name", "key 'name' must be a non-empty string")
         if not valid_id(name):
             raise InvalidConfig("invalid network name", f"name {name!r} must match {ID_PATTERN}")
+        kind = config.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise InvalidConfig("missing key 'type'" if kind is None else "invalid key 'type'",
+                                f"'type' names the plugin and must be a non-empty string, "
+                                f"got {kind!r}")
     return config
+
+
+def ipam_type(config: Mapping[str, Any], required: bool = False) -> str | None:
+    """The IPAM plugin named by ``ipam.type``: None when there is no ``ipam`` section (an
+    IPAM plugin itself requires one); code 7 naming the key when it is not a plugin name."""
+    ipam = config.get("ipam")
+    if (ipam is None or ipam == {}) and not required:
+        return None
+    if not isinstance(ipam, dict):
+        raise InvalidConfig("missing key 'ipam'" if ipam is None else "invalid key 'ipam'",
+                            f"expected an object with a string 'type', got {ipam!r}")
+    kind = ipam.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise InvalidConfig("missing key 'ipam.type'" if kind is None else
+                            "invalid key 'ipam.type'",
+                            f"'ipam.type' names the IPAM plugin and must be a non-empty "
+                            f"string, got {kind!r}")
+    if kind in (".", "..") or "/" in kind or not kind.isprintable():
+        raise InvalidConfig("invalid key 'ipam.type'",
+                            f"{kind!r} must be a plugin name: no '/', no control characters")
+    return kind
 
 
 def gc_valid_attachments(config: Mapping[str, Any]) -> set[tuple[str, str]] | None:
@@ -118,8 +210,19 @@ def gc_valid_attachments(config: Mapping[str, Any]) -> set[tuple[str, str]] | No
         present = True
         if not isinstance(items, list):
             raise InvalidConfig(f"invalid {key}", "expected a list of {containerID, ifname}")
-        for item in items:
-            if not isinstance(item, dict) or "containerID" not in item:
-                raise InvalidConfig(f"invalid {key}", f"entry {item!r} lacks containerID")
-            found.add((str(item["containerID"]), str(item.get("ifname", ""))))
+        for i, item in enumerate(items):
+            found.add(_valid_attachment(item, f"{key}[{i}]"))
     return found if present else None
+
+
+def _valid_attachment(item: Any, where: str) -> tuple[str, str]:
+    if not isinstance(item, dict) or "containerID" not in item:
+        raise InvalidConfig(f"invalid {where}", f"entry {item!r} lacks containerID")
+    cid, ifname = item["containerID"], item.get("ifname", "")
+    if not isinstance(cid, str) or not valid_id(cid):
+        raise InvalidConfig(f"invalid {where}.containerID",
+                            f"{cid!r} must be a string matching {ID_PATTERN}")
+    if not isinstance(ifname, str) or envcheck.check_ifname(ifname or "x"):
+        raise InvalidConfig(f"invalid {where}.ifname",
+                            f"{ifname!r} must be an interface name (at most 15 characters)")
+    return cid, ifname

@@ -12,7 +12,7 @@ MIN_VERSION = {"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"}
 def parse_version(text: str) -> tuple[int, int, int]:
     """'1.0.0' -> (1, 0, 0); anything else is a decoding failure (code 6)."""
     parts = text.split(".") if isinstance(text, str) else []
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() and len(p) < 10 for p in parts):
         raise DecodingFailure(f"invalid version {text!r}", "a CNI version looks like 1.0.0")
     return int(parts[0]), int(parts[1]), int(parts[2])
 
