@@ -62,12 +62,19 @@ def validate_bool(conf: Mapping[str, Any], key: str) -> bool:
 
 
 def validate_bridge_name(name: Any) -> str:
+    """A Linux interface name: 1..15 bytes of UTF-8 (IFNAMSIZ less the NUL), not '.'/'..',
+    no '/', ':', whitespace or control character (the kernel would cut "a\\0b" to "a")."""
     if not isinstance(name, str) or not name:
         raise InvalidConfig("invalid key 'bridge'", f"expected an interface name, got {name!r}")
-    if len(name) > 15 or name in (".", "..") or any(c in name for c in "/: \t\n"):
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidConfig("invalid key 'bridge'", f"{name!r} is not valid Unicode") from None
+    if size > 15 or name in (".", "..") or any(c in "/:" or c.isspace() or not c.isprintable()
+                                                for c in name):
         raise InvalidConfig("invalid key 'bridge'",
-                            f"{name!r} is not a valid interface name (at most 15 characters, "
-                            "no '/', ':' or whitespace)")
+                            f"{name!r} is not a valid interface name (at most 15 bytes, "
+                            "no '/', ':', whitespace or control characters)")
     return name
 
 

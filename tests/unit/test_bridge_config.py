@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from cni.plugins.bridge_config import DEFAULT_BRIDGE, parse_bridge_config
-from cni.spec.errors import InvalidConfig, UnsupportedField
+from cni.spec.errors import CNIError, InvalidConfig, UnsupportedField
 from cni.spec.request import Env, Request
 
 
@@ -100,3 +101,37 @@ def test_unimplemented_reference_features_are_refused_when_on(key, value):
 def test_iptables_backend_is_refused():
     with pytest.raises(InvalidConfig, match="ipMasqBackend"):
         parse_bridge_config(request(ipMasqBackend="iptables"))
+
+
+@pytest.mark.parametrize("name", ["a\u0000b", "br\u0007", "\ud800", "ü" * 8, "a\u2028b",
+                                  "a\u00a0b"])
+def test_bridge_names_the_kernel_would_cut_or_refuse(name):
+    """NUL and control characters, lone surrogates, more than 15 bytes of UTF-8."""
+    with pytest.raises(InvalidConfig, match="'bridge'") as err:
+        parse_bridge_config(request(bridge=name))
+    assert err.value.code == 7
+
+
+def test_a_bridge_name_of_15_utf8_bytes_is_accepted():
+    assert parse_bridge_config(request(bridge="ü" * 7 + "x")).bridge == "ü" * 7 + "x"
+
+
+GENERATED = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
+             | st.lists(st.text(max_size=5), max_size=3)
+             | st.dictionaries(st.sampled_from(["nameservers", "domain", "search"]),
+                               st.text(max_size=5) | st.lists(st.integers(), max_size=2)))
+BRIDGE_KEYS = st.sampled_from(["bridge", "isGateway", "isDefaultGateway", "forceAddress", "ipMasq",
+                               "hairpinMode", "promiscMode", "mtu", "dns", "ipMasqBackend",
+                               "vlan", "macspoofchk", "runtimeConfig", "args", "ipam"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(BRIDGE_KEYS, GENERATED | st.dictionaries(
+    st.sampled_from(["mac", "cni"]), GENERATED), max_size=6), st.text(max_size=20))
+def test_any_bridge_config_parses_or_is_a_spec_error(conf, cni_mac):
+    try:
+        cfg = parse_bridge_config(request({"MAC": cni_mac}, **conf))
+    except CNIError as err:
+        assert err.code in (2, 7) and err.msg
+    else:
+        assert isinstance(cfg.bridge, str) and len(cfg.bridge.encode()) <= 15
