@@ -25,7 +25,7 @@ SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_pat
 PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
-        deps test test-unit demo bench bench-ipam launchers clean
+        deps test test-unit fuzz demo bench bench-ipam launchers clean
 
 help:
 	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
@@ -86,6 +86,14 @@ test:
 
 test-unit:
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
+
+# Generated-input tests at full strength (>= 10,000 cases, shrinking on). The seed is printed
+# first; replay a run with `make fuzz SEED=<n>`.
+fuzz:
+	@seed="$(SEED)"; seed="$${seed:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
+	echo "fuzz seed: $$seed (replay: make fuzz SEED=$$seed)"; \
+	PYCNI_FUZZ_PROFILE=fuzz $(PYTEST) tests/fuzz --hypothesis-seed="$$seed" \
+	    --hypothesis-show-statistics $(PYTEST_ARGS)
 
 demo:
 	bash scripts/demo.sh
