@@ -27,7 +27,9 @@ from ipam.records import IPNet
 from ipam.selection import Selection
 
 CACHE_SIZE = 256  # distinct IPAM netconfs remembered (cleared whole when full)
-ROUTE_INT_KEYS = ("mtu", "advmss", "priority", "table", "scope")
+UINT32_MAX = 2**32 - 1
+ROUTE_INT_KEYS = {"mtu": UINT32_MAX, "advmss": UINT32_MAX, "priority": UINT32_MAX,
+                  "table": UINT32_MAX, "scope": 255}
 DNS_LIST_KEYS = ("nameservers", "search", "options")
 
 
@@ -155,6 +157,8 @@ def parse_subnet(value: Any, key: str) -> IPNet:
 
 
 def parse_ip(value: Any, key: str, subnet: IPNet | None = None) -> IPAddr:
+    if not isinstance(value, str):  # ip_address(5) would be 0.0.0.5
+        raise invalid(key, f"expected an IP address string, got {value!r}")
     try:
         ip = ipaddress.ip_address(value)
     except ValueError:
@@ -222,20 +226,26 @@ def parse_routes(value: Any) -> tuple[dict, ...]:
 
 
 def parse_route(item: Any, key: str) -> dict:
+    """One ``ipam.routes`` entry; the integers must fit what netlink carries (u32, scope u8)."""
     if not isinstance(item, dict) or not isinstance(item.get("dst"), str):
         raise invalid(key, "expected an object with a 'dst' CIDR")
     try:
-        route: dict = {"dst": str(ipaddress.ip_network(item["dst"], strict=False))}
+        dst = ipaddress.ip_network(item["dst"], strict=False)
     except ValueError:
         raise invalid(f"{key}.dst", f"{item['dst']!r} is not a CIDR") from None
-    if item.get("gw"):
-        route["gw"] = str(parse_ip(item["gw"], f"{key}.gw"))
-    for name in ROUTE_INT_KEYS:
-        if name in item:
-            if isinstance(item[name], bool) or not isinstance(item[name], int):
-                raise invalid(f"{key}.{name}", f"expected an integer, got {item[name]!r}")
-            route[name] = item[name]
+    route: dict = {"dst": str(dst)}
+    if item.get("gw") not in (None, ""):
+        route["gw"] = str(parse_ip(item["gw"], f"{key}.gw", dst))
+    for name, top in ROUTE_INT_KEYS.items():
+        if item.get(name) is not None:
+            route[name] = parse_uint(item[name], f"{key}.{name}", top)
     return route
+
+
+def parse_uint(value: Any, key: str, top: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+        raise invalid(key, f"expected an integer 0..{top}, got {value!r}")
+    return value
 
 
 def parse_dns(value: Any) -> dict | None:
@@ -279,6 +289,8 @@ def parse_requested_ips(config: Mapping[str, Any],
 
 
 def _add_requested(found: dict[IPAddr, Requested], text: Any, source: str) -> None:
+    if not isinstance(text, str):  # ip_interface(5) would be 0.0.0.5
+        raise invalid(source, f"expected an IP address string, got {text!r}")
     try:
         ip = ipaddress.ip_interface(text).ip
     except (ValueError, TypeError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from cni.plugins.ipam_config import (parse_ipam_config, parse_requested_ips,
                                      requested_by_set)
@@ -183,3 +184,55 @@ def test_bad_requested_addresses_are_invalid_config(config, args, words):
     with pytest.raises(InvalidConfig) as info:
         requested(config, args)
     assert words in f"{info.value.msg} {info.value.details}"
+
+
+RANGE = {"ranges": [[{"subnet": "10.0.0.0/24"}]]}
+
+
+@pytest.mark.parametrize("route,key", [
+    ({"dst": "0.0.0.0/0", "table": 2**32}, "ipam.routes[0].table"),
+    ({"dst": "0.0.0.0/0", "table": -1}, "ipam.routes[0].table"),
+    ({"dst": "0.0.0.0/0", "priority": 2**32}, "ipam.routes[0].priority"),
+    ({"dst": "0.0.0.0/0", "mtu": 2**40}, "ipam.routes[0].mtu"),
+    ({"dst": "0.0.0.0/0", "advmss": -5}, "ipam.routes[0].advmss"),
+    ({"dst": "0.0.0.0/0", "scope": 256}, "ipam.routes[0].scope"),
+    ({"dst": "0.0.0.0/0", "scope": 1.0}, "ipam.routes[0].scope"),
+    ({"dst": "0.0.0.0/0", "gw": 5}, "ipam.routes[0].gw"),
+    ({"dst": "0.0.0.0/0", "gw": "fd00::1"}, "ipam.routes[0].gw"),
+])
+def test_route_values_netlink_cannot_carry_are_refused(route, key):
+    """u32 for table/priority/mtu/advmss, u8 for scope, a gateway of the dst's family."""
+    assert bad(conf({**RANGE, "routes": [route]})).msg == f"invalid {key}"
+
+
+def test_route_values_at_the_limits_are_kept():
+    route = {"dst": "10.9.0.0/16", "table": 2**32 - 1, "priority": 0, "scope": 255, "mtu": 9000}
+    assert parse_ipam_config(conf({**RANGE, "routes": [route]})).routes == (route,)
+
+
+@pytest.mark.parametrize("value", [5, True, 167772165])
+def test_a_requested_ip_that_is_a_number_is_refused(value):
+    """ipaddress reads an int as an address (5 -> 0.0.0.5): only strings are addresses."""
+    with pytest.raises(InvalidConfig, match=r"runtimeConfig.ips\[0\]"):
+        parse_requested_ips({"runtimeConfig": {"ips": [value]}}, {})
+
+
+IPAM_KEYS = st.sampled_from(["ranges", "subnet", "rangeStart", "rangeEnd", "gateway", "pools",
+                             "routes", "dns", "blockSize", "dst", "gw", "table", "scope",
+                             "nameservers", "domain"])
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**40, 2**40)
+    | st.sampled_from(["10.0.0.0/24", "10.0.0.1", "fd00::/64", "0.0.0.0/0", "x", ""]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(IPAM_KEYS, inner, max_size=4),
+    max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(IPAM_KEYS, VALUES, max_size=5), VALUES)
+def test_any_ipam_config_parses_or_is_code_7(ipam, runtime):
+    config = conf(ipam, runtimeConfig={"ipRanges": runtime, "ips": runtime})
+    try:
+        parse_ipam_config(config)
+        parse_requested_ips(config, {})
+    except InvalidConfig as err:
+        assert err.code == 7 and err.msg.startswith("invalid")
