@@ -20,7 +20,7 @@ from typing import Any
 from cni.net import link
 from cni.net.nft import Nft
 from cni.net.session import close_node_sessions, node_session
-from cni.spec.errors import CNIError
+from cni.spec.errors import CleanupIncomplete, CNIError
 from cni.spec.request import Request, gc_valid_attachments
 from .base import Services
 from .bridge_add import ADD_STEPS, run_add
@@ -28,7 +28,7 @@ from .bridge_check import run_check
 from .bridge_errors import MECHANISM_ERRORS, describe
 from .bridge_names import Attachment, tag_in_network, tag_of_alias
 from .bridge_node import NodeBridges
-from .delegate import delegate
+from .delegate import delegate, validate_delegation
 from .masq import Masquerader
 
 log = logging.getLogger("pycnid.bridge")
@@ -52,6 +52,7 @@ class BridgePlugin:
         waiting: a helper thread deletes it while this one releases the masquerade elements and
         the lease (the reference, too, releases the lease before the veth is gone)."""
         att = Attachment.of(req)
+        validate_delegation(self.services.plugins, req)  # a bad ipam section removes nothing
         veth_removed = self.helpers.submit(remove_host_veth, att.host_veth)
         errors: list[str] = []
         try:
@@ -64,18 +65,22 @@ class BridgePlugin:
             veth_error = veth_removed.result()
         errors = ([veth_error] if veth_error else []) + errors
         if errors:
-            raise CNIError("DEL could not remove everything", "; ".join(errors))
+            raise CleanupIncomplete("DEL could not remove everything: repeat DEL",
+                                    "; ".join(errors))
 
     def close(self) -> None:
         self.helpers.shutdown(wait=False, cancel_futures=True)
 
     def check(self, req: Request) -> None:
+        validate_delegation(self.services.plugins, req)
         run_check(self, req)
 
     def status(self, req: Request) -> None:
+        validate_delegation(self.services.plugins, req)
         delegate(self.services.plugins, req, "STATUS")
 
     def gc(self, req: Request) -> None:
+        validate_delegation(self.services.plugins, req)
         keep = valid_attachment_filter(req)
         errors = self._collect_veths(keep)
         try:
@@ -87,8 +92,8 @@ class BridgePlugin:
         except CNIError as exc:
             errors.append(f"IPAM GC: {exc}")
         if errors:
-            raise CNIError(f"GC of network {req.network} finished with {len(errors)} error(s)",
-                           "; ".join(errors))
+            raise CleanupIncomplete(f"GC of network {req.network} finished with "
+                                    f"{len(errors)} error(s): repeat GC", "; ".join(errors))
 
     def _collect_veths(self, keep: Any) -> list[str]:
         errors = []

@@ -18,14 +18,14 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from cni.net import addr, link, route, sysctl
 from cni.net.session import node_session, pod_session
-from cni.spec.errors import CNIError, InvalidEnvironment
+from cni.spec.errors import AttachmentExists, CNIError, InvalidEnvironment, NodeChangeFailed
 from cni.spec.request import Request
 from .bridge_calc import (bridge_addresses, build_result, calc_ips, calc_routes,
                           container_addresses, masq_pairs, route_specs)
 from .bridge_config import BridgeConfig, parse_bridge_config
 from .bridge_names import Attachment
-from .delegate import delegate
-from .bridge_errors import failing
+from .delegate import delegate, validate_delegation
+from .bridge_errors import describe, failing
 
 if TYPE_CHECKING:
     from .bridge import BridgePlugin
@@ -54,8 +54,10 @@ def ensure_bridge(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
 
 
 def add_ipam(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
-    undo.callback(quietly("IPAM DEL", delegate, rt.services.plugins, st.req, "DEL"))
+    """A failed IPAM ADD cleans up after itself (as the reference assumes): the IPAM DEL is
+    pushed only once it has leased something."""
     result = delegate(rt.services.plugins, st.req, "ADD") or {}
+    undo.callback(quietly("IPAM DEL", delegate, rt.services.plugins, st.req, "DEL"))
     st.ips = calc_ips(result.get("ips") or [], st.cfg.is_gateway)
     st.routes = calc_routes(result.get("routes") or [], st.ips, st.cfg.is_default_gateway)
     st.dns = st.cfg.dns or result.get("dns") or {}
@@ -71,7 +73,8 @@ def setup_veth(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
     except NetlinkError as exc:
         if exc.code == errno.EEXIST:
             raise explain_exists(host, ifname, st.req.env.netns) from None
-        raise CNIError(f"failed to create veth pair {host}/{ifname}", str(exc)) from None
+        raise NodeChangeFailed(f"failed to create veth pair {host}/{ifname}",
+                               describe(exc)) from None
     undo.callback(quietly(f"delete {host}", link.delete_link, st.node, host))
     st.host_index = socket.if_nametoindex(host)
 
@@ -79,13 +82,14 @@ def setup_veth(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
 def explain_exists(host: str, ifname: str, netns: str) -> CNIError:
     if link.link_exists(host):
         return attachment_exists(host)
-    return CNIError(f"container interface {ifname} already exists in {netns}",
-                    "CNI_IFNAME must not exist in the pod netns before ADD")
+    return AttachmentExists(f"container interface {ifname} already exists in {netns}",
+                            "CNI_IFNAME must not exist in the pod netns before ADD: "
+                            "choose another CNI_IFNAME or remove that interface")
 
 
 def attachment_exists(host: str) -> CNIError:
-    return CNIError(f"host veth {host} of this attachment already exists",
-                    "ADD was repeated without DEL; run DEL first")
+    return AttachmentExists(f"host veth {host} of this attachment already exists",
+                            "ADD was repeated without DEL: run DEL of this attachment first")
 
 
 def validate_pod_netns(req: Request) -> None:
@@ -166,6 +170,7 @@ ADD_STEPS = tuple(name for name, _ in STEPS) + ("finish",)
 
 def run_add(rt: "BridgePlugin", req: Request) -> dict:
     cfg = parse_bridge_config(req)
+    validate_delegation(rt.services.plugins, req, parse=True)
     validate_pod_netns(req)
     att = Attachment.of(req)
     validate_new_attachment(att)
@@ -195,6 +200,8 @@ def quietly(what: str, fn: Callable, *args) -> Callable[[], None]:
     def undo() -> None:
         try:
             fn(*args)
+        except CNIError as err:  # said by the error itself: no stack
+            log.warning("rollback: %s failed: %s", what, err)
         except Exception:
             log.exception("rollback: %s failed", what)
     return undo

@@ -8,20 +8,21 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from cni.net.link import LinkError
 from cni.net.nft import NftError
-from cni.spec.errors import CNIError
+from cni.spec.errors import CNIError, NodeChangeFailed
 
 MECHANISM_ERRORS = (NetlinkError, OSError, NftError, LinkError)
 
 
 @contextmanager
 def failing(what: str) -> Iterator[None]:
-    """Re-raise a mechanism error as ``CNIError(what, cause)``; CNI errors pass unchanged."""
+    """Re-raise a mechanism error as ``NodeChangeFailed(what, cause)`` (code 104: the kernel
+    refused, not a bug in pycni); CNI errors pass unchanged."""
     try:
         yield
     except CNIError:
         raise
     except MECHANISM_ERRORS as exc:
-        raise CNIError(what, describe(exc)) from exc
+        raise NodeChangeFailed(what, describe(exc)) from exc
 
 
 def describe(exc: BaseException) -> str:

@@ -13,7 +13,10 @@ import subprocess
 from dataclasses import replace
 from typing import Any
 
-from cni.spec.errors import CNIError, InvalidConfig, InvalidEnvironment, error_from_dict
+from cni.spec.errors import (CNIError, DelegateFailed, InvalidEnvironment, TryAgainLater,
+                             error_from_dict)
+from cni.plugins.ipam_config import cached_ipam_config
+from cni.spec import request
 from cni.spec.request import Request
 from cni.spec.result import canonical
 
@@ -23,14 +26,21 @@ EXEC_TIMEOUT = 60.0
 
 
 def ipam_type(req: Request) -> str | None:
-    ipam = req.config.get("ipam")
-    if ipam is None or ipam == {}:
-        return None
-    if not isinstance(ipam, dict) or not isinstance(ipam.get("type"), str) or not ipam["type"]:
-        raise InvalidConfig("invalid key 'ipam'", "expected an object with a string 'type'")
-    if "/" in ipam["type"]:
-        raise InvalidConfig("invalid key 'ipam.type'", f"{ipam['type']!r} must not contain '/'")
-    return ipam["type"]
+    return request.ipam_type(req.config)
+
+
+def validate_delegation(plugins: dict[str, Any], req: Request, parse: bool = False) -> None:
+    """Before anything is made or removed: the ``ipam`` section names a plugin, and one
+    pycnid does not serve can be found in CNI_PATH (code 7 / code 4 naming CNI_PATH).
+    ``parse``: also parse pycni-ipam's section (code 7 naming the key)."""
+    kind = ipam_type(req)
+    if kind is None:
+        return
+    if kind == IN_PROCESS and "ipam" in plugins:
+        if parse:
+            cached_ipam_config(req.config)  # what its ADD reads first, remembered
+    else:
+        find_plugin(kind, req.env.path)
 
 
 def as_command(req: Request, command: str) -> Request:
@@ -66,12 +76,14 @@ def find_plugin(kind: str, path: tuple[str, ...]) -> str:
 
 def _exec(kind: str, req: Request) -> dict | None:
     binary = find_plugin(kind, req.env.path)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CNI_")}, **req.raw_env}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CNI_")},
+           **{k: v for k, v in req.raw_env.items() if k.startswith("CNI_") and "=" not in k}}
     try:
         proc = subprocess.run([binary], input=req.raw_config, env=env, capture_output=True,
                               timeout=EXEC_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise CNIError(f"IPAM plugin {kind} timed out after {EXEC_TIMEOUT:g}s") from None
+        raise TryAgainLater(f"IPAM plugin {kind} timed out after {EXEC_TIMEOUT:g}s",
+                            f"{binary} did not answer {req.command}") from None
     if proc.stderr:
         log.info("ipam %s stderr: %s", kind, proc.stderr.decode(errors="replace").strip())
     out = proc.stdout.decode(errors="replace").strip()
@@ -80,9 +92,11 @@ def _exec(kind: str, req: Request) -> dict | None:
     if req.command != "ADD":
         return None
     try:
-        return canonical(json.loads(out), req.version)
-    except ValueError as exc:
-        raise CNIError(f"IPAM plugin {kind} returned an unreadable result", str(exc)) from None
+        return canonical(request.decode_json(out, f"result of IPAM plugin {kind}"), req.version,
+                         where=f"result of IPAM plugin {kind}")
+    except CNIError as exc:
+        raise DelegateFailed(f"IPAM plugin {kind} returned an unreadable result",
+                             str(exc)) from None
 
 
 def _exec_error(kind: str, stdout: str, stderr: str) -> CNIError:
@@ -90,5 +104,5 @@ def _exec_error(kind: str, stdout: str, stderr: str) -> CNIError:
         err = error_from_dict(json.loads(stdout))
         err.msg = f"{kind}: {err.msg}"
         return err
-    except (ValueError, AttributeError):
-        return CNIError(f"IPAM plugin {kind} failed", (stdout or stderr).strip()[:2000])
+    except (ValueError, AttributeError, TypeError, OverflowError, RecursionError):
+        return DelegateFailed(f"IPAM plugin {kind} failed", (stdout or stderr).strip()[:2000])

@@ -14,10 +14,12 @@ from typing import Any, Iterator, Mapping
 
 from cni.net.ns import validate_netns_fd
 from cni.spec.errors import CNIError, InternalError, InvalidConfig
-from cni.spec.request import Request, parse_config, parse_env
+from cni.spec.request import Request, ipam_type, parse_config, parse_env
 from cni.spec.result import render
 
 log = logging.getLogger("pycnid.dispatch")
+# Plugins pycnid serves as IPAM executables: the netconf names them by `ipam.type`, not `type`.
+IPAM_PLUGINS = frozenset({"ipam"})
 
 
 class AttachmentLocks:
@@ -93,6 +95,8 @@ class Dispatcher:
             env = parse_env(env_vars)
             config = parse_config(stdin, env.command)
             version = config.get("cniVersion")
+            if plugin_name in IPAM_PLUGINS and env.command != "VERSION":
+                ipam_type(config, required=True)
             if netns_fd is not None:
                 validate_netns_fd(netns_fd, env.netns)
             req = Request(env=env, config=config, netns_fd=netns_fd, raw_env=dict(env_vars),
