@@ -19,7 +19,8 @@ from ipam.policy import CLAIM, Choice, choose_address
 from ipam.poolcache import PoolCache, PoolState, describe_blocks
 from ipam.records import (HANDLES, BlockRecord, HandleId, HandleRecord, LeasedIP, affinity_key,
                           block_key, pool_key)
-from ipam.selection import Selection, assign_requested, select_by_labels, select_by_name
+from ipam.selection import (Selection, assign_requested, missing_gateway, select_by_labels,
+                            select_by_name)
 
 StateSets = tuple[tuple[PoolState, ...], ...]
 
@@ -137,6 +138,8 @@ class Planner:
                 lease, owner = self.plan_static(plan, str(handle), states, wanted[index])
             else:
                 lease, owner = self.plan_address(plan, str(handle), states)
+            if selection.gateway_key and lease.gateway is None:  # the draft is never adopted
+                raise missing_gateway(lease.pool, lease.ip, selection.gateway_key)
             leased.append(lease)
             owners += [owner] if owner else []
         attrs = {**attributes, "node": self.node}

@@ -27,10 +27,20 @@ class Selection:
     network: str
     range_sets: RangeSets = ()
     pools: tuple[str, ...] = ()  # netconf `ipam.pools`
+    gateway_key: str = ""  # the main plugin's key that puts a gateway on the node, if set
 
     @property
     def mode(self) -> str:
         return "ranges" if self.range_sets else "pools" if self.pools else "selector"
+
+
+def missing_gateway(pool: str, address: str, key: str) -> InvalidConfig:
+    """The refusal of an address from a pool that hands out no gateway when the main plugin
+    (``key``: isGateway / isDefaultGateway) would put one on the node: it would have to guess
+    one, and the guess (the subnet's first address) is an address the pool hands out."""
+    return InvalidConfig(f"pool {pool} hands out no gateway, but the netconf sets {key}",
+                         f"{address} would come with no gateway for the bridge; give the "
+                         f"pool gateways: pycni ipam pool set {pool} --gateway first")
 
 
 def as_selection(network: str, value: Selection | RangeSets) -> Selection:

@@ -35,6 +35,7 @@ from ipam.node_setup import NodeServices, setup_guard, setup_node
 from ipam.outage import NoGuard
 from ipam.pool_watch import start_pool_watch
 from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
+from ipam.selection import missing_gateway
 from ipam.store import open_store
 
 log = logging.getLogger("pycnid.ipam")
@@ -54,6 +55,14 @@ def render_result(record: HandleRecord, cfg: IpamConfig) -> dict:
     dns = {k: list(v) if isinstance(v, list) else v for k, v in (cfg.dns or {}).items()}
     return {"cniVersion": "1.1.0", "ips": ips, "routes": [dict(r) for r in cfg.routes],
             "dns": dns}
+
+
+def require_gateways(record: HandleRecord, cfg: IpamConfig) -> None:
+    """With the main plugin's isGateway / isDefaultGateway, every address comes with the
+    gateway the IPAM reserved for it (InvalidConfig naming the pool otherwise)."""
+    for ip in record.ips:
+        if cfg.gateway_key and not ip.gateway:
+            raise missing_gateway(ip.pool, ip.ip, cfg.gateway_key)
 
 
 def pod_attributes(req: Request) -> dict[str, str]:
@@ -83,6 +92,7 @@ class IpamPlugin:
                     handle, cfg.selection, requested, attributes), static=bool(requested))
             if created:
                 undo.callback(self._rollback, handle)
+            require_gateways(record, cfg)  # the outage buffer's and older leases too
             self.services.faults.point(req, "ipam-result")
             result = render_result(record, cfg)
             undo.pop_all()

@@ -31,6 +31,7 @@ UINT32_MAX = 2**32 - 1
 ROUTE_INT_KEYS = {"mtu": UINT32_MAX, "advmss": UINT32_MAX, "priority": UINT32_MAX,
                   "table": UINT32_MAX, "scope": 255}
 DNS_LIST_KEYS = ("nameservers", "search", "options")
+GATEWAY_KEYS = ("isDefaultGateway", "isGateway")  # main plugin keys that need a gateway
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,11 @@ class IpamConfig:
     routes: tuple[dict, ...] = ()
     dns: Mapping[str, Any] | None = None
     pools: tuple[str, ...] = ()  # cluster pools by name; neither these nor ranges: selectors
+    gateway_key: str = ""  # main plugin key (isGateway...) that puts each gateway on the node
 
     @property
     def selection(self) -> Selection:
-        return Selection(self.network, self.range_sets, self.pools)
+        return Selection(self.network, self.range_sets, self.pools, self.gateway_key)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,14 @@ def parse_ipam_config(config: Mapping[str, Any]) -> IpamConfig:
     if by_capability or (not pools and ("ranges" in ipam or "subnet" in ipam)):
         range_sets = parse_range_sets(ipam, runtime)
     return IpamConfig(str(config["name"]), range_sets, parse_routes(ipam.get("routes")),
-                      parse_dns(ipam.get("dns")), () if by_capability else pools)
+                      parse_dns(ipam.get("dns")), () if by_capability else pools,
+                      calc_gateway_key(config))
+
+
+def calc_gateway_key(config: Mapping[str, Any]) -> str:
+    """The main plugin's key that makes it put each address's gateway on the node (the
+    bridge's ``isGateway`` / ``isDefaultGateway``), or "": every address then needs one."""
+    return next((key for key in GATEWAY_KEYS if config.get(key) is True), "")
 
 
 _parsed: dict[str, IpamConfig] = {}
@@ -94,7 +103,8 @@ def ipam_config_key(config: Mapping[str, Any]) -> str | None:
     runtime = config.get("runtimeConfig")
     ip_ranges = runtime.get("ipRanges") if isinstance(runtime, dict) else None
     try:
-        return json.dumps((config.get("name"), config.get("ipam"), ip_ranges or None))
+        return json.dumps((config.get("name"), config.get("ipam"), ip_ranges or None,
+                           calc_gateway_key(config)))
     except (TypeError, ValueError):
         return None
 
@@ -173,10 +183,19 @@ def parse_range(item: Any, where: str) -> Range:
         raise invalid(where, "expected an object with 'subnet'")
     subnet = parse_subnet(item.get("subnet"), f"{where}.subnet")
     start, end = _range_limits(item, where, subnet)
-    gateway = (parse_ip(item["gateway"], f"{where}.gateway", subnet) if item.get("gateway")
-               else subnet.network_address + 1)
+    gateway = (parse_gateway(item["gateway"], f"{where}.gateway", subnet)
+               if item.get("gateway") else subnet.network_address + 1)
     return Range(subnet, start, end, gateway, _block_size(item.get("blockSize"), where, subnet),
                  where)
+
+
+def parse_gateway(value: Any, key: str, subnet: IPNet) -> IPAddr:
+    """A range's explicit gateway: a host address of its own subnet (one outside it may be an
+    address another range set hands out, and the bridge holds it with the subnet's prefix)."""
+    ip = parse_ip(value, key, subnet)
+    if ip not in subnet or is_reserved_v4(subnet, ip):
+        raise invalid(key, f"{ip} is not a host address of network {subnet}")
+    return ip
 
 
 def _range_limits(item: Mapping, where: str, subnet: IPNet) -> tuple[IPAddr, IPAddr]:
