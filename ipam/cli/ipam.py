@@ -38,8 +38,9 @@ def pool() -> None:
 @click.option("--strict-affinity", is_flag=True, help="never borrow from other nodes' blocks")
 @click.option("--exclude", multiple=True, metavar="CIDR|A-B",
               help="addresses never handed out (repeatable)")
-@click.option("--gateway", type=click.Choice(["none", "first"]), default="none",
-              show_default=True, help="first: each block's first usable address is its gateway")
+@click.option("--gateway", type=click.Choice(["none", "first"]), default="first",
+              show_default=True, help="first: each block's first usable address is its gateway "
+              "(what a bridge with isGateway needs); none: no gateway is handed out")
 @click.option("--reuse-delay", type=float, default=120, show_default=True,
               help="seconds a released address waits before it is handed out again")
 @command_options
