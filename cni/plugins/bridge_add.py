@@ -136,10 +136,11 @@ def setup_pod(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
 
 
 def ensure_gateway(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
-    """isGateway: the gateway address on the bridge (forceAddress replaces another one)."""
+    """isGateway: the gateway addresses on the bridge (forceAddress replaces another one);
+    a Pod address the bridge already holds is refused."""
     wanted = bridge_addresses(st.ips) if st.cfg.is_gateway else []
-    if wanted:
-        rt.bridges.ensure_gateway(st.node, st.bridge, wanted, st.cfg.force_address)
+    rt.bridges.ensure_gateway(st.node, st.bridge, wanted, st.cfg.force_address,
+                              container_addresses(st.ips))
 
 
 def ensure_forwarding(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:

@@ -10,6 +10,7 @@ from typing import Iterable
 
 from cni.net.addr import IPInterface
 from cni.net.route import Route
+from cni.spec.errors import InvalidConfig
 
 BRIDGE_INDEX, HOST_INDEX, CONTAINER_INDEX = 0, 1, 2
 DEFAULT_DST = {4: ipaddress.ip_network("0.0.0.0/0"), 6: ipaddress.ip_network("::/0")}
@@ -18,15 +19,40 @@ IPAddress = IPv4Address | IPv6Address
 
 def calc_ips(ipam_ips: Iterable[dict], is_gateway: bool) -> list[dict]:
     """IPAM's ips on the container interface; with isGateway a missing gateway becomes the
-    subnet's first address (as the reference does)."""
+    subnet's first address (as the reference does: only a foreign IPAM gets here, pycni-ipam
+    refuses isGateway without a gateway). A gateway that is the Pod's own address is
+    InvalidConfig: the bridge would hold the Pod's address."""
     out = []
     for ip in ipam_ips:
         item = {**ip, "interface": CONTAINER_INDEX}
-        if not item.get("gateway") and is_gateway:
+        guessed = not item.get("gateway") and is_gateway
+        if guessed:
             network = ipaddress.ip_interface(item["address"]).network
             item["gateway"] = str(network.network_address + 1)
+        validate_gateway_not_pod(item, guessed)
         out.append(item)
     return out
+
+
+def validate_gateway_not_pod(ip: dict, guessed: bool) -> None:
+    address = ipaddress.ip_interface(ip["address"])
+    if not ip.get("gateway") or ipaddress.ip_address(ip["gateway"]) != address.ip:
+        return
+    if guessed:
+        raise InvalidConfig(
+            f"the IPAM returned no gateway for {address} and isGateway would put the "
+            f"subnet's first address {address.ip}, the Pod's own address, on the bridge",
+            "let the IPAM return a gateway, or keep that address out of its range")
+    raise InvalidConfig(f"the IPAM returned the Pod's own address {address} as its gateway",
+                        "an IPAM must never hand out its gateway: fix the IPAM config")
+
+
+def calc_pod_on_bridge(pod: Iterable[IPInterface], bridge: Iterable[IPInterface]
+                       ) -> list[tuple[IPInterface, IPInterface]]:
+    """(pod address, bridge address) pairs that are the same IP: one address on two
+    interfaces, which the ADD refuses."""
+    held = {b.ip: b for b in bridge}
+    return [(p, held[p.ip]) for p in pod if p.ip in held]
 
 
 def family_gateways(ips: Iterable[dict]) -> dict[int, IPAddress]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from pyroute2 import IPRoute
 
 from cni.net import addr, ioctl, link, sysctl
 from cni.net.addr import IPInterface
 from cni.spec.errors import InvalidConfig
-from .bridge_calc import calc_bridge_conflicts
+from .bridge_calc import calc_bridge_conflicts, calc_pod_on_bridge
 from .bridge_config import BridgeConfig
 from .bridge_errors import failing
 
@@ -25,7 +26,8 @@ from .bridge_errors import failing
 @dataclass
 class KnownBridge:
     link: link.LinkInfo
-    gateways: set = field(default_factory=set)  # addresses verified on it
+    gateways: set = field(default_factory=set)  # pycni's addresses verified on it
+    others: set | None = None  # its other addresses at the last look (None: not looked)
 
 
 class NodeBridges:
@@ -62,15 +64,21 @@ class NodeBridges:
         return bridge
 
     def ensure_gateway(self, ipr: IPRoute, bridge: link.LinkInfo, wanted: list[IPInterface],
-                       force: bool) -> None:
-        """The gateway addresses on the bridge; a different same-family address is an error
-        (code 7) unless ``force``, which replaces it."""
+                       force: bool, pod: Iterable[IPInterface] = ()) -> None:
+        """The gateway addresses on the bridge, marked as pycni's (ADDR_PROTO_PYCNI), so it may
+        hold several; a same-family address that is not pycni's is an error (code 7) unless
+        ``force``, which replaces it. A Pod address the bridge holds is an error (code 7)."""
         with self.lock(bridge.name), failing(f"failed to set the gateway address on {bridge.name}"):
             known = self._known.get(bridge.name)
-            if known and all(gateway_present(bridge.name, w, known.gateways) for w in wanted):
+            if known and known.others is not None and \
+                    all(gateway_present(bridge.name, w, known.gateways) for w in wanted):
+                refuse_pod_on_bridge(bridge.name, pod, known.gateways | known.others)
                 return
-            existing = addr.list_addresses(ipr, bridge.index)
-            conflicts = calc_bridge_conflicts(existing, wanted)
+            existing = addr.list_addresses_by_proto(ipr, bridge.index)
+            refuse_pod_on_bridge(bridge.name, pod, existing)
+            ours = {a for a, proto in existing.items() if proto == addr.ADDR_PROTO_PYCNI}
+            ours |= known.gateways & set(existing) if known else set()  # set before marking
+            conflicts = calc_bridge_conflicts(set(existing) - ours, wanted)
             if conflicts and not force:
                 raise InvalidConfig(
                     f"bridge {bridge.name} already has an address {conflicts[0]} different "
@@ -79,9 +87,24 @@ class NodeBridges:
                 addr.delete_address(ipr, bridge.index, old)
             for address in wanted:
                 if address not in existing:
-                    addr.add_address(ipr, bridge.index, address, exist_ok=True)
+                    addr.add_address(ipr, bridge.index, address, exist_ok=True,
+                                     proto=addr.ADDR_PROTO_PYCNI)
             if known:
-                known.gateways = (known.gateways - set(conflicts)) | set(wanted)
+                known.gateways = ours | set(wanted)
+                known.others = set(existing) - ours - set(wanted) - set(conflicts)
+
+
+def refuse_pod_on_bridge(name: str, pod: Iterable[IPInterface],
+                         bridge: Iterable[IPInterface]) -> None:
+    """InvalidConfig naming a Pod address that is an address of the bridge already."""
+    found = calc_pod_on_bridge(pod, bridge)
+    if found:
+        mine, held = found[0]
+        raise InvalidConfig(
+            f"the Pod's address {mine} is already an address of bridge {name} ({held})",
+            "one address cannot be on two interfaces: if it is a stale gateway, delete it "
+            f"from the bridge, or keep {mine.ip} out of the IPAM's pool (pycni ipam pool set "
+            f"POOL --exclude {mine.ip})")
 
 
 def still_current(bridge: link.LinkInfo, promisc: bool) -> bool:
@@ -96,7 +119,8 @@ def still_current(bridge: link.LinkInfo, promisc: bool) -> bool:
 
 
 def gateway_present(name: str, wanted: IPInterface, verified: set) -> bool:
-    """Verified before and, for IPv4, still the bridge's primary address (one ioctl)."""
+    """Verified before and, for IPv4, the bridge's primary address is still one of pycni's
+    verified ones (one ioctl; a bridge may hold several gateways, one of them primary)."""
     if wanted not in verified:
         return False
-    return wanted.version == 6 or ioctl.if_primary_ipv4(name) == wanted
+    return wanted.version == 6 or ioctl.if_primary_ipv4(name) in verified
