@@ -16,9 +16,12 @@ import sys
 
 import pytest
 
+from ipam.records import blocks_prefix
+from ipam.store.sqlite import SqliteStore
 from tests.cluster.load import pycni_ipam_cli
 from tests.fixtures.bridge import BridgeNode, bridge_node, new_cid  # noqa: F401
 from tests.fixtures.cluster import make_cluster  # noqa: F401
+from tests.fixtures.ipam import run_reference
 from tests.fixtures.netns import Netns
 from tests.fixtures.plugins import PluginRun
 
@@ -107,14 +110,11 @@ def test_pool_without_gateways_under_is_gateway_is_code_7_and_writes_nothing(
     assert bridge_node.residue("nogwnet").is_empty()
     assert "10.129.8.1" not in bridge_ips(bridge_node.node)
     assert pod.links() == ["lo"]
-    from tests.fixtures.ipam import daemon_store
-    from ipam.records import blocks_prefix
-
-    class Daemon:  # daemon_store reads the path from a daemon's config
-        config = {"store": {"path": bridge_node.store_path}}
-
-    with daemon_store(Daemon) as store:
-        assert store.range(blocks_prefix("nogw"), keys_only=True) == []
+    store = SqliteStore(bridge_node.store_path)
+    try:
+        assert store.range(blocks_prefix("nogw"), keys_only=True) == []  # no block claimed
+    finally:
+        store.close()
 
 
 def test_netconf_ranges_put_every_gateway_on_the_bridge_and_never_on_a_pod(
@@ -210,3 +210,16 @@ def test_three_nodes_fill_a_pool_with_borrowing_and_no_pod_gets_a_bridge_address
     assert cluster.etcd.dump("/pycni/v1/handles/gwnet/").keys() == handles.keys()
     assert runners["node1"].residue("gwnet") == before
     assert bridge_ips(runners["node1"].node) == bridges["node1"]
+
+
+def test_reference_bridge_under_pycni_ipam_is_protected_too(bridge_node, pycnid, cni_bin,
+                                                           netns_factory):
+    # pycni-ipam sees the whole netconf: the reference bridge's isGateway is refused the same
+    pool_add_sqlite(bridge_node.store_path, "refnogw", "--cidr", "10.129.11.0/28",
+                    "--gateway", "none")
+    conf = {**cluster_conf("refnogw", name="refnet"), "type": "bridge", "bridge": "refbr0"}
+    res = run_reference(bridge_node.node, "bridge", "ADD", conf, cni_bin=cni_bin,
+                        socket=pycnid.socket, cid=new_cid(), netns=netns_factory("pod").path)
+    assert res.error_code() == 7, res.stdout + res.stderr
+    assert "pool refnogw hands out no gateway" in res.json["msg"]
+    assert bridge_node.residue("refnet").leases == []
