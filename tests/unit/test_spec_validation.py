@@ -32,8 +32,9 @@ def nested(depth: int, leaf: str = "1") -> str:
 @pytest.mark.parametrize("depth", [MAX_DEPTH, 1000, 100_000])
 def test_too_deep_a_config_is_code_6_on_every_verb(verb, depth) -> None:
     data = json.dumps(BASE)[:-1] + ', "args": ' + nested(depth) + "}"
-    err = error_of(parse_config, data, verb)
-    assert err.code == 6 and f"deeper than {MAX_DEPTH}" in str(err)
+    for form in (data, data.encode()):
+        err = error_of(parse_config, form, verb)
+        assert err.code == 6 and f"deeper than {MAX_DEPTH}" in str(err)
 
 
 def test_nesting_below_the_limit_is_accepted() -> None:
@@ -59,6 +60,23 @@ def test_numbers_json_cannot_hold_are_code_6(number) -> None:
 def test_a_lone_surrogate_is_code_7_naming_the_key(doc, named) -> None:
     err = error_of(parse_config, json.dumps(doc), "GC")
     assert err.code == 7 and err.msg == f"invalid {named}" and "Unicode" in err.details
+
+
+@pytest.mark.parametrize("data", [
+    b'{"cniVersion": "1.1.0", "name": "n", "type": "x", "bridge": "\xed\xa0\x80"}',
+    '{"cniVersion": "1.1.0", "name": "n", "type": "x", "bridge": "\\ud800"}'.encode("utf-16"),
+    '{"cniVersion": "1.1.0", "name": "n", "type": "x", "bridge": "\\ud800"}',
+])
+def test_a_surrogate_however_encoded_is_code_7(data) -> None:
+    """json decodes bytes with 'surrogatepass': an encoded surrogate and one in UTF-16 text
+    are found as well as an escaped one."""
+    err = error_of(parse_config, data, "ADD")
+    assert err.code == 7 and err.msg == "invalid bridge"
+
+
+def test_a_config_with_many_brackets_in_strings_is_still_accepted() -> None:
+    doc = {**BASE, "args": {"note": "[" * 500}}
+    assert parse_config(json.dumps(doc).encode(), "ADD")["args"]["note"] == "[" * 500
 
 
 @pytest.mark.parametrize("verb", VERBS)
