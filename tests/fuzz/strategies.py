@@ -256,7 +256,8 @@ def cni_environ(draw, *, netns: list[bytes], sockets: list[bytes], cni_path: byt
 
 @st.composite
 def frames(draw, valid_stdin: bytes) -> tuple[bytes, bool]:
-    """A request frame, well-formed or not; returns (bytes, whether it is well-formed)."""
+    """A request frame, well-formed or not; returns (bytes, whether it is well-formed: magic,
+    five fields, an ASCII plugin name and the lengths right; the env and stdin may be anything)."""
     env = draw(st.lists(st.one_of(
         # no ADD: a frame never creates an attachment, so none may change state
         st.sampled_from([b"CNI_COMMAND=STATUS", b"CNI_COMMAND=DEL",
@@ -279,6 +280,6 @@ def frames(draw, valid_stdin: bytes) -> tuple[bytes, bool]:
         fields.append(b"extra")
     sep = b"\n" if draw(st.integers(0, 7)) else b""
     frame = b" ".join(fields) + sep + blob + stdin
-    framed = (sep == b"\n" and fields[0] == b"PYCNI1" and len(fields) == 5
+    framed = (sep == b"\n" and fields[0] == b"PYCNI1" and len(fields) == 5 and plugin.isascii()
               and lengths == [str(len(blob)).encode(), str(len(stdin)).encode()])
     return frame, framed
