@@ -199,3 +199,41 @@ def test_gc_with_a_malformed_attachment_list_changes_nothing(served, netns_facto
         out = served.run("GC", {**conf, "cni.dev/valid-attachments": entries}, "")
         assert out.json["code"] == 7 and out.json["msg"] == f"invalid {named}"
     assert served.run("CHECK", {**conf, "prevResult": result}, cid, netns).code == 0
+
+
+def test_a_route_the_kernel_refuses_is_code_104_naming_the_step(served, netns_factory):
+    """An unreachable gateway: the kernel refuses the route in the pod (ENETUNREACH)."""
+    route = {"dst": "10.99.0.0/16", "gw": "192.168.250.1"}
+    out = served.run("ADD", bridge_conf(pycni_ipam(routes=[route])), new_cid(),
+                     netns_factory("pod").path)
+    assert out.json["code"] == 104 and "failed to configure eth0" in out.json["msg"]
+    assert "netlink error" in out.json["details"]
+    assert served.residue().is_empty()
+
+
+@pytest.fixture
+def broken_ipam(tmp_path, served):
+    """A foreign IPAM plugin in CNI_PATH that fails every verb without a CNI error, and one
+    whose ADD prints something that is not a result."""
+    for name, body in (("broken-ipam", "echo 'it broke' >&2; exit 1"),
+                       ("garbled-ipam", 'echo \'{"ips": [{"address": 7}]}\'')):
+        script = tmp_path / name
+        script.write_text(f"#!/bin/sh\ncat >/dev/null\n{body}\n")
+        script.chmod(0o755)
+    served.cni_path = f"{tmp_path}:{served.cni_path}"
+    return served
+
+
+def test_a_gc_whose_ipam_fails_is_code_105_listing_it(broken_ipam):
+    conf = bridge_conf({"type": "broken-ipam"})
+    out = broken_ipam.run("GC", {**conf, "cni.dev/valid-attachments": []}, "")
+    assert out.json["code"] == 105 and "repeat GC" in out.json["msg"]
+    assert "IPAM GC: IPAM plugin broken-ipam failed" in out.json["details"]
+
+
+def test_a_foreign_ipam_result_that_is_not_one_is_code_106(broken_ipam, netns_factory):
+    out = broken_ipam.run("ADD", bridge_conf({"type": "garbled-ipam"}), new_cid(),
+                          netns_factory("pod").path)
+    assert out.json["code"] == 106 and "garbled-ipam" in out.json["msg"]
+    assert "result of IPAM plugin garbled-ipam.ips[0].address" in out.json["details"]
+    assert broken_ipam.residue().is_empty()
