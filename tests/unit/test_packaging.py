@@ -108,3 +108,95 @@ def test_example_conflist_is_valid_and_uses_our_plugins():
     first = conf["plugins"][0]
     assert first["type"] == "pycni-bridge"
     assert first["ipam"]["type"] == "pycni-ipam"
+
+
+# --- `make test` on a fresh machine: the dependency step (issue 6 §8) -----------------------
+
+RECORDER = """#!/bin/sh
+echo "$(basename "$0") $*" >> "{log}"
+exit {code}
+"""
+# the interpreter as the Makefile sees it: records `-m pip`, runs everything else for real
+PYTHON_WRAPPER = """#!/bin/sh
+case " $* " in *" -m pip "*) echo "pip $*" >> "{log}"; exit 0;; esac
+exec {python} "$@"
+"""
+
+
+def fake_tools(tmp_path, **scripts: str) -> tuple[dict, str]:
+    """A PATH whose apt-get records its calls and fails, plus ``scripts`` (name -> text);
+    and the log every fake writes its calls to."""
+    bin_dir, log = tmp_path / "bin", str(tmp_path / "calls.log")
+    bin_dir.mkdir()
+    for name, text in {"apt-get": RECORDER.format(log=log, code=1), **scripts}.items():
+        path = bin_dir / name
+        path.write_text(text.format(log=log, python=sys.executable))
+        path.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return env, log
+
+
+def calls(log: str) -> list[str]:
+    return read(log).splitlines() if os.path.exists(log) else []
+
+
+def test_make_test_runs_the_dependency_step_first_and_with_all_present_installs_nothing(
+        tmp_path):
+    env, log = fake_tools(tmp_path, python=PYTHON_WRAPPER)
+    wrapper = str(tmp_path / "bin" / "python")
+    proc = subprocess.run(["make", "-C", REPO, "test", f"PYTHON={wrapper}",
+                           "PYTEST=echo the-tests-ran"], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # names what is missing, if anything
+    out = proc.stdout
+    steps = [out.find(s) for s in ("==> Debian packages: all present",
+                                   "==> Python packages: all present", "the-tests-ran")]
+    assert -1 not in steps and steps == sorted(steps), out
+    assert calls(log) == []  # neither apt-get nor pip ran
+
+
+def test_the_dependency_step_installs_only_what_is_missing(tmp_path):
+    dpkg_query = """#!/bin/sh
+for pkg; do case $pkg in -*) ;; socat) echo "not-installed socat";; *) echo "installed $pkg";; esac
+done
+"""
+    # the requirement check reports one missing requirement; everything else runs for real
+    python = PYTHON_WRAPPER.replace(
+        'case " $* "', 'case " $* " in *python_deps.py*) echo "hypothesis (not installed)"; '
+        'exit 1;; esac\ncase " $* "')
+    env, log = fake_tools(tmp_path, python=python, **{"dpkg-query": dpkg_query,
+                                                      "apt-get": RECORDER.replace("{code}", "0"),
+                                                      "id": "#!/bin/sh\necho 0\n"})
+    proc = subprocess.run(["bash", f"{REPO}/scripts/install-deps.sh"], capture_output=True,
+                          text=True, env={**env, "PYTHON": str(tmp_path / "bin" / "python")},
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Debian packages: installing socat" in proc.stdout
+    assert "hypothesis (not installed)" in proc.stdout
+    apt = [c for c in calls(log) if c.startswith("apt-get")]
+    assert apt == ["apt-get update -qq",
+                   "apt-get install -y -qq --no-install-recommends socat"], calls(log)
+    pip = [c for c in calls(log) if c.startswith("pip")]
+    assert len(pip) == 2 and "--version" in pip[0] and pip[1].endswith("-e .[test,nft]"), pip
+
+
+def load_python_deps():
+    spec = importlib.util.spec_from_file_location("python_deps", f"{REPO}/scripts/python_deps.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("requirement,met", [
+    ("pytest>=8", True), ("pytest", True), ("pytest>=999", False),
+    ("no-such-distribution-pycni", False), ("pytest>=8; python_version > '3'", False)])
+def test_python_deps_judges_a_requirement_by_installed_metadata(requirement, met):
+    assert (load_python_deps().unmet(requirement) is None) == met
+
+
+def test_python_deps_compares_release_numbers():
+    deps = load_python_deps()
+    assert deps.release("1.0.2.post1") == (1, 0, 2) and deps.release("0.9rc1") == (0, 9)
+    assert not deps.older(deps.release("1.0"), deps.release("1.0.0"))
+    assert deps.older(deps.release("0.8.9"), deps.release("0.9"))
+    assert not deps.older(deps.release("6.155.2"), deps.release("6.100"))
