@@ -194,6 +194,7 @@ class FuzzNode:
             named = conf.get("bridge", "pycni0") if isinstance(conf, dict) else None
         except (ValueError, RecursionError):
             named = None
+        named = named if isinstance(named, str) else None
         made = self.bridges() - before
         assert made <= {named}, f"bridges {sorted(made)} made for a netconf naming {named!r}"
 
