@@ -74,8 +74,8 @@ def parse_daemon_socket(plugin, stdin):
         ipam = config.get("ipam") if isinstance(config.get("ipam"), dict) else {}
     except (ValueError, AttributeError, RecursionError):
         return None  # the daemon (or the slow path) reports the config error precisely
-    for key, value in (("ipam.daemonSocket", ipam.get("daemonSocket") if plugin == "ipam" else None),
-                       ("daemonSocket", config.get("daemonSocket"))):
+    own = ipam.get("daemonSocket") if plugin == "ipam" else None
+    for key, value in (("ipam.daemonSocket", own), ("daemonSocket", config.get("daemonSocket"))):
         if isinstance(value, str) and value:
             try:
                 value.encode()

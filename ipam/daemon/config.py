@@ -13,6 +13,8 @@ DEFAULT_SOCKET = "/run/pycni/pycnid.sock"
 DEFAULT_STATE_DIR = "/var/lib/pycni"
 DEFAULT_WORKERS = 16
 MAX_WORKERS = 1024
+DEFAULT_RECEIVE_TIMEOUT = 10.0  # seconds a request may take to arrive whole on the socket
+MAX_RECEIVE_TIMEOUT = 3600.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class DaemonConfig:
     log_level: str = "info"
     fault_injection: bool = False
     workers: int = DEFAULT_WORKERS  # pooled request threads of the socket server
+    receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -68,6 +71,7 @@ def parse_daemon_config(data: dict[str, Any]) -> DaemonConfig:
         log_level=str(data.get("logLevel", "info")),
         fault_injection=bool(data.get("faultInjection", False)),
         workers=parse_workers(data.get("workers", DEFAULT_WORKERS)),
+        receive_timeout=parse_receive_timeout(data.get("receiveTimeout", DEFAULT_RECEIVE_TIMEOUT)),
         raw=data,
     )
 
@@ -77,6 +81,15 @@ def parse_workers(value: Any) -> int:
         raise InvalidConfig("invalid daemon config key 'workers'",
                             f"expected an integer 1..{MAX_WORKERS}, got {value!r}")
     return value
+
+
+def parse_receive_timeout(value: Any) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0 < value <= MAX_RECEIVE_TIMEOUT):
+        raise InvalidConfig("invalid daemon config key 'receiveTimeout'",
+                            f"expected seconds, a number > 0 and at most {MAX_RECEIVE_TIMEOUT:g}, "
+                            f"got {value!r}")
+    return float(value)
 
 
 def load_daemon_config(path: str | None) -> DaemonConfig:

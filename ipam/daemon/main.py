@@ -53,7 +53,8 @@ class Daemon:
         if self.config.metrics_address:
             self.metrics_server = MetricsServer(self.services.metrics,
                                                 self.config.metrics_address).start()
-        self.server = PluginServer(self.config.socket, dispatcher.handle, self.config.workers)
+        self.server = PluginServer(self.config.socket, dispatcher.handle, self.config.workers,
+                                   self.config.receive_timeout)
         log.info("pycnid serving", extra={"fields": {
             "socket": self.config.socket, "node": self.config.node_name,
             "store": self.config.store.type, "plugins": sorted(plugins)}})
