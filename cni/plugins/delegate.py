@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from cni.spec.errors import (CNIError, DelegateFailed, InvalidEnvironment, TryAgainLater,
-                             error_from_dict)
+                             InternalError, error_from_dict)
 from cni.plugins.ipam_config import cached_ipam_config
 from cni.spec import request
 from cni.spec.request import Request
@@ -102,7 +102,10 @@ def _exec(kind: str, req: Request) -> dict | None:
 def _exec_error(kind: str, stdout: str, stderr: str) -> CNIError:
     try:
         err = error_from_dict(json.loads(stdout))
-        err.msg = f"{kind}: {err.msg}"
-        return err
     except (ValueError, AttributeError, TypeError, OverflowError, RecursionError):
         return DelegateFailed(f"IPAM plugin {kind} failed", (stdout or stderr).strip()[:2000])
+    if err.code in (0, InternalError.code):  # its own "internal" code: not a bug of pycni
+        details = "; ".join(filter(None, (err.details, f"{kind} answered code {err.code}")))
+        return DelegateFailed(f"{kind}: {err.msg}", details)
+    err.msg = f"{kind}: {err.msg}"
+    return err

@@ -53,7 +53,7 @@ def decode_request(data):
         if item:
             key, _, value = item.decode("utf-8", "replace").partition("=")
             env[key] = value
-    return parts[1].decode(), env, rest[env_len:], parts[4] == b"1"
+    return parts[1].decode("utf-8", "replace"), env, rest[env_len:], parts[4] == b"1"
 
 
 def encode_reply(exit_code, stdout):

@@ -19,7 +19,7 @@ import time
 from typing import Callable
 
 from cni.spec import wire
-from cni.spec.errors import BY_CODE
+from cni.spec.errors import BY_CODE, DecodingFailure
 
 from .config import DEFAULT_RECEIVE_TIMEOUT, DEFAULT_WORKERS
 from .workers import WorkerPool
@@ -151,8 +151,11 @@ def serve_connection(sock: socket.socket,
         refuse_too_large(sock, exc.size, timeout)
     except RequestTimeout as exc:
         log.warning("idle connection closed: %s", exc)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         log.warning("bad request: %s", exc)
+    except ValueError as exc:  # not our framing (another client, or an executable of
+        log.warning("bad request: %s", exc)  # another pycni version): say so, then close
+        refuse_malformed(sock, str(exc), timeout)
     finally:
         if fd is not None:
             os.close(fd)
@@ -167,6 +170,16 @@ def refuse_too_large(sock: socket.socket, size: int, timeout: float) -> None:
         sock.sendall(wire.encode_reply(1, BY_CODE[code](msg, details).to_json()))
     except OSError as exc:
         log.warning("could not answer the refused request: %s", exc)
+
+
+def refuse_malformed(sock: socket.socket, why: str, timeout: float) -> None:
+    err = DecodingFailure("malformed request to pycnid",
+                          f"{why}; the executable and pycnid may be of different pycni versions")
+    sock.settimeout(timeout)
+    try:
+        sock.sendall(wire.encode_reply(1, err.to_json()))
+    except OSError:
+        pass  # the peer is gone; the warning above says what it sent
 
 
 class PluginServer(socketserver.UnixStreamServer):

@@ -196,3 +196,22 @@ def test_a_stale_socket_is_replaced(node, tmp_path):
             probe.connect(path)
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("frame", [b"PYCNI2 bridge 0 0 0\n", b"GET / HTTP/1.1\r\n\r\n",
+                                   b"PYCNI1 bridge 5 0 0\nabc"])
+def test_a_frame_of_another_protocol_is_answered_code_6(pycnid, frame):
+    """An executable of another pycni version (or any other client) learns why, instead of
+    a silent close that the executable reports as 11 (retried for ever)."""
+    code, stdout = wire.decode_reply(raw_request(pycnid.socket, frame))
+    err = json.loads(stdout)
+    assert code == 1 and err["code"] == 6 and "malformed request" in err["msg"]
+    assert "Traceback" not in pycnid.log()
+
+
+def test_a_plugin_name_that_is_not_utf8_is_answered(pycnid):
+    env = {"CNI_COMMAND": "STATUS"}
+    frame = wire.encode_request("bridge", env, json.dumps(CONF).encode(), False)
+    frame = frame.replace(b" bridge ", b" br\xffdge ", 1)
+    code, stdout = wire.decode_reply(raw_request(pycnid.socket, frame))
+    assert code == 1 and json.loads(stdout)["code"] == 7 and "serves no plugin" in stdout

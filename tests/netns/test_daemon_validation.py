@@ -216,7 +216,9 @@ def broken_ipam(tmp_path, served):
     """A foreign IPAM plugin in CNI_PATH that fails every verb without a CNI error, and one
     whose ADD prints something that is not a result."""
     for name, body in (("broken-ipam", "echo 'it broke' >&2; exit 1"),
-                       ("garbled-ipam", 'echo \'{"ips": [{"address": 7}]}\'')):
+                       ("garbled-ipam", 'echo \'{"ips": [{"address": 7}]}\''),
+                       ("buggy-ipam", 'echo \'{"code": 999, "msg": "no IP ranges specified"}\'; '
+                                      'exit 1')):
         script = tmp_path / name
         script.write_text(f"#!/bin/sh\ncat >/dev/null\n{body}\n")
         script.chmod(0o755)
@@ -236,4 +238,15 @@ def test_a_foreign_ipam_result_that_is_not_one_is_code_106(broken_ipam, netns_fa
                           netns_factory("pod").path)
     assert out.json["code"] == 106 and "garbled-ipam" in out.json["msg"]
     assert "result of IPAM plugin garbled-ipam.ips[0].address" in out.json["details"]
+    assert broken_ipam.residue().is_empty()
+
+
+def test_a_foreign_ipams_internal_error_is_106_not_999(broken_ipam, netns_factory):
+    """999 is pycni's own bug code (README, Errors): another plugin's 999 (host-local answers
+    it for a config without ranges) is 106 naming that plugin and its message."""
+    out = broken_ipam.run("ADD", bridge_conf({"type": "buggy-ipam"}), new_cid(),
+                          netns_factory("pod").path)
+    assert out.json["code"] == 106, out.json
+    assert out.json["msg"] == "buggy-ipam: no IP ranges specified"
+    assert "buggy-ipam answered code 999" in out.json["details"]
     assert broken_ipam.residue().is_empty()
