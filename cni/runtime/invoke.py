@@ -9,7 +9,6 @@ one, stderr (or the exit status) becomes the message, as libcni does.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import subprocess
 import time
@@ -19,6 +18,7 @@ from typing import IO, Any, Mapping
 from cni.spec.errors import CNIError, DecodingFailure, InvalidEnvironment, TryAgainLater, \
     error_from_dict
 from cni.spec.result import canonical
+from cni.spec.request import decode_json
 
 BUSY_RETRIES = 5
 BUSY_PAUSE = 1.0
@@ -72,10 +72,10 @@ def plugin_error(returncode: int, stdout: bytes, stderr: bytes) -> CNIError:
             return CNIError(f"netplugin failed with no error message: exit status {returncode}")
         return CNIError("netplugin failed", err)
     try:
-        data = json.loads(out)
+        data = decode_json(out, "error")
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-    except ValueError as exc:
+    except (ValueError, CNIError) as exc:
         return CNIError("netplugin failed but error parsing its diagnostic message",
                         f"{out[:2000]!r}: {exc}")
     return error_from_dict(data)
@@ -121,8 +121,8 @@ def decode_result(stdout: bytes, conf_version: str) -> dict[str, Any]:
     """An ADD answer: JSON object, `cniVersion` defaulted to the config's (libcni's fixup),
     and well-formed for its version (DecodingFailure otherwise)."""
     try:
-        result = json.loads(stdout)
-    except (ValueError, UnicodeDecodeError) as exc:
+        result = decode_json(stdout, "plugin result")
+    except CNIError as exc:
         raise DecodingFailure("plugin printed an unreadable result", str(exc)) from None
     if not isinstance(result, dict):
         raise DecodingFailure("plugin printed an unreadable result", "not a JSON object")

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.fixtures.daemon import daemon_config
 from tests.fixtures.plugins import run_plugin
 
 CONF = {"cniVersion": "1.0.0", "name": "testnet", "type": "pycni-bridge"}
@@ -113,8 +114,12 @@ def test_logs_are_json_lines(cni_bin, pycnid, netns_factory) -> None:
     assert any(line.get("command") == "ADD" and line.get("containerID") == "c1" for line in lines)
 
 
-def test_second_daemon_on_the_same_socket_refuses_to_start(pycnid) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ipam.daemon.main", "--socket", pycnid.socket],
-                          capture_output=True, text=True, timeout=30)
+def test_second_daemon_on_the_same_socket_refuses_to_start(pycnid, tmp_path) -> None:
+    """In the node netns with a state dir of its own (never the machine's /var/lib/pycni)."""
+    config = tmp_path / "second.json"
+    config.write_text(json.dumps({**daemon_config(str(tmp_path)), "socket": pycnid.socket}))
+    proc = pycnid.node.run([sys.executable, "-m", "ipam.daemon.main", "--config", str(config)],
+                           check=False, timeout=30, cwd=os.path.dirname(os.path.dirname(
+                               os.path.dirname(os.path.abspath(__file__)))))
     assert proc.returncode != 0 and "already serving" in proc.stderr
     assert os.path.exists(pycnid.socket)
