@@ -32,7 +32,7 @@ Op = Callable[[str], str | None]  # cid -> None (ok) or an error text
 def lease_ops(spec: dict) -> tuple[Op, Op, Callable[[], None]]:
     from cni.plugins.ipam_config import parse_ipam_config
     from cni.spec.errors import CNIError
-    from ipam.leases import LeaseService
+    from ipam.leases.service import LeaseService
     from ipam.records import HandleId
     from ipam.store.etcd import EtcdStore
 

@@ -9,7 +9,7 @@ the prevResult's. GC: releases this node's leases in the network that are not in
 valid (cnitool's gc). STATUS: 50 when the store is unreachable or a pool set has no address
 left for this node.
 
-Addresses come from netconf ranges, cluster pools named in ``ipam.pools``, or the cluster pools
+Addresses come from netconf ranges, cluster pools named in ``ipam.ops.pools``, or the cluster pools
 whose node selector matches this node (``ipam_config``). The daemon config adds ``nodeLabels``
 (for node selectors) and ``ipam.blockReturnGrace`` / ``ipam.housekeepingInterval`` (seconds:
 how long an empty block stays with the node, and how often that is looked at; 0: never). The
@@ -28,14 +28,14 @@ from cni.plugins.ipam_config import (IpamConfig, cached_ipam_config, parse_daemo
 from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
-from ipam.housekeeping import Housekeeping
-from ipam.ipam_metrics import start_ipam_metrics
-from ipam.leases import LeaseService
-from ipam.node_setup import NodeServices, setup_guard, setup_node
-from ipam.outage import NoGuard
-from ipam.pool_watch import start_pool_watch
+from ipam.leases.housekeeping import Housekeeping
+from ipam.leases.metrics import start_ipam_metrics
+from ipam.leases.service import LeaseService
+from ipam.nodes.setup import NodeServices, setup_guard, setup_node
+from ipam.outage.guard import NoGuard
+from ipam.leases.pool_watch import start_pool_watch
 from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
-from ipam.selection import missing_gateway
+from ipam.alloc.selection import missing_gateway
 from ipam.store import open_store
 
 log = logging.getLogger("pycnid.ipam")
@@ -75,7 +75,7 @@ class IpamPlugin:
                  node: NodeServices | None = None) -> None:
         self.services = services
         self.leases = leases
-        self.node = node  # liveness, outage guard, reaper (ipam/node_setup.py; engineer B)
+        self.node = node  # liveness, outage guard, reaper (ipam/nodes/setup.py; engineer B)
         self.guard = node.guard if node is not None else NoGuard()
 
     def add(self, req: Request) -> dict:
@@ -147,7 +147,7 @@ class IpamPlugin:
             log.info("GC released %d lease(s) in %s: %s", len(released), req.network,
                      ", ".join(str(h) for h in released))
         if self.node is not None:
-            self.node.reap()  # dead nodes' addresses, after their grace period (ipam/reaper.py)
+            self.node.reap()  # dead nodes' addresses, after their grace period (ipam/nodes/reaper.py)
 
 
 def compare_with_prev_result(record: HandleRecord, prev: Any, version: str) -> None:

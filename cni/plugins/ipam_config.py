@@ -1,6 +1,6 @@
 """pycni-ipam's netconf: which pools, routes, dns, and the requested static IPs.
 
-Where addresses come from (``ipam.selection``), first match wins:
+Where addresses come from (``ipam.alloc.selection``), first match wins:
 
 - the ``ipRanges`` capability (``runtimeConfig.ipRanges``): host-local style range sets;
 - ``ipam.pools: ["v4pool", "v6pool"]``: cluster pools by name, one address per IP family;
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from cni.spec.errors import InvalidConfig
-from ipam.allocator import IPAddr, Range, is_reserved_v4
+from ipam.alloc.allocator import IPAddr, Range, is_reserved_v4
 from ipam.records import IPNet
-from ipam.selection import Selection
+from ipam.alloc.selection import Selection
 
 CACHE_SIZE = 256  # distinct IPAM netconfs remembered (cleared whole when full)
 UINT32_MAX = 2**32 - 1

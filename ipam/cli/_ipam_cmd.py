@@ -115,7 +115,7 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def check_document(snap: Any) -> dict:
     """`check`'s JSON: the findings of one snapshot and what was looked at."""
-    from ipam.inspect_check import find_problems
+    from ipam.ops.check import find_problems
 
     problems = find_problems(snap)
     return {"revision": snap.revision, "ok": not problems,

@@ -1,4 +1,4 @@
-"""`pycni ipam gc`: the dead-node reaper (``ipam.reaper``), then check's fixes until none is left.
+"""`pycni ipam gc`: the dead-node reaper (``ipam.nodes.reaper``), then check's fixes until none is left.
 
 The reaper runs first (a dead node's handles are released whole, by its rules: heartbeat gone
 for the grace period, confirmed on a second look), on stores with heartbeats (etcd) only. Then rounds of check + fixes: a fix can
@@ -15,17 +15,17 @@ from types import ModuleType
 from typing import Any
 
 from ipam.cli._ipam_cmd import Env, Failed
-from ipam.inspect_check import find_problems
-from ipam.repair import apply_fix, read_snapshot
+from ipam.ops.check import find_problems
+from ipam.ops.repair import apply_fix, read_snapshot
 
 MAX_ROUNDS = 5
 DEFAULT_GRACE = 900.0
 
 
 def load_reaper(function: str) -> ModuleType:
-    """``ipam.reaper`` (engineer B's), with ``function`` in it; Failed naming what is missing."""
+    """``ipam.nodes.reaper`` (engineer B's), with ``function`` in it; Failed naming what is missing."""
     try:
-        module = importlib.import_module("ipam.reaper")
+        module = importlib.import_module("ipam.nodes.reaper")
     except ImportError as exc:
         raise Failed("dead-node reclamation is not available in this build",
                      f"ipam.reaper cannot be imported: {exc}") from None
@@ -41,7 +41,7 @@ def calc_grace(env: Env, grace: float | None) -> float:
             raise Failed(f"invalid --grace {grace:g}", "expected seconds >= 0")
         return grace
     try:
-        from ipam.node_options import parse_node_options
+        from ipam.nodes.options import parse_node_options
     except ImportError:
         return DEFAULT_GRACE
     return parse_node_options(env.config().raw).reap_grace

@@ -1,7 +1,7 @@
 """`pycni ipam`: pools, show, check, gc, release — parsing and printing only.
 
-Behaviour lives in ``ipam.pools`` (pool CRUD), ``ipam.inspect*`` (reports), ``ipam.repair`` /
-``ipam.release`` (gc and release writes) and ``ipam.reaper`` (dead nodes). Every command takes
+Behaviour lives in ``ipam.ops.pools`` (pool CRUD), ``ipam.inspect*`` (reports), ``ipam.ops.repair`` /
+``ipam.ops.release`` (gc and release writes) and ``ipam.nodes.reaper`` (dead nodes). Every command takes
 the store options and ``--output table|json``; errors are one message on stderr and exit
 status 1; ``check`` (and ``gc`` when problems remain that it cannot fix) exit with status 2.
 """
@@ -48,8 +48,8 @@ def pool_add(env: Env, name: str, cidr: str, block_size: int | None,
              node_selector: tuple[str, ...], disabled: bool, strict_affinity: bool,
              exclude: tuple[str, ...], gateway: str, reuse_delay: float) -> None:
     """Create the pool NAME."""
-    from ipam.pool_spec import make_pool, parse_node_selector
-    from ipam.pools import add_pool
+    from ipam.alloc.pool_spec import make_pool, parse_node_selector
+    from ipam.ops.pools import add_pool
 
     spec = make_pool(name, cidr, block_size=block_size,
                      node_selector=parse_node_selector(node_selector), disabled=disabled,
@@ -84,9 +84,9 @@ def pool_set(env: Env, name: str, cidr: str | None, block_size: int | None,
              all_nodes: bool, exclude: tuple[str, ...], remove_exclusion: tuple[str, ...],
              clear_exclusions: bool, gateway: str | None, reuse_delay: float | None) -> None:
     """Change the mutable settings of the pool NAME."""
-    from ipam.pool_spec import parse_node_selector
-    from ipam.pool_update import PoolUpdate
-    from ipam.pools import set_pool
+    from ipam.alloc.pool_spec import parse_node_selector
+    from ipam.ops.pool_update import PoolUpdate
+    from ipam.ops.pools import set_pool
 
     if node_selector and all_nodes:
         raise Failed("--node-selector and --all-nodes contradict each other")
@@ -119,7 +119,7 @@ def render_set(doc: dict) -> str:
 @command_options
 def pool_rm(env: Env, name: str, force: bool) -> None:
     """Remove the pool NAME (refused while pods hold its addresses, unless --force)."""
-    from ipam.pools import remove_pool
+    from ipam.ops.pools import remove_pool
 
     doc = remove_pool(env.store(), name, force=force)
     env.emit(doc, lambda d: f"pool {name} removed ({d['releasedAddresses']} address(es) "
@@ -130,8 +130,8 @@ def pool_rm(env: Env, name: str, force: bool) -> None:
 @command_options
 def pool_ls(env: Env) -> None:
     """List the pools and their settings."""
-    from ipam.pool_spec import render_selector
-    from ipam.pools import list_pools
+    from ipam.alloc.pool_spec import render_selector
+    from ipam.ops.pools import list_pools
 
     rows = []
     for view in list_pools(env.store()):
@@ -153,8 +153,8 @@ def pool_ls(env: Env) -> None:
 def show(env: Env, target: str | None) -> None:
     """Pools and blocks (no TARGET), who holds an address (TARGET an IP), or a handle's
     addresses (TARGET network/containerID[/ifname] or a containerID)."""
-    from ipam.inspect_show import report_handle, report_ip, report_overview
-    from ipam.repair import read_snapshot
+    from ipam.ops.show import report_handle, report_ip, report_overview
+    from ipam.ops.repair import read_snapshot
 
     snap = read_snapshot(env.store())
     now = time.time()
@@ -184,7 +184,7 @@ def is_address(text: str) -> bool:
 def check(env: Env) -> int:
     """Cross-check pools, blocks and handles cluster-wide; exit 2 when problems exist."""
     from ipam.cli._ipam_cmd import check_document
-    from ipam.repair import read_snapshot
+    from ipam.ops.repair import read_snapshot
 
     doc = check_document(read_snapshot(env.store()))
     env.emit(doc, render_check)
@@ -214,7 +214,7 @@ def gc(env: Env, dry_run: bool, grace: float | None) -> int:
 @command_options
 def release(env: Env, ip: str, pool_name: str | None) -> None:
     """Free the address IP and remove it from the handle holding it (one transaction)."""
-    from ipam.release import release_ip
+    from ipam.ops.release import release_ip
 
     doc = release_ip(env.store(), ip, pool=pool_name)
     env.emit(doc, render_release)

@@ -8,7 +8,7 @@ It caps each call, not the request as a whole: time spent queued behind other re
 node (the lease service combines them) is not the store's fault and must not turn a busy but
 healthy etcd into an "unreachable" one. The cap also marks the thread as serving a request
 (``in_request``), so a store known to be down can fail such calls at once
-(``ipam.outage_store``). Threads never see each other's cap.
+(``ipam.outage.store``). Threads never see each other's cap.
 """
 from __future__ import annotations
 

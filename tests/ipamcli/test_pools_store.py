@@ -7,12 +7,12 @@ import threading
 import pytest
 
 from cni.spec.errors import AddressConflict
-from ipam.inspect_check import find_problems
-from ipam.pool_spec import PoolInvalid, make_pool
-from ipam.pool_update import PoolUpdate
-from ipam.pools import (MARKER, PoolInUse, PoolNotFound, add_pool, list_pools, remove_pool,
+from ipam.ops.check import find_problems
+from ipam.alloc.pool_spec import PoolInvalid, make_pool
+from ipam.ops.pool_update import PoolUpdate
+from ipam.ops.pools import (MARKER, PoolInUse, PoolNotFound, add_pool, list_pools, remove_pool,
                         set_pool)
-from ipam.repair import read_snapshot
+from ipam.ops.repair import read_snapshot
 from tests.fixtures.ipam_contents import Contents, affinity_key, block_key
 
 P = "/pycni/v1/"

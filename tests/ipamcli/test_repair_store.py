@@ -6,9 +6,9 @@ import json
 import pytest
 
 from cni.spec.errors import AddressConflict, InvalidConfig
-from ipam.inspect_check import find_problems
-from ipam.release import release_ip
-from ipam.repair import apply_fix, read_snapshot
+from ipam.ops.check import find_problems
+from ipam.ops.release import release_ip
+from ipam.ops.repair import apply_fix, read_snapshot
 from ipam.store.base import Put
 from tests.fixtures.ipam_contents import Contents, affinity_key, block_key
 

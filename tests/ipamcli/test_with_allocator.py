@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from ipam.cli import cli
-from ipam.leases import LeaseService
+from ipam.leases.service import LeaseService
 from ipam.records import HandleId
-from ipam.selection import Selection
+from ipam.alloc.selection import Selection
 
 
 @pytest.fixture

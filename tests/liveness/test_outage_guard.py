@@ -12,11 +12,11 @@ import pytest
 
 from cni.plugins.ipam_config import parse_ipam_config
 from cni.spec.errors import NotAvailable, TryAgainLater
-from ipam.leases import LeaseService
-from ipam.outage import OutageGuard
-from ipam.outage_files import OutageFiles
-from ipam.outage_store import TrackedStore
-from ipam.outage_txns import read_buffers
+from ipam.leases.service import LeaseService
+from ipam.outage.guard import OutageGuard
+from ipam.outage.files import OutageFiles
+from ipam.outage.store import TrackedStore
+from ipam.outage.txns import read_buffers
 from ipam.records import BlockRecord, HandleId, HandleRecord, blocks_prefix
 from ipam.store.etcd import EtcdStore
 

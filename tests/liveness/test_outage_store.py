@@ -10,7 +10,7 @@ import time
 import pytest
 
 from cni.spec.errors import NotAvailable, TryAgainLater
-from ipam.outage_store import Reachability, StoreUnreachable, TrackedStore
+from ipam.outage.store import Reachability, StoreUnreachable, TrackedStore
 from ipam.store.deadline import bound, call_budget, current_budget, in_request
 
 pytestmark = pytest.mark.etcd

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from ipam.liveness import Liveness, NodeRecord, heartbeat_key, node_key, write_node
-from ipam.reaper import NodeIsAlive, reap_dead_nodes, release_node, suspect_key
+from ipam.nodes.liveness import Liveness, NodeRecord, heartbeat_key, node_key, write_node
+from ipam.nodes.reaper import NodeIsAlive, reap_dead_nodes, release_node, suspect_key
 from ipam.records import affinity_prefix
 from ipam.store.base import Compare, Put
 from tests.fixtures.liveness import allocations, blocks_of, handles_of, seed_lease, seed_pool

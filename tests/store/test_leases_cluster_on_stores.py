@@ -14,10 +14,10 @@ from collections import Counter
 import pytest
 
 from cni.spec.errors import AddressExhausted
-from ipam.leases import LeaseService
+from ipam.leases.service import LeaseService
 from ipam.records import (HANDLES, BlockRecord, HandleId, HandleRecord, affinity_prefix,
                           blocks_prefix, handles_prefix)
-from ipam.selection import Selection
+from ipam.alloc.selection import Selection
 from tests.fixtures.ipam_pools import Clock, put_pool
 
 

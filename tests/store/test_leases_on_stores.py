@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from cni.plugins.ipam_config import parse_ipam_config
-from ipam.leases import LeaseService
+from ipam.leases.service import LeaseService
 from ipam.records import HandleId
 
 

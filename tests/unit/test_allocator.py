@@ -4,11 +4,11 @@ from __future__ import annotations
 import ipaddress
 import itertools
 
-from ipam.allocator import (Pool, Range, block_capacity, block_containing, calc_block_prefix,
+from ipam.alloc.allocator import (Pool, Range, block_capacity, block_containing, calc_block_prefix,
                             calc_pool_name, calc_pools, find_pool, iter_candidate_blocks,
                             pick_address)
-from ipam.policy import StaticView
-from ipam.policy import choose_address as choose
+from ipam.alloc.policy import StaticView
+from ipam.alloc.policy import choose_address as choose
 from ipam.records import BlockRecord
 
 ip = ipaddress.ip_address

@@ -8,7 +8,7 @@ import pytest
 
 from cni.plugins.ipam_config import parse_ipam_config
 from cni.spec.errors import AddressConflict, AddressExhausted, NotAvailable
-from ipam.leases import LeaseService
+from ipam.leases.service import LeaseService
 from ipam.records import BlockRecord, HandleId, block_key, decode, encode, pool_key
 from ipam.store.base import Compare, Put
 from ipam.store.sqlite import SqliteStore

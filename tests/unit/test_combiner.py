@@ -1,4 +1,4 @@
-"""Group commit (ipam/combiner.py) under real threads: every caller gets its own value or
+"""Group commit (ipam/leases/combiner.py) under real threads: every caller gets its own value or
 error, concurrent callers share txns, one leader at a time, lost compares are retried."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 import pytest
 
 from cni.spec.errors import TryAgainLater
-from ipam.combiner import Combiner
-from ipam.plan import Plan
+from ipam.leases.combiner import Combiner
+from ipam.alloc.plan import Plan
 
 
 class Store:

@@ -1,6 +1,6 @@
 """Every example under conf/ is accepted by the parsers pycnid and the plugins really use.
 
-Daemon configs (*.json): ``parse_daemon_config``, the node options (``ipam/node_options.py``),
+Daemon configs (*.json): ``parse_daemon_config``, the node options (``ipam/nodes/options.py``),
 the IPAM's daemon options (``cni/plugins/ipam_config.py``) and, for an etcd store, the etcd
 options (``ipam/store/etcd_conn.py``). Conflists: the runtime's conflist parser, then each
 plugin object through ``parse_bridge_config`` / ``parse_ipam_config``. A file of an unknown
@@ -18,7 +18,7 @@ from cni.plugins.ipam_config import DaemonOptions, parse_daemon_options, parse_i
 from cni.runtime.conflist import conflist_from_bytes
 from cni.spec.request import Env, Request
 from ipam.daemon.config import parse_daemon_config
-from ipam.node_options import NodeOptions, parse_node_options
+from ipam.nodes.options import NodeOptions, parse_node_options
 from ipam.store.etcd_conn import EtcdOptions, parse_options
 
 CONF = os.path.join(os.path.dirname(__file__), "..", "..", "conf")

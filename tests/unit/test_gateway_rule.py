@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from cni.plugins.bridge_calc import calc_ips, calc_pod_on_bridge
 from cni.plugins.ipam_config import cached_ipam_config, parse_ipam_config
 from cni.spec.errors import AddressExhausted, InvalidConfig
-from ipam.leases import LeaseService
-from ipam.pool_spec import PoolInvalid, make_pool
+from ipam.leases.service import LeaseService
+from ipam.alloc.pool_spec import PoolInvalid, make_pool
 from ipam.records import HandleId
-from ipam.selection import Selection
+from ipam.alloc.selection import Selection
 from ipam.store.sqlite import SqliteStore
 from tests.fixtures.ipam_pools import put_pool
 

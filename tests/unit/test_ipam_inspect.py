@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from ipam.inspect import parse_snapshot
-from ipam.inspect_check import Fix, find_problems
-from ipam.inspect_show import report_handle, report_ip, report_overview
+from ipam.ops.inspect import parse_snapshot
+from ipam.ops.check import Fix, find_problems
+from ipam.ops.show import report_handle, report_ip, report_overview
 from ipam.store.base import KV
 from tests.fixtures.ipam_contents import Contents, affinity_key, block_key
 

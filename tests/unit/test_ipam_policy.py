@@ -9,11 +9,11 @@ import itertools
 import pytest
 
 from cni.spec.errors import AddressExhausted, InvalidConfig
-from ipam.allocator import Pool, iter_candidate_blocks, pick_address, pool_from_record
-from ipam.pool_spec import make_pool, record_of
-from ipam.policy import BORROW, CLAIM, OWN, StaticView, choose_address
+from ipam.alloc.allocator import Pool, iter_candidate_blocks, pick_address, pool_from_record
+from ipam.alloc.pool_spec import make_pool, record_of
+from ipam.alloc.policy import BORROW, CLAIM, OWN, StaticView, choose_address
 from ipam.records import BlockRecord
-from ipam.selection import (assign_requested, group_by_family, matches, select_by_labels,
+from ipam.alloc.selection import (assign_requested, group_by_family, matches, select_by_labels,
                             select_by_name)
 
 net = ipaddress.ip_network
@@ -131,7 +131,7 @@ def test_a_new_block_comes_before_a_cooling_address():
 
 def test_seeded_claims_differ_per_node_and_cover_every_block():
     p = pool(cidr="10.0.0.0/16", block_size=26)
-    from ipam.allocator import calc_seed
+    from ipam.alloc.allocator import calc_seed
     orders = {n: list(iter_candidate_blocks(p, set(), calc_seed(n, "p"))) for n in
               ("node1", "node2", "node3")}
     assert len({tuple(o[:3]) for o in orders.values()}) == 3  # nodes start apart

@@ -15,7 +15,7 @@ from cni.plugins.ipam_config import parse_daemon_options
 from cni.spec.errors import InvalidConfig, TryAgainLater
 from ipam.daemon.metrics import Registry
 from ipam.daemon.periodic import Periodic
-from ipam.ipam_metrics import IpamMetrics, start_ipam_metrics
+from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
 from ipam.store.sqlite import SqliteStore
 from tests.fixtures.ipam_pools import put_pool
 from tests.fixtures.waiting import wait_for

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from cni.spec.errors import AddressConflict, AddressExhausted, InvalidConfig, TryAgainLater
-from ipam.leases import LeaseService
+from ipam.leases.service import LeaseService
 from ipam.records import (BlockRecord, HandleId, affinity_key, block_key, blocks_prefix)
-from ipam.selection import Selection
+from ipam.alloc.selection import Selection
 from ipam.store.sqlite import SqliteStore
 from tests.fixtures.ipam_pools import Clock, edit_pool, put_pool
 
@@ -159,7 +159,7 @@ def test_reuse_delay_skips_recently_released_addresses(store, clock):
     clock.advance(10)
     assert addresses(leases.acquire(h("x"), by_name("small"))[0]) == ["10.67.0.5/29"]
     assert addresses(leases.acquire(h("y"), by_name("small"))[0]) == ["10.67.0.2/29"]  # last one
-    from ipam.ipam_metrics import read_usage
+    from ipam.leases.metrics import read_usage
     leases.release(h("c3"))
     usage, _ = read_usage(store, clock())
     assert usage["small"]["cooling"] == 1 and usage["small"]["used"] == 5
@@ -344,7 +344,7 @@ def test_a_failed_add_whose_txn_landed_is_rolled_back(tmp_path, clock):
 
 
 def test_housekeeping_rolls_back_in_doubt_leases_by_itself(tmp_path, clock):
-    from ipam.housekeeping import Housekeeping
+    from ipam.leases.housekeeping import Housekeeping
     store = FlakyStore(str(tmp_path / "flaky.db"))
     leases = node(store, "node1", clock)
     keeper = Housekeeping(leases, 0).start()

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import ipaddress
 
-from ipam.allocator import Range
-from ipam.outage_calc import calc_cancelled, calc_pool_names
-from ipam.outage_files import OutageFiles
+from ipam.alloc.allocator import Range
+from ipam.outage.calc import calc_cancelled, calc_pool_names
+from ipam.outage.files import OutageFiles
 from ipam.records import LeasedIP
-from ipam.selection import Selection
+from ipam.alloc.selection import Selection
 
 
 def entry(seq: int, op: str, cid: str) -> dict:

@@ -5,8 +5,8 @@ import ipaddress
 
 import pytest
 
-from ipam.pool_intervals import count, fully_covered_blocks, intersect, merge, subtract
-from ipam.pool_spec import (PoolInvalid, make_pool, normalize_exclusion, parse_node_selector,
+from ipam.alloc.intervals import count, fully_covered_blocks, intersect, merge, subtract
+from ipam.alloc.pool_spec import (PoolInvalid, make_pool, normalize_exclusion, parse_node_selector,
                             record_of, render_selector, spec_from_record)
 
 net = ipaddress.ip_network

@@ -1,9 +1,9 @@
-"""How the pool watch's updates change a node's PoolCache (ipam/pool_watch.py), on a real
+"""How the pool watch's updates change a node's PoolCache (ipam/leases/pool_watch.py), on a real
 SQLite store: puts, deletes, snapshots replacing the set, corrupt records, stale updates."""
 from __future__ import annotations
 
-from ipam.pool_watch import apply_delete, apply_put, apply_snapshot, supports_watch
-from ipam.poolcache import PoolCache
+from ipam.leases.pool_watch import apply_delete, apply_put, apply_snapshot, supports_watch
+from ipam.leases.poolcache import PoolCache
 from ipam.records import POOLS, encode
 from ipam.store.base import KV
 from ipam.store.sqlite import SqliteStore

@@ -11,8 +11,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ipam.inspect import Snapshot
-from ipam.pool_spec import (PoolInvalid, calc_exclusions, normalize_exclusion, parse_cidr,
+from ipam.ops.inspect import Snapshot
+from ipam.alloc.pool_spec import (PoolInvalid, calc_exclusions, normalize_exclusion, parse_cidr,
                             spec_from_record, validate_gateway, validate_reuse_delay,
                             validate_usable)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from ipam.planner import netconf_pools
+from ipam.alloc.planner import netconf_pools
 from ipam.records import HandleId, HandleRecord, LeasedIP
-from ipam.selection import Selection
+from ipam.alloc.selection import Selection
 
 Names = tuple[tuple[str, ...], ...]  # candidate pool names per address to lease
 

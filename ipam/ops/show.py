@@ -14,9 +14,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from ipam.inspect import (BlockView, HandleView, Snapshot, calc_block_usage, calc_pool_usage,
+from ipam.ops.inspect import (BlockView, HandleView, Snapshot, calc_block_usage, calc_pool_usage,
                           is_borrowed, is_cooling)
-from ipam.pool_spec import PoolSpec, render_selector
+from ipam.alloc.pool_spec import PoolSpec, render_selector
 
 
 def pool_summary(name: str, snap: Snapshot, now: float) -> dict[str, Any]:

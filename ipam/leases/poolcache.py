@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cni.spec.errors import CNIError
-from ipam.allocator import Pool, apply_pool_record, pool_from_record
+from ipam.alloc.allocator import Pool, apply_pool_record, pool_from_record
 from ipam.records import (AFFINITY, BLOCKS, HANDLES, POOLS, BlockRecord, HandleRecord,
                           affinity_prefix, block_key, blocks_prefix, decode, parse_block_key,
                           pool_key)

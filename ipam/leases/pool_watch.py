@@ -23,9 +23,9 @@ import threading
 from typing import Any, Callable, Sequence
 
 from cni.spec.errors import CNIError
-from ipam.allocator import pool_from_record
-from ipam.leases import LeaseService
-from ipam.poolcache import PoolCache
+from ipam.alloc.allocator import pool_from_record
+from ipam.leases.service import LeaseService
+from ipam.leases.poolcache import PoolCache
 from ipam.records import POOLS, decode
 from ipam.store.base import KV
 

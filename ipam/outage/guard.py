@@ -1,8 +1,8 @@
 """Outage tolerance: pycni-ipam keeps serving ADDs for a while when etcd is unreachable.
 
 Each node keeps ``ipam.bufferSize`` addresses per pool (default 8) reserved in etcd under its
-buffer handle ``_buffer/<node>/<pool>`` (``ipam/outage_txns.py``) and a copy in memory and in
-``<stateDir>/ipam-outage/`` (``ipam/outage_files.py``). The guard wraps the ADD/DEL path:
+buffer handle ``_buffer/<node>/<pool>`` (``ipam/outage/txns.py``) and a copy in memory and in
+``<stateDir>/ipam-outage/`` (``ipam/outage/files.py``). The guard wraps the ADD/DEL path:
 
 - ADD with the store reachable and nothing to write back: the normal lease (one CAS txn), each
   of its store calls bounded by ``ipam.addBudget`` seconds (default 2).
@@ -31,14 +31,14 @@ import time
 from typing import Any, Callable, Mapping
 
 from cni.spec.errors import CNIError, TryAgainLater
-from ipam.leases import LeaseService
-from ipam.outage_calc import (Names, calc_cancelled, calc_pool_names, entry_handle, entry_record,
+from ipam.leases.service import LeaseService
+from ipam.outage.calc import (Names, calc_cancelled, calc_pool_names, entry_handle, entry_record,
                               handle_dict, leased_ip)
-from ipam.outage_files import OutageFiles
-from ipam.outage_store import StoreUnreachable
-from ipam.outage_txns import plan_refill, plan_replay, read_buffers
+from ipam.outage.files import OutageFiles
+from ipam.outage.store import StoreUnreachable
+from ipam.outage.txns import plan_refill, plan_replay, read_buffers
 from ipam.records import HandleId, HandleRecord, LeasedIP
-from ipam.selection import Selection
+from ipam.alloc.selection import Selection
 from ipam.store.deadline import call_budget
 
 log = logging.getLogger("pycnid.outage")

@@ -13,13 +13,13 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping
 
 from cni.spec.errors import AddressConflict, AddressExhausted, InternalError, InvalidConfig
-from ipam.allocator import IPAddr, Pool, Range, calc_pools, merge_pool_record
-from ipam.plan import Plan
-from ipam.policy import CLAIM, Choice, choose_address
-from ipam.poolcache import PoolCache, PoolState, describe_blocks
+from ipam.alloc.allocator import IPAddr, Pool, Range, calc_pools, merge_pool_record
+from ipam.alloc.plan import Plan
+from ipam.alloc.policy import CLAIM, Choice, choose_address
+from ipam.leases.poolcache import PoolCache, PoolState, describe_blocks
 from ipam.records import (HANDLES, BlockRecord, HandleId, HandleRecord, LeasedIP, affinity_key,
                           block_key, pool_key)
-from ipam.selection import (Selection, assign_requested, missing_gateway, select_by_labels,
+from ipam.alloc.selection import (Selection, assign_requested, missing_gateway, select_by_labels,
                             select_by_name)
 
 StateSets = tuple[tuple[PoolState, ...], ...]

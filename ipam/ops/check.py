@@ -35,8 +35,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ipam.inspect import AFFINITY, BLOCKS, HandleIP, HandleView, Snapshot, affinity_key
-from ipam.pool_spec import IPNet
+from ipam.ops.inspect import AFFINITY, BLOCKS, HandleIP, HandleView, Snapshot, affinity_key
+from ipam.alloc.pool_spec import IPNet
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Callable
 
 from cni.spec.errors import AddressExhausted
-from ipam.plan import Plan
-from ipam.planner import Planner
+from ipam.alloc.plan import Plan
+from ipam.alloc.planner import Planner
 from ipam.records import (BlockRecord, HandleId, HandleRecord, LeasedIP, affinity_key,
                           block_key, handles_prefix)
 from ipam.store.base import Store

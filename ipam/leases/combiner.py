@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 
 from cni.spec.errors import TryAgainLater
-from ipam.plan import MAX_TXN_OPS, Plan
+from ipam.alloc.plan import MAX_TXN_OPS, Plan
 
 T = TypeVar("T")
 BACKOFF_CAP = 0.05

@@ -9,7 +9,7 @@ On start pycnid asks the store for a lease of ``heartbeatTTL`` seconds (default 
 by the store's keepalive loop (``EtcdStore.keep_lease``: refresh every TTL/3, keep trying while
 etcd is unreachable, grant a new lease when the old one expired). Every (re-)grant writes both
 keys in one txn comparing their revisions, so the node record's ``mod_revision`` moves each
-time the node (re)appears: the reaper (``ipam/reaper.py``) reads that as "it came back".
+time the node (re)appears: the reaper (``ipam/nodes/reaper.py``) reads that as "it came back".
 
 Allocations are never tied to the lease: a lost heartbeat makes the node a *suspect*, nothing
 more; its addresses are reclaimed only after a grace period confirmed on a second look.

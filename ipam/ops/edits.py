@@ -71,7 +71,7 @@ def set_or_drop(record: dict, name: str, value: dict) -> None:
 
 
 def affinity_record(pool: str, cidr: str, claimed_at: float) -> dict:
-    """The value of /pycni/v1/affinity/<node>/<pool>/<block> (as ``ipam.plan`` writes it)."""
+    """The value of /pycni/v1/affinity/<node>/<pool>/<block> (as ``ipam.alloc.plan`` writes it)."""
     return {"pool": pool, "cidr": cidr, "claimedAt": claimed_at}
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 
 from cni.spec.errors import CNIError
-from ipam.leases import LeaseService
+from ipam.leases.service import LeaseService
 
 log = logging.getLogger("pycnid.ipam")
 DOUBT_POLL = 0.5

@@ -22,13 +22,13 @@ import time
 from typing import Any, Callable, Collection, Iterable, Mapping, TypeVar
 
 from cni.spec.errors import AddressExhausted, CNIError, NotAvailable, TryAgainLater
-from ipam.combiner import Combiner
-from ipam.plan import Plan
-from ipam.planner import PlanView, Planner, exhausted
-from ipam.policy import choose_address
-from ipam.poolcache import PoolCache
+from ipam.leases.combiner import Combiner
+from ipam.alloc.plan import Plan
+from ipam.alloc.planner import PlanView, Planner, exhausted
+from ipam.alloc.policy import choose_address
+from ipam.leases.poolcache import PoolCache
 from ipam.records import HANDLES, HandleId, HandleRecord, handles_prefix
-from ipam.selection import RangeSets, Selection, as_selection
+from ipam.alloc.selection import RangeSets, Selection, as_selection
 from ipam.store.base import Store
 
 log = logging.getLogger("pycnid.ipam")

@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 from cni.spec.errors import AddressConflict, InvalidConfig
-from ipam.edits import block_without, handle_without
-from ipam.inspect import Snapshot
-from ipam.repair import (Change, Current, Skip, apply_with_retry, handle_key, lists,
+from ipam.ops.edits import block_without, handle_without
+from ipam.ops.inspect import Snapshot
+from ipam.ops.repair import (Change, Current, Skip, apply_with_retry, handle_key, lists,
                          put_or_delete_handle, read_snapshot)
 from ipam.store.base import Store
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.liveness import HEARTBEATS, NODES, heartbeat_key, node_key, supports_leases
-from ipam.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
+from ipam.nodes.liveness import HEARTBEATS, NODES, heartbeat_key, node_key, supports_leases
+from ipam.nodes.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
 from ipam.records import AFFINITY, decode, encode
 from ipam.store.base import PREFIX, Compare, Delete, Put, Store
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cni.spec.errors import AddressConflict, InvalidConfig, TryAgainLater
-from ipam.edits import encode
-from ipam.inspect import BLOCKS, POOLS, PoolView, Snapshot, affinity_key, parse_pool
-from ipam.pool_spec import PoolSpec, record_of
-from ipam.pool_update import PoolUpdate, calc_updated_record, find_gateway_conflicts
-from ipam.release import CHUNK, release_in_block
-from ipam.repair import read_snapshot
+from ipam.ops.edits import encode
+from ipam.ops.inspect import BLOCKS, POOLS, PoolView, Snapshot, affinity_key, parse_pool
+from ipam.alloc.pool_spec import PoolSpec, record_of
+from ipam.ops.pool_update import PoolUpdate, calc_updated_record, find_gateway_conflicts
+from ipam.ops.release import CHUNK, release_in_block
+from ipam.ops.repair import read_snapshot
 from ipam.store.base import KV, PREFIX, Compare, Delete, Put, Store
 
 MARKER = f"{PREFIX}meta/pools"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from cni.spec.errors import AddressExhausted, InvalidConfig
-from ipam.allocator import IPAddr, Pool, Range
+from ipam.alloc.allocator import IPAddr, Pool, Range
 
 RangeSets = tuple[tuple[Range, ...], ...]
 PoolSets = tuple[tuple[Pool, ...], ...]

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cni.spec.errors import TryAgainLater
-from ipam.edits import (affinity_record, block_with, block_without, decoded, encode,
+from ipam.ops.edits import (affinity_record, block_with, block_without, decoded, encode,
                         handle_without, new_block)
-from ipam.inspect import BLOCKS, HANDLES, POOLS, Snapshot, affinity_key, parse_snapshot
-from ipam.inspect_check import Fix
+from ipam.ops.inspect import BLOCKS, HANDLES, POOLS, Snapshot, affinity_key, parse_snapshot
+from ipam.ops.check import Fix
 from ipam.store.base import PREFIX, Compare, Delete, Put, Store
 
 MAX_ATTEMPTS = 5

@@ -1,6 +1,6 @@
 """Allocation mechanics, pure (no I/O): pools, blocks, and which address of a block is next.
 
-A ``Pool`` is a parsed pool record (``ipam.pool_spec.PoolSpec``: the one definition of which
+A ``Pool`` is a parsed pool record (``ipam.alloc.pool_spec.PoolSpec``: the one definition of which
 addresses are never handed out, shared with the reports) plus the allocator's per-block view
 of it. Pools come from two places:
 
@@ -25,8 +25,8 @@ from functools import lru_cache
 from typing import Any, Collection, Iterator, Mapping
 
 from cni.spec.errors import CNIError, InternalError
-from ipam.pool_intervals import Interval, count
-from ipam.pool_spec import PoolSpec, calc_exclusions, spec_from_record
+from ipam.alloc.intervals import Interval, count
+from ipam.alloc.pool_spec import PoolSpec, calc_exclusions, spec_from_record
 from ipam.records import IPNet, cidr_key
 
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -1,7 +1,7 @@
 """Wiring in pycnid: node liveness, the outage guard and the reaper around the IPAM store.
 
 ``setup_node`` runs first (before the lease service exists): it announces the node
-(``ipam/liveness.py``) and, for a store with leases (etcd), starts the periodic reaper and
+(``ipam/nodes/liveness.py``) and, for a store with leases (etcd), starts the periodic reaper and
 wraps the store in a ``TrackedStore`` for the lease service. ``setup_guard`` then puts the
 outage guard around that lease service. With SQLite there is no heartbeat, no reaper and no
 guard (``NoGuard``): the store is local and the only node.
@@ -13,13 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipam.leases import LeaseService
-from ipam.liveness import Liveness, NodeRecord, supports_leases
-from ipam.node_options import NodeOptions, parse_node_options
-from ipam.outage import NoGuard, OutageGuard
-from ipam.outage_files import OutageFiles
-from ipam.outage_store import TrackedStore
-from ipam.reaper import ReapReport, ReaperLoop, reap_dead_nodes
+from ipam.leases.service import LeaseService
+from ipam.nodes.liveness import Liveness, NodeRecord, supports_leases
+from ipam.nodes.options import NodeOptions, parse_node_options
+from ipam.outage.guard import NoGuard, OutageGuard
+from ipam.outage.files import OutageFiles
+from ipam.outage.store import TrackedStore
+from ipam.nodes.reaper import ReapReport, ReaperLoop, reap_dead_nodes
 from ipam.store.base import Store
 
 log = logging.getLogger("pycnid.ipam")

@@ -1,6 +1,6 @@
 """The txns that take a node's addresses back: guarded handle releases and block returns.
 
-Mechanism for ``ipam/reaper.py`` (policy: when a node counts as dead). Every txn compares the
+Mechanism for ``ipam/nodes/reaper.py`` (policy: when a node counts as dead). Every txn compares the
 ``mod_revision`` of each key it read (the handle, each block it frees an address in, the block
 it deletes) plus the caller's *guards* (heartbeat absent, node record unchanged ...). When a
 txn fails, the guards are read again: one that moved means the node came back, and everything

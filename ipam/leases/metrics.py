@@ -7,7 +7,7 @@ Counted as they happen (from the lease service's hooks):
 
 Read from the store in the background (pool records and blocks: two ranges, no handles, every
 ``ipam.metricsInterval`` seconds, default 30, by a thread of their own) and counted by
-``ipam.inspect`` exactly as ``pycni ipam show`` counts: ``pycni_ipam_pool_size{pool}``,
+``ipam.ops.inspect`` exactly as ``pycni ipam show`` counts: ``pycni_ipam_pool_size{pool}``,
 ``pycni_ipam_addresses_in_use|free|cooling|borrowed{pool}``, ``pycni_ipam_blocks{pool, node}``.
 A scrape never calls the store: it renders the last good snapshot, whatever the store does (an
 etcd outage makes a read wait its request timeout), with ``pycni_ipam_usage_age_seconds`` (how
@@ -24,7 +24,7 @@ from typing import Any, Callable
 from cni.spec.errors import CNIError, InvalidConfig
 from ipam.daemon.metrics import Labels, labels
 from ipam.daemon.periodic import Periodic
-from ipam.inspect import BLOCKS, POOLS, BlockView, CorruptRecord, calc_pool_usage, load_json, \
+from ipam.ops.inspect import BLOCKS, POOLS, BlockView, CorruptRecord, calc_pool_usage, load_json, \
     parse_pool
 from ipam.store.base import Store
 

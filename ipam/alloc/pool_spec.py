@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 from cni.spec.errors import InvalidConfig
-from ipam.pool_intervals import (Interval, count, fully_covered_blocks, intersect, merge,
+from ipam.alloc.intervals import (Interval, count, fully_covered_blocks, intersect, merge,
                                  subtract)
 
 IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -19,7 +19,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Mapping, Protocol
 
-from ipam.allocator import (IPAddr, Pool, calc_seed, cidr_order, iter_candidate_blocks,
+from ipam.alloc.allocator import (IPAddr, Pool, calc_seed, cidr_order, iter_candidate_blocks,
                             parse_cidr, pick_address)
 from ipam.records import BlockRecord, IPNet
 
