@@ -23,8 +23,8 @@ from contextlib import ExitStack
 from typing import Any
 
 from cni.plugins.base import Services
-from cni.plugins.ipam_config import (IpamConfig, cached_ipam_config, parse_daemon_options,
-                                     parse_requested_ips, requested_by_set)
+from cni.plugins.ipam_config import IpamConfig, cached_ipam_config, parse_daemon_options
+from cni.plugins.ipam_requested import parse_requested_ips, requested_by_set
 from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical

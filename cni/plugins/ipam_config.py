@@ -1,4 +1,4 @@
-"""pycni-ipam's netconf: which pools, routes, dns, and the requested static IPs.
+"""pycni-ipam's netconf: which pools or ranges, routes, dns; pycnid's IPAM options.
 
 Where addresses come from (``ipam.alloc.selection``), first match wins:
 
@@ -11,7 +11,8 @@ Where addresses come from (``ipam.alloc.selection``), first match wins:
 - none of them: every enabled cluster pool whose node selector matches this node.
 
 ``pools`` together with ``ranges``/``subnet`` is refused. Every problem is InvalidConfig
-(code 7) naming the key.
+(code 7) naming the key. The ranges are parsed in ``cni.plugins.ipam_ranges``, the requested
+static IPs in ``cni.plugins.ipam_requested``.
 """
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from cni.plugins.ipam_ranges import invalid, parse_ip, parse_range_sets
 from cni.spec.errors import InvalidConfig
-from ipam.alloc.allocator import IPAddr, Range, is_reserved_v4
-from ipam.records import IPNet
+from ipam.alloc.allocator import Range
 from ipam.alloc.selection import Selection
 
 CACHE_SIZE = 256  # distinct IPAM netconfs remembered (cleared whole when full)
@@ -46,16 +47,6 @@ class IpamConfig:
     @property
     def selection(self) -> Selection:
         return Selection(self.network, self.range_sets, self.pools, self.gateway_key)
-
-
-@dataclass(frozen=True)
-class Requested:
-    ip: IPAddr
-    source: str  # "CNI_ARGS IP", "runtimeConfig.ips[0]", "args.cni.ips[1]"
-
-
-def invalid(key: str, details: str) -> InvalidConfig:
-    return InvalidConfig(f"invalid {key}", details)
 
 
 def parse_ipam_config(config: Mapping[str, Any]) -> IpamConfig:
@@ -122,120 +113,6 @@ def parse_pool_names(ipam: Mapping) -> tuple[str, ...]:
     return tuple(value)
 
 
-def parse_range_sets(ipam: Mapping, runtime: Any) -> tuple[tuple[Range, ...], ...]:
-    if isinstance(runtime, dict) and runtime.get("ipRanges"):
-        sets = _parse_sets(runtime["ipRanges"], "runtimeConfig.ipRanges")
-    else:
-        sets = _parse_sets(ipam.get("ranges", []), "ipam.ranges")
-        if ipam.get("subnet") is not None:
-            sets = ((parse_range(ipam, "ipam"),),) + sets
-    if not sets:
-        raise InvalidConfig("invalid ipam config: no address range",
-                            "set ipam.ranges (a list of range sets) or ipam.subnet")
-    validate_no_overlap(sets)
-    return sets
-
-
-def _parse_sets(value: Any, key: str) -> tuple[tuple[Range, ...], ...]:
-    if not isinstance(value, list):
-        raise invalid(key, "expected a list of range sets (each a list of ranges)")
-    sets = []
-    for i, items in enumerate(value):
-        if not isinstance(items, list) or not items:
-            raise invalid(f"{key}[{i}]", "a range set is a non-empty list of ranges")
-        ranges = tuple(parse_range(item, f"{key}[{i}][{j}]") for j, item in enumerate(items))
-        for rng in ranges[1:]:
-            if rng.subnet.version != ranges[0].subnet.version:
-                raise invalid(rng.where, f"range set {key}[{i}] mixes IPv4 and IPv6")
-        sets.append(ranges)
-    return tuple(sets)
-
-
-def parse_subnet(value: Any, key: str) -> IPNet:
-    if not isinstance(value, str) or "/" not in value:
-        raise invalid(key, f"expected a CIDR string like 10.22.0.0/16, got {value!r}")
-    try:
-        iface = ipaddress.ip_interface(value)
-    except ValueError as exc:
-        raise invalid(key, f"{value!r} is not a CIDR: {exc}") from None
-    subnet = iface.network
-    if iface.ip != subnet.network_address:
-        raise invalid(key, f"{value!r} has host bits set; the network is {subnet}")
-    if subnet.prefixlen > subnet.max_prefixlen - 2:
-        raise invalid(key, f"network {subnet} is too small to allocate from")
-    return subnet
-
-
-def parse_ip(value: Any, key: str, subnet: IPNet | None = None) -> IPAddr:
-    if not isinstance(value, str):  # ip_address(5) would be 0.0.0.5
-        raise invalid(key, f"expected an IP address string, got {value!r}")
-    try:
-        ip = ipaddress.ip_address(value)
-    except ValueError:
-        raise invalid(key, f"{value!r} is not an IP address") from None
-    if subnet is not None and ip.version != subnet.version:
-        raise invalid(key, f"{ip} is not of the same IP family as {subnet}")
-    return ip
-
-
-def parse_range(item: Any, where: str) -> Range:
-    if not isinstance(item, dict):
-        raise invalid(where, "expected an object with 'subnet'")
-    subnet = parse_subnet(item.get("subnet"), f"{where}.subnet")
-    start, end = _range_limits(item, where, subnet)
-    gateway = (parse_gateway(item["gateway"], f"{where}.gateway", subnet)
-               if item.get("gateway") else subnet.network_address + 1)
-    return Range(subnet, start, end, gateway, _block_size(item.get("blockSize"), where, subnet),
-                 where)
-
-
-def parse_gateway(value: Any, key: str, subnet: IPNet) -> IPAddr:
-    """A range's explicit gateway: a host address of its own subnet (one outside it may be an
-    address another range set hands out, and the bridge holds it with the subnet's prefix)."""
-    ip = parse_ip(value, key, subnet)
-    if ip not in subnet or is_reserved_v4(subnet, ip):
-        raise invalid(key, f"{ip} is not a host address of network {subnet}")
-    return ip
-
-
-def _range_limits(item: Mapping, where: str, subnet: IPNet) -> tuple[IPAddr, IPAddr]:
-    start = subnet.network_address + 1
-    end = subnet.broadcast_address - (1 if subnet.version == 4 else 0)
-    if item.get("rangeStart"):
-        start = parse_ip(item["rangeStart"], f"{where}.rangeStart", subnet)
-    if item.get("rangeEnd"):
-        end = parse_ip(item["rangeEnd"], f"{where}.rangeEnd", subnet)
-    for key, ip in (("rangeStart", start), ("rangeEnd", end)):
-        if ip not in subnet:
-            raise invalid(f"{where}.{key}", f"{ip} is not in network {subnet}")
-    if start > end:
-        raise invalid(f"{where}.rangeStart", f"{start} is after rangeEnd {end}")
-    return start, end
-
-
-def _block_size(value: Any, where: str, subnet: IPNet) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or \
-            not 0 <= value <= subnet.max_prefixlen:
-        raise invalid(f"{where}.blockSize",
-                      f"expected a prefix length 0..{subnet.max_prefixlen}, got {value!r}")
-    return value
-
-
-def validate_no_overlap(sets: tuple[tuple[Range, ...], ...]) -> None:
-    """Range sets must not share addresses; within a set, one subnet may hold several
-    disjoint ranges."""
-    flat = [(i, rng) for i, ranges in enumerate(sets) for rng in ranges]
-    for n, (i, a) in enumerate(flat):
-        for j, b in flat[n + 1:]:
-            if a.subnet.version != b.subnet.version or not a.subnet.overlaps(b.subnet):
-                continue
-            if i == j and a.subnet == b.subnet and (a.end < b.start or b.end < a.start):
-                continue
-            raise invalid(b.where, f"{b.describe()} overlaps {a.where} {a.describe()}")
-
-
 def parse_routes(value: Any) -> tuple[dict, ...]:
     if value is None:
         return ()
@@ -284,64 +161,6 @@ def parse_dns(value: Any) -> dict | None:
             raise invalid("ipam.dns.domain", "expected a string")
         dns["domain"] = value["domain"]
     return dns
-
-
-def parse_requested_ips(config: Mapping[str, Any],
-                        cni_args: Mapping[str, str]) -> tuple[Requested, ...]:
-    """Static addresses asked for by `IP=` in CNI_ARGS, `runtimeConfig.ips`, `args.cni.ips`."""
-    found: dict[IPAddr, Requested] = {}
-    if cni_args.get("IP"):
-        for text in cni_args["IP"].split(","):
-            _add_requested(found, text.strip(), "CNI_ARGS IP")
-    args = config.get("args")
-    sources = (("runtimeConfig.ips", config.get("runtimeConfig")),
-               ("args.cni.ips", args.get("cni") if isinstance(args, dict) else None))
-    for key, holder in sources:
-        items = holder.get("ips") if isinstance(holder, dict) else None
-        if items is None:
-            continue
-        if not isinstance(items, list):
-            raise invalid(key, "expected a list of IP addresses")
-        for i, text in enumerate(items):
-            _add_requested(found, text, f"{key}[{i}]")
-    return tuple(found.values())
-
-
-def _add_requested(found: dict[IPAddr, Requested], text: Any, source: str) -> None:
-    if not isinstance(text, str):  # ip_interface(5) would be 0.0.0.5
-        raise invalid(source, f"expected an IP address string, got {text!r}")
-    try:
-        ip = ipaddress.ip_interface(text).ip
-    except (ValueError, TypeError):
-        raise invalid(source, f"{text!r} is not an IP address") from None
-    found.setdefault(ip, Requested(ip, source))
-
-
-def requested_by_set(cfg: IpamConfig, requested: tuple[Requested, ...]) -> dict[int, IPAddr]:
-    """Map each requested address to its range set; an address outside every range, a gateway
-    or two addresses for one range set is InvalidConfig."""
-    out: dict[int, Requested] = {}
-    for req in requested:
-        index = _set_of(cfg, req)
-        if index in out:
-            raise InvalidConfig(f"two addresses requested from range set {index}",
-                                f"{out[index].ip} ({out[index].source}) and {req.ip} "
-                                f"({req.source}); one address is leased per range set")
-        out[index] = req
-    return {index: req.ip for index, req in out.items()}
-
-
-def _set_of(cfg: IpamConfig, req: Requested) -> int:
-    for index, ranges in enumerate(cfg.range_sets):
-        for rng in ranges:
-            if rng.contains(req.ip) and not is_reserved_v4(rng.subnet, req.ip):
-                if any(r.gateway == req.ip for r in ranges):
-                    raise InvalidConfig(f"requested address {req.ip} ({req.source}) is a gateway",
-                                        f"it is the gateway of {rng.where} {rng.describe()}")
-                return index
-    known = "; ".join(r.describe() for ranges in cfg.range_sets for r in ranges)
-    raise InvalidConfig(f"requested address {req.ip} ({req.source}) is outside every range",
-                        f"ranges: {known}")
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import ipaddress
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cni.plugins.ipam_config import (parse_ipam_config, parse_requested_ips,
-                                     requested_by_set)
+from cni.plugins.ipam_config import parse_ipam_config
+from cni.plugins.ipam_requested import parse_requested_ips, requested_by_set
 from cni.spec.errors import InvalidConfig
 
 
