@@ -31,7 +31,7 @@ from cni.spec.result import canonical
 from ipam.leases.housekeeping import Housekeeping
 from ipam.leases.metrics import start_ipam_metrics
 from ipam.leases.service import LeaseService
-from ipam.nodes.setup import NodeServices, setup_guard, setup_node
+from ipam.daemon.wiring import NodeServices, setup_guard, setup_node
 from ipam.outage.guard import NoGuard
 from ipam.leases.pool_watch import start_pool_watch
 from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
