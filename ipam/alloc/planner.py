@@ -3,8 +3,9 @@
 Every function adds one caller's reads and writes to a ``Plan``; it never writes itself. The
 lease service runs them under its lock, through the combiner; other services (the outage
 buffer) can compose them the same way: ``service.run(lambda plan: planner.plan_...(plan, ...))``.
-A block written earlier in the same plan is seen with that write (``PlanView``), so one txn
-can hold many allocations of one block.
+A block written earlier in the same plan is seen with that write (``PlanView``, with the
+reads of ``PlanReads`` in ``ipam.alloc.plan_view``), so one txn can hold many allocations of
+one block.
 """
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from typing import Any, Callable, Iterable, Mapping
 from cni.spec.errors import AddressConflict, AddressExhausted, InternalError, InvalidConfig
 from ipam.alloc.allocator import IPAddr, Pool, Range, calc_pools, merge_pool_record
 from ipam.alloc.plan import Plan
+from ipam.alloc.plan_view import PlanReads, PlanView
 from ipam.alloc.policy import CLAIM, Choice, choose_address
-from ipam.leases.poolcache import PoolCache, PoolState, describe_blocks
-from ipam.records import (HANDLES, BlockRecord, HandleId, HandleRecord, LeasedIP, affinity_key,
-                          block_key, pool_key)
 from ipam.alloc.selection import (Selection, assign_requested, missing_gateway, select_by_labels,
-                            select_by_name)
+                                  select_by_name)
+from ipam.leases.poolcache import PoolCache, PoolState, describe_blocks
+from ipam.records import (BlockRecord, HandleId, HandleRecord, LeasedIP, affinity_key, block_key,
+                          pool_key)
 
 StateSets = tuple[tuple[PoolState, ...], ...]
 
@@ -31,47 +33,13 @@ def netconf_pools(network: str, range_set: tuple[Range, ...]) -> tuple[Pool, ...
     return calc_pools(network, range_set)
 
 
-class PlanView:
-    """The policy's ``BlockView``: the cache with this plan's pending block writes on top."""
+class Planner(PlanReads):
+    """The allocation policy of ``node`` (its ``labels`` select cluster pools) as plans."""
 
-    def __init__(self, planner: "Planner", plan: Plan, states: Iterable[PoolState]) -> None:
-        self.planner, self.plan = planner, plan
-        self.states = {s.name: s for s in states}
-
-    def _pending(self, pool: Pool) -> Iterable[tuple[str, BlockRecord | None]]:
-        return ((cidr, block) for name, cidr, block in self.plan.blocks.values()
-                if name == pool.name)
-
-    def own(self, pool: Pool) -> dict[str, BlockRecord]:
-        blocks = self.states[pool.name].own_blocks()
-        for cidr, block in self._pending(pool):
-            if block is None or block.affinity != self.planner.node:
-                blocks.pop(cidr, None)
-            else:
-                blocks[cidr] = block
-        return blocks
-
-    def taken(self, pool: Pool) -> set[str]:
-        taken = set(self.planner.cache.taken(self.states[pool.name]))
-        for cidr, block in self._pending(pool):
-            (taken.add if block is not None else taken.discard)(cidr)
-        return taken
-
-    def others(self, pool: Pool) -> dict[str, BlockRecord]:
-        found = self.planner.cache.others(self.states[pool.name])
-        blocks = {cidr: block for cidr, (_, block) in found.items()}
-        for cidr, block in self._pending(pool):
-            if block is None or block.affinity == self.planner.node:
-                blocks.pop(cidr, None)
-            else:
-                blocks[cidr] = block
-        return blocks
-
-
-class Planner:
     def __init__(self, cache: PoolCache, node: str, labels: Mapping[str, str],
                  clock: Callable[[], float]) -> None:
-        self.cache, self.node, self.labels, self.clock = cache, node, dict(labels), clock
+        super().__init__(cache, node)
+        self.labels, self.clock = dict(labels), clock
 
     # -- which pools -----------------------------------------------------------------------
     def pool_sets(self, selection: Selection, fresh: bool = False) -> StateSets:
@@ -109,22 +77,6 @@ class Planner:
             record = self._plan_new(draft, handle, selection, requested, attributes, True)
         plan.adopt(draft)
         return record, True
-
-    def existing_handle(self, plan: Plan, handle: HandleId) -> HandleRecord | None:
-        """The lease ``handle`` holds: pending in this plan, or in the store when the cache
-        has seen it (the cache alone never answers: the txn's compare decides)."""
-        key = handle.key
-        if key in plan.handles:
-            return plan.handles[key]
-        known = self.cache.handles.get(key)
-        if known is None or known[1] is None:
-            return None
-        kv = self.cache.store.get(key)
-        record = HandleRecord.from_bytes(kv.key, kv.value) if kv else None
-        self.cache.note_handle(key, kv.mod_revision if kv else 0, record)
-        if record is not None:
-            self.cache.in_doubt.pop(key, None)  # an ADD answered with it: it is in use now
-        return record
 
     def _plan_new(self, plan: Plan, handle: HandleId, selection: Selection,
                   requested: Iterable[Any], attributes: Mapping[str, str],
@@ -209,27 +161,6 @@ class Planner:
         return LeasedIP(f"{address}/{state.pool.cidr.prefixlen}",
                         str(gateway) if gateway else None, state.name, cidr), owner
 
-    def block_for_write(self, plan: Plan, pool: str, cidr: str) -> tuple[int, BlockRecord | None]:
-        """A block as this plan, the cache or (not cached) the store has it: (revision, block)."""
-        key = block_key(pool, cidr)
-        written, pending = plan.pending_block(key)
-        if written:
-            return plan.compares[key], pending
-        state = self.cache.states.get(pool)
-        if state is not None and cidr in state.own:
-            return state.own[cidr]
-        if state is not None and state.others is not None and cidr in state.others:
-            return state.others[cidr]
-        kv = self.cache.store.get(key)
-        return (kv.mod_revision, BlockRecord.from_bytes(kv.key, kv.value)) if kv else (0, None)
-
-    def reread_block(self, pool: str, cidr: str) -> BlockRecord | None:
-        """A block as the store has it now (the cache learns it too)."""
-        kv = self.cache.store.get(block_key(pool, cidr))
-        block = BlockRecord.from_bytes(kv.key, kv.value) if kv else None
-        self.cache.note_block(pool, cidr, kv.mod_revision if kv else 0, block)
-        return block
-
     def plan_pool_record(self, plan: Plan, state: PoolState) -> None:
         """Compare the pool record as cached; write a netconf pool's record when it is absent
         or its ranges changed."""
@@ -240,15 +171,6 @@ class Planner:
         desired = merge_pool_record(state.base, state.base.spec.network or "", state.record)
         if desired != state.record:
             plan.put_pool(key, state.record_rev, state.name, desired)
-
-    def describe_holder(self, holder: str) -> str:
-        """Who holds an address: the handle, and its pod and node when the handle says."""
-        kv = self.cache.store.get(HANDLES + holder)
-        attrs = HandleRecord.from_bytes(kv.key, kv.value).attributes if kv else {}
-        pod = "/".join(attrs[k] for k in ("namespace", "pod") if attrs.get(k))
-        where = [f"pod {pod}" if pod else "", f"node {attrs['node']}" if attrs.get("node") else ""]
-        return f"release {holder} first" + (f" ({', '.join(w for w in where if w)})"
-                                            if any(where) else "")
 
     # -- DEL -------------------------------------------------------------------------------
     def plan_release(self, plan: Plan, handle: HandleId) -> HandleRecord | None:
@@ -269,16 +191,6 @@ class Planner:
             plan.write_block(block_key(ip.pool, ip.block), block_rev, ip.pool, block)
         plan.delete_handle(key, revision)
         return record
-
-    def current_handle(self, plan: Plan, key: str) -> tuple[int, HandleRecord | None]:
-        if key in plan.handles:
-            return plan.compares[key], plan.handles[key]
-        known = self.cache.handles.get(key)
-        if known is not None and known[1] is not None:
-            return known
-        kv = self.cache.store.get(key)
-        record = HandleRecord.from_bytes(kv.key, kv.value) if kv else None
-        return (kv.mod_revision if kv else 0), record
 
     # -- housekeeping ----------------------------------------------------------------------
     def plan_return_empty(self, plan: Plan, grace: float, limit: int = 40) -> list[str]:

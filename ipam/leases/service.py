@@ -24,7 +24,8 @@ from typing import Any, Callable, Collection, Iterable, Mapping, TypeVar
 from cni.spec.errors import AddressExhausted, CNIError, NotAvailable, TryAgainLater
 from ipam.leases.combiner import Combiner
 from ipam.alloc.plan import Plan
-from ipam.alloc.planner import PlanView, Planner, exhausted
+from ipam.alloc.plan_view import PlanView
+from ipam.alloc.planner import Planner, exhausted
 from ipam.alloc.policy import choose_address
 from ipam.leases.poolcache import PoolCache
 from ipam.records import HANDLES, HandleId, HandleRecord, handles_prefix
