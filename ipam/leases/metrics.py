@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from cni.spec.errors import CNIError, InvalidConfig
 from ipam.daemon.metrics import Labels, labels
-from ipam.daemon.periodic import Periodic
+from ipam.loop import Periodic
 from ipam.ops.inspect import BLOCKS, POOLS, BlockView, CorruptRecord, calc_pool_usage, load_json, \
     parse_pool
 from ipam.store.base import Store
