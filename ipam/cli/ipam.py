@@ -48,7 +48,8 @@ def pool_add(env: Env, name: str, cidr: str, block_size: int | None,
              node_selector: tuple[str, ...], disabled: bool, strict_affinity: bool,
              exclude: tuple[str, ...], gateway: str, reuse_delay: float) -> None:
     """Create the pool NAME."""
-    from ipam.alloc.pool_spec import make_pool, parse_node_selector
+    from ipam.alloc.pool_settings import parse_node_selector
+    from ipam.alloc.pool_spec import make_pool
     from ipam.ops.pools import add_pool
 
     spec = make_pool(name, cidr, block_size=block_size,
@@ -84,7 +85,7 @@ def pool_set(env: Env, name: str, cidr: str | None, block_size: int | None,
              all_nodes: bool, exclude: tuple[str, ...], remove_exclusion: tuple[str, ...],
              clear_exclusions: bool, gateway: str | None, reuse_delay: float | None) -> None:
     """Change the mutable settings of the pool NAME."""
-    from ipam.alloc.pool_spec import parse_node_selector
+    from ipam.alloc.pool_settings import parse_node_selector
     from ipam.ops.pool_update import PoolUpdate
     from ipam.ops.pools import set_pool
 

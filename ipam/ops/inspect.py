@@ -14,7 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ipam.alloc.pool_spec import IPNet, PoolInvalid, PoolSpec, spec_from_record
+from ipam.alloc.pool_settings import PoolInvalid
+from ipam.alloc.pool_spec import IPNet, PoolSpec, spec_from_record
 from ipam.store.base import KV, PREFIX
 
 POOLS = f"{PREFIX}pools/"

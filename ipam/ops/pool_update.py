@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ipam.ops.inspect import Snapshot
-from ipam.alloc.pool_spec import (PoolInvalid, calc_exclusions, normalize_exclusion, parse_cidr,
-                            spec_from_record, validate_gateway, validate_reuse_delay,
-                            validate_usable)
+from ipam.alloc.pool_settings import (PoolInvalid, calc_exclusions, normalize_exclusion,
+                                      parse_cidr, validate_gateway, validate_reuse_delay)
+from ipam.alloc.pool_spec import spec_from_record, validate_usable
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ import pytest
 
 from cni.spec.errors import AddressConflict
 from ipam.ops.check import find_problems
-from ipam.alloc.pool_spec import PoolInvalid, make_pool
+from ipam.alloc.pool_settings import PoolInvalid
+from ipam.alloc.pool_spec import make_pool
 from ipam.ops.pool_update import PoolUpdate
 from ipam.ops.pools import (MARKER, PoolInUse, PoolNotFound, add_pool, list_pools, remove_pool,
                         set_pool)

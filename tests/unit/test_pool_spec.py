@@ -6,8 +6,8 @@ import ipaddress
 import pytest
 
 from ipam.alloc.intervals import count, fully_covered_blocks, intersect, merge, subtract
-from ipam.alloc.pool_spec import (PoolInvalid, make_pool, normalize_exclusion, parse_node_selector,
-                            record_of, render_selector, spec_from_record)
+from ipam.alloc.pool_settings import PoolInvalid, normalize_exclusion, parse_node_selector
+from ipam.alloc.pool_spec import make_pool, record_of, render_selector, spec_from_record
 
 net = ipaddress.ip_network
 ip = ipaddress.ip_address
