@@ -1,69 +1,42 @@
 """`pycni ipam gc`: the dead-node reaper (``ipam.nodes.reaper``), then check's fixes until none is left.
 
 The reaper runs first (a dead node's handles are released whole, by its rules: heartbeat gone
-for the grace period, confirmed on a second look), on stores with heartbeats (etcd) only. Then rounds of check + fixes: a fix can
+for the grace period, confirmed on a second look), on stores with heartbeats (etcd) only, as
+in pycnid (``ipam.nodes.liveness.supports_leases``). Then rounds of check + fixes: a fix can
 uncover the next (an orphan handle deleted leaves its allocations orphan, freed in the next
 round, and then the empty orphan block is deleted). ``--dry-run`` reports one round and writes
 nothing.
 """
 from __future__ import annotations
 
-import importlib
 import time
 from collections import Counter
-from types import ModuleType
 from typing import Any
 
 from ipam.cli._ipam_cmd import Env, Failed
+from ipam.nodes.liveness import supports_leases
+from ipam.nodes.options import parse_node_options
+from ipam.nodes.reaper import reap_dead_nodes
 from ipam.ops.check import find_problems
 from ipam.ops.repair import apply_fix, read_snapshot
 
 MAX_ROUNDS = 5
-DEFAULT_GRACE = 900.0
-
-
-def load_reaper(function: str) -> ModuleType:
-    """``ipam.nodes.reaper`` (engineer B's), with ``function`` in it; Failed naming what is missing."""
-    try:
-        module = importlib.import_module("ipam.nodes.reaper")
-    except ImportError as exc:
-        raise Failed("dead-node reclamation is not available in this build",
-                     f"ipam.reaper cannot be imported: {exc}") from None
-    if not hasattr(module, function):
-        raise Failed("dead-node reclamation is not available in this build",
-                     f"ipam.reaper has no {function}()")
-    return module
 
 
 def calc_grace(env: Env, grace: float | None) -> float:
-    if grace is not None:
-        if grace < 0:
-            raise Failed(f"invalid --grace {grace:g}", "expected seconds >= 0")
-        return grace
-    try:
-        from ipam.nodes.options import parse_node_options
-    except ImportError:
-        return DEFAULT_GRACE
-    return parse_node_options(env.config().raw).reap_grace
-
-
-def has_heartbeats(store: Any) -> bool:
-    """Only a store with leases (etcd) carries heartbeats; on SQLite (one node) every node
-    would look dead, so the reaper never runs there (as in pycnid)."""
-    return callable(getattr(store, "keep_lease", None))
+    if grace is None:
+        return parse_node_options(env.config().raw).reap_grace
+    if grace < 0:
+        raise Failed(f"invalid --grace {grace:g}", "expected seconds >= 0")
+    return grace
 
 
 def run_reaper(env: Env, dry_run: bool, grace: float | None) -> dict[str, Any]:
-    def skipped(why: str) -> dict[str, Any]:
+    if not supports_leases(env.store()):  # SQLite (one node): every node would look dead
+        why = f"store {env.store_name} keeps no node heartbeats (one node)"
         return {"available": False, "summary": f"not run: {why}", "nodes": [], "errors": []}
-    try:
-        reaper = load_reaper("reap_dead_nodes")
-    except Failed as exc:
-        return skipped(str(exc))
-    if not has_heartbeats(env.store()):
-        return skipped(f"store {env.store_name} keeps no node heartbeats (one node)")
     seconds = calc_grace(env, grace)
-    report = reaper.reap_dead_nodes(env.store(), time.time(), seconds, dry_run=dry_run)
+    report = reap_dead_nodes(env.store(), time.time(), seconds, dry_run=dry_run)
     doc = report.to_dict()
     states = Counter(v["state"] for v in doc["nodes"])
     summary = ", ".join(f"{n} node(s) {s}" for s, n in sorted(states.items())) or "no nodes"

@@ -237,9 +237,8 @@ def render_release(doc: dict) -> str:
 @command_options
 def release_node(env: Env, node: str, force: bool, dry_run: bool) -> int:
     """Release every address held by NODE's pods and return its empty blocks."""
-    from ipam.cli._ipam_gc import load_reaper
+    from ipam.nodes import reaper
 
-    reaper = load_reaper("release_node")
     report = reaper.release_node(env.store(), node, force=force, dry_run=dry_run)
     doc = {**report.to_dict(), "dryRun": dry_run, "summary": report.summary()}
     env.emit(doc, lambda d: f"node {node}: {'dry run: ' if dry_run else ''}{d['summary']}")
