@@ -1,11 +1,23 @@
-"""What every plugin handler offers the daemon, and the services the daemon lends it."""
+"""What every plugin handler offers the daemon, and the services the daemon lends it.
+
+pycnid builds one ``Services`` at start-up (``ipam/daemon/wiring.py``): the store and the
+node's services are open and started before any handler exists, so a handler only reads
+typed fields. The metrics registry is the daemon's; handlers see it through ``MetricsRegistry``.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from cni.spec.errors import InternalError
 from cni.spec.request import Request
+
+if TYPE_CHECKING:
+    from ipam.leases.service import LeaseService
+    from ipam.nodes.services import NodeServices
+    from ipam.store.base import Store
+
+GaugeValues = Mapping[tuple[tuple[str, str], ...], float]  # label pairs (sorted) -> value
 
 
 class Plugin(Protocol):
@@ -20,6 +32,32 @@ class Plugin(Protocol):
     def status(self, req: Request) -> None: ...
 
     def gc(self, req: Request) -> None: ...
+
+    def close(self) -> None:
+        """Release what the handler holds itself (pycnid's shutdown, in reverse order)."""
+
+
+class Counter(Protocol):
+    def inc(self, amount: float = 1.0, **labels: str) -> None: ...
+
+
+class Gauge(Protocol):
+    def set(self, value: float, **labels: str) -> None: ...
+
+
+class Histogram(Protocol):
+    def observe(self, value: float, **labels: str) -> None: ...
+
+
+class MetricsRegistry(Protocol):
+    """What handlers need from pycnid's registry (``ipam.daemon.metrics.Registry``)."""
+
+    def counter(self, name: str, help_text: str) -> Counter: ...
+
+    def gauge(self, name: str, help_text: str,
+              collect: Callable[[], GaugeValues] | None = None) -> Gauge: ...
+
+    def histogram(self, name: str, help_text: str) -> Histogram: ...
 
 
 class InjectedFault(InternalError):
@@ -45,19 +83,16 @@ class Faults:
             raise InjectedFault(f"injected fault at step {step!r}")
 
 
-def _registry() -> Any:
-    from ipam.daemon.metrics import Registry
-
-    return Registry()
-
-
-@dataclass
+@dataclass(frozen=True)
 class Services:
-    """What the daemon lends to plugin handlers (mechanisms and shared state)."""
+    """What the daemon lends to plugin handlers: who this node is, test faults, the metrics
+    registry, the store and the node's services on it, and the other handlers (the bridge
+    delegates to IPAM in-process; pycnid fills ``plugins`` once every handler exists)."""
 
     node_name: str
     faults: Faults
-    metrics: Any = field(default_factory=_registry)  # ipam.daemon.metrics.Registry
-    plugins: dict[str, Any] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-    on_shutdown: list[Callable[[], None]] = field(default_factory=list)
+    metrics: MetricsRegistry
+    store: Store
+    leases: LeaseService
+    node: NodeServices
+    plugins: dict[str, Plugin] = field(default_factory=dict)

@@ -70,6 +70,7 @@ class BridgePlugin:
 
     def close(self) -> None:
         self.helpers.shutdown(wait=False, cancel_futures=True)
+        close_node_sessions()
 
     def check(self, req: Request) -> None:
         validate_delegation(self.services.plugins, req)
@@ -139,8 +140,6 @@ def valid_attachment_filter(req: Request) -> Any:
     return keep
 
 
-def create(services: Services, config: Any) -> BridgePlugin:
+def create(services: Services) -> BridgePlugin:
     """pycnid's entry point (called on its main thread, in the node netns)."""
-    plugin = BridgePlugin(services)
-    services.on_shutdown += [close_node_sessions, plugin.close]  # run in reverse order
-    return plugin
+    return BridgePlugin(services)

@@ -23,20 +23,13 @@ from contextlib import ExitStack
 from typing import Any
 
 from cni.plugins.base import Services
-from cni.plugins.ipam_config import IpamConfig, cached_ipam_config, parse_daemon_options
+from cni.plugins.ipam_config import IpamConfig, cached_ipam_config
 from cni.plugins.ipam_requested import parse_requested_ips, requested_by_set
 from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
-from ipam.leases.housekeeping import Housekeeping
-from ipam.leases.metrics import start_ipam_metrics
-from ipam.leases.service import LeaseService
-from ipam.daemon.wiring import NodeServices, setup_guard, setup_node
-from ipam.outage.guard import NoGuard
-from ipam.leases.pool_watch import start_pool_watch
 from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
 from ipam.alloc.selection import missing_gateway
-from ipam.store import open_store
 
 log = logging.getLogger("pycnid.ipam")
 POD_ATTRIBUTES = {"K8S_POD_NAMESPACE": "namespace", "K8S_POD_NAME": "pod",
@@ -71,12 +64,11 @@ def pod_attributes(req: Request) -> dict[str, str]:
 
 
 class IpamPlugin:
-    def __init__(self, services: Services, leases: LeaseService,
-                 node: NodeServices | None = None) -> None:
+    def __init__(self, services: Services) -> None:
         self.services = services
-        self.leases = leases
-        self.node = node  # liveness, outage guard, reaper (ipam/nodes/setup.py; engineer B)
-        self.guard = node.guard if node is not None else NoGuard()
+        self.leases = services.leases
+        self.node = services.node  # liveness, outage guard, reaper (ipam/nodes/services.py)
+        self.guard = services.node.guard
 
     def add(self, req: Request) -> dict:
         cfg = cached_ipam_config(req.config)  # validated once per distinct netconf
@@ -146,8 +138,10 @@ class IpamPlugin:
         if released:
             log.info("GC released %d lease(s) in %s: %s", len(released), req.network,
                      ", ".join(str(h) for h in released))
-        if self.node is not None:
-            self.node.reap()  # dead nodes' addresses, after their grace period (ipam/nodes/reaper.py)
+        self.node.reap()  # dead nodes' addresses, after their grace period (ipam/nodes/reaper.py)
+
+    def close(self) -> None:
+        """Nothing of its own: the store and the node's services are pycnid's to stop."""
 
 
 def compare_with_prev_result(record: HandleRecord, prev: Any, version: str) -> None:
@@ -167,20 +161,6 @@ def compare_with_prev_result(record: HandleRecord, prev: Any, version: str) -> N
                           "; ".join(details))
 
 
-def create(services: Services, config: Any) -> IpamPlugin:
-    """pycnid's entry point: open the daemon's store and serve IPAM from it."""
-    store = open_store(config.store)
-    services.on_shutdown.append(store.close)
-    services.extra["store"] = store
-    options = parse_daemon_options(getattr(config, "raw", {}) or {})
-    node = setup_node(services, config, store)  # liveness, reaper; node.store is tracked
-    leases = LeaseService(node.store, services.node_name, labels=options.labels,
-                          block_grace=options.block_grace)
-    setup_guard(node, services, config, leases)
-    serve = bool(getattr(config, "metrics_address", None))  # no endpoint: nothing reads them
-    start_ipam_metrics(services, store, leases, options.metrics_interval, serve=serve)
-    services.extra["ipam.leases"] = leases
-    housekeeping = Housekeeping(leases, options.housekeeping_interval).start()
-    services.on_shutdown.append(housekeeping.stop)
-    start_pool_watch(services, store, leases)  # etcd: pool changes reach the cache at once
-    return IpamPlugin(services, leases, node)
+def create(services: Services) -> IpamPlugin:
+    """pycnid's entry point: serve IPAM from the store and lease service it opened."""
+    return IpamPlugin(services)

@@ -1,40 +1,22 @@
-"""pycnid lifecycle: load config -> build services and plugins -> serve -> shut down on SIGTERM."""
+"""pycnid lifecycle: load config -> wire the store, node services and plugins (wiring.py) -> serve -> shut down on SIGTERM."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import signal
 import sys
 import threading
 from typing import Any
 
-from cni.plugins.base import Faults, Services
 from cni.spec.errors import CNIError
 from .config import DaemonConfig, load_daemon_config
 from .dispatch import Dispatcher
 from .logs import setup_logging
-from .metrics import MetricsServer
+from .metrics import MetricsServer, Registry
 from .server import PluginServer
+from .wiring import Lifecycle, build_plugins, wire_node
 
 log = logging.getLogger("pycnid")
-
-# plugin name (as the executable sends it) -> module with `create(services, config)`
-PLUGIN_MODULES = {"bridge": "cni.plugins.bridge", "ipam": "cni.plugins.ipam", "svc": "cni.plugins.svc"}
-
-
-def build_plugins(services: Services, config: DaemonConfig) -> dict[str, Any]:
-    """Create each plugin handler; IPAM first, since the bridge delegates to it in-process."""
-    for name in ("ipam", "bridge", "svc"):
-        try:
-            module = importlib.import_module(PLUGIN_MODULES[name])
-        except ModuleNotFoundError as exc:
-            if exc.name != PLUGIN_MODULES[name]:
-                raise
-            log.info("plugin %s not available in this build", name)
-            continue
-        services.plugins[name] = module.create(services, config)
-    return services.plugins
 
 
 class Daemon:
@@ -42,17 +24,18 @@ class Daemon:
 
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
-        self.services = Services(node_name=config.node_name, faults=Faults(config.fault_injection))
+        self.registry = Registry()
+        self.life = Lifecycle(config.node_name, self.registry)
         self.server: PluginServer | None = None
         self.metrics_server: MetricsServer | None = None
         self._stopping = threading.Event()
 
     def startup(self) -> None:
-        plugins = build_plugins(self.services, self.config)
-        dispatcher = Dispatcher(plugins, self.services.metrics)
+        node = wire_node(self.config, self.life)  # the store and the node's services
+        plugins = build_plugins(node.services, self.life)
+        dispatcher = Dispatcher(plugins, self.registry)
         if self.config.metrics_address:
-            self.metrics_server = MetricsServer(self.services.metrics,
-                                                self.config.metrics_address).start()
+            self.metrics_server = MetricsServer(self.registry, self.config.metrics_address).start()
         self.server = PluginServer(self.config.socket, dispatcher.handle, self.config.workers,
                                    self.config.receive_timeout)
         log.info("pycnid serving", extra={"fields": {
@@ -76,11 +59,7 @@ class Daemon:
             self.server.server_close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
-        for hook in reversed(self.services.on_shutdown):
-            try:
-                hook()
-            except Exception:
-                log.exception("shutdown hook failed")
+        self.life.shut_down()
         log.info("pycnid stopped")
 
 

@@ -120,7 +120,6 @@ def start_ipam_metrics(services: Any, store: Store, leases: Any, interval: float
                             f"expected a number of seconds > 0, got {interval!r}")
     metrics = IpamMetrics(services.metrics, store)
     metrics.attach(leases)
-    services.extra["ipam.metrics"] = metrics
     if serve:
         refresher = Periodic("ipam-metrics", interval, metrics.refresh).start()
         services.on_shutdown.append(refresher.stop)

@@ -6,22 +6,30 @@ import json
 import pytest
 
 from cni.plugins import ipam as ipam_plugin
-from cni.plugins.base import Faults, InjectedFault, Services
+from cni.plugins.base import InjectedFault
 from cni.plugins.delegate import delegate
 from cni.spec.errors import CheckFailed, NotAvailable
 from cni.spec.request import Request, parse_config, parse_env
 from ipam.daemon.config import parse_daemon_config
+from ipam.daemon.metrics import Registry
+from ipam.daemon.wiring import Lifecycle, wire_node
 
 
 @pytest.fixture
-def services(tmp_path):
-    services = Services(node_name="node1", faults=Faults(enabled=True))
+def life():
+    life = Lifecycle("node1", Registry())
+    yield life
+    life.shut_down()
+
+
+@pytest.fixture
+def services(tmp_path, life):
     config = parse_daemon_config({"nodeName": "node1", "stateDir": str(tmp_path),
+                                  "faultInjection": True,
                                   "store": {"type": "sqlite", "path": str(tmp_path / "s.db")}})
-    services.plugins["ipam"] = ipam_plugin.create(services, config)
-    yield services
-    for hook in services.on_shutdown:
-        hook()
+    services = wire_node(config, life).services
+    services.plugins["ipam"] = ipam_plugin.create(services)
+    return services
 
 
 def request(command: str, config: dict, cid: str = "c1", args: str = "") -> Request:
@@ -50,17 +58,17 @@ def test_bridge_delegation_runs_in_process(services):
         delegate(services.plugins, request("CHECK", CONF), "CHECK")
 
 
-def test_create_shares_the_store_and_closes_it_at_shutdown(services):
-    store = services.extra["store"]
-    assert store.name.startswith("sqlite:") and services.extra["ipam.leases"].node == "node1"
-    assert store.close in services.on_shutdown
+def test_wiring_shares_the_store_and_closes_it_at_shutdown(services, life):
+    store = services.store
+    assert store.name.startswith("sqlite:") and services.leases.node == "node1"
+    assert store.close in life.on_shutdown
 
 
 def test_fault_after_commit_releases_the_lease(services):
     plugin = services.plugins["ipam"]
     with pytest.raises(InjectedFault):
         plugin.add(request("ADD", CONF, args="PYCNI_FAULT=ipam-result"))
-    assert services.extra["ipam.leases"].handles("net") == []
+    assert services.leases.handles("net") == []
     assert services.faults.steps_seen[-2:] == ["ipam-allocate", "ipam-result"]
 
 
@@ -69,13 +77,13 @@ def test_repeated_add_that_fails_late_keeps_the_existing_lease(services):
     plugin.add(request("ADD", CONF))
     with pytest.raises(InjectedFault):
         plugin.add(request("ADD", CONF, args="PYCNI_FAULT=ipam-result"))
-    assert len(services.extra["ipam.leases"].handles("net")) == 1  # not ours to undo
+    assert len(services.leases.handles("net")) == 1  # not ours to undo
 
 
 def test_status_is_not_available_when_the_store_is_gone(services):
     plugin = services.plugins["ipam"]
     plugin.status(request("STATUS", CONF))
-    services.extra["store"].close()
+    services.store.close()
     with pytest.raises(NotAvailable) as info:
         plugin.status(request("STATUS", CONF))
     assert info.value.code == 50 and "sqlite:" in info.value.msg
@@ -83,7 +91,7 @@ def test_status_is_not_available_when_the_store_is_gone(services):
 
 def test_metrics_count_conflicts(services):
     counter = services.metrics.counter("pycni_ipam_cas_conflicts_total", "")
-    services.extra["ipam.leases"].on_conflict()
+    services.leases.on_conflict()
     assert counter.value() == 1
 
 
@@ -93,4 +101,4 @@ def test_del_needs_no_valid_ranges(services):
     broken = {**CONF, "ipam": {"type": "pycni-ipam", "ranges": "garbage"}}
     plugin.delete(request("DEL", broken))  # DEL releases by handle alone
     plugin.delete(request("DEL", broken))
-    assert services.extra["ipam.leases"].handles("net") == []
+    assert services.leases.handles("net") == []

@@ -7,23 +7,29 @@ import json
 import pytest
 
 from cni.plugins import ipam as ipam_plugin
-from cni.plugins.base import Faults, Services
 from cni.spec.request import Request, parse_config, parse_env
 from ipam.daemon.config import parse_daemon_config
+from ipam.daemon.metrics import Registry
+from ipam.daemon.wiring import Lifecycle, wire_node
 from tests.fixtures.ipam_pools import put_pool
 
 
 @pytest.fixture
-def services(tmp_path):
-    services = Services(node_name="node1", faults=Faults())
+def wired(tmp_path):
+    life = Lifecycle("node1", Registry())
     config = parse_daemon_config({"nodeName": "node1", "stateDir": str(tmp_path),
                                   "nodeLabels": {"zone": "a"},
                                   "ipam": {"housekeepingInterval": 0},
                                   "store": {"type": "sqlite", "path": str(tmp_path / "s.db")}})
-    services.plugins["ipam"] = ipam_plugin.create(services, config)
-    yield services
-    for hook in reversed(services.on_shutdown):
-        hook()
+    wired = wire_node(config, life)
+    wired.services.plugins["ipam"] = ipam_plugin.create(wired.services)
+    yield wired
+    life.shut_down()
+
+
+@pytest.fixture
+def services(wired):
+    return wired.services
 
 
 def add(services, cid: str) -> dict:
@@ -45,15 +51,15 @@ def samples(services) -> dict[str, float]:
     return out
 
 
-def test_pool_usage_blocks_events_and_latency_are_exposed(services):
-    store = services.extra["store"]
+def test_pool_usage_blocks_events_and_latency_are_exposed(wired, services):
+    store = services.store
     put_pool(store, "pa", "10.95.0.0/24", block_size=26, gateway="first",
              node_selector={"zone": "a"})
     for cid in ("c1", "c2", "c3"):
         add(services, cid)
-    leases = services.extra["ipam.leases"]
+    leases = services.leases
     leases.release(next(r.handle for r in leases.handles("net") if r.handle.container_id == "c3"))
-    services.extra["ipam.metrics"].refresh()  # the background thread's round (no endpoint here)
+    wired.ipam_metrics.refresh()  # the background thread's round (no endpoint here)
     got = samples(services)
     assert got['pycni_ipam_pool_size{pool="pa"}'] == 256 - 2 - 4  # net/bcast, 4 gateways
     assert got['pycni_ipam_addresses_in_use{pool="pa"}'] == 2

@@ -10,10 +10,10 @@ import threading
 import pytest
 from hypothesis import example, given, strategies as st
 
-from cni.plugins.base import Faults, Services
 from cni.plugins.ipam_config import parse_daemon_options
 from cni.spec.errors import InvalidConfig, TryAgainLater
 from ipam.daemon.metrics import Registry
+from ipam.daemon.wiring import Lifecycle
 from ipam.loop import Periodic
 from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
 from ipam.store.sqlite import SqliteStore
@@ -145,8 +145,8 @@ def test_before_the_first_good_read_the_age_counts_from_the_start(faulty):
     assert got[AGE] == 5 and got[FAILED] == 1 and SIZE not in got
 
 
-def services_with(registry: Registry) -> Services:
-    return Services(node_name="node1", faults=Faults(), metrics=registry)
+def services_with(registry: Registry) -> Lifecycle:
+    return Lifecycle("node1", registry)
 
 
 class Leases:  # what attach() feeds: four hooks

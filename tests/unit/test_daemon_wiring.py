@@ -1,0 +1,82 @@
+"""pycnid's start-up wiring (ipam/daemon/wiring.py) on a real SqliteStore: the store and the
+node's services open in a fixed order, each stop registered as it starts and run in reverse;
+handlers get one typed Services; plugins/base.py does not import the daemon."""
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from cni.plugins.base import Services
+from cni.spec.errors import InvalidConfig
+from ipam.daemon.config import parse_daemon_config
+from ipam.daemon.metrics import Registry
+from ipam.daemon.wiring import PLUGINS, Lifecycle, build_plugins, wire_node
+
+
+def sqlite_config(tmp_path, **extra):
+    return parse_daemon_config({"nodeName": "node1", "stateDir": str(tmp_path), **extra,
+                                "store": {"type": "sqlite", "path": str(tmp_path / "s.db")}})
+
+
+def stop_names(life: Lifecycle) -> list[str]:
+    return [stop.__qualname__ for stop in life.on_shutdown]
+
+
+def test_the_store_then_liveness_then_housekeeping_each_stop_as_it_starts(tmp_path):
+    life = Lifecycle("node1", Registry())
+    wired = wire_node(sqlite_config(tmp_path), life)
+    services = wired.services
+    try:
+        assert life.on_shutdown == [services.store.close, services.node.liveness.stop,
+                                    wired.housekeeping.stop]  # SQLite: no reaper, guard, watch
+        assert services.node_name == "node1" and services.metrics is life.metrics
+        assert services.leases.store is services.node.store and wired.pool_watch is None
+    finally:
+        life.shut_down()
+
+
+def test_a_failed_start_up_leaves_the_stops_of_what_started(tmp_path):
+    life = Lifecycle("node1", Registry())
+    with pytest.raises(InvalidConfig, match="ipam.metricsInterval"):
+        wire_node(sqlite_config(tmp_path, ipam={"metricsInterval": 0}), life)
+    assert stop_names(life) == ["SqliteStore.close", "Liveness.stop"]
+    life.shut_down()
+
+
+def test_shutdown_runs_the_stops_in_reverse_and_past_a_failing_one(caplog):
+    ran: list[str] = []
+
+    def failing() -> None:
+        ran.append("failing")
+        raise RuntimeError("boom")
+    life = Lifecycle("node1", Registry(), [lambda: ran.append("first"), failing,
+                                           lambda: ran.append("last")])
+    with caplog.at_level(logging.ERROR, logger="pycnid"):
+        life.shut_down()
+    assert ran == ["last", "failing", "first"]
+    assert "shutdown hook failed" in caplog.text
+
+
+def test_every_handler_of_this_build_is_created_and_closed_at_shutdown(tmp_path):
+    life = Lifecycle("node1", Registry())
+    services = wire_node(sqlite_config(tmp_path), life).services
+    before = len(life.on_shutdown)
+    plugins = build_plugins(services, life)
+    try:
+        assert plugins is services.plugins and sorted(plugins) == sorted(PLUGINS)
+        assert "svc" not in plugins  # the dispatcher answers it: code 7, serves no plugin 'svc'
+        assert life.on_shutdown[before:] == [plugins[name].close for name in PLUGINS]
+        assert isinstance(services, Services)
+    finally:
+        life.shut_down()
+
+
+def test_the_plugin_side_does_not_import_the_daemon():
+    code = ("import sys, cni.plugins.base, cni.plugins.ipam\n"
+            "print(sorted(m for m in sys.modules if m.startswith('ipam.daemon')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
