@@ -13,6 +13,25 @@ from tests.fixtures.daemon import Pycnid, daemon_config
 from tests.fixtures.plugins import REFERENCE_BIN
 
 IS_ROOT = os.geteuid() == 0
+ETCD_FIXTURES = frozenset({"etcd_server", "etcd_shared", "etcd_cluster", "etcd_tls",
+                           "open_etcd_store", "shared_etcd_store", "etcd_for_stores",
+                           "etcd_endpoints", "make_cluster"})
+
+
+def starts_etcd(item: pytest.Item) -> bool:
+    """A test that uses a real-etcd fixture, or runs on the ``etcd`` param of a store fixture."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    uses = ETCD_FIXTURES & set(getattr(item, "fixturenames", ()))
+    return bool(uses) or any(value == "etcd" for value in params.values())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that starts a real etcd carries the ``etcd`` marker (``-m "not etcd"``)."""
+    unmarked = [item.nodeid for item in items
+                if starts_etcd(item) and item.get_closest_marker("etcd") is None]
+    if unmarked:
+        raise pytest.UsageError("tests that start a real etcd lack the etcd marker: "
+                                + ", ".join(unmarked))
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 """The `store` fixture: every Store implementation the contract suite runs against.
 
 Each param yields a store; tests keep to their own key prefix (`ns` fixture), so one real
-etcd can serve the whole module. The etcd param joins when the etcd store and its test
-fixtures are importable.
+etcd can serve the whole module. The etcd param starts a real etcd: it carries the ``etcd``
+marker, so ``-m "not etcd"`` runs the suite on SQLite alone.
 """
 from __future__ import annotations
 
@@ -10,16 +10,11 @@ import uuid
 
 import pytest
 
+from ipam.store.etcd import EtcdStore
 from ipam.store.sqlite import SqliteStore
+from tests.fixtures.etcd import EtcdServer
 
-STORES = ["sqlite"]
-try:
-    from ipam.store.etcd import EtcdStore
-    from tests.fixtures.etcd import EtcdServer
-except ImportError:  # the etcd store is optional at this layer
-    EtcdStore = EtcdServer = None
-else:
-    STORES.append("etcd")
+STORES = ["sqlite", pytest.param("etcd", marks=pytest.mark.etcd)]
 
 
 @pytest.fixture(scope="module")
