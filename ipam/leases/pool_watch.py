@@ -19,13 +19,13 @@ that node, and what it caches is corrected by the compare of its next txn.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Callable, Sequence
 
 from cni.spec.errors import CNIError
 from ipam.alloc.allocator import pool_from_record
 from ipam.leases.service import LeaseService
 from ipam.leases.poolcache import PoolCache
+from ipam.loop import Backoff, Errors, Loop
 from ipam.records import POOLS, decode
 from ipam.store.base import KV
 
@@ -95,36 +95,27 @@ class PoolWatch:
                                        "the last store revision the pool watch has seen")
         self.watch: Any = None
         self._restarts = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._begin, name="ipam-pool-watch", daemon=True)
+        self.loop = Loop("ipam-pool-watch", self.begin, retry=Backoff(RETRY_MIN, RETRY_MAX).next,
+                         errors=Errors(log, f"pool watch: cannot read {POOLS} yet"),
+                         registry=registry)
 
     def start(self) -> "PoolWatch":
-        self._thread.start()
+        self.loop.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self.loop.stop()
         if self.watch is not None:
             self.watch.cancel()
 
-    def _begin(self) -> None:
-        delay = RETRY_MIN
-        while not self._stop.is_set():
-            try:
-                kvs, revision = self.store.range_at(POOLS)
-                break
-            except CNIError as err:
-                log.warning("pool watch: cannot read %s yet: %s", POOLS, err)
-                self._stop.wait(delay)
-                delay = min(delay * 2, RETRY_MAX)
-        else:
-            return
+    def begin(self) -> None:
+        """The loop's one step (retried while the store is away): read, then watch."""
+        kvs, revision = self.store.range_at(POOLS)
         log.info("pool watch: %d pool record(s) at revision %d; watching from %d",
                  len(kvs), revision, revision + 1)
         self._in_cache(lambda cache: apply_snapshot(cache, kvs, revision), revision)
         self.revision.set(revision)
-        if not self._stop.is_set():
+        if not self.loop.stopping:
             self.watch = self.store.watch(POOLS, revision + 1, self.on_update)
 
     def on_update(self, update: Any) -> None:

@@ -25,7 +25,6 @@ without leases (SQLite, one node) has no heartbeats, so the reaper never acts on
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -33,6 +32,7 @@ from typing import Callable, Sequence
 from cni.spec.errors import CNIError, InvalidConfig
 from ipam.nodes.liveness import HEARTBEATS, NODES, heartbeat_key, node_key, supports_leases
 from ipam.nodes.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
+from ipam.loop import Errors, Periodic
 from ipam.records import AFFINITY, decode, encode
 from ipam.store.base import PREFIX, Compare, Delete, Put, Store
 
@@ -186,25 +186,16 @@ class ReaperLoop:
         self.store, self.node, self.grace, self.interval = store, node, grace, interval
         self.clock = clock
         self.on_pass = on_pass or (lambda report: None)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ipam-reaper", daemon=True)
+        self.loop = Periodic("ipam-reaper", interval, self.run_pass, first=interval,
+                             errors=Errors(log, "reaper pass skipped", logging.INFO))
 
     def start(self) -> "ReaperLoop":
         if self.interval > 0:
-            self._thread.start()
+            self.loop.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.on_pass(reap_dead_nodes(self.store, self.clock(), self.grace,
-                                             self_node=self.node))
-            except CNIError as exc:
-                log.info("reaper pass skipped: %s", exc)
-            except Exception:  # never let the loop die silently
-                log.exception("reaper pass failed")
+    def run_pass(self) -> None:
+        self.on_pass(reap_dead_nodes(self.store, self.clock(), self.grace, self_node=self.node))
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self.loop.stop()

@@ -11,11 +11,11 @@ buffer handle ``_buffer/<node>/<pool>`` (``ipam/outage/txns.py``) and a copy in 
   from the in-memory buffer, journalled (append + fsync) and returned. Buffer empty, no buffer,
   or a static IP request: code 11 at once. Repeating the ADD returns the same addresses.
 - DEL when the store does not answer: journalled, answered as done.
-- The reconciler thread probes the store (at once after a failed call, then every 0.5 s while
-  it stays down; only a failed probe marks it down); once it answers, the journal
-  is replayed in order (one txn per entry), the snapshot rewritten, then the journal shortened,
-  and the buffers refilled. An ADD/DEL arriving while entries wait replays them first, so the
-  store path never overtakes the journal.
+- The reconciler (``ipam/outage/writeback.py``, on the guard's loop) probes the store (at once
+  after a failed call, then every 0.5 s while it stays down; only a failed probe marks it
+  down); once it answers, the journal is replayed in order (one txn per entry), the snapshot
+  rewritten, then the journal shortened, and the buffers refilled. An ADD/DEL arriving while
+  entries wait replays them first, so the store path never overtakes the journal.
 
 STATUS still answers 50 while the store is down (``IpamPlugin.status``). SQLite stores never
 become unreachable and get no guard (``NoGuard``). Known limit: after a restart in the middle
@@ -32,24 +32,23 @@ from typing import Any, Callable, Mapping
 
 from cni.spec.errors import CNIError, TryAgainLater
 from ipam.leases.service import LeaseService
-from ipam.outage.calc import (Names, calc_cancelled, calc_pool_names, entry_handle, entry_record,
-                              handle_dict, leased_ip)
+from ipam.loop import Errors, Loop
+from ipam.outage.calc import Names, calc_pool_names, handle_dict
 from ipam.outage.files import OutageFiles
 from ipam.outage.store import StoreUnreachable
-from ipam.outage.txns import plan_refill, plan_replay, read_buffers
+from ipam.outage.writeback import REFILL_PAUSE, WriteBack
 from ipam.records import HandleId, HandleRecord, LeasedIP
 from ipam.alloc.selection import Selection
 from ipam.store.deadline import call_budget
 
 log = logging.getLogger("pycnid.outage")
 Commit = Callable[[], tuple[HandleRecord, bool]]
-FAST, SLOW = 0.5, 5.0  # reconciler period while something waits / when all is quiet
 CATCH_UP_WAIT = 0.2  # an ADD waits this long for a running replay before using the buffer
-REFILL_PAUSE = 2.0  # seconds between two refill attempts of a pool that stayed short
 
 
-class OutageGuard:
-    """Around a ``LeaseService`` whose store is a ``TrackedStore``."""
+class OutageGuard(WriteBack):
+    """Around a ``LeaseService`` whose store is a ``TrackedStore``; the write-back half (load,
+    sync, replay, refill) is ``WriteBack``."""
 
     def __init__(self, leases: LeaseService, files: OutageFiles, *, size: int, budget: float,
                  clock: Callable[[], float] = time.time, metrics: Any = None) -> None:
@@ -68,10 +67,11 @@ class OutageGuard:
         self._next_wake: dict[str, float] = {}  # ADDs wake the reconciler at most this often
         self._next_refill: dict[str, float] = {}  # a pool that stayed short waits until then
         self._seq = 0
-        self._wake, self._stop = threading.Event(), threading.Event()
+        self._wake = threading.Event()
         self.reach.on_suspect = self._wake.set  # a failed call: probe the store now
-        self._thread = threading.Thread(target=self._run, name="ipam-outage", daemon=True)
         self._counters(metrics)
+        self.loop = Loop("ipam-outage", self.reconcile, retry=self.calc_pause, wake=self._wake,
+                         errors=Errors(log, "outage sync", logging.DEBUG), join_timeout=10)
 
     def _counters(self, metrics: Any) -> None:
         if metrics is None:
@@ -92,44 +92,12 @@ class OutageGuard:
                       lambda: {(): 0 if self.reach.down else 1})
 
     # -- lifecycle --------------------------------------------------------------------------
-    def load(self) -> "OutageGuard":
-        """Read the journal and the snapshot (after a restart: what was served, what is left)."""
-        with self._lock:
-            self.entries = self.files.entries()
-            self._seq = max((int(e.get("seq", 0)) for e in self.entries), default=0)
-            self.stored = self.files.load_buffers()
-            self._rebuild(self.stored)
-            self.pools |= set(self.stored)
-        if self.entries:
-            log.warning("outage journal holds %d entr(ies) to write back", len(self.entries))
-        return self
-
     def start(self) -> "OutageGuard":
-        self._thread.start()
-        self._wake.set()
+        self.loop.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-
-    def _rebuild(self, snapshot: dict[str, list[dict]]) -> None:
-        """pending and buffers from the journal and a snapshot (caller holds _lock)."""
-        pending: dict[str, HandleRecord] = {}
-        served: set[str] = set()
-        for entry in self.entries:
-            key = entry_handle(entry).key
-            if entry["op"] == "add":
-                record = pending[key] = entry_record(entry)
-                served |= {ip.ip for ip in record.ips}
-            else:
-                pending.pop(key, None)
-        self.pending = pending
-        self.buffers = {} if self.files.corrupt else {
-            pool: [ip for ip in map(leased_ip, ips) if ip.ip not in served]
-            for pool, ips in snapshot.items()}
+        self.loop.stop()
 
     # -- the ADD / DEL path -------------------------------------------------------------------
     def acquire(self, handle: HandleId, selection: Selection, attributes: Mapping[str, str],
@@ -244,95 +212,6 @@ class OutageGuard:
                     now >= self._next_wake.get(pool, 0.0):
                 self._next_wake[pool] = now + REFILL_PAUSE
                 self._wake.set()
-
-    # -- the reconciler -----------------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(FAST if self.reach.suspect or self.entries else SLOW)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.sync()
-            except CNIError as exc:
-                log.debug("outage sync: %s", exc)
-            except Exception:  # never let the reconciler die silently
-                log.exception("outage sync failed")
-
-    def sync(self) -> None:
-        """Probe the store; when it answers, write the journal back and refill the buffers."""
-        self.store.status()
-        with self._sync:
-            self.replay()
-            if not self.entries:
-                self.refresh_buffers()
-
-    def replay(self) -> None:
-        """Write journal entries back in order (caller holds _sync); stops at the first error."""
-        with self._lock:
-            batch = list(self.entries)
-        if not batch:
-            return
-        cancelled, done = calc_cancelled(batch), set()
-        try:
-            for entry in batch:
-                self._apply(entry, entry["seq"] in cancelled)
-                done.add(entry["seq"])
-        finally:
-            if done:
-                self._finish_replay(done)
-
-    def _apply(self, entry: dict, cancelled: bool) -> None:
-        handle = entry_handle(entry)
-        if entry["op"] == "del":
-            self.leases.release(handle)
-            self.known.pop(handle.key, None)
-        else:
-            record, now = entry_record(entry), self.clock()
-            conflicts = self.leases.run(lambda plan: plan_replay(
-                self.leases.planner, plan, record, cancelled, now), f"write-back of {handle}")
-            for conflict in conflicts:
-                self.conflicts.inc()
-                log.error("outage write-back conflict: %s", conflict)
-            if not cancelled:
-                self.known[handle.key] = record
-        self.replayed.inc()
-
-    def _finish_replay(self, done: set[int]) -> None:
-        """Snapshot first, then the shorter journal: a crash in between replays again."""
-        stored = read_buffers(self.store, self.node)
-        with self._lock:
-            self.entries = [e for e in self.entries if e["seq"] not in done]
-            self._save({pool: [ip.to_dict() for ip in r.ips] for pool, r in stored.items()})
-            self.files.rewrite(self.entries)
-            self.files.corrupt = False
-            self._rebuild(self.stored)
-        log.info("wrote back %d outage journal entr(ies); %d left", len(done), len(self.entries))
-
-    def refresh_buffers(self) -> None:
-        """Re-read the buffer handles, refill the short ones, save the snapshot if it moved."""
-        stored = read_buffers(self.store, self.node)
-        now = time.monotonic()
-        for name in sorted(self.pools):
-            have = len(stored[name].ips) if name in stored else 0
-            if have >= self.size or now < self._next_refill.get(name, 0.0):
-                continue
-            record = self.leases.run(lambda plan: plan_refill(
-                self.leases.planner, plan, name, self.size, self.clock),
-                f"refill of the outage buffer of {name}")
-            if record is not None:
-                stored[name] = record
-            if (len(record.ips) if record else 0) < self.size:
-                self._next_refill[name] = now + REFILL_PAUSE
-        with self._lock:
-            snapshot = {pool: [ip.to_dict() for ip in r.ips] for pool, r in stored.items()}
-            if snapshot != self.stored:
-                self._save(snapshot)
-            self._rebuild(snapshot)
-
-    def _save(self, snapshot: dict[str, list[dict]]) -> None:
-        self.files.save_buffers(snapshot)
-        self.stored = snapshot
 
 
 class NoGuard:

@@ -1,7 +1,8 @@
 """Keep one etcd lease alive from a background thread, re-granting it when it expired.
 
 pyetcd has lease grant/refresh/revoke but no keepalive loop (IPAM-NOTES §7). ``LeaseKeeper``
-refreshes every ``ttl/3`` seconds; while etcd is unreachable it keeps trying (every 0.5 s after each failed call); when
+refreshes every ``ttl/3`` seconds (on ``ipam/loop.py``); while etcd is unreachable it keeps
+trying (every 0.5 s after each failed call); when
 etcd answers that the lease is gone (it expired during an outage, or someone revoked it) it
 grants a new one and calls ``on_grant(lease_id)`` so the owner re-writes the keys attached to
 it (e.g. the node heartbeat). ``stop(revoke=True)`` ends the thread and revokes the lease, so
@@ -14,6 +15,7 @@ import threading
 from typing import Callable, Protocol
 
 from cni.spec.errors import CNIError
+from ipam.loop import Errors, Loop
 
 log = logging.getLogger("pycnid.store.etcd")
 
@@ -41,12 +43,12 @@ class LeaseKeeper:
         self._ops = ops
         self._on_grant = on_grant
         self._announced = False
-        self._stop = threading.Event()
         self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"etcd-lease-{ttl}s", daemon=True)
+        self.loop = Loop(f"etcd-lease-{ttl}s", self.step, retry=RETRY_INTERVAL,
+                         errors=Errors(log, "lease keepalive"), join_timeout=None)
 
     def start(self) -> "LeaseKeeper":
-        self._thread.start()
+        self.loop.start()
         return self
 
     def wait(self, timeout: float) -> bool:
@@ -54,9 +56,7 @@ class LeaseKeeper:
         return self._ready.wait(timeout)
 
     def stop(self, revoke: bool = True) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self.loop.stop()
         if revoke and self.lease_id:
             try:
                 self._ops.revoke_lease(self.lease_id)
@@ -64,18 +64,6 @@ class LeaseKeeper:
                 log.warning("lease %x not revoked: %s (it expires in %d s)",
                             self.lease_id, exc, self.ttl)
         self.lease_id = 0
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                pause = self.step()
-            except CNIError as exc:
-                log.warning("lease keepalive: %s", exc)
-                pause = RETRY_INTERVAL
-            except Exception:  # never let the keeper die silently
-                log.exception("lease keepalive failed")
-                pause = RETRY_INTERVAL
-            self._stop.wait(pause)
 
     def step(self) -> float:
         """One round: grant or refresh the lease, announce it if not yet. Seconds to wait."""

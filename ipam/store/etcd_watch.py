@@ -21,6 +21,7 @@ from pyetcd.etcdrpc import kv_pb2
 from pyetcd.exceptions import NoServerAvailableError
 
 from cni.spec.errors import CNIError
+from ipam.loop import Backoff, Errors, Loop
 
 from .base import KV
 from .etcd_conn import RETRYABLE, Connection, describe_rpc_error
@@ -89,20 +90,22 @@ class Watch:
         self.relists = 0
         self.endpoint = ""  # the member the stream is on now (host:port)
         self._conn, self._lister, self._callback = conn, lister, callback
-        self._stop = threading.Event()
         self._created = threading.Event()
         self._call_lock = threading.Lock()
         self._call: grpc.Call | None = None
         self._requests: queue.Queue | None = None
-        self._thread = threading.Thread(target=self._run, name=f"etcd-watch {prefix}",
-                                        daemon=True)
+        self.backoff = Backoff(BACKOFF_MIN, BACKOFF_MAX)
+        self.loop = Loop(f"etcd-watch {prefix}", self.step, retry=self.backoff.next,
+                         join_timeout=None, errors=Errors(log, f"watch {prefix}",
+                                                          expected=(Exception,),
+                                                          describe=self.describe_failure))
 
     @property
     def last_revision(self) -> int:
         return max(self.next_revision - 1, 0)
 
     def start(self) -> "Watch":
-        self._thread.start()
+        self.loop.start()
         return self
 
     def wait_created(self, timeout: float) -> bool:
@@ -110,43 +113,44 @@ class Watch:
         return self._created.wait(timeout)
 
     def cancel(self) -> None:
-        self._stop.set()
-        self._end_stream()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+        self.loop.stop(wait=False)
+        self._end_stream()  # the stream ends: the step returns
+        self.loop.join()  # a cancel from the callback (the watch thread) does not wait
 
-    def _run(self) -> None:
-        backoff = BACKOFF_MIN
-        while not self._stop.is_set():
-            try:
-                self.stream_once()
-                backoff = BACKOFF_MIN
-            except Compacted:
-                self.relist()
-                continue
-            except Exception as exc:  # noqa: BLE001 - any failure: resume, never die
-                if self._stop.is_set():
-                    break
-                log.warning("watch %s interrupted at revision %d: %s",
-                            self.prefix, self.last_revision, describe(exc))
-            self._created.clear()
-            self.restarts += 1
-            self._stop.wait(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX)
+    def step(self) -> float:
+        """One stream, then the pause before the next: after a failure the loop takes it from
+        ``backoff``, after a clean end the backoff starts again; a compaction re-lists at once."""
+        try:
+            self.stream_once()
+        except Compacted:
+            self.relist()
+            return 0.0
+        except Exception:  # any failure: the loop reports it and resumes, never dies
+            self.note_restart()
+            raise
+        self.note_restart()
+        return self.backoff.reset().next()
+
+    def note_restart(self) -> None:
+        self._created.clear()
+        self.restarts += 1
+
+    def describe_failure(self, exc: BaseException) -> str:
+        return f"interrupted at revision {self.last_revision}: {describe(exc)}"
 
     def stream_once(self) -> None:
         """One watch stream on one member, until it ends or fails."""
         try:
             endpoint, stubs = self._conn.pick()
         except NoServerAvailableError:
-            self._stop.wait(self._conn.wait_for_retry())
+            self.loop.wait(self._conn.wait_for_retry())
             return
         self.endpoint = endpoint.netloc
         try:
             for response in self.open_stream(stubs):
                 self.handle(response)
         except grpc.RpcError as exc:
-            if not self._stop.is_set() and exc.code() in RETRYABLE:
+            if not self.loop.stopping and exc.code() in RETRYABLE:
                 endpoint.fail()
             raise
         finally:
@@ -161,7 +165,7 @@ class Watch:
         call = stubs.watch.Watch(iter(requests.get, None), metadata=REQUIRE_LEADER)
         with self._call_lock:
             self._call, self._requests = call, requests
-        if self._stop.is_set():
+        if self.loop.stopping:
             self._end_stream()
         return call
 
@@ -174,6 +178,7 @@ class Watch:
             if not self.next_revision:
                 self.next_revision = response.header.revision + 1
             self._created.set()
+            self.loop.recovered()  # the stream is up: a later failure starts a new stretch
         if response.events:
             events = tuple(to_event(e) for e in response.events)
             self.next_revision = events[-1].kv.mod_revision + 1
@@ -187,7 +192,7 @@ class Watch:
             kvs, revision = self._lister.range_at(self.prefix)
         except CNIError as exc:
             log.warning("watch %s: re-list failed: %s", self.prefix, exc)
-            self._stop.wait(BACKOFF_MAX)
+            self.loop.wait(BACKOFF_MAX)
             return
         log.info("watch %s: revision %d compacted, re-listed %d keys at %d",
                  self.prefix, self.next_revision, len(kvs), revision)
