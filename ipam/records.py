@@ -6,19 +6,24 @@ DESIGN.md "Store layout"::
     /pycni/v1/blocks/<pool>/<block-cidr>         affinity node, allocations {ip: handle id}
     /pycni/v1/handles/<network>/<cid>/<ifname>   the IPs held by one attachment + attributes
     /pycni/v1/affinity/<node>/<pool>/<block-cidr>  index: "this node claimed that block"
+    /pycni/v1/nodes/<node>, heartbeats/<node>    node records and their leases (``ipam.nodes``)
+    /pycni/v1/reaper/suspects/<node>             a node the reaper saw without heartbeat
+    /pycni/v1/meta/pools                         bumped by every pool add and rm
 
 The affinity index is written and deleted in the same txn as its block, so a node finds its
 own blocks with one ``keys_only`` range instead of reading every block of the pool.
 
 CIDRs in keys write ``/`` as ``-`` (``10.22.0.0/26`` -> ``10.22.0.0-26``); changing that
 encoding would strand every stored row. Records keep fields they do not know (``extra``), so
-a newer pycnid writing more fields is not undone by an older one.
+a newer pycnid writing more fields is not undone by an older one, nor by ``pycni ipam``.
+This module is the one place keys, codecs and the shared defaults are defined.
 """
 from __future__ import annotations
 
 import ipaddress
 import json
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Mapping
 
 from cni.spec.errors import InternalError
@@ -29,6 +34,16 @@ POOLS = f"{PREFIX}pools/"
 BLOCKS = f"{PREFIX}blocks/"
 HANDLES = f"{PREFIX}handles/"
 AFFINITY = f"{PREFIX}affinity/"
+NODES = f"{PREFIX}nodes/"
+HEARTBEATS = f"{PREFIX}heartbeats/"
+SUSPECTS = f"{PREFIX}reaper/suspects/"
+POOLS_MARKER = f"{PREFIX}meta/pools"
+BUFFER_NETWORK = "_buffer"  # handles/_buffer/<node>/<pool>: a node's outage buffer
+DEFAULT_BLOCK_GRACE = 300.0  # seconds an empty block stays claimed before it goes back
+
+
+class CorruptRecord(InternalError, ValueError):
+    """A stored value that is not a usable record (``details`` says why)."""
 
 
 def cidr_key(cidr: IPNet | str) -> str:
@@ -64,6 +79,20 @@ def affinity_key(node: str, pool: str, cidr: IPNet | str) -> str:
     return affinity_prefix(node, pool) + cidr_key(cidr)
 
 
+def block_affinity_key(node: str, key: str) -> str:
+    """The index key of the block stored at ``key`` when ``node`` claimed it."""
+    return f"{AFFINITY}{node}/{key[len(BLOCKS):]}"
+
+
+def handle_key(handle_id: str) -> str:
+    """The key of a handle named as blocks name it (``network/containerID/ifname``)."""
+    return f"{HANDLES}{handle_id}"
+
+
+def is_buffer_handle(handle_id: str) -> bool:
+    return handle_id.startswith(f"{BUFFER_NETWORK}/")
+
+
 def parse_block_key(key: str) -> tuple[str, str]:
     """(pool, block CIDR) of a block key or of an affinity key."""
     head, _, cidr_text = key.rpartition("/")
@@ -95,9 +124,9 @@ def decode(key: str, value: bytes) -> dict:
     try:
         data = json.loads(value)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InternalError(f"corrupt IPAM record {key}", str(exc)) from None
+        raise CorruptRecord(f"corrupt IPAM record {key}", f"not JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise InternalError(f"corrupt IPAM record {key}", "not a JSON object")
+        raise CorruptRecord(f"corrupt IPAM record {key}", "not a JSON object")
     return data
 
 
@@ -174,9 +203,25 @@ class BlockRecord:
             data["emptySince"] = self.empty_since
         return encode(data)
 
+    @cached_property
+    def net(self) -> IPNet:
+        return ipaddress.ip_network(self.cidr)
+
     @classmethod
     def from_bytes(cls, key: str, value: bytes) -> "BlockRecord":
-        data = decode(key, value)
+        return cls.from_dict(key, decode(key, value))
+
+    @classmethod
+    def at_key(cls, key: str, value: bytes) -> "BlockRecord":
+        """The block stored at ``key``: its pool and CIDR are the key's."""
+        try:
+            pool, cidr = parse_block_key(key)
+        except ValueError as exc:
+            raise CorruptRecord(f"corrupt IPAM block {key}", f"bad block key: {exc!r}") from None
+        return cls.from_dict(key, {**decode(key, value), "pool": pool, "cidr": cidr})
+
+    @classmethod
+    def from_dict(cls, key: str, data: Mapping[str, Any]) -> "BlockRecord":
         try:
             empty = data.get("emptySince")
             return cls(pool=str(data["pool"]), cidr=str(data["cidr"]),
@@ -191,7 +236,8 @@ class BlockRecord:
                                  (data.get("borrowed") or {}).items()},
                        empty_since=float(empty) if empty is not None else None)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InternalError(f"corrupt IPAM block {key}", repr(exc)) from None
+            raise CorruptRecord(f"corrupt IPAM block {key}", f"bad block record: {exc!r}") \
+                from None
 
 
 @dataclass(frozen=True)
@@ -200,14 +246,26 @@ class LeasedIP:
     gateway: str | None
     pool: str
     block: str  # the block's CIDR: "10.22.0.0/26"
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    FIELDS = ("address", "gateway", "pool", "block")
 
     @property
     def ip(self) -> str:
         return self.address.split("/")[0]
 
+    @property
+    def block_key(self) -> str:
+        return block_key(self.pool, self.block)
+
     def to_dict(self) -> dict:
-        return {"address": self.address, "gateway": self.gateway, "pool": self.pool,
-                "block": self.block}
+        return {**self.extra, "address": self.address, "gateway": self.gateway,
+                "pool": self.pool, "block": self.block}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LeasedIP":
+        return cls(str(data["address"]), data.get("gateway"), str(data["pool"]),
+                   str(data["block"]), {k: v for k, v in data.items() if k not in cls.FIELDS})
 
 
 @dataclass(frozen=True)
@@ -218,25 +276,50 @@ class HandleRecord:
     ips: tuple[LeasedIP, ...]
     attributes: Mapping[str, str] = field(default_factory=dict)
     created_at: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    FIELDS = ("network", "containerID", "ifname", "ips", "attributes", "createdAt")
 
     @property
     def node(self) -> str:
         return self.attributes.get("node", "")
 
+    def without(self, ip: str, pool: str | None = None) -> "HandleRecord":
+        """The handle without ``ip`` (only the entry of ``pool`` when given)."""
+        return replace(self, ips=tuple(i for i in self.ips if not (
+            i.ip == ip and (pool is None or i.pool == pool))))
+
     def to_bytes(self) -> bytes:
-        return encode({"network": self.handle.network, "containerID": self.handle.container_id,
-                       "ifname": self.handle.ifname, "ips": [ip.to_dict() for ip in self.ips],
+        return encode({**self.extra, "network": self.handle.network,
+                       "containerID": self.handle.container_id, "ifname": self.handle.ifname,
+                       "ips": [ip.to_dict() for ip in self.ips],
                        "attributes": dict(self.attributes), "createdAt": self.created_at})
 
     @classmethod
     def from_bytes(cls, key: str, value: bytes) -> "HandleRecord":
-        data = decode(key, value)
+        return cls.from_dict(key, decode(key, value))
+
+    @classmethod
+    def from_dict(cls, key: str, data: Mapping[str, Any]) -> "HandleRecord":
         try:
             handle = HandleId(str(data["network"]), str(data["containerID"]), str(data["ifname"]))
-            ips = tuple(LeasedIP(str(ip["address"]), ip.get("gateway"), str(ip["pool"]),
-                                 str(ip["block"])) for ip in data.get("ips") or [])
+            ips = tuple(LeasedIP.from_dict(ip) for ip in data.get("ips") or [])
             return cls(handle, ips, {str(k): str(v) for k, v in
                                      (data.get("attributes") or {}).items()},
-                       float(data.get("createdAt") or 0))
+                       float(data.get("createdAt") or 0),
+                       {k: v for k, v in data.items() if k not in cls.FIELDS})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InternalError(f"corrupt IPAM handle {key}", repr(exc)) from None
+            raise CorruptRecord(f"corrupt IPAM handle {key}", f"bad handle record: {exc!r}") \
+                from None
+
+
+@dataclass(frozen=True)
+class AffinityRecord:
+    """The value of an affinity index entry: the block a node claimed, and when."""
+
+    pool: str
+    cidr: str
+    claimed_at: float
+
+    def to_bytes(self) -> bytes:
+        return encode({"pool": self.pool, "cidr": self.cidr, "claimedAt": self.claimed_at})
