@@ -82,8 +82,9 @@ def _exec(kind: str, req: Request) -> dict | None:
         proc = subprocess.run([binary], input=req.raw_config, env=env, capture_output=True,
                               timeout=EXEC_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise TryAgainLater(f"IPAM plugin {kind} timed out after {EXEC_TIMEOUT:g}s",
-                            f"{binary} did not answer {req.command}") from None
+        err = TryAgainLater(f"IPAM plugin {kind} timed out after {EXEC_TIMEOUT:g}s",
+                            f"{binary} did not answer {req.command}")
+        raise undo_unsettled_add(kind, req, err) from None
     if proc.stderr:
         log.info("ipam %s stderr: %s", kind, proc.stderr.decode(errors="replace").strip())
     out = proc.stdout.decode(errors="replace").strip()
@@ -95,8 +96,21 @@ def _exec(kind: str, req: Request) -> dict | None:
         return canonical(request.decode_json(out, f"result of IPAM plugin {kind}"), req.version,
                          where=f"result of IPAM plugin {kind}")
     except CNIError as exc:
-        raise DelegateFailed(f"IPAM plugin {kind} returned an unreadable result",
-                             str(exc)) from None
+        err = DelegateFailed(f"IPAM plugin {kind} returned an unreadable result", str(exc))
+        raise undo_unsettled_add(kind, req, err) from None
+
+
+def undo_unsettled_add(kind: str, req: Request, err: CNIError) -> CNIError:
+    """An ADD that timed out or answered an unreadable result may have leased an address
+    that no caller knows of: release it (IPAM DEL) before the ADD fails, so a failed ADD
+    leaves nothing behind. An IPAM that answered a CNI error cleaned up after itself."""
+    if req.command == "ADD":
+        try:
+            _exec(kind, as_command(req, "DEL"))
+        except CNIError as undo_err:
+            log.warning("IPAM %s: DEL after the failed ADD failed too: %s", kind, undo_err)
+            err.details = f"{err.details}; its DEL failed too: {undo_err}"
+    return err
 
 
 def _exec_error(kind: str, stdout: str, stderr: str) -> CNIError:

@@ -250,3 +250,25 @@ def test_a_foreign_ipams_internal_error_is_106_not_999(broken_ipam, netns_factor
     assert out.json["msg"] == "buggy-ipam: no IP ranges specified"
     assert "buggy-ipam answered code 999" in out.json["details"]
     assert broken_ipam.residue().is_empty()
+
+
+def test_a_foreign_ipam_add_with_an_unreadable_result_is_undone(tmp_path, served, netns_factory):
+    """Found by make fuzz (host-local with `"routes": [{}]` leased an address, then printed a
+    route pycni cannot read): the ADD that fails with 106 releases what the IPAM leased."""
+    leases = tmp_path / "leases"
+    leases.mkdir()
+    script = tmp_path / "leaky-ipam"
+    script.write_text(f"""#!/bin/sh
+cat >/dev/null
+case "$CNI_COMMAND" in
+ADD) touch {leases}/"$CNI_CONTAINERID"; echo '{{"ips": [{{"address": "10.9.0.2/24"}}], "routes": [{{}}]}}' ;;
+DEL) rm -f {leases}/"$CNI_CONTAINERID" ;;
+esac
+""")
+    script.chmod(0o755)
+    served.cni_path = f"{tmp_path}:{served.cni_path}"
+    out = served.run("ADD", bridge_conf({"type": "leaky-ipam"}), new_cid(),
+                     netns_factory("pod").path)
+    assert out.json["code"] == 106 and "unreadable result" in out.json["msg"]
+    assert list(leases.iterdir()) == []
+    assert served.residue().is_empty()
