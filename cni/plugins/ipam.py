@@ -9,11 +9,13 @@ the prevResult's. GC: releases this node's leases in the network that are not in
 valid (cnitool's gc). STATUS: 50 when the store is unreachable or a pool set has no address
 left for this node.
 
-Addresses come from netconf ranges, cluster pools named in ``ipam.ops.pools``, or the cluster pools
+Addresses come from netconf ranges, cluster pools named in ``ipam.pools``, or the cluster pools
 whose node selector matches this node (``ipam_config``). The daemon config adds ``nodeLabels``
 (for node selectors) and ``ipam.blockReturnGrace`` / ``ipam.housekeepingInterval`` (seconds:
 how long an empty block stays with the node, and how often that is looked at; 0: never). The
-housekeeping thread also rolls back failed ADDs whose txn landed after all.
+housekeeping thread also rolls back failed ADDs whose txn landed after all. pycnid opens the
+store and starts those threads at start-up (``ipam/daemon/wiring.py``); the handler only
+reads ``Services.leases`` and ``Services.node``.
 """
 from __future__ import annotations
 
