@@ -89,10 +89,16 @@ class Loop:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """End the loop; with ``wait``, also wait for the step in progress (``join``)."""
         self._stop.set()
         if self._wake is not None:
             self._wake.set()
+        if wait:
+            self.join()
+
+    def join(self) -> None:
+        """Wait up to ``join_timeout`` for the thread (never from the loop's own step)."""
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.join_timeout)
 
