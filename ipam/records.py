@@ -1,6 +1,6 @@
 """The IPAM data model in the store: key layout and the JSON records (pure, no I/O).
 
-DESIGN.md "Store layout"::
+DESIGN.md "Store layout" (this module is the one place keys, codecs and shared defaults live)::
 
     /pycni/v1/pools/<pool>                       cidr, blockSize, disabled, nodeSelector, ranges
     /pycni/v1/blocks/<pool>/<block-cidr>         affinity node, allocations {ip: handle id}
@@ -16,7 +16,6 @@ own blocks with one ``keys_only`` range instead of reading every block of the po
 CIDRs in keys write ``/`` as ``-`` (``10.22.0.0/26`` -> ``10.22.0.0-26``); changing that
 encoding would strand every stored row. Records keep fields they do not know (``extra``), so
 a newer pycnid writing more fields is not undone by an older one, nor by ``pycni ipam``.
-This module is the one place keys, codecs and the shared defaults are defined.
 """
 from __future__ import annotations
 
@@ -283,11 +282,6 @@ class HandleRecord:
     @property
     def node(self) -> str:
         return self.attributes.get("node", "")
-
-    def without(self, ip: str, pool: str | None = None) -> "HandleRecord":
-        """The handle without ``ip`` (only the entry of ``pool`` when given)."""
-        return replace(self, ips=tuple(i for i in self.ips if not (
-            i.ip == ip and (pool is None or i.pool == pool))))
 
     def to_bytes(self) -> bytes:
         return encode({**self.extra, "network": self.handle.network,

@@ -7,7 +7,7 @@ Counted as they happen (from the lease service's hooks):
 
 Read from the store in the background (pool records and blocks: two ranges, no handles, every
 ``ipam.metricsInterval`` seconds, default 30, by a thread of their own) and counted by
-``ipam.ops.inspect`` exactly as ``pycni ipam show`` counts: ``pycni_ipam_pool_size{pool}``,
+``ipam.alloc.usage`` exactly as ``pycni ipam show`` counts: ``pycni_ipam_pool_size{pool}``,
 ``pycni_ipam_addresses_in_use|free|cooling|borrowed{pool}``, ``pycni_ipam_blocks{pool, node}``.
 A scrape never calls the store: it renders the last good snapshot, whatever the store does (an
 etcd outage makes a read wait its request timeout), with ``pycni_ipam_usage_age_seconds`` (how
@@ -24,9 +24,11 @@ from typing import Any, Callable
 from cni.spec.errors import CNIError, InvalidConfig
 from ipam.daemon.metrics import Labels, labels
 from ipam.loop import Periodic
-from ipam.ops.inspect import BLOCKS, POOLS, BlockView, CorruptRecord, calc_pool_usage, load_json, \
-    parse_pool
-from ipam.store.base import Store
+from ipam.alloc.pool_settings import PoolInvalid
+from ipam.alloc.pool_spec import PoolSpec, spec_from_record
+from ipam.alloc.usage import calc_pool_usage
+from ipam.records import BLOCKS, POOLS, BlockRecord, CorruptRecord, decode
+from ipam.store.base import KV, Store
 
 ADDRESS_STATES = {"in_use": "used", "free": "free", "cooling": "cooling",
                   "borrowed": "borrowed"}
@@ -129,17 +131,26 @@ def start_ipam_metrics(services: Any, store: Store, leases: Any, interval: float
 def read_usage(store: Store, now: float) -> tuple[dict[str, dict[str, int]],
                                                   dict[tuple[str, str], int]]:
     """Per pool {capacity, used, free, cooling, borrowed}, and blocks per (pool, node)."""
-    pools = {view.name: view for view in map(parse_pool, store.range(POOLS)) if view.spec}
-    by_pool: dict[str, list[BlockView]] = {name: [] for name in pools}
+    pools = {name: spec for name, spec in map(read_spec, store.range(POOLS)) if spec}
+    by_pool: dict[str, list[BlockRecord]] = {name: [] for name in pools}
     per_node: dict[tuple[str, str], int] = {}
     for kv in store.range(BLOCKS):
         try:
-            block = BlockView.from_record(kv.key, kv.mod_revision, load_json(kv.value))
+            block = BlockRecord.at_key(kv.key, kv.value)
         except CorruptRecord:
             continue
         by_pool.setdefault(block.pool, []).append(block)
         per_node[(block.pool, block.affinity)] = per_node.get((block.pool, block.affinity), 0) + 1
     usage = {name: {"capacity": u.capacity, **u.to_dict()} for name, u in
-             ((name, calc_pool_usage(pools[name].spec, by_pool[name], {}, now))
+             ((name, calc_pool_usage(pools[name], by_pool[name], {}, now))
               for name in pools)}
     return usage, per_node
+
+
+def read_spec(kv: KV) -> tuple[str, PoolSpec | None]:
+    """A pool record's spec (None: unusable); a corrupt record fails the read."""
+    name = kv.key[len(POOLS):]
+    try:
+        return name, spec_from_record({**decode(kv.key, kv.value), "name": name})
+    except PoolInvalid:
+        return name, None

@@ -35,8 +35,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ipam.ops.inspect import AFFINITY, BLOCKS, HandleIP, HandleView, Snapshot, affinity_key
-from ipam.alloc.pool_spec import IPNet
+from ipam.ops.inspect import HandleIP, HandleView, Snapshot
+from ipam.records import AFFINITY, BLOCKS, IPNet, block_affinity_key, pool_key
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def claim_scope(snap: Snapshot, pool: str) -> str:
 
 def find_problems(snap: Snapshot) -> list[Finding]:
     out = [Finding("corrupt-record", f"{key}: {why}", key) for key, why in snap.corrupt]
-    out += [Finding("bad-pool", f"pool {v.name}: {v.error}", f"/pycni/v1/pools/{v.name}")
+    out += [Finding("bad-pool", f"pool {v.name}: {v.error}", pool_key(v.name))
             for v in snap.pools.values() if v.spec is None]
     out += find_block_problems(snap)
     orphans = {h.id for h in snap.handles.values() if is_orphan_handle(snap, h)}
@@ -206,7 +206,7 @@ def find_affinity_problems(snap: Snapshot) -> list[Finding]:
     """The index /pycni/v1/affinity/<node>/<pool>/<block> against the blocks' affinity."""
     out = []
     for block in sorted(snap.blocks.values(), key=lambda b: b.key):
-        key = affinity_key(block.affinity, block.key) if block.affinity else None
+        key = block_affinity_key(block.affinity, block.key) if block.affinity else None
         if key and key not in snap.affinities:
             out.append(Finding("missing-affinity", f"block {block.cidr} of pool {block.pool} "
                                                    f"is node {block.affinity}'s but not in its "

@@ -1,93 +1,47 @@
-"""Edits of stored block and handle records as JSON dicts (pure), keeping every field.
+"""Edits the operator tools make to stored records (pure), on the record types of ``ipam.records``.
 
-The operator tools (release, gc, pool rm --force) rewrite records the allocator wrote; they
-work on the decoded JSON so a field they do not know (added by a newer pycnid) survives.
-A freed address is stamped in the block's ``released`` map (reuse cooldown, issue 3) and a
-block left without allocations gets ``emptySince``.
+The operator tools (release, gc, pool rm --force) rewrite records the allocator wrote. They
+edit the same ``BlockRecord`` / ``HandleRecord`` the daemon does; a field they do not know
+(added by a newer pycnid) is carried in the record's ``extra`` and written back. A freed
+address is stamped in the block's ``released`` map (reuse cooldown, issue 3) and a block left
+without allocations gets ``emptySince``.
 """
 from __future__ import annotations
 
-import copy
-import json
-from typing import Any, Mapping
+from dataclasses import replace
+from typing import Any, Iterable, Mapping
 
-from ipam.store.base import KV
-
-
-def encode(data: Mapping[str, Any]) -> bytes:
-    """The same encoding as ``ipam.records.encode``."""
-    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+from ipam.records import BlockRecord, HandleRecord
 
 
-def decoded(kv: KV | None) -> tuple[int, dict | None]:
-    """(mod_revision, JSON) of a key just read; (0, None) when absent. Corrupt values raise
-    ValueError."""
-    if kv is None:
-        return 0, None
-    data = json.loads(kv.value)
-    if not isinstance(data, dict):
-        raise ValueError(f"{kv.key} is not a JSON object")
-    return kv.mod_revision, data
-
-
-def block_without(block: Mapping[str, Any], ips: list[str], now: float) -> dict:
-    out = copy.deepcopy(dict(block))
-    allocations = dict(out.get("allocations") or {})
-    released = dict(out.get("released") or {})
-    borrowed = dict(out.get("borrowed") or {})
+def block_without(block: BlockRecord, ips: Iterable[str], now: float) -> BlockRecord:
+    """``ips`` freed; those that were allocated start their reuse delay at ``now``."""
     for ip in ips:
-        borrowed.pop(ip, None)
-        if allocations.pop(ip, None) is not None:
-            released[ip] = now
-    out["allocations"], out["released"] = allocations, released
-    set_or_drop(out, "borrowed", borrowed)
-    if not allocations and not out.get("emptySince"):
-        out["emptySince"] = now
-    return out
+        block = block.without(ip, released_at=now if ip in block.allocations else None)
+    return block
 
 
-def block_with(block: Mapping[str, Any], ip: str, holder: str, node: str = "") -> dict:
+def block_with(block: BlockRecord, ip: str, holder: str, node: str = "") -> BlockRecord:
     """``ip`` allocated to ``holder``; marked borrowed when ``node`` is not the block's."""
-    out = copy.deepcopy(dict(block))
-    out["allocations"] = {**(out.get("allocations") or {}), ip: holder}
-    released = dict(out.get("released") or {})
-    released.pop(ip, None)
-    set_or_drop(out, "released", released)
-    borrowed = dict(out.get("borrowed") or {})
-    borrowed.pop(ip, None)
-    if node and node != out.get("affinity"):
-        borrowed[ip] = node
-    set_or_drop(out, "borrowed", borrowed)
-    out.pop("emptySince", None)
-    return out
+    return block.with_allocation(ip, holder, advance=False, borrower=node or None)
 
 
-def set_or_drop(record: dict, name: str, value: dict) -> None:
-    """Like ``BlockRecord.to_bytes``: an empty map is left out."""
-    if value:
-        record[name] = value
-    else:
-        record.pop(name, None)
-
-
-def affinity_record(pool: str, cidr: str, claimed_at: float) -> dict:
-    """The value of /pycni/v1/affinity/<node>/<pool>/<block> (as ``ipam.alloc.plan`` writes it)."""
-    return {"pool": pool, "cidr": cidr, "claimedAt": claimed_at}
-
-
-def new_block(pool: str, cidr: str, node: str, now: float) -> dict:
-    return {"pool": pool, "cidr": cidr, "affinity": node, "allocations": {}, "last": None,
-            "claimedAt": now}
-
-
-def handle_ips(handle: Mapping[str, Any]) -> list[str]:
-    return [str(item.get("address", "")).split("/")[0] for item in handle.get("ips") or ()]
-
-
-def handle_without(handle: Mapping[str, Any], ip: str, pool: str | None = None) -> dict:
+def handle_without(handle: HandleRecord, ip: str, pool: str | None = None) -> HandleRecord:
     """The handle without ``ip`` (only the entry of ``pool`` when given)."""
-    out = copy.deepcopy(dict(handle))
-    out["ips"] = [item for item in out.get("ips") or ()
-                  if not (str(item.get("address", "")).split("/")[0] == ip
-                          and (pool is None or item.get("pool") == pool))]
-    return out
+    return replace(handle, ips=tuple(item for item in handle.ips if not (
+        item.ip == ip and (pool is None or item.pool == pool))))
+
+
+def block_at(key: str, data: Mapping[str, Any] | None) -> BlockRecord | None:
+    """The block record of a decoded value (None: absent); unusable raises CorruptRecord."""
+    return None if data is None else BlockRecord.from_dict(key, data)
+
+
+def handle_at(key: str, data: Mapping[str, Any] | None) -> HandleRecord | None:
+    return None if data is None else HandleRecord.from_dict(key, data)
+
+
+def lists(handle: HandleRecord | None, ip: str, block_key: str) -> bool:
+    """Whether the handle record lists ``ip`` in the block at ``block_key``."""
+    return any(item.ip == ip and item.block_key == block_key
+               for item in (handle.ips if handle else ()))

@@ -12,22 +12,24 @@
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cni.spec.errors import AddressConflict, InvalidConfig, TryAgainLater
-from ipam.ops.edits import encode
-from ipam.ops.inspect import BLOCKS, POOLS, PoolView, Snapshot, affinity_key, parse_pool
+from ipam.ops.inspect import PoolView, Snapshot, parse_pool
 from ipam.alloc.pool_spec import PoolSpec, record_of
 from ipam.ops.pool_update import PoolUpdate, calc_updated_record, find_gateway_conflicts
 from ipam.ops.release import CHUNK, release_in_block
 from ipam.ops.repair import read_snapshot
-from ipam.store.base import KV, PREFIX, Compare, Delete, Put, Store
+from ipam.records import POOLS, BlockRecord, CorruptRecord, block_affinity_key, \
+    blocks_prefix, decode, encode, is_buffer_handle, pool_key
+from ipam.records import POOLS_MARKER as MARKER
+from ipam.store.base import KV, Compare, Delete, Put, Store
+from ipam.store.cas import LOST, Lost, Retry, run_cas
 
-MARKER = f"{PREFIX}meta/pools"
 MAX_ATTEMPTS = 5
+RETRY = Retry(MAX_ATTEMPTS, base=0.02, linear=True)  # 20 ms, 40 ms ... between attempts
 
 
 class PoolNotFound(InvalidConfig):
@@ -46,22 +48,17 @@ def read_pool(store: Store, name: str) -> tuple[int, dict]:
     """An existing pool by name (netconf pools of IPv6 subnets have ':' in theirs)."""
     if not name or "/" in name:
         raise PoolNotFound(f"invalid pool name {name!r}", "see pycni ipam pool ls")
-    kv = store.get(f"{POOLS}{name}")
+    kv = store.get(pool_key(name))
     if kv is None:
         raise PoolNotFound(f"pool {name} does not exist", "see pycni ipam pool ls")
-    return kv.mod_revision, json.loads(kv.value)
+    return kv.mod_revision, decode(kv.key, kv.value)
 
 
 def attempts(what: str, store: Store, body: Callable[[], Any]) -> Any:
     """Run ``body`` until it returns non-None (a committed txn), a few times at most."""
-    for attempt in range(MAX_ATTEMPTS):
-        if attempt:
-            time.sleep(0.02 * attempt)
-        result = body()
-        if result is not None:
-            return result
-    raise TryAgainLater(f"{what}: the pools kept changing ({MAX_ATTEMPTS} attempts)",
-                        f"store {store.name}; retry")
+    return run_cas(lambda: LOST if (result := body()) is None else result, RETRY,
+                   TryAgainLater(f"{what}: the pools kept changing ({MAX_ATTEMPTS} attempts)",
+                                 f"store {store.name}; retry"))
 
 
 def add_pool(store: Store, spec: PoolSpec) -> dict:
@@ -71,9 +68,9 @@ def add_pool(store: Store, spec: PoolSpec) -> dict:
         pools = list_pools(store)
         validate_new(store, spec, pools)
         record = record_of(spec)
-        key = f"{POOLS}{spec.name}"
+        key = pool_key(spec.name)
         compares = [Compare(key, 0), Compare(MARKER, marker.mod_revision if marker else 0),
-                    *(Compare(f"{POOLS}{p.name}", p.rev) for p in pools)]
+                    *(Compare(pool_key(p.name), p.rev) for p in pools)]
         ops = [Put(key, encode(record)), Put(MARKER, encode(marker_record("add", spec.name)))]
         return record if store.txn(compares, ops).succeeded else None
     return attempts(f"pool add {spec.name}", store, once)
@@ -95,7 +92,7 @@ def validate_new(store: Store, spec: PoolSpec, pools: list[PoolView]) -> None:
                 else "pool"
             raise AddressConflict(f"{spec.cidr} overlaps {kind} {other.name} "
                                   f"({other.spec.cidr})", "pools must not share addresses")
-    if store.range(f"{BLOCKS}{spec.name}/", keys_only=True, limit=1):
+    if store.range(blocks_prefix(spec.name), keys_only=True, limit=1):
         raise AddressConflict(f"blocks of an earlier pool {spec.name} are still stored",
                               "run pycni ipam gc (or choose another name)")
 
@@ -111,7 +108,7 @@ def set_pool(store: Store, name: str, update: PoolUpdate) -> SetResult:
     def once() -> SetResult | None:
         rev, old = read_pool(store, name)
         new = calc_updated_record(old, update)
-        compares = [Compare(f"{POOLS}{name}", rev)]
+        compares = [Compare(pool_key(name), rev)]
         snap = read_snapshot(store) if update.needs_blocks(old, new) else None
         warnings: list[str] = []
         if snap is not None:
@@ -124,7 +121,7 @@ def set_pool(store: Store, name: str, update: PoolUpdate) -> SetResult:
             compares += [Compare(b.key, b.rev) for b in snap.blocks_of(name)]
         if new == old:
             return SetResult(old, new, warnings)
-        if store.txn(compares, [Put(f"{POOLS}{name}", encode(new))]).succeeded:
+        if store.txn(compares, [Put(pool_key(name), encode(new))]).succeeded:
             return SetResult(old, new, warnings)
         return None
     return attempts(f"pool set {name}", store, once)
@@ -136,7 +133,7 @@ def held_addresses(snap: Snapshot, name: str, buffers: bool) -> dict[str, set[st
     found: dict[str, set[str]] = {}
     for block in snap.blocks_of(name):
         for holder in block.allocations.values():
-            if holder.startswith("_buffer/") == buffers:
+            if is_buffer_handle(holder) == buffers:
                 found.setdefault(block.key, set()).add(holder)
     for handle in snap.handles.values():
         if handle.is_buffer != buffers:
@@ -158,8 +155,8 @@ def set_disabled(store: Store, name: str, disabled: bool) -> None:
         rev, record = read_pool(store, name)
         if record.get("disabled") == disabled:
             return True
-        ops = [Put(f"{POOLS}{name}", encode({**record, "disabled": disabled}))]
-        return True if store.txn([Compare(f"{POOLS}{name}", rev)], ops).succeeded else None
+        ops = [Put(pool_key(name), encode({**record, "disabled": disabled}))]
+        return True if store.txn([Compare(pool_key(name), rev)], ops).succeeded else None
     attempts(f"pool {'disable' if disabled else 'enable'} {name}", store, once)
 
 
@@ -185,9 +182,9 @@ def remove_pool(store: Store, name: str, force: bool = False,
     def once() -> bool | None:
         rev, _ = read_pool(store, name)
         marker = store.get(MARKER)
-        ok = store.txn([Compare(f"{POOLS}{name}", rev),
+        ok = store.txn([Compare(pool_key(name), rev),
                         Compare(MARKER, marker.mod_revision if marker else 0)],
-                       [Delete(f"{POOLS}{name}"),
+                       [Delete(pool_key(name)),
                         Put(MARKER, encode(marker_record("rm", name)))]).succeeded
         return True if ok else None
     attempts(f"pool rm {name}", store, once)
@@ -214,36 +211,40 @@ def release_all(store: Store, snap: Snapshot, name: str, now: float) -> int:
     return count
 
 
-def read_block_json(kv: KV) -> dict:
+def read_block(kv: KV) -> BlockRecord | None:
     try:
-        data = json.loads(kv.value)
-    except ValueError:
-        return {}  # a corrupt block of a pool being removed goes with it
-    return data if isinstance(data, dict) else {}
+        return BlockRecord.from_bytes(kv.key, kv.value)
+    except CorruptRecord:
+        return None  # a corrupt block of a pool being removed goes with it
 
 
 def delete_blocks(store: Store, name: str) -> int:
     """Delete the pool's blocks (all empty by now) with their affinity index entries, a
     chunk per txn, every key compared."""
     deleted = 0
-    for _ in range(MAX_ATTEMPTS):
-        blocks = [(kv, read_block_json(kv)) for kv in store.range(f"{BLOCKS}{name}/")]
+
+    def attempt() -> int | Lost:  # one pass: delete what is left, then look again
+        nonlocal deleted
+        blocks = [(kv, read_block(kv)) for kv in store.range(blocks_prefix(name))]
         if not blocks:
             return deleted
-        busy = [kv.key for kv, data in blocks if data.get("allocations")]
+        busy = [kv.key for kv, block in blocks if block and block.allocations]
         if busy:
             raise PoolInUse(f"pool {name}: block(s) still hold addresses: {', '.join(busy[:3])}",
                             "a release lost a race; run the command again")
         for start in range(0, len(blocks), CHUNK // 2):
             compares, ops = [], []
-            for kv, data in blocks[start:start + CHUNK // 2]:
+            for kv, block in blocks[start:start + CHUNK // 2]:
                 compares.append(Compare(kv.key, kv.mod_revision))
                 ops.append(Delete(kv.key))
-                index = store.get(affinity_key(str(data.get("affinity")), kv.key)) \
-                    if data.get("affinity") else None
+                index = store.get(block_affinity_key(block.affinity, kv.key)) \
+                    if block and block.affinity else None
                 if index is not None:
                     compares.append(Compare(index.key, index.mod_revision))
                     ops.append(Delete(index.key))
             if store.txn(compares, ops).succeeded:
                 deleted += len(blocks[start:start + CHUNK // 2])
-    raise TryAgainLater(f"pool rm {name}: its blocks kept changing", f"store {store.name}")
+        return LOST
+
+    return run_cas(attempt, Retry(MAX_ATTEMPTS), TryAgainLater(
+        f"pool rm {name}: its blocks kept changing", f"store {store.name}"))

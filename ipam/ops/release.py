@@ -11,10 +11,11 @@ import time
 from typing import Any
 
 from cni.spec.errors import AddressConflict, InvalidConfig
-from ipam.ops.edits import block_without, handle_without
+from ipam.ops.edits import block_at, block_without, handle_at, handle_without, lists
 from ipam.ops.inspect import Snapshot
-from ipam.ops.repair import (Change, Current, Skip, apply_with_retry, handle_key, lists,
-                         put_or_delete_handle, read_snapshot)
+from ipam.ops.repair import (Change, Current, Skip, apply_with_retry, put_or_delete_handle,
+                             read_snapshot)
+from ipam.records import handle_key
 from ipam.store.base import Store
 
 CHUNK = 100  # etcd allows 128 ops per txn
@@ -46,13 +47,13 @@ def holders_of(snap: Snapshot, ip: str, pool: str | None) -> dict[str, set[str]]
 def plan_release(block_key: str, ips: set[str], handle_ids: list[str], cur: Current,
                  now: float) -> Change:
     change = Change(compares={k: rev for k, (rev, _) in cur.items()})
-    block = cur[block_key][1]
-    held = {ip for ip in ips if ip in ((block or {}).get("allocations") or {})}
-    if held:
+    block = block_at(block_key, cur[block_key][1])
+    held = {ip for ip in ips if block and ip in block.allocations}
+    if block and held:
         change.puts[block_key] = block_without(block, sorted(held), now)
     pool = block_key.split("/")[-2]
     for handle_id in handle_ids:
-        record = cur[handle_key(handle_id)][1]
+        record = handle_at(handle_key(handle_id), cur[handle_key(handle_id)][1])
         listed = [ip for ip in sorted(ips) if lists(record, ip, block_key)]
         for ip in listed:
             record = handle_without(record, ip, pool)

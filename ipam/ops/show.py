@@ -14,9 +14,10 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from ipam.ops.inspect import (BlockView, HandleView, Snapshot, calc_block_usage, calc_pool_usage,
-                          is_borrowed, is_cooling)
 from ipam.alloc.pool_spec import PoolSpec, render_selector
+from ipam.alloc.usage import calc_block_usage, calc_pool_usage, is_borrowed, is_cooling
+from ipam.ops.inspect import BlockView, HandleView, Snapshot
+from ipam.records import HANDLES
 
 
 def pool_summary(name: str, snap: Snapshot, now: float) -> dict[str, Any]:
@@ -114,8 +115,8 @@ def handle_summary(handle: HandleView, snap: Snapshot) -> dict[str, Any]:
 
 def match_handles(snap: Snapshot, query: str) -> list[HandleView]:
     query = query.strip().strip("/")
-    if query.startswith("pycni/v1/handles/"):
-        query = query[len("pycni/v1/handles/"):]
+    if query.startswith(HANDLES.lstrip("/")):
+        query = query[len(HANDLES.lstrip("/")):]
     parts = query.split("/")
     if len(parts) == 1:
         found = [h for h in snap.handles.values() if h.id.split("/")[1:2] == parts]
