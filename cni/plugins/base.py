@@ -50,7 +50,7 @@ class Histogram(Protocol):
 
 
 class MetricsRegistry(Protocol):
-    """What handlers need from pycnid's registry (``ipam.daemon.metrics.Registry``)."""
+    """What handlers need from pycnid's registry (``ipam.metrics.Registry``)."""
 
     def counter(self, name: str, help_text: str) -> Counter: ...
 

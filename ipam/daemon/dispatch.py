@@ -78,7 +78,7 @@ class Dispatcher:
         self.plugins = plugins
         self.locks = AttachmentLocks()
         if metrics is None:
-            from .metrics import Registry
+            from ipam.metrics import Registry
 
             metrics = Registry()
         self.requests = metrics.counter("pycni_requests_total",

@@ -9,10 +9,11 @@ import threading
 from typing import Any
 
 from cni.spec.errors import CNIError
+from ipam.metrics import Registry
 from .config import DaemonConfig, load_daemon_config
 from .dispatch import Dispatcher
 from .logs import setup_logging
-from .metrics import MetricsServer, Registry
+from .metrics_server import MetricsServer
 from .server import PluginServer
 from .wiring import Lifecycle, build_plugins, wire_node
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.daemon.metrics import Labels, labels
+from ipam.metrics import Labels, labels
 from ipam.loop import Periodic
 from ipam.alloc.pool_settings import PoolInvalid
 from ipam.alloc.pool_spec import PoolSpec, spec_from_record

@@ -75,7 +75,7 @@ class OutageGuard(WriteBack):
 
     def _counters(self, metrics: Any) -> None:
         if metrics is None:
-            from ipam.daemon.metrics import Registry
+            from ipam.metrics import Registry
             metrics = Registry()
         self.served = metrics.counter("pycni_ipam_outage_served_total",
                                       "ADDs answered from the outage buffer")

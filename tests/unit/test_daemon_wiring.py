@@ -12,7 +12,7 @@ import pytest
 from cni.plugins.base import Services
 from cni.spec.errors import InvalidConfig
 from ipam.daemon.config import parse_daemon_config
-from ipam.daemon.metrics import Registry
+from ipam.metrics import Registry
 from ipam.daemon.wiring import PLUGINS, Lifecycle, build_plugins, wire_node
 
 

@@ -11,7 +11,7 @@ from cni.plugins.delegate import delegate
 from cni.spec.errors import CheckFailed, NotAvailable
 from cni.spec.request import Request, parse_config, parse_env
 from ipam.daemon.config import parse_daemon_config
-from ipam.daemon.metrics import Registry
+from ipam.metrics import Registry
 from ipam.daemon.wiring import Lifecycle, wire_node
 
 

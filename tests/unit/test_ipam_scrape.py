@@ -9,7 +9,7 @@ import pytest
 from cni.plugins import ipam as ipam_plugin
 from cni.spec.request import Request, parse_config, parse_env
 from ipam.daemon.config import parse_daemon_config
-from ipam.daemon.metrics import Registry
+from ipam.metrics import Registry
 from ipam.daemon.wiring import Lifecycle, wire_node
 from tests.fixtures.ipam_pools import put_pool
 

@@ -12,7 +12,7 @@ from hypothesis import example, given, strategies as st
 
 from cni.plugins.ipam_config import parse_daemon_options
 from cni.spec.errors import InvalidConfig, TryAgainLater
-from ipam.daemon.metrics import Registry
+from ipam.metrics import Registry
 from ipam.daemon.wiring import Lifecycle
 from ipam.loop import Periodic
 from ipam.leases.metrics import IpamMetrics, start_ipam_metrics

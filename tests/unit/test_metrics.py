@@ -7,7 +7,8 @@ import struct
 import threading
 import urllib.request
 
-from ipam.daemon.metrics import MetricsServer, Registry, labels
+from ipam.daemon.metrics_server import MetricsServer
+from ipam.metrics import Registry, labels
 from tests.fixtures.waiting import wait_for
 
 
