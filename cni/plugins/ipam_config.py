@@ -26,6 +26,7 @@ from cni.plugins.ipam_ranges import invalid, parse_ip, parse_range_sets
 from cni.spec.errors import InvalidConfig
 from ipam.alloc.allocator import Range
 from ipam.alloc.selection import Selection
+from ipam.records import DEFAULT_BLOCK_GRACE
 
 CACHE_SIZE = 256  # distinct IPAM netconfs remembered (cleared whole when full)
 UINT32_MAX = 2**32 - 1
@@ -169,7 +170,7 @@ class DaemonOptions:
     ``ipam.housekeepingInterval``, ``ipam.metricsInterval``."""
 
     labels: Mapping[str, str]
-    block_grace: float = 300.0
+    block_grace: float = DEFAULT_BLOCK_GRACE
     housekeeping_interval: float = 30.0
     metrics_interval: float = 30.0
 

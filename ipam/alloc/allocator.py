@@ -26,11 +26,10 @@ from typing import Any, Collection, Iterator, Mapping
 
 from cni.spec.errors import CNIError, InternalError
 from ipam.alloc.intervals import Interval, count
-from ipam.alloc.pool_spec import PoolSpec, calc_exclusions, spec_from_record
+from ipam.alloc.pool_spec import DEFAULT_BLOCK_SIZE, PoolSpec, calc_exclusions, spec_from_record
 from ipam.records import IPNet, cidr_key
 
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
-DEFAULT_BLOCK_PREFIX = {4: 26, 6: 122}
 SEGMENT_CACHE_LIMIT = 4096
 
 
@@ -128,7 +127,7 @@ def calc_pool_name(network: str, subnet: IPNet) -> str:
 
 def calc_block_prefix(subnet: IPNet, requested: int | None = None) -> int:
     """The block prefix length: the requested or default one, never wider than the subnet."""
-    prefix = requested if requested is not None else DEFAULT_BLOCK_PREFIX[subnet.version]
+    prefix = requested if requested is not None else DEFAULT_BLOCK_SIZE[subnet.version]
     return min(max(prefix, subnet.prefixlen), subnet.max_prefixlen)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ipam.records import BlockRecord, HandleRecord, encode
+from ipam.records import AffinityRecord, BlockRecord, HandleRecord, encode
 from ipam.store.base import Compare, Delete, Op, Put
 
 MAX_TXN_OPS = 120  # etcd's default --max-txn-ops is 128
@@ -82,7 +82,7 @@ class Plan:
     def put_affinity(self, key: str, revision: int, pool: str, cidr: str,
                      claimed_at: float) -> None:
         self.affinities[key] = (pool, cidr, True)
-        self.put(key, revision, encode({"pool": pool, "cidr": cidr, "claimedAt": claimed_at}))
+        self.put(key, revision, AffinityRecord(pool, cidr, claimed_at).to_bytes())
 
     def delete_affinity(self, key: str, revision: int, pool: str, cidr: str) -> None:
         self.affinities[key] = (pool, cidr, False)

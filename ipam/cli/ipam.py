@@ -12,6 +12,7 @@ import time
 
 import click
 
+from ipam.alloc.pool_spec import DEFAULT_REUSE_DELAY
 from ipam.cli._ipam_cmd import EXIT_PROBLEMS, Env, Failed, command_options
 from ipam.cli._ipam_output import (render_check, render_gc, render_handles, render_ip,
                                    render_overview, render_pool, render_pool_list)
@@ -41,7 +42,7 @@ def pool() -> None:
 @click.option("--gateway", type=click.Choice(["none", "first"]), default="first",
               show_default=True, help="first: each block's first usable address is its gateway "
               "(what a bridge with isGateway needs); none: no gateway is handed out")
-@click.option("--reuse-delay", type=float, default=120, show_default=True,
+@click.option("--reuse-delay", type=float, default=DEFAULT_REUSE_DELAY, show_default=True,
               help="seconds a released address waits before it is handed out again")
 @command_options
 def pool_add(env: Env, name: str, cidr: str, block_size: int | None,

@@ -6,10 +6,10 @@ import socket as _socket
 from dataclasses import dataclass, field
 from typing import Any
 
+from cni.exe import DEFAULT_SOCKET  # the executable's default (stdlib only): one definition
 from cni.spec.errors import InvalidConfig
 
 DEFAULT_CONFIG_PATH = "/etc/pycni/pycnid.json"
-DEFAULT_SOCKET = "/run/pycni/pycnid.sock"
 DEFAULT_STATE_DIR = "/var/lib/pycni"
 DEFAULT_WORKERS = 16
 MAX_WORKERS = 1024

@@ -28,14 +28,13 @@ from ipam.alloc.plan_view import PlanView
 from ipam.alloc.planner import Planner, exhausted
 from ipam.alloc.policy import choose_address
 from ipam.leases.poolcache import PoolCache
-from ipam.records import HANDLES, HandleId, HandleRecord, handles_prefix
+from ipam.records import DEFAULT_BLOCK_GRACE, HANDLES, HandleId, HandleRecord, handles_prefix
 from ipam.alloc.selection import RangeSets, Selection, as_selection
 from ipam.store.base import Store
 
 log = logging.getLogger("pycnid.ipam")
 T = TypeVar("T")
 MAX_ATTEMPTS = 16
-DEFAULT_BLOCK_GRACE = 300.0
 IN_DOUBT_WINDOW = 60.0  # seconds a txn that failed without an answer may still land
 
 

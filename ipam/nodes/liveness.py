@@ -26,12 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from cni.spec.errors import CNIError, TryAgainLater
-from ipam.records import decode, encode
-from ipam.store.base import PREFIX, Compare, Put, Store
+from ipam.records import HEARTBEATS, NODES, decode, encode
+from ipam.store.base import Compare, Put, Store
 
 log = logging.getLogger("pycnid.liveness")
-NODES = f"{PREFIX}nodes/"
-HEARTBEATS = f"{PREFIX}heartbeats/"
 WRITE_ATTEMPTS = 8
 
 

@@ -33,11 +33,10 @@ from cni.spec.errors import CNIError, InvalidConfig
 from ipam.nodes.liveness import HEARTBEATS, NODES, heartbeat_key, node_key, supports_leases
 from ipam.nodes.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
 from ipam.loop import Errors, Periodic
-from ipam.records import AFFINITY, decode, encode
-from ipam.store.base import PREFIX, Compare, Delete, Put, Store
+from ipam.records import AFFINITY, SUSPECTS, decode, encode
+from ipam.store.base import Compare, Delete, Put, Store
 
 log = logging.getLogger("pycnid.reaper")
-SUSPECTS = f"{PREFIX}reaper/suspects/"
 
 
 def suspect_key(node: str) -> str:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cni.spec.errors import CNIError, TryAgainLater
+from ipam.alloc.pool_spec import DEFAULT_REUSE_DELAY
 from ipam.records import (BLOCKS, HANDLES, BlockRecord, HandleRecord, affinity_key, block_key,
                           decode, pool_key)
 from ipam.store.base import KV, Compare, Delete, Op, Put, Store
 
 ATTEMPTS = 16
-DEFAULT_REUSE_DELAY = 120.0
 
 
 class GuardFailed(TryAgainLater):

@@ -21,11 +21,10 @@ from typing import Callable
 from cni.spec.errors import AddressExhausted
 from ipam.alloc.plan import Plan
 from ipam.alloc.planner import Planner
-from ipam.records import (BlockRecord, HandleId, HandleRecord, LeasedIP, affinity_key,
-                          block_key, handles_prefix)
+from ipam.records import (BUFFER_NETWORK, BlockRecord, HandleId, HandleRecord, LeasedIP,
+                          affinity_key, block_key, handles_prefix)
 from ipam.store.base import Store
 
-BUFFER_NETWORK = "_buffer"
 BUFFER_ROLE = "outage-buffer"
 
 
