@@ -15,18 +15,18 @@ turns N round trips into one, which is what keeps a node fast when kubelet start
 """
 from __future__ import annotations
 
-import random
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 
 from cni.spec.errors import TryAgainLater
 from ipam.alloc.plan import MAX_TXN_OPS, Plan
+from ipam.store.cas import LOST, Lost, Retry, run_cas
 
 T = TypeVar("T")
 BACKOFF_CAP = 0.05
+FIRST_PAUSE = 0.004  # the second retry's (the first retry is at once)
 
 
 @dataclass(eq=False)  # jobs are compared by identity (queue.remove)
@@ -46,7 +46,8 @@ class Job(Generic[T]):
 @dataclass
 class Combiner:
     """``commit(plan) -> bool`` runs the txn (and updates the cache); ``refresh(plan)`` re-reads
-    what a lost txn compared; ``on_retry()`` counts each further attempt."""
+    what a lost txn compared; ``on_retry()`` counts each further attempt, ``on_conflict()``
+    each lost txn."""
 
     commit: Callable[[Plan], bool]
     refresh: Callable[[Plan], None]
@@ -54,6 +55,7 @@ class Combiner:
     max_batch: int = 16
     store_name: str = "the store"
     on_retry: Callable[[], None] = lambda: None
+    on_conflict: Callable[[], None] = lambda: None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _queue: deque = field(default_factory=deque)
     _leading: bool = False
@@ -99,23 +101,30 @@ class Combiner:
                 if not job.done:
                     job.finish(error=exc)
 
+    @property
+    def retry(self) -> Retry:
+        return Retry(self.attempts, base=FIRST_PAUSE, cap=BACKOFF_CAP, jitter=True, immediate=1)
+
     def _serve(self, batch: list[Job]) -> None:
-        for attempt in range(self.attempts):
-            if attempt:  # the first retry at once: the lost keys were just re-read
-                self.on_retry()
-            if attempt > 1:
-                time.sleep(random.uniform(0, min(BACKOFF_CAP, 0.001 * 2 ** attempt)))
-            plan, planned = self._plan(batch)
-            if plan.empty or self.commit(plan):
-                for job, value in planned:
-                    job.finish(value)
-                return
-            self.refresh(plan)
+        run_cas(lambda: self._attempt(batch), self.retry, lambda: self._give_up(batch),
+                on_conflict=self.on_conflict, on_retry=self.on_retry)
+
+    def _attempt(self, batch: list[Job]) -> bool | Lost:
+        plan, planned = self._plan(batch)
+        if plan.empty or self.commit(plan):
+            for job, value in planned:
+                job.finish(value)
+            return True
+        self.refresh(plan)
+        return LOST
+
+    def _give_up(self, batch: list[Job]) -> bool:
         for job in batch:
             if not job.done:
                 job.finish(error=TryAgainLater(
                     f"could not commit the {job.what} after {self.attempts} attempts",
                     f"{self.store_name} is contended; retry"))
+        return False
 
     def _plan(self, batch: list[Job]) -> tuple[Plan, list[tuple[Job, Any]]]:
         """Every job that is not finished, planned into one txn; a job whose part would not

@@ -5,7 +5,8 @@ and compares the ``mod_revision`` of every key it touches (handle absent, each b
 or absent for a claim, its affinity index entry, each pool record), so a dual-stack lease is
 all-or-nothing and no address is ever in two handles, on any number of nodes. The node's own
 blocks live in memory (``PoolCache``), so the common ADD and DEL need no read before the txn.
-A lost compare re-reads the compared keys and plans again, with bounded jittered backoff.
+A lost compare re-reads the compared keys and plans again, with bounded jittered backoff
+(``ipam/store/cas.py``, in the combiner).
 Local requests are combined (``Combiner``): concurrent ADDs/DELs of one node share a txn, so
 conflicts only come from other writers (other nodes, the CLI).
 
@@ -70,7 +71,7 @@ class LeaseService:
         self.doubt = threading.Event()  # set when a txn's outcome became unknown
         self.planner = Planner(self.cache, node, labels or {}, clock)
         self.combiner = Combiner(self.commit, self.refresh, attempts, max_batch, store.name,
-                                 lambda: self.on_retry())
+                                 lambda: self.on_retry(), lambda: self.on_conflict())
 
     @property
     def labels(self) -> dict[str, str]:
@@ -122,8 +123,7 @@ class LeaseService:
             self.note_in_doubt(plan)
             raise
         if not result.succeeded:
-            self.on_conflict()
-            return False
+            return False  # the combiner counts it (on_conflict) and plans again
         revision, cache = result.revision, self.cache
         for pool, cidr, block in plan.blocks.values():
             cache.note_block(pool, cidr, revision, block)

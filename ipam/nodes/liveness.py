@@ -28,9 +28,11 @@ from typing import Any, Callable, Mapping
 from cni.spec.errors import CNIError, TryAgainLater
 from ipam.records import HEARTBEATS, NODES, decode, encode
 from ipam.store.base import Compare, Put, Store
+from ipam.store.cas import LOST, Lost, Retry, run_cas
 
 log = logging.getLogger("pycnid.liveness")
 WRITE_ATTEMPTS = 8
+WRITE_RETRY = Retry(WRITE_ATTEMPTS)  # at once: each attempt re-reads both keys
 
 
 def node_key(node: str) -> str:
@@ -80,13 +82,15 @@ def write_node(store: Store, record: NodeRecord, lease_id: int = 0,
     ops = [Put(keys[0], record.to_bytes())]
     if lease_id:
         ops.append(Put(keys[1], beat, lease=lease_id))
-    for _ in range(WRITE_ATTEMPTS):
+
+    def attempt() -> int | Lost:
         compares = [Compare(k, kv.mod_revision if (kv := store.get(k)) else 0) for k in keys]
         result = store.txn(compares, ops)
-        if result.succeeded:
-            return result.revision
-    raise TryAgainLater(f"could not write the node record of {record.name}",
-                        f"{WRITE_ATTEMPTS} conflicting writes in {store.name}")
+        return result.revision if result.succeeded else LOST
+
+    return run_cas(attempt, WRITE_RETRY, TryAgainLater(
+        f"could not write the node record of {record.name}",
+        f"{WRITE_ATTEMPTS} conflicting writes in {store.name}"))
 
 
 class Liveness:

@@ -9,7 +9,6 @@ stops (``GuardFailed``); otherwise the handle is re-read and, if it still belong
 """
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -19,8 +18,10 @@ from ipam.alloc.pool_spec import DEFAULT_REUSE_DELAY
 from ipam.records import (BLOCKS, HANDLES, BlockRecord, HandleRecord, affinity_key, block_key,
                           decode, pool_key)
 from ipam.store.base import KV, Compare, Delete, Op, Put, Store
+from ipam.store.cas import LOST, Lost, Retry, run_cas
 
 ATTEMPTS = 16
+RETRY = Retry(ATTEMPTS, base=0.001, cap=0.05, jitter=True)
 
 
 class GuardFailed(TryAgainLater):
@@ -108,20 +109,26 @@ def plan_release(store: Store, kv: KV, record: HandleRecord,
 def release_guarded(store: Store, kv: KV, node: str,
                     guards: Sequence[Compare]) -> HandleRecord | None:
     """Release one handle of ``node``; None when it vanished or is no longer the node's."""
-    for attempt in range(ATTEMPTS):
-        record = HandleRecord.from_bytes(kv.key, kv.value)
+    current = kv
+
+    def attempt() -> HandleRecord | None | Lost:
+        nonlocal current
+        record = HandleRecord.from_bytes(current.key, current.value)
         if record.node != node:
             return None
-        compares, ops = plan_release(store, kv, record, guards)
+        compares, ops = plan_release(store, current, record, guards)
         if store.txn(compares, ops).succeeded:
             return record
         check_guards(store, guards)
-        kv = store.get(kv.key)
-        if kv is None:
+        found = store.get(current.key)
+        if found is None:
             return None
-        time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** attempt)))
-    raise TryAgainLater(f"could not release {kv.key} after {ATTEMPTS} attempts",
-                        f"the store {store.name} is contended")
+        current = found
+        return LOST
+
+    return run_cas(attempt, RETRY, TryAgainLater(
+        f"could not release {kv.key} after {ATTEMPTS} attempts",
+        f"the store {store.name} is contended"))
 
 
 def release_node_handles(store: Store, node: str, guards: Sequence[Compare],

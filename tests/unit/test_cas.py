@@ -1,0 +1,75 @@
+"""The one compare-and-swap retry (ipam/store/cas.py): attempts, backoff bounds, jitter, the
+error on giving up and the conflict/retry callbacks."""
+from __future__ import annotations
+
+import pytest
+
+from cni.spec.errors import TryAgainLater
+from ipam.store.cas import LOST, Retry, run_cas
+
+
+def lose(times: int, value: object = "done"):
+    calls: list[int] = []
+
+    def attempt() -> object:
+        calls.append(1)
+        return LOST if len(calls) <= times else value
+    return attempt, calls
+
+
+def test_the_first_attempt_that_does_not_lose_is_returned():
+    attempt, calls = lose(2)
+    pauses: list[float] = []
+    assert run_cas(attempt, Retry(5), TryAgainLater("x"), sleep=pauses.append) == "done"
+    assert len(calls) == 3 and pauses == []
+
+
+def test_none_is_a_result_not_a_conflict():
+    attempt, calls = lose(0, value=None)
+    assert run_cas(attempt, Retry(3), TryAgainLater("x")) is None and len(calls) == 1
+
+
+def test_gives_up_after_n_attempts_with_the_loops_error():
+    attempt, calls = lose(99)
+    with pytest.raises(TryAgainLater, match="kept changing"):
+        run_cas(attempt, Retry(4), TryAgainLater("the keys kept changing"), sleep=lambda _: None)
+    assert len(calls) == 4
+
+
+def test_a_callable_give_up_returns_its_value():
+    attempt, _ = lose(99)
+    assert run_cas(attempt, Retry(2), lambda: "handed over", sleep=lambda _: None) == \
+        "handed over"
+
+
+def test_conflicts_and_retries_are_counted():
+    attempt, _ = lose(3)
+    conflicts, retries = [], []
+    run_cas(attempt, Retry(8), TryAgainLater("x"), sleep=lambda _: None,
+            on_conflict=lambda: conflicts.append(1), on_retry=lambda: retries.append(1))
+    assert len(conflicts) == 3 and len(retries) == 3
+
+
+def test_exponential_backoff_doubles_up_to_the_cap_after_the_immediate_retries():
+    retry = Retry(16, base=0.004, cap=0.05, jitter=True, immediate=1)
+    assert [retry.bound(n) for n in range(1, 7)] == [0.0, 0.004, 0.008, 0.016, 0.032, 0.05]
+    for n in range(1, 16):
+        assert 0 <= retry.pause(n) <= retry.bound(n) <= 0.05
+
+
+def test_linear_backoff_without_jitter_is_exact():
+    retry = Retry(5, base=0.02, linear=True)
+    assert [retry.pause(n) for n in range(1, 5)] == [0.02, 0.04, 0.06, 0.08]
+
+
+def test_the_pauses_between_attempts_follow_the_retry():
+    attempt, _ = lose(3)
+    pauses: list[float] = []
+    run_cas(attempt, Retry(5, base=0.001, cap=0.05), TryAgainLater("x"), sleep=pauses.append)
+    assert pauses == [0.001, 0.002, 0.004]
+
+
+def test_jitter_draws_within_the_bound():
+    retry = Retry(4, base=0.01, jitter=True)
+    draws = [retry.pause(3, rand=lambda lo, hi: hi) for _ in range(2)]
+    assert draws == [0.04, 0.04] and retry.pause(3, rand=lambda lo, hi: lo) == 0.0
