@@ -148,8 +148,10 @@ def parse_elements(doc: dict) -> list[Element]:
     """The elements of our sets in a `nft -j list table` document."""
     out = []
     for found in _our_sets(doc):
+        types = found.get("type")
+        types = types if isinstance(types, list) else [types]
         for elem in found.get("elem", []):
-            out.append(_element(found["name"], elem))
+            out.append(_element(found["name"], elem, types))
     return out
 
 
@@ -158,17 +160,23 @@ def _our_sets(doc: dict) -> list[dict]:
     return [s for s in sets if s and s.get("table") == TABLE and s.get("name") in SETS]
 
 
-def _element(set_name: str, elem: Any) -> Element:
+def _element(set_name: str, elem: Any, types: list | None = None) -> Element:
     if isinstance(elem, dict) and "elem" in elem:
-        return Element(set_name, key_text(elem["elem"]["val"]), elem["elem"].get("comment"))
-    return Element(set_name, key_text(elem), None)
+        return Element(set_name, key_text(elem["elem"]["val"], types),
+                       elem["elem"].get("comment"))
+    return Element(set_name, key_text(elem, types), None)
 
 
-def key_text(value: Any) -> str:
-    """A JSON element value as canonical nft key syntax."""
+def key_text(value: Any, types: list | None = None) -> str:
+    """A JSON element value as canonical nft key syntax. ``types`` is the set's type (one
+    per concatenated part): an ``ifname`` part is quoted even when it looks like an address
+    (a bridge may be named "10.0.0.1"); without it, a part that is no address is a name."""
     if isinstance(value, dict):
         if "concat" in value:
-            return " . ".join(key_text(part) for part in value["concat"])
+            parts = value["concat"]
+            kinds = list(types or [])[:len(parts)] + [None] * (len(parts) - len(types or []))
+            return " . ".join(f'"{part}"' if kind == "ifname" else key_text(part)
+                              for part, kind in zip(parts, kinds))
         if "prefix" in value:
             p = value["prefix"]
             return canon_network(ipaddress.ip_network(f"{p['addr']}/{p['len']}", strict=False))

@@ -6,7 +6,7 @@ import ipaddress
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from cni.plugins.masq_rules import (SET_TYPES, TABLE, elements_for, is_legacy, parse_elements,
                                     render_add, render_table)
@@ -30,6 +30,8 @@ def listed(ns) -> dict:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(name="10.0.0.1", pairs=[(ipaddress.ip_address("10.0.0.1"),
+                                  ipaddress.ip_network("10.0.0.0/24"))])
 @given(name=NAMES, pairs=PAIRS)
 def test_rendered_elements_read_back_from_the_kernel(scratch, name, pairs):
     wanted = elements_for("net/c1/eth0", name, pairs)

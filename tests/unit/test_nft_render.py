@@ -135,8 +135,10 @@ def test_rendered_keys_read_back_as_written(name, address, prefixlen):
     net = {"prefix": {"addr": str(subnet.network_address), "len": subnet.prefixlen}}
     if subnet.prefixlen == subnet.max_prefixlen:
         net = str(subnet.network_address)
-    assert key_text({"concat": [name, str(address)]}) == masq.key
-    assert key_text({"concat": [name, str(address), net]}) == nomasq.key
+    addr_type = f"ipv{address.version}_addr"
+    assert key_text({"concat": [name, str(address)]}, ["ifname", addr_type]) == masq.key
+    assert key_text({"concat": [name, str(address), net]},
+                    ["ifname", addr_type, addr_type]) == nomasq.key
     assert ifname_literal(name) == f'"{name}"'
 
 
