@@ -123,7 +123,8 @@ def start_ipam_metrics(services: Any, store: Store, leases: Any, interval: float
     metrics = IpamMetrics(services.metrics, store)
     metrics.attach(leases)
     if serve:
-        refresher = Periodic("ipam-metrics", interval, metrics.refresh).start()
+        refresher = Periodic("ipam-metrics", interval, metrics.refresh,
+                             registry=services.metrics).start()
         services.on_shutdown.append(refresher.stop)
     return metrics
 

@@ -69,11 +69,12 @@ class OutageGuard(WriteBack):
         self._seq = 0
         self._wake = threading.Event()
         self.reach.on_suspect = self._wake.set  # a failed call: probe the store now
-        self._counters(metrics)
+        registry = self._counters(metrics)
         self.loop = Loop("ipam-outage", self.reconcile, retry=self.calc_pause, wake=self._wake,
-                         errors=Errors(log, "outage sync", logging.DEBUG), join_timeout=10)
+                         errors=Errors(log, "outage sync", logging.DEBUG), registry=registry,
+                         join_timeout=10)
 
-    def _counters(self, metrics: Any) -> None:
+    def _counters(self, metrics: Any) -> Any:
         if metrics is None:
             from ipam.metrics import Registry
             metrics = Registry()
@@ -90,6 +91,7 @@ class OutageGuard(WriteBack):
                       lambda: {(): len(self.entries)})
         metrics.gauge("pycni_ipam_store_reachable", "1 when the IPAM store answered last",
                       lambda: {(): 0 if self.reach.down else 1})
+        return metrics
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> "OutageGuard":
