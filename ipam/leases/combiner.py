@@ -59,6 +59,11 @@ class Combiner:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _queue: deque = field(default_factory=deque)
     _leading: bool = False
+    retry: Retry = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.retry = Retry(self.attempts, base=FIRST_PAUSE, cap=BACKOFF_CAP, jitter=True,
+                           immediate=1)
 
     def run(self, plan: Callable[[Plan], T], what: str = "request") -> T:
         job: Job[T] = Job(plan, what)
@@ -100,10 +105,6 @@ class Combiner:
             for job in batch:
                 if not job.done:
                     job.finish(error=exc)
-
-    @property
-    def retry(self) -> Retry:
-        return Retry(self.attempts, base=FIRST_PAUSE, cap=BACKOFF_CAP, jitter=True, immediate=1)
 
     def _serve(self, batch: list[Job]) -> None:
         run_cas(lambda: self._attempt(batch), self.retry, lambda: self._give_up(batch),
