@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cni.spec.errors import InvalidConfig
-from ipam.daemon.config import (DEFAULT_CONFIG_PATH, DaemonConfig, StoreConfig,
-                                load_daemon_config, parse_daemon_config)
+from ipam.daemon.config import (DEFAULT_CONFIG_PATH, DaemonConfig, load_daemon_config,
+                                parse_daemon_config)
 from ipam.store.base import Store
+from ipam.store.config import StoreConfig
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 from cni.exe import DEFAULT_SOCKET  # the executable's default (stdlib only): one definition
 from cni.spec.errors import InvalidConfig
+from ipam.store.config import StoreConfig
 
 DEFAULT_CONFIG_PATH = "/etc/pycni/pycnid.json"
 DEFAULT_STATE_DIR = "/var/lib/pycni"
@@ -18,24 +19,12 @@ MAX_RECEIVE_TIMEOUT = 3600.0
 
 
 @dataclass(frozen=True)
-class StoreConfig:
-    """`{"type": "sqlite", "path": ...}` or `{"type": "etcd", "endpoints": [...], "ca"/"cert"/"key"}`."""
-
-    type: str = "sqlite"
-    path: str = f"{DEFAULT_STATE_DIR}/store.db"
-    endpoints: tuple[str, ...] = ()
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class DaemonConfig:
     socket: str = DEFAULT_SOCKET
     node_name: str = field(default_factory=_socket.gethostname)
     state_dir: str = DEFAULT_STATE_DIR
-    store: StoreConfig = field(default_factory=StoreConfig)
+    store: StoreConfig = field(default_factory=lambda: StoreConfig(
+        path=f"{DEFAULT_STATE_DIR}/store.db"))
     metrics_address: str | None = None
     log_level: str = "info"
     fault_injection: bool = False

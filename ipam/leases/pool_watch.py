@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 from cni.spec.errors import CNIError
 from ipam.alloc.allocator import pool_from_record
 from ipam.leases.service import LeaseService
-from ipam.leases.poolcache import PoolCache
+from ipam.alloc.poolcache import PoolCache
 from ipam.loop import Backoff, Errors, Loop
 from ipam.records import POOLS, decode
 from ipam.store.base import KV

@@ -28,7 +28,7 @@ from ipam.alloc.plan import Plan
 from ipam.alloc.plan_view import PlanView
 from ipam.alloc.planner import Planner, exhausted
 from ipam.alloc.policy import choose_address
-from ipam.leases.poolcache import PoolCache
+from ipam.alloc.poolcache import PoolCache
 from ipam.records import DEFAULT_BLOCK_GRACE, HANDLES, HandleId, HandleRecord, handles_prefix
 from ipam.alloc.selection import RangeSets, Selection, as_selection
 from ipam.store.base import Store

@@ -27,7 +27,7 @@ from .etcd_lease import LeaseKeeper
 from .etcd_watch import Watch, WatchUpdate, calc_range, to_kv
 
 if TYPE_CHECKING:
-    from ipam.daemon.config import StoreConfig
+    from .config import StoreConfig
 
 
 class EtcdStore:

@@ -20,9 +20,6 @@ ENTRY = re.compile(r"^( *)(\S+(?:/|\.py))(?:\s|$)")  # a tree line: indent, fold
 # Imports against the rule that are known and not yet moved: (importer, imported) -> what is
 # to change. The test fails when one is gone, so the entry goes with the fix; never add one.
 PENDING = {
-    ("ipam.store", "ipam.daemon.config"): "StoreConfig (a type here) moves into store/",
-    ("ipam.store.etcd", "ipam.daemon.config"): "StoreConfig (a type here) moves into store/",
-    ("ipam.alloc", "ipam.leases"): "planner/plan_view read the pool cache: one of them moves",
 }
 
 
