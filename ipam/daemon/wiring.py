@@ -85,7 +85,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     setup_guard(node, life, config, leases)
     serve = bool(config.metrics_address)  # no endpoint: nothing reads them
     ipam_metrics = start_ipam_metrics(life, store, leases, options.metrics_interval, serve=serve)
-    housekeeping = Housekeeping(leases, options.housekeeping_interval).start()
+    housekeeping = Housekeeping(leases, options.housekeeping_interval, life.metrics).start()
     life.on_shutdown.append(housekeeping.stop)
     watch = start_pool_watch(life, store, leases)
     services = Services(life.node_name, Faults(config.fault_injection), life.metrics,
@@ -113,7 +113,8 @@ def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeServi
     node = NodeServices(options, store, TrackedStore(store), liveness,
                         metrics=reaper_metrics(life.metrics))
     node.reaper = ReaperLoop(store, life.node_name, options.reap_grace,
-                             options.reap_interval, on_pass=node.count).start()
+                             options.reap_interval, on_pass=node.count,
+                             registry=life.metrics).start()
     life.on_shutdown.append(node.reaper.stop)
     return node
 

@@ -11,6 +11,7 @@ tried again next time (``ipam/loop.py``); the loop never dies of it.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ipam.leases.service import LeaseService
 from ipam.loop import FOREVER, Errors, Loop, Periodic
@@ -23,14 +24,14 @@ class Housekeeping:
     """Two loops: the rounds (``Periodic``, the first after one interval; none with 0) and the
     in-doubt watcher, woken by ``leases.doubt`` whenever a txn's outcome became unknown."""
 
-    def __init__(self, leases: LeaseService, interval: float) -> None:
+    def __init__(self, leases: LeaseService, interval: float, registry: Any = None) -> None:
         self.leases = leases
         self.interval = interval
         self.rounds = Periodic("ipam-housekeeping", interval, self.run_once, first=interval,
-                               errors=Errors(log, "IPAM housekeeping"))
+                               errors=Errors(log, "IPAM housekeeping"), registry=registry)
         self.doubt = Loop("ipam-in-doubt", self.resolve, retry=0.0,
                           wake=leases.doubt, errors=Errors(log, "in-doubt leases not resolved yet",
-                                                           logging.DEBUG))
+                                                           logging.DEBUG), registry=registry)
 
     def start(self) -> "Housekeeping":
         if self.interval > 0:

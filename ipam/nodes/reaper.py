@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from cni.spec.errors import CNIError, InvalidConfig
 from ipam.nodes.liveness import HEARTBEATS, NODES, heartbeat_key, node_key, supports_leases
@@ -181,12 +181,14 @@ class ReaperLoop:
 
     def __init__(self, store: Store, node: str, grace: float, interval: float,
                  clock: Callable[[], float] = time.time,
-                 on_pass: Callable[[ReapReport], None] | None = None) -> None:
+                 on_pass: Callable[[ReapReport], None] | None = None,
+                 registry: Any = None) -> None:
         self.store, self.node, self.grace, self.interval = store, node, grace, interval
         self.clock = clock
         self.on_pass = on_pass or (lambda report: None)
         self.loop = Periodic("ipam-reaper", interval, self.run_pass, first=interval,
-                             errors=Errors(log, "reaper pass skipped", logging.INFO))
+                             errors=Errors(log, "reaper pass skipped", logging.INFO),
+                             registry=registry)
 
     def start(self) -> "ReaperLoop":
         if self.interval > 0:

@@ -38,6 +38,20 @@ def test_the_store_then_liveness_then_housekeeping_each_stop_as_it_starts(tmp_pa
         life.shut_down()
 
 
+def test_the_daemons_loops_count_their_failures_on_its_registry(tmp_path):
+    """pycni_loop_errors_total{loop} counts the failed steps of housekeeping's loops too."""
+    life = Lifecycle("node1", Registry())
+    wired = wire_node(sqlite_config(tmp_path), life)
+    try:
+        wired.housekeeping.rounds.failed(RuntimeError("a bug"))
+        wired.housekeeping.doubt.failed(RuntimeError("a bug"))
+        text = life.metrics.render()
+        assert 'pycni_loop_errors_total{loop="ipam-housekeeping"} 1' in text, text
+        assert 'pycni_loop_errors_total{loop="ipam-in-doubt"} 1' in text, text
+    finally:
+        life.shut_down()
+
+
 def test_a_failed_start_up_leaves_the_stops_of_what_started(tmp_path):
     life = Lifecycle("node1", Registry())
     with pytest.raises(InvalidConfig, match="ipam.metricsInterval"):
