@@ -33,16 +33,25 @@ def add_address(ipr: IPRoute, index: int, address: IPInterface, *, nodad: bool =
                 exist_ok: bool = False, proto: int | None = None) -> None:
     """Add ``address``; IPv6 without duplicate address detection unless ``nodad`` is False;
     ``proto`` marks who added it (IFA_PROTO)."""
+    try:
+        ipr.addr("add", **address_request(index, address, nodad, proto))
+    except NetlinkError as exc:
+        if not (exist_ok and exc.code == errno.EEXIST):
+            raise
+
+
+def mark_address(ipr: IPRoute, index: int, address: IPInterface, proto: int) -> None:
+    """Set the IFA_PROTO of an address the link has (the kernel updates it in place)."""
+    ipr.addr("replace", **address_request(index, address, True, proto))
+
+
+def address_request(index: int, address: IPInterface, nodad: bool, proto: int | None) -> dict:
     args: dict = {"index": index, "address": str(address.ip), "prefixlen": address.network.prefixlen}
     if address.version == 6 and nodad:
         args["flags"] = IFA_F_NODAD
     if proto is not None:
         args["proto"] = proto
-    try:
-        ipr.addr("add", **args)
-    except NetlinkError as exc:
-        if not (exist_ok and exc.code == errno.EEXIST):
-            raise
+    return args
 
 
 def delete_address(ipr: IPRoute, index: int, address: IPInterface) -> None:

@@ -89,6 +89,8 @@ class NodeBridges:
                 if address not in existing:
                     addr.add_address(ipr, bridge.index, address, exist_ok=True,
                                      proto=addr.ADDR_PROTO_PYCNI)
+                elif existing[address] != addr.ADDR_PROTO_PYCNI:  # set before marking began
+                    addr.mark_address(ipr, bridge.index, address, addr.ADDR_PROTO_PYCNI)
             if known:
                 known.gateways = ours | set(wanted)
                 known.others = set(existing) - ours - set(wanted) - set(conflicts)

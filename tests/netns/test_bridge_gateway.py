@@ -180,6 +180,37 @@ def test_other_gateway_address_is_still_refused_next_to_pycni_gateways(bridge_no
     assert "already has an address 10.99.0.1/24" in res.json["msg"]
 
 
+def address_protos(node: Netns, bridge: str = "pycni0") -> dict[str, int]:
+    """Each address of the bridge with its IFA_PROTO (0: none), as the kernel has it."""
+    code = ("import json, sys; from pyroute2 import IPRoute; ipr = IPRoute(); "
+            f"i = ipr.link_lookup(ifname={bridge!r})[0]; "
+            "print(json.dumps({m.get('IFA_ADDRESS'): m.get('IFA_PROTO') or 0 "
+            "for m in ipr.addr('dump', index=i)}))")
+    return json.loads(node.run([sys.executable, "-c", code]).stdout)
+
+
+def test_a_gateway_set_before_marking_began_is_marked_when_it_is_wanted(
+        bridge_node, pycnid, netns_factory):
+    """A bridge from before addresses carried pycni's protocol: its gateway is marked by the
+    next ADD that wants it, so after a restart another block's gateway sits beside it."""
+    pool_add_sqlite(bridge_node.store_path, "old", "--cidr", "10.129.11.0/28",
+                    "--block-size", "30")
+    conf = cluster_conf("old", name="oldnet")
+    first = bridge_node.add(conf, netns_factory("pod"))[1]["ips"][0]["gateway"]
+    bridge_node.node.run(f"ip addr del {first}/28 dev pycni0 && ip addr add {first}/28 dev pycni0")
+    assert address_protos(bridge_node.node)[first] == 0  # as an older pycnid left it
+    pycnid.stop()
+    pycnid.start()
+    again = bridge_node.add(conf, netns_factory("pod"))[1]["ips"][0]["gateway"]
+    assert again == first and address_protos(bridge_node.node)[first] == 99
+    pycnid.stop()
+    pycnid.start()
+    gateways = {first}
+    while len(gateways) == 1:  # fill the own block until the next one is claimed
+        gateways.add(bridge_node.add(conf, netns_factory("pod"))[1]["ips"][0]["gateway"])
+    assert bridge_ips(bridge_node.node) == gateways
+
+
 @pytest.mark.etcd
 @pytest.mark.slow
 def test_three_nodes_fill_a_pool_with_borrowing_and_no_pod_gets_a_bridge_address(
