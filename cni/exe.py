@@ -195,7 +195,7 @@ def receive_reply(sock, refused):
 
 def render_failure(failure, stdin, command):
     """Slow path: a config problem outranks 'daemon unreachable', so check it fully here."""
-    from cni.spec.errors import BY_CODE, CNIError, DecodingFailure
+    from cni.spec.errors import BY_CODE, CNIError
     from cni.spec.request import parse_config
 
     code, msg, details = failure.args
@@ -205,10 +205,6 @@ def render_failure(failure, stdin, command):
     except CNIError as err:
         if code in (11, 3):
             return err.to_json(), 1
-    except RecursionError:
-        if code in (11, 3):
-            return DecodingFailure("netconf is nested too deeply",
-                                   "arrays and objects nest beyond what can be parsed").to_json(), 1
     err = BY_CODE.get(code, CNIError)(msg, details)
     return err.to_json(version), 1
 
