@@ -24,14 +24,12 @@ from typing import Any, Mapping
 
 from cni.plugins.ipam_ranges import invalid, parse_ip, parse_range_sets
 from cni.spec.errors import InvalidConfig
+from cni.spec.result import ROUTE_INT_LIMITS
 from ipam.alloc.allocator import Range
 from ipam.alloc.selection import Selection
 from ipam.records import DEFAULT_BLOCK_GRACE
 
 CACHE_SIZE = 256  # distinct IPAM netconfs remembered (cleared whole when full)
-UINT32_MAX = 2**32 - 1
-ROUTE_INT_KEYS = {"mtu": UINT32_MAX, "advmss": UINT32_MAX, "priority": UINT32_MAX,
-                  "table": UINT32_MAX, "scope": 255}
 DNS_LIST_KEYS = ("nameservers", "search", "options")
 GATEWAY_KEYS = ("isDefaultGateway", "isGateway")  # main plugin keys that need a gateway
 
@@ -133,7 +131,7 @@ def parse_route(item: Any, key: str) -> dict:
     route: dict = {"dst": str(dst)}
     if item.get("gw") not in (None, ""):
         route["gw"] = str(parse_ip(item["gw"], f"{key}.gw", dst))
-    for name, top in ROUTE_INT_KEYS.items():
+    for name, top in ROUTE_INT_LIMITS.items():
         if item.get(name) is not None:
             route[name] = parse_uint(item[name], f"{key}.{name}", top)
     return route

@@ -18,8 +18,10 @@ ROUTE_KEYS_1_1 = ("dst", "gw", "mtu", "advmss", "priority", "table", "scope")
 ROUTE_KEYS_OLD = ("dst", "gw")
 DNS_KEYS = ("nameservers", "domain", "search", "options")
 DNS_LIST_KEYS = ("nameservers", "search", "options")
-ROUTE_UINT32_KEYS = ("mtu", "advmss", "priority", "table")
 UINT32_MAX = 2**32 - 1
+# the integers of a route and the largest each can be: what netlink carries (u32; scope u8)
+ROUTE_INT_LIMITS = {"mtu": UINT32_MAX, "advmss": UINT32_MAX, "priority": UINT32_MAX,
+                    "table": UINT32_MAX, "scope": 255}
 
 
 def ip_family(address: str) -> str:
@@ -139,9 +141,8 @@ def _canonical_route(item: dict, where: str) -> dict:
     if dst is None:
         raise malformed(f"{where}.dst", "a CIDR like 0.0.0.0/0", item.get("dst"))
     out = {"dst": item["dst"], "gw": _ip(item, "gw", where, dst.version)}
-    for key in ROUTE_UINT32_KEYS:
-        out[key] = _uint(item, key, where)
-    out["scope"] = _uint(item, "scope", where, 255)
+    for key, top in ROUTE_INT_LIMITS.items():
+        out[key] = _uint(item, key, where, top)
     return _present({key: out[key] for key in ROUTE_KEYS_1_1})
 
 
