@@ -15,7 +15,7 @@ import pytest
 from cni import exe
 from cni.spec import wire
 from tests.fixtures.bridge import bridge_conf, ipam_handles, node_veths, pycni_ipam
-from tests.fixtures.daemon import Pycnid, daemon_config
+from tests.fixtures.daemon import Pycnid, daemon_config, send_frame
 from tests.fixtures.plugins import run_plugin
 from tests.fixtures.waiting import wait_for
 
@@ -43,26 +43,7 @@ def none_kept(daemon: Pycnid, netns_path: str) -> None:
 
 
 def raw_request(path: str, request: bytes, netns_fd: int | None = None) -> bytes:
-    """A raw client: the fd on the first chunk, the rest sent whole; whatever pycnid does to
-    the send (it may refuse mid-send), read what it answered."""
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(20)
-        sock.connect(path)
-        fds = [] if netns_fd is None else [
-            (socket.SOL_SOCKET, socket.SCM_RIGHTS, netns_fd.to_bytes(4, sys.byteorder))]
-        try:
-            sent = sock.sendmsg([request[:65536]], fds)
-            sock.sendall(request[sent:])
-            sock.shutdown(socket.SHUT_WR)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        chunks = []
-        try:
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
-        except ConnectionResetError:
-            pass
-        return b"".join(chunks)
+    return send_frame(path, request, () if netns_fd is None else (netns_fd,))
 
 
 def big_request(command: str, size: int = OVER) -> bytes:

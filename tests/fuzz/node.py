@@ -7,11 +7,9 @@ deleted again and must leave nothing), then probe that pycnid still serves (a CH
 """
 from __future__ import annotations
 
-import array
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -22,7 +20,7 @@ from hypothesis import event
 
 from ipam.records import HANDLES
 from tests.fixtures.bridge import host_local_ipam, masq_elements, pycni_ipam
-from tests.fixtures.daemon import Pycnid, daemon_config
+from tests.fixtures.daemon import Pycnid, daemon_config, send_frame
 from tests.fixtures.netns import Netns, new_netns
 
 from .oracle import LogWatch, Verdict, judge_output
@@ -83,26 +81,7 @@ class FuzzNode:
 
     def send_frame(self, frame: bytes, fds: tuple[int, ...] = ()) -> bytes:
         """One raw frame (write side shut after it), the reply bytes; a hang fails the case."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(HANG)
-            sock.connect(self.socket)
-            anc = ([(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
-                   if fds else [])
-            try:
-                sent = sock.sendmsg([frame[:65536]], anc)
-                sock.sendall(frame[sent:])
-                sock.shutdown(socket.SHUT_WR)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # it refused to read on; what it answered (if anything) is judged
-            chunks = []
-            try:
-                while chunk := sock.recv(65536):
-                    chunks.append(chunk)
-            except ConnectionResetError:
-                pass
-            except socket.timeout:
-                raise AssertionError(f"pycnid did not answer within {HANG}s") from None
-            return b"".join(chunks)
+        return send_frame(self.socket, frame, fds, HANG)
 
     def request(self, plugin: str, env: dict[str, str], stdin: bytes,
                 netns: str | None = None) -> tuple[int, str]:
