@@ -61,6 +61,15 @@ def pod_ips(result: dict) -> list[str]:
     return [ip["address"].split("/")[0] for ip in result["ips"]]
 
 
+def add_pods(runner: BridgeNode, netns_factory, conf: dict, count: int) -> list[tuple[Netns, dict]]:
+    """``count`` Pods added one after another: (pod netns, ADD result) each."""
+    pods = []
+    for _ in range(count):
+        pod = netns_factory("pod")
+        pods.append((pod, runner.add(conf, pod)[1]))
+    return pods
+
+
 def assert_gateway_rule(pods: list[tuple[Netns, dict]], bridges: dict[str, set[str]],
                         node_of: list[str]) -> None:
     """No Pod address on any bridge; each Pod's gateway in its result and on its bridge."""
@@ -85,10 +94,7 @@ def test_one_node_pool_filled_completely_never_gives_a_bridge_address(
     # the issue's reproduction, with several blocks: /28 in /30 blocks, pool add's default
     pool_add_sqlite(bridge_node.store_path, "gw", "--cidr", "10.129.7.0/28", "--block-size", "30")
     conf = cluster_conf("gw")
-    pods = []
-    for _ in range(10):  # 4 blocks: 2 + 3 + 3 + 2 addresses besides their gateways
-        pod = netns_factory("pod")
-        pods.append((pod, bridge_node.add(conf, pod)[1]))
+    pods = add_pods(bridge_node, netns_factory, conf, 10)  # 4 blocks: 2 + 3 + 3 + 2 addresses
     bridge = bridge_ips(bridge_node.node)
     assert bridge == {"10.129.7.1", "10.129.7.4", "10.129.7.8", "10.129.7.12"}
     assert_gateway_rule(pods, {"node1": bridge}, ["node1"] * len(pods))
@@ -127,10 +133,8 @@ def test_netconf_ranges_put_every_gateway_on_the_bridge_and_never_on_a_pod(
     ]
     conf = {**cluster_conf("unused", name="rangenet"),
             "ipam": {"type": "pycni-ipam", "ranges": ranges}}
-    pods = []
-    for _ in range(8):  # the first set: .1-.5 (gateway .6), .10-.12 (gateway .9 = subnet+1)
-        pod = netns_factory("pod")
-        pods.append((pod, bridge_node.add(conf, pod)[1]))
+    # the first set: .1-.5 (gateway .6), .10-.12 (gateway .9 = subnet+1)
+    pods = add_pods(bridge_node, netns_factory, conf, 8)
     bridge = bridge_ips(bridge_node.node)
     assert bridge == {"10.131.0.6", "10.131.0.9", "10.131.1.1", "fd00:131::1"}
     assert_gateway_rule(pods, {"node1": bridge}, ["node1"] * len(pods))
