@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from cni.net.link import normalize_mac
 from cni.spec.errors import InvalidConfig, UnsupportedField
 from cni.spec.request import Request
+from .masq_rules import ifname_literal
 
 DEFAULT_BRIDGE = "pycni0"
 BOOL_KEYS = {"isGateway": "is_gateway", "isDefaultGateway": "is_default_gateway",
@@ -46,9 +47,11 @@ def parse_bridge_config(req: Request) -> BridgeConfig:
                             "they are mutually exclusive: set at most one of them")
     validate_unsupported(conf)
     validate_masq_backend(conf)
+    bridge = validate_bridge_name(conf.get("bridge", DEFAULT_BRIDGE))
+    if flags["ip_masq"]:
+        ifname_literal(bridge)  # nft must be able to match it: refused before anything is made
     ipam = conf.get("ipam")
-    return BridgeConfig(bridge=validate_bridge_name(conf.get("bridge", DEFAULT_BRIDGE)),
-                        mtu=validate_mtu(conf.get("mtu")), mac=calc_mac(req),
+    return BridgeConfig(bridge=bridge, mtu=validate_mtu(conf.get("mtu")), mac=calc_mac(req),
                         dns=validate_dns(conf.get("dns")), has_ipam=bool(ipam), **flags)
 
 

@@ -112,6 +112,16 @@ def test_bridge_names_the_kernel_would_cut_or_refuse(name):
     assert err.value.code == 7
 
 
+@pytest.mark.parametrize("name", ['a"b', "a\\b", "br*"])
+def test_a_bridge_name_nft_cannot_match_is_refused_at_parse_time_with_ipmasq(name):
+    """Refused before ADD makes the bridge (a bridge is never undone), not at the masquerade
+    step; without ipMasq nft never sees the name and the kernel takes it."""
+    with pytest.raises(InvalidConfig, match="'bridge'") as err:
+        parse_bridge_config(request(bridge=name, ipMasq=True))
+    assert err.value.code == 7 and "nftables" in err.value.details
+    assert parse_bridge_config(request(bridge=name)).bridge == name
+
+
 def test_a_bridge_name_of_15_utf8_bytes_is_accepted():
     assert parse_bridge_config(request(bridge="ü" * 7 + "x")).bridge == "ü" * 7 + "x"
 
