@@ -122,7 +122,7 @@ def decode(key: str, value: bytes) -> dict:
     """A record's JSON; a corrupt record is an internal error naming its key."""
     try:
         data = json.loads(value)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise CorruptRecord(f"corrupt IPAM record {key}", f"not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise CorruptRecord(f"corrupt IPAM record {key}", "not a JSON object")
