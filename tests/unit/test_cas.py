@@ -3,6 +3,7 @@ error on giving up and the conflict/retry callbacks."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from cni.spec.errors import TryAgainLater
 from ipam.store.cas import LOST, Retry, run_cas
@@ -73,3 +74,29 @@ def test_jitter_draws_within_the_bound():
     retry = Retry(4, base=0.01, jitter=True)
     draws = [retry.pause(3, rand=lambda lo, hi: hi) for _ in range(2)]
     assert draws == [0.04, 0.04] and retry.pause(3, rand=lambda lo, hi: lo) == 0.0
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.integers(0, 20), st.builds(Retry, st.integers(1, 12), st.floats(0, 1), st.floats(0, 2),
+                                     st.booleans(), st.booleans(), st.integers(0, 3)))
+def test_any_retry_policy_keeps_its_bounds(losses, retry):
+    """Whatever the policy and however often the compare is lost: at most ``attempts``
+    attempts, the first win returned, one conflict counted per loss, one retry per later
+    attempt, every pause within [0, cap] and within its bound, and the loop's error at the end."""
+    attempt, calls = lose(losses)
+    pauses: list[float] = []
+    counts = {"conflict": 0, "retry": 0}
+
+    def count(name):
+        return lambda: counts.__setitem__(name, counts[name] + 1)
+    try:
+        result = run_cas(attempt, retry, TryAgainLater("gave up"), sleep=pauses.append,
+                         on_conflict=count("conflict"), on_retry=count("retry"))
+    except TryAgainLater:
+        assert losses >= retry.attempts and len(calls) == retry.attempts
+    else:
+        assert result == "done" and losses < retry.attempts and len(calls) == losses + 1
+    assert counts == {"conflict": min(losses, retry.attempts), "retry": len(calls) - 1}
+    longest = max((retry.bound(n) for n in range(1, retry.attempts)), default=0.0)
+    assert all(0 < p <= min(retry.cap, longest) for p in pauses)
+    assert len(pauses) <= len(calls) - 1

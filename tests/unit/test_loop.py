@@ -6,6 +6,8 @@ import logging
 import threading
 import time
 
+from hypothesis import given, settings, strategies as st
+
 from cni.spec.errors import TryAgainLater
 from ipam.metrics import Registry
 from ipam.loop import FOREVER, Backoff, Errors, Loop, Periodic
@@ -119,3 +121,57 @@ def test_a_periodic_first_run_waits_first():
     wait_for("a round", lambda: rounds, GUARD, step=0.01)
     loop.stop()
     assert rounds[0] - started >= 0.15
+
+
+OUTCOMES = st.lists(st.sampled_from(["ok", "expected", "bug"]), max_size=30)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(OUTCOMES)
+def test_any_run_of_steps_is_counted_and_logged_once_per_stretch_and_kind(outcomes):
+    """Whatever steps succeed or fail, in any order: every failure is counted (attribute and
+    metric), ``failures`` is the current stretch, and each kind of failure is logged at its
+    level once per stretch (a bug with its stack), repeats at debug only."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("pycnid.test-loop-generated")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    registry = Registry()
+    script = iter(outcomes)
+
+    def step() -> float:
+        kind = next(script)
+        if kind == "expected":
+            raise TryAgainLater("the store is away")
+        if kind == "bug":
+            raise KeyError("a bug")
+        return 1.0
+    loop = Loop("generated", step, retry=0.0, errors=Errors(logger, "gen"), registry=registry)
+    try:
+        for _ in outcomes:
+            loop._step()
+    finally:
+        logger.removeHandler(handler)
+    failed = [o for o in outcomes if o != "ok"]
+    assert loop.errors == len(failed)
+    assert registry.counters["pycni_loop_errors_total"].values.get("generated", 0) == len(failed)
+    stretch = list(reversed(outcomes))
+    current = next((i for i, o in enumerate(stretch) if o == "ok"), len(stretch))
+    assert loop.failures == current
+    expected_logs = sum(1 for stretch_kinds in stretches(outcomes) for _ in stretch_kinds)
+    loud = [r for r in records if r.levelno > logging.INFO]
+    assert len(loud) == expected_logs
+    assert all(r.exc_info for r in loud if r.levelno == logging.ERROR)
+
+
+def stretches(outcomes: list[str]) -> list[set[str]]:
+    """The kinds of failure in each failing stretch (a stretch ends at a step that returns)."""
+    out: list[set[str]] = [set()]
+    for outcome in outcomes:
+        if outcome == "ok":
+            out.append(set())
+        else:
+            out[-1].add(outcome)
+    return out
