@@ -40,29 +40,50 @@ def parse_daemon_config(data: dict[str, Any]) -> DaemonConfig:
     if not isinstance(store, dict) or store.get("type", "sqlite") not in ("sqlite", "etcd"):
         raise InvalidConfig("invalid daemon config key 'store'",
                             "expected {'type': 'sqlite'|'etcd', ...}")
-    state_dir = str(data.get("stateDir", DEFAULT_STATE_DIR))
+    state_dir = text(data, "stateDir", DEFAULT_STATE_DIR)
     store_cfg = StoreConfig(
         type=store.get("type", "sqlite"),
-        path=str(store.get("path", f"{state_dir}/store.db")),
-        endpoints=tuple(store.get("endpoints") or ()),
-        ca=store.get("ca"), cert=store.get("cert"), key=store.get("key"),
+        path=text(store, "path", f"{state_dir}/store.db", "store.path"),
+        endpoints=parse_endpoints(store.get("endpoints")),
+        ca=text(store, "ca", None, "store.ca"), cert=text(store, "cert", None, "store.cert"),
+        key=text(store, "key", None, "store.key"),
         options={k: v for k, v in store.items()
                  if k not in ("type", "path", "endpoints", "ca", "cert", "key")})
     if store_cfg.type == "etcd" and not store_cfg.endpoints:
         raise InvalidConfig("invalid daemon config key 'store.endpoints'",
                             "an etcd store needs at least one endpoint")
     return DaemonConfig(
-        socket=str(data.get("socket", DEFAULT_SOCKET)),
-        node_name=str(data.get("nodeName") or _socket.gethostname()),
+        socket=text(data, "socket", DEFAULT_SOCKET),
+        node_name=text(data, "nodeName", "") or _socket.gethostname(),
         state_dir=state_dir,
         store=store_cfg,
-        metrics_address=data.get("metricsAddress"),
-        log_level=str(data.get("logLevel", "info")),
+        metrics_address=text(data, "metricsAddress", None),
+        log_level=text(data, "logLevel", "info"),
         fault_injection=bool(data.get("faultInjection", False)),
         workers=parse_workers(data.get("workers", DEFAULT_WORKERS)),
         receive_timeout=parse_receive_timeout(data.get("receiveTimeout", DEFAULT_RECEIVE_TIMEOUT)),
         raw=data,
     )
+
+
+def text(data: dict[str, Any], key: str, default: str | None, name: str = "") -> str | None:
+    """A string key (missing or null: ``default``); anything else is code 7 naming it."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise InvalidConfig(f"invalid daemon config key '{name or key}'",
+                            f"expected a string, got {value!r}")
+    return value
+
+
+def parse_endpoints(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
+                            f"expected a list of URLs like https://10.0.0.1:2379, got {value!r}")
+    return tuple(value)
 
 
 def parse_workers(value: Any) -> int:
