@@ -30,7 +30,8 @@ from ipam.leases.housekeeping import Housekeeping
 from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
 from ipam.leases.pool_watch import PoolWatch, start_pool_watch
 from ipam.leases.service import LeaseService
-from ipam.nodes.liveness import Liveness, NodeRecord, supports_leases
+from ipam.nodes.liveness import Liveness, supports_leases
+from ipam.nodes.record import NodeRecord
 from ipam.nodes.options import parse_node_options
 from ipam.nodes.reaper import ReaperLoop
 from ipam.nodes.services import NodeServices, reaper_metrics

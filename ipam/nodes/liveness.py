@@ -2,7 +2,7 @@
 
 Keys (DESIGN.md "Store layout")::
 
-    /pycni/v1/nodes/<node>        {"name", "address", "labels", "startedAt"}     no lease
+    /pycni/v1/nodes/<node>        {"name", "address", "labels", "startedAt", "overlay"}  no lease
     /pycni/v1/heartbeats/<node>   {"node", "lease", "grantedAt", "pid"}           on the lease
 
 On start pycnid asks the store for a lease of ``heartbeatTTL`` seconds (default 10) kept alive
@@ -22,45 +22,18 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import replace
+from typing import Any, Callable
 
 from cni.spec.errors import CNIError, TryAgainLater
-from ipam.records import HEARTBEATS, NODES, decode, encode
-from ipam.store.base import Compare, Put, Store
+from ipam.nodes.record import NodeRecord, heartbeat_key, node_key
+from ipam.records import encode
+from ipam.store.base import Compare, Delete, Put, Store
 from ipam.store.cas import LOST, Lost, Retry, run_cas
 
 log = logging.getLogger("pycnid.liveness")
 WRITE_ATTEMPTS = 8
 WRITE_RETRY = Retry(WRITE_ATTEMPTS)  # at once: each attempt re-reads both keys
-
-
-def node_key(node: str) -> str:
-    return f"{NODES}{node}"
-
-
-def heartbeat_key(node: str) -> str:
-    return f"{HEARTBEATS}{node}"
-
-
-@dataclass(frozen=True)
-class NodeRecord:
-    name: str
-    address: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    started_at: float = 0.0
-
-    def to_bytes(self) -> bytes:
-        return encode({"name": self.name, "address": self.address, "labels": dict(self.labels),
-                       "startedAt": self.started_at})
-
-    @classmethod
-    def from_bytes(cls, key: str, value: bytes) -> "NodeRecord":
-        data = decode(key, value)
-        labels = data.get("labels") if isinstance(data.get("labels"), dict) else {}
-        return cls(str(data.get("name") or key.rsplit("/", 1)[-1]), str(data.get("address") or ""),
-                   {str(k): str(v) for k, v in labels.items()},
-                   float(data.get("startedAt") or 0))
 
 
 def supports_leases(store: Any) -> bool:
@@ -120,6 +93,18 @@ class Liveness:
             write_node(self.store, self.record)
         except CNIError as exc:
             log.warning("node record of %s not written: %s", self.record.name, exc)
+
+    def update(self, **changes: Any) -> None:
+        """A new version of the record (the overlay fields once known), written at once and
+        by every later grant."""
+        self.record = replace(self.record, **changes)
+        write_node(self.store, self.record, self.lease_id)
+
+    def leave(self) -> None:
+        """Take the node record out (a graceful leave: peers drop their entries for it)."""
+        key = node_key(self.record.name)
+        if (kv := self.store.get(key)) is not None:
+            self.store.txn([Compare(key, kv.mod_revision)], [Delete(key)])
 
     def wait(self, timeout: float) -> bool:
         """True once the heartbeat is written (at once without leases)."""

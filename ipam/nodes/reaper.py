@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.nodes.liveness import HEARTBEATS, NODES, heartbeat_key, node_key, supports_leases
+from ipam.nodes.liveness import supports_leases
+from ipam.nodes.record import heartbeat_key, node_key
 from ipam.nodes.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
 from ipam.loop import Errors, Periodic
-from ipam.records import AFFINITY, SUSPECTS, decode, encode
+from ipam.records import AFFINITY, HEARTBEATS, NODES, SUSPECTS, decode, encode
 from ipam.store.base import Compare, Delete, Put, Store
 
 log = logging.getLogger("pycnid.reaper")
