@@ -38,6 +38,7 @@ HEARTBEATS = f"{PREFIX}heartbeats/"
 SUSPECTS = f"{PREFIX}reaper/suspects/"
 POOLS_MARKER = f"{PREFIX}meta/pools"
 BUFFER_NETWORK = "_buffer"  # handles/_buffer/<node>/<pool>: a node's outage buffer
+VTEP_NETWORK = "_vtep"  # handles/_vtep/<node>/<device>: a node's overlay tunnel addresses
 DEFAULT_BLOCK_GRACE = 300.0  # seconds an empty block stays claimed before it goes back
 
 

@@ -13,6 +13,7 @@ from cni.spec.errors import InternalError
 from cni.spec.request import Request
 
 if TYPE_CHECKING:
+    from cni.overlay.device import NodeEnd
     from ipam.leases.service import LeaseService
     from ipam.nodes.services import NodeServices
     from ipam.store.base import Store
@@ -96,3 +97,4 @@ class Services:
     leases: LeaseService
     node: NodeServices
     plugins: dict[str, Plugin] = field(default_factory=dict)
+    overlay: "NodeEnd | None" = None  # the node's overlay end (backend, MTU), if it runs one

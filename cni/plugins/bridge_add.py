@@ -24,6 +24,7 @@ from .bridge_calc import (bridge_addresses, build_result, calc_ips, calc_routes,
                           container_addresses, masq_pairs, route_specs)
 from .bridge_config import BridgeConfig, parse_bridge_config
 from .bridge_names import Attachment
+from .bridge_overlay import ensure_proxy_arp, fit_to_node
 from .delegate import delegate, validate_delegation
 from .bridge_errors import describe, failing
 
@@ -141,6 +142,9 @@ def ensure_gateway(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
     wanted = bridge_addresses(st.ips) if st.cfg.is_gateway else []
     rt.bridges.ensure_gateway(st.node, st.bridge, wanted, st.cfg.force_address,
                               container_addresses(st.ips))
+    if wanted and rt.services.overlay is not None:
+        with failing(f"failed to enable proxy ARP on {st.cfg.bridge}"):
+            ensure_proxy_arp(st.cfg.bridge)
 
 
 def ensure_forwarding(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
@@ -170,7 +174,7 @@ ADD_STEPS = tuple(name for name, _ in STEPS) + ("finish",)
 
 
 def run_add(rt: "BridgePlugin", req: Request) -> dict:
-    cfg = parse_bridge_config(req)
+    cfg = fit_to_node(parse_bridge_config(req), rt.services.overlay)
     validate_delegation(rt.services.plugins, req, parse=True)
     validate_pod_netns(req)
     att = Attachment.of(req)

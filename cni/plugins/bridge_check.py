@@ -19,6 +19,7 @@ from .bridge_calc import bridge_addresses, masq_pairs, route_specs
 from .bridge_config import BridgeConfig, parse_bridge_config
 from .bridge_errors import failing
 from .bridge_names import Attachment
+from .bridge_overlay import fit_to_node
 from .delegate import delegate
 from .masq_rules import FAMILY, TABLE, elements_for
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def run_check(rt: "BridgePlugin", req: Request) -> None:
-    cfg = parse_bridge_config(req)
+    cfg = fit_to_node(parse_bridge_config(req), rt.services.overlay)
     prev = expected_result(req)
     validate_pod_netns(req)
     index = container_index(prev, req)

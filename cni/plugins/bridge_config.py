@@ -20,6 +20,7 @@ BOOL_KEYS = {"isGateway": "is_gateway", "isDefaultGateway": "is_default_gateway"
              "hairpinMode": "hairpin", "promiscMode": "promisc"}
 UNSUPPORTED = ("vlan", "vlanTrunk", "macspoofchk", "portIsolation", "disableContainerInterface")
 DNS_LISTS = ("nameservers", "search", "options")
+BACKEND_TYPES = ("vxlan", "host-gw")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class BridgeConfig:
     mac: str | None = None
     dns: dict = field(default_factory=dict)
     has_ipam: bool = False
+    backend: str | None = None  # the netconf's backend.type (the node's must agree)
 
 
 def parse_bridge_config(req: Request) -> BridgeConfig:
@@ -52,7 +54,8 @@ def parse_bridge_config(req: Request) -> BridgeConfig:
         ifname_literal(bridge)  # nft must be able to match it: refused before anything is made
     ipam = conf.get("ipam")
     return BridgeConfig(bridge=bridge, mtu=validate_mtu(conf.get("mtu")), mac=calc_mac(req),
-                        dns=validate_dns(conf.get("dns")), has_ipam=bool(ipam), **flags)
+                        dns=validate_dns(conf.get("dns")), has_ipam=bool(ipam),
+                        backend=validate_backend(conf), **flags)
 
 
 def validate_bool(conf: Mapping[str, Any], key: str) -> bool:
@@ -133,3 +136,14 @@ def calc_mac(req: Request) -> str | None:
             raise InvalidConfig(f"invalid {key}", f"{value!r} is not a unicast MAC address")
         return mac
     return None
+
+
+def validate_backend(conf: Mapping[str, Any]) -> str | None:
+    value = conf.get("backend")
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in BACKEND_TYPES:
+        raise InvalidConfig("invalid key 'backend'",
+                            f"expected {{\"type\": \"vxlan\" | \"host-gw\"}}, got {value!r}")
+    return kind

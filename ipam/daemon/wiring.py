@@ -10,7 +10,9 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
 3. the lease service, and ``setup_guard``: the outage guard around it (etcd only; started,
    it replays a leftover journal);
 4. the IPAM metrics (their refresh thread when an endpoint serves them), housekeeping, and the
-   pool watch (etcd: pool changes reach the cache at once).
+   pool watch (etcd: pool changes reach the cache at once);
+5. the overlay (``cni/overlay/setup.py``), when the config has an ``overlay`` section: it
+   leases its VTEP addresses through the lease service and publishes them in the node record.
 
 ``build_plugins`` then creates every handler this build has, with the one typed ``Services``.
 A plugin name pycnid has no handler for (``svc`` until the Service proxy lands) is not guessed
@@ -25,6 +27,7 @@ from typing import Callable
 
 from cni.plugins import bridge, ipam
 from cni.plugins.base import Faults, MetricsRegistry, Plugin, Services
+from cni.overlay.setup import start_overlay
 from cni.plugins.ipam_config import parse_daemon_options
 from ipam.leases.housekeeping import Housekeeping
 from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
@@ -89,8 +92,10 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     housekeeping = Housekeeping(leases, options.housekeeping_interval, life.metrics).start()
     life.on_shutdown.append(housekeeping.stop)
     watch = start_pool_watch(life, store, leases)
+    overlay = start_overlay(config.raw or {}, life.node_name, store, leases, node.liveness,
+                            life.metrics, life.on_shutdown)
     services = Services(life.node_name, Faults(config.fault_injection), life.metrics,
-                        store, leases, node)
+                        store, leases, node, overlay=overlay)
     return WiredNode(services, ipam_metrics, housekeeping, watch)
 
 

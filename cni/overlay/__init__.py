@@ -1,0 +1,1 @@
+"""The multi-node pod network: peers from the node registry, programmed as routes, neighbours and FDB entries."""

@@ -1,0 +1,223 @@
+"""The overlay sync in pycnid: node registry in, routes / neighbours / FDB entries out.
+
+``OverlaySync.start()`` returns at once; a loop thread (``ipam/loop.py``) then:
+
+1. leases this node's VTEP addresses (vxlan; retried until a pool can give one) and publishes
+   the node record's overlay fields (``Liveness.update``);
+2. reads the three registry prefixes (``registry.PREFIXES``) and watches each from the
+   revision it read (etcd; SQLite is re-read on every pass) — a watch event wakes the loop;
+3. reconciles: desired entries (``model.calc_desired``) against what the kernel holds with
+   pycni's marks (``dataplane``), the difference applied, the VXLAN firewall table rendered.
+
+It reconciles on every wake-up, after ``resyncInterval`` seconds without one, and when the
+netlink monitor sees one of pycni's entries or its device deleted by someone else — so a
+deleted entry is back within about a second. Nothing is removed before the first complete read
+of the registry (an empty view must never tear the network down), and nothing follows a
+heartbeat: routes follow node records and block affinity only, so an etcd outage changes
+nothing. On ``stop(leave=True)`` the node record goes and the VTEP is released; peers remove
+their entries on the event.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from cni.net.monitor import NetlinkMonitor
+from cni.net.nft import Nft, NftError
+from cni.net.session import node_session
+from ipam.loop import Errors, Loop
+from ipam.nodes.record import OverlayInfo
+from ipam.store.base import KV
+from . import dataplane, device, firewall, underlay, vtep
+from .model import Local, Plan, calc_desired
+from .registry import PREFIXES, Registry
+
+log = logging.getLogger("pycnid.overlay")
+RETRY = 1.0
+
+
+class OverlaySync:
+    def __init__(self, end: device.NodeEnd, node: str, store: Any, leases: Any,
+                 publish: Callable[[OverlayInfo], None], registry: Any) -> None:
+        self.end, self.node, self.store, self.leases = end, node, store, leases
+        self.publish = publish
+        self.view = Registry()
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.vteps: tuple[str, ...] | None = None if end.backend == "vxlan" else ()
+        self.loaded: set[str] = set()
+        self.published = False
+        self.watches: list[Any] = []
+        self.last: Plan | None = None
+        self.firewall_script = ""
+        self.nft: Nft | None = None
+        self.metrics = OverlayMetrics(registry)
+        self.monitor = NetlinkMonitor(self.on_netlink)
+        self.loop = Loop("overlay-sync", self.step, retry=RETRY, wake=self.wake,
+                         errors=Errors(log, "overlay sync"), registry=registry)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> "OverlaySync":
+        self.nft = Nft() if self.end.backend == "vxlan" else None  # made in the node netns
+        self.monitor.start()
+        self.loop.start()
+        return self
+
+    def stop(self, leave: bool = False) -> None:
+        self.loop.stop()
+        self.monitor.stop()
+        for watch in self.watches:
+            watch.cancel()
+        if leave:
+            self.leave()
+
+    def leave(self) -> None:
+        """Out of the overlay: the node record (by the caller's hook), the VTEP lease, and
+        this node's own entries for its peers."""
+        if self.end.backend == "vxlan":
+            vtep.release_vteps(self.leases, self.node, self.end.config.device_name)
+        with node_session() as ipr:
+            dataplane.apply_diff(ipr, dataplane.Entries(), self.read_actual(ipr, set()))
+        if self.nft is not None:
+            self.nft.run(firewall.render_removal())
+
+    # -- the loop --------------------------------------------------------------------------
+    def step(self) -> float:
+        self.wake.clear()
+        if self.vteps is None:
+            self.vteps = vtep.lease_vteps(self.leases, self.node, self.end.config.device_name,
+                                          self.end.config.vtep_pools)
+        if not self.published:
+            self.publish(self.info())
+            self.published = True
+        self.ensure_registry()
+        self.reconcile()
+        return self.end.config.resync_interval
+
+    def info(self) -> OverlayInfo:
+        cfg = self.end.config
+        vxlan = cfg.backend == "vxlan"
+        return OverlayInfo(cfg.backend, self.end.underlay.address,
+                           self.end.vtep_mac if vxlan else "", self.vteps or (),
+                           cfg.vni if vxlan else 0, cfg.port if vxlan else 0, self.end.mtu)
+
+    def ensure_registry(self) -> None:
+        """Read every prefix not yet watched (all of them each pass without a watch)."""
+        can_watch = callable(getattr(self.store, "watch", None))
+        for prefix in PREFIXES:
+            if prefix in self.loaded:
+                continue
+            if can_watch:
+                kvs, revision = self.store.range_at(prefix)
+            else:
+                kvs, revision = self.store.range(prefix), 0
+            with self.lock:
+                self.view.replace_all(kvs, prefix)
+            if can_watch:
+                self.watches.append(self.store.watch(prefix, revision + 1,
+                                                     self.on_update_of(prefix)))
+                self.loaded.add(prefix)
+        if not can_watch:
+            self.loaded.clear()  # re-read on the next pass
+
+    def on_update_of(self, prefix: str) -> Callable[[Any], None]:
+        def on_update(update: Any) -> None:
+            with self.lock:
+                if update.snapshot:
+                    self.view.replace_all([e.kv for e in update.events], prefix)
+                    changed = True
+                else:
+                    changed = any([self.view.apply(e.kv, e.kind == "delete")
+                                   for e in update.events])
+            if changed:
+                self.metrics.events.inc()
+                self.wake.set()
+        return on_update
+
+    def on_netlink(self, kind: str, summary: dict) -> None:
+        """Someone deleted a route, neighbour, FDB entry or link: look again now."""
+        if kind.startswith("del"):
+            self.wake.set()
+
+    # -- reconcile -------------------------------------------------------------------------
+    def reconcile(self) -> Plan:
+        started = time.perf_counter()
+        with self.lock:
+            peers = self.view.peers(self.node)
+            own_hosts = self.view.hosts_of(self.node)
+        with node_session() as ipr:
+            index = self.ensure_local(ipr)
+            serving = device.serving_map(ipr, index)
+            local = Local(self.end.backend, index, own_hosts,
+                          lambda ip: device.calc_serving(serving, ip),
+                          lambda ip: underlay.check_direct(ipr, ip))
+            plan = calc_desired(local, peers)
+            macs = {f.mac for f in plan.entries.fdbs}
+            outcome = dataplane.apply_diff(ipr, plan.entries, self.read_actual(ipr, macs))
+        self.ensure_firewall([p.info.underlay for p in peers])
+        self.report(plan, outcome, len(peers), time.perf_counter() - started)
+        return plan
+
+    def ensure_local(self, ipr: Any) -> int:
+        if self.end.backend != "vxlan":
+            return self.end.underlay.ifindex
+        device.ensure_forwarding()
+        return device.ensure_device(ipr, self.end, self.vteps or ()).index
+
+    def read_actual(self, ipr: Any, macs: set[str]) -> dataplane.Entries:
+        index = None
+        if self.end.backend == "vxlan":
+            found = [i for i in ipr.link_lookup(ifname=self.end.config.device_name)]
+            index = found[0] if found else None
+        return dataplane.read_actual(ipr, index, macs)
+
+    def ensure_firewall(self, peers: list[str]) -> None:
+        if self.nft is None:
+            return
+        script = firewall.render_table(self.end.underlay.address, self.end.config.port, peers)
+        try:
+            self.nft.run(script)
+        except NftError as exc:
+            log.warning("overlay: the VXLAN firewall table was refused: %s", exc)
+            return
+        self.firewall_script = script
+
+    def report(self, plan: Plan, outcome: dataplane.Outcome, peers: int, took: float) -> None:
+        for failure in outcome.failed:
+            log.warning("overlay: %s", failure)
+        newly = {p: why for p, why in plan.unreachable.items()
+                 if self.last is None or self.last.unreachable.get(p) != why}
+        for peer, why in newly.items():
+            log.warning("overlay: peer %s gets no route (host-gw needs a directly connected "
+                        "underlay): %s", peer, why)
+        if outcome.changed:
+            log.info("overlay: %d peer(s); %d entr(y/ies) added, %d removed in %.1f ms",
+                     peers, outcome.added, outcome.removed, took * 1000)
+        self.last = plan
+        self.metrics.observe(plan, outcome, peers, took)
+
+
+class OverlayMetrics:
+    def __init__(self, registry: Any) -> None:
+        self.peers = registry.gauge("pycni_overlay_peers", "remote nodes in the overlay")
+        self.unreachable = registry.gauge(
+            "pycni_overlay_unreachable_peers", "host-gw peers not on a connected subnet")
+        self.entries = registry.gauge("pycni_overlay_entries",
+                                      "routes, neighbours and FDB entries programmed")
+        self.failures = registry.counter("pycni_overlay_apply_failures_total",
+                                         "entries the kernel refused")
+        self.events = registry.counter("pycni_overlay_registry_events_total",
+                                       "registry changes that woke the overlay sync")
+        self.seconds = registry.histogram("pycni_overlay_sync_seconds",
+                                          "time of one overlay reconcile pass")
+
+    def observe(self, plan: Plan, outcome: dataplane.Outcome, peers: int, took: float) -> None:
+        self.peers.set(peers)
+        self.unreachable.set(len(plan.unreachable))
+        for kind in ("routes", "neighs", "fdbs"):
+            self.entries.set(len(getattr(plan.entries, kind)), kind=kind)
+        if outcome.failed:
+            self.failures.inc(len(outcome.failed))
+        self.seconds.observe(took)

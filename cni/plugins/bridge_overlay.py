@@ -1,0 +1,43 @@
+"""pycni-bridge on a node that runs an overlay: the netconf meets the node's backend.
+
+The backend is the node's (pycnid's ``overlay`` section, ``cni/overlay/config.py``): a netconf
+may name it (``"backend": {"type": "vxlan"}``) and must then agree. Without an ``mtu`` the Pod
+gets the overlay's (underlay − 50 for VXLAN over IPv4), on both veth ends and on a bridge this
+ADD creates; an ``mtu`` above it is refused, since the VXLAN device would drop every full-size
+packet the Pod sends. The bridge answers ARP for Pods on other nodes (``proxy_arp``): a Pod
+holds its address with the pool's prefix and asks for a remote Pod as on-link, and the node,
+whose route to that Pod's block points into the overlay, answers for it.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping
+
+from cni.net import sysctl
+from cni.spec.errors import InvalidConfig
+from .bridge_config import BridgeConfig
+
+def fit_to_node(cfg: BridgeConfig, overlay: Any) -> BridgeConfig:
+    """The netconf as this node runs it: backend checked, MTU derived (``overlay``: the node's
+    ``NodeEnd`` or None)."""
+    if overlay is None:
+        if cfg.backend:
+            raise InvalidConfig(f"the netconf asks for backend {cfg.backend!r}, but pycnid on "
+                                "this node runs no overlay",
+                                "add an \"overlay\" section to pycnid's config "
+                                f"(\"backend\": \"{cfg.backend}\") and restart it")
+        return cfg
+    if cfg.backend and cfg.backend != overlay.backend:
+        raise InvalidConfig(f"the netconf asks for backend {cfg.backend!r}, but this node's "
+                            f"overlay is {overlay.backend!r}",
+                            "the backend is the node's (pycnid's overlay.backend): drop the "
+                            "netconf's backend or make them agree")
+    if cfg.mtu and cfg.mtu > overlay.mtu:
+        raise InvalidConfig(f"invalid key 'mtu': {cfg.mtu} is above the overlay's MTU "
+                            f"{overlay.mtu}", f"the {overlay.backend} underlay carries at most "
+                            f"{overlay.mtu} bytes per Pod packet: leave 'mtu' out to get it")
+    return replace(cfg, mtu=cfg.mtu or overlay.mtu)
+
+
+def ensure_proxy_arp(bridge: str) -> None:
+    sysctl.ensure_sysctl(f"net/ipv4/conf/{bridge}/proxy_arp", "1")
