@@ -61,8 +61,17 @@ class Env:
             self._store = None
 
 
+def command_prefix() -> str:
+    """The running command's group ("pycni ipam", "pycni node" …), to start its messages."""
+    ctx, names = click.get_current_context(silent=True), []
+    while ctx is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return f"pycni {names[-2]}" if len(names) >= 2 else "pycni"
+
+
 def describe_error(exc: CNIError, env: Env) -> str:
-    text = f"pycni ipam: {exc.msg}"
+    text = f"{command_prefix()}: {exc.msg}"
     if isinstance(exc, (TryAgainLater, NotAvailable)) and env.store_name and \
             env.store_name.split(":", 1)[1] not in str(exc):
         text += f" (store {env.store_name})"
@@ -81,7 +90,7 @@ def run(env: Env, body: Callable[[], Any]) -> None:
     except (click.exceptions.Exit, click.ClickException):
         raise
     except Exception as exc:  # a bug: still one readable line, never a traceback
-        click.echo(f"pycni ipam: internal error: {type(exc).__name__}: {exc}", err=True)
+        click.echo(f"{command_prefix()}: internal error: {type(exc).__name__}: {exc}", err=True)
         code = EXIT_ERROR
     finally:
         env.close()
