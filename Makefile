@@ -62,6 +62,7 @@ install-conf:
 	    echo "kept existing $(DESTDIR)$(PYCNI_CONF_DIR)/pycnid.json"; \
 	else install -m 0644 conf/pycnid.json "$(DESTDIR)$(PYCNI_CONF_DIR)/pycnid.json" && \
 	    echo "wrote $(DESTDIR)$(PYCNI_CONF_DIR)/pycnid.json"; fi
+	install -D -m 0644 conf/pycni-rt_protos.conf "$(DESTDIR)/etc/iproute2/rt_protos.d/pycni.conf"
 
 install-unit:
 	install -d -m 0755 "$(DESTDIR)$(SYSTEMD_DIR)"

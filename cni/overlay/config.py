@@ -22,6 +22,7 @@ silently on a VXLAN node::
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -75,13 +76,13 @@ def parse_overlay_config(raw: Mapping[str, Any]) -> OverlayConfig | None:
     if backend not in BACKEND_NAMES:
         raise bad("overlay.backend", f"expected one of {', '.join(BACKEND_NAMES)}", backend)
     return OverlayConfig(
-        backend=backend, underlay_address=validate_str(section, "underlayAddress"),
+        backend=backend, underlay_address=validate_address(section.get("underlayAddress")),
         vni=validate_int(section, "vni", DEFAULT_VNI, 1, (1 << 24) - 1),
         port=validate_int(section, "port", DEFAULT_VXLAN_PORT, 1, 65535),
         device=validate_device(section.get("device")), vtep_mac=validate_mac(section),
         mtu=validate_int(section, "mtu", None, 576, 65535),
         vtep_pools=validate_pools(section.get("vtepPools")),
-        resync_interval=float(validate_int(section, "resyncInterval", 30, 1, 86400)),
+        resync_interval=float(validate_int(section, "resyncInterval", 30, 1, 86400) or 30),
         leave_on_stop=validate_flag(section, "leaveOnStop"))
 
 
@@ -89,18 +90,21 @@ def bad(key: str, expected: str, value: Any) -> InvalidConfig:
     return InvalidConfig(f"invalid daemon config key '{key}'", f"{expected}, got {value!r}")
 
 
-def validate_str(section: Mapping[str, Any], key: str) -> str | None:
-    value = section.get(key)
-    if value is not None and (not isinstance(value, str) or not value.isprintable()):
-        raise bad(f"overlay.{key}", "expected a string", value)
-    return value
+def validate_address(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return str(ipaddress.ip_address(value if isinstance(value, str) else ""))
+    except ValueError:
+        raise bad("overlay.underlayAddress", "expected an IP address of this node", value) \
+            from None
 
 
 def validate_int(section: Mapping[str, Any], key: str, default: int | None, lo: int,
                  hi: int) -> int | None:
-    value = section.get(key, default)
-    if value is None:
-        return None
+    value = section.get(key)
+    if value is None:  # absent or null: the default
+        return default
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise bad(f"overlay.{key}", f"expected an integer {lo}..{hi}", value)
     return value

@@ -13,6 +13,8 @@ import os
 
 import pytest
 
+from cni.overlay.config import DEFAULT_RESYNC, DEFAULT_VNI, DEFAULT_VXLAN_PORT, parse_overlay_config
+
 from cni.plugins.bridge_config import parse_bridge_config
 from cni.plugins.ipam_config import DaemonOptions, parse_daemon_options, parse_ipam_config
 from cni.runtime.conflist import conflist_from_bytes
@@ -41,7 +43,7 @@ def plugin_request(network: dict, plugin: dict) -> Request:
 
 
 def test_every_file_is_of_a_known_kind():
-    kinds = (".json", ".conflist", ".service")
+    kinds = (".json", ".conflist", ".service", ".conf")
     assert FILES and all(name.endswith(kinds) for name in FILES), FILES
     assert {"10-pycni.conflist", "20-pycni-cluster.conflist", "pycnid.json",
             "pycnid-etcd.json", "pycnid.service"} <= set(FILES)
@@ -83,6 +85,10 @@ def test_etcd_example_shows_the_real_defaults():
     assert (etcd.call_timeout, etcd.request_timeout, etcd.status_timeout,
             etcd.endpoint_retry) == (plain.call_timeout, plain.request_timeout,
                                      plain.status_timeout, plain.endpoint_retry)
+    overlay = parse_overlay_config(raw)
+    assert overlay is not None and overlay.backend == "vxlan"
+    assert (overlay.vni, overlay.port, overlay.resync_interval, overlay.leave_on_stop) == (
+        DEFAULT_VNI, DEFAULT_VXLAN_PORT, DEFAULT_RESYNC, False)
     assert set(raw["ipam"]) == {"bufferSize", "heartbeatTTL", "reapGrace", "reapInterval",
                                 "addBudget", "blockReturnGrace", "housekeepingInterval"}
 
