@@ -6,7 +6,9 @@ gets the overlay's (underlay − 50 for VXLAN over IPv4), on both veth ends and 
 ADD creates; an ``mtu`` above it is refused, since the VXLAN device would drop every full-size
 packet the Pod sends. The bridge answers ARP for Pods on other nodes (``proxy_arp``): a Pod
 holds its address with the pool's prefix and asks for a remote Pod as on-link, and the node,
-whose route to that Pod's block points into the overlay, answers for it.
+whose route to that Pod's block points into the overlay, answers for it — at once
+(``proxy_delay`` 0, as Calico sets it): the kernel's default delays a proxied ARP reply by up to
+0.8 s, and the first packets to a new remote Pod were lost in the wait.
 """
 from __future__ import annotations
 
@@ -41,3 +43,4 @@ def fit_to_node(cfg: BridgeConfig, overlay: Any) -> BridgeConfig:
 
 def ensure_proxy_arp(bridge: str) -> None:
     sysctl.ensure_sysctl(f"net/ipv4/conf/{bridge}/proxy_arp", "1")
+    sysctl.ensure_sysctl(f"net/ipv4/neigh/{bridge}/proxy_delay", "0")
