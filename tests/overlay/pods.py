@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 from tests.cluster.load import pycni_ipam_cli
@@ -42,15 +44,18 @@ class OverlayCluster:
     backend: str
     overlay: dict
     mtu: int = 1500
+    daemon: dict = field(default_factory=dict)  # pycnid config keys of every node
     pods: list[Pod] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[ClusterNode]:
         return self.cluster.nodes
 
-    def add_node(self, name: str | None = None, **overlay: object) -> ClusterNode:
+    def add_node(self, name: str | None = None, start: bool = True,
+                 **overlay: object) -> ClusterNode:
         keys = {"backend": self.backend, **self.overlay, **overlay}
-        return self.cluster.add_node(name, mtu=self.mtu, overlay=keys)
+        return self.cluster.add_node(name, mtu=self.mtu, start=start, overlay=keys,
+                                     **self.daemon)
 
     def add_pool(self, name: str, cidr: str, block_size: int) -> None:
         out = pycni_ipam_cli(self.nodes[0], "pool", "add", name, "--cidr", cidr,
@@ -90,3 +95,43 @@ class OverlayCluster:
 
     def close_pods(self) -> None:
         self.pods.clear()  # their namespaces go with the underlay, the cluster with its fixture
+
+
+SERVER = """
+import hashlib, socket
+srv = socket.socket(socket.AF_INET6 if ':' in {ip!r} else socket.AF_INET)
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(({ip!r}, {port})); srv.listen(1); srv.settimeout(30)
+print('ready', flush=True)
+conn, _ = srv.accept(); conn.settimeout(30); digest = hashlib.sha256(); size = 0
+while chunk := conn.recv(1 << 16):
+    digest.update(chunk); size += len(chunk)
+print(size, digest.hexdigest(), flush=True)
+"""
+CLIENT = """
+import hashlib, os, socket
+data = os.urandom({size})
+conn = socket.create_connection(({ip!r}, {port}), timeout=30)
+conn.sendall(data); conn.shutdown(socket.SHUT_WR); conn.recv(1)
+print(len(data), hashlib.sha256(data).hexdigest(), flush=True)
+"""
+
+
+def python_in(ns: Netns, script: str) -> list[str]:
+    return ["ip", "netns", "exec", ns.name, sys.executable, "-c", script]
+
+
+def tcp_transfer(src: Pod, dst: Pod, size: int, port: int = 5201) -> tuple[str, str]:
+    """``size`` random bytes sent from ``src`` to a server in ``dst`` by a Pod IP: (what the
+    client sent, what the server received), each as "<bytes> <sha256>"."""
+    server = subprocess.Popen(python_in(dst.ns, SERVER.format(ip=dst.ip, port=port)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready", server.stderr.read()
+        sent = subprocess.run(python_in(src.ns, CLIENT.format(ip=dst.ip, port=port, size=size)),
+                              capture_output=True, text=True, timeout=60)
+        received, errors = server.communicate(timeout=60)
+    finally:
+        server.kill()
+    assert sent.returncode == 0, sent.stderr
+    return sent.stdout.strip(), received.strip() or errors
