@@ -21,15 +21,17 @@ import threading
 from typing import Any, Callable
 
 from pyroute2 import AsyncIPRoute
-from pyroute2.netlink.rtnl import (RTMGRP_IPV4_ROUTE, RTMGRP_IPV6_ROUTE, RTMGRP_LINK,
-                                   RTMGRP_NEIGH)
+from pyroute2.netlink.rtnl import (RTMGRP_IPV4_IFADDR, RTMGRP_IPV4_ROUTE, RTMGRP_IPV6_IFADDR,
+                                   RTMGRP_IPV6_ROUTE, RTMGRP_LINK, RTMGRP_NEIGH)
 
 from ipam.loop import Loop
 
 log = logging.getLogger("pycnid.netlink")
-GROUPS = RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE
+GROUPS = RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE | \
+    RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
 DELROUTE, DELNEIGH = "RTM_DELROUTE", "RTM_DELNEIGH"
 DELLINK, NEWLINK = "RTM_DELLINK", "RTM_NEWLINK"
+NEWADDR = "RTM_NEWADDR"
 RESUBSCRIBED = "resubscribed"  # the socket was reopened: notifications may have been lost
 OnEvent = Callable[[str, dict], None]
 
@@ -46,6 +48,9 @@ def summary_of(msg) -> tuple[str, dict] | None:
         return kind, {"family": msg["family"], "ifindex": msg["ifindex"],
                       "dst": msg.get("NDA_DST"), "mac": msg.get("NDA_LLADDR"),
                       "proto": msg.get("NDA_PROTOCOL")}
+    if kind == NEWADDR:  # a gateway on a bridge: the overlay may now route through it
+        return kind, {"index": msg["index"], "address": msg.get("IFA_ADDRESS"),
+                      "prefixlen": msg["prefixlen"], "proto": msg.get("IFA_PROTO")}
     if kind in (DELLINK, NEWLINK):
         linkinfo = msg.get("IFLA_LINKINFO")
         return kind, {"index": msg["index"], "ifname": msg.get("IFLA_IFNAME"),

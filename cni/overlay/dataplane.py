@@ -3,7 +3,8 @@
 Ownership: routes by their protocol (``RTPROT_PYCNI``, 77, in the main table), neighbours by
 ``NDA_PROTOCOL`` 77 on the VXLAN device. The VXLAN driver keeps no protocol on FDB entries, so an
 FDB entry on pycni's device is pycni's when its MAC is a VTEP MAC pycni wants or one of its own
-neighbour entries names; removal therefore goes routes, FDB, neighbours (a crash in between
+neighbour entries names; IPv6 proxy entries on bridges (``ndproxy``) by their protocol.
+Removal therefore goes routes, FDB, neighbours (a crash in between
 leaves a neighbour that still names the FDB entry's MAC), addition the other way round
 (neighbour before the route that needs it, as flannel learned). A route whose gateway changed is
 replaced in one request, so traffic never sees it missing. Foreign entries are never touched.
@@ -21,9 +22,9 @@ from dataclasses import dataclass, field
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from cni.net import neigh, route
+from cni.net import ndproxy, neigh, route
 from cni.net.route import RTPROT_PYCNI
-from .model import Entries, FdbEntry, NeighEntry, RouteEntry
+from .model import Entries, FdbEntry, NeighEntry, ProxyEntry, RouteEntry
 
 log = logging.getLogger("pycnid.overlay")
 SCOPE_LINK = 253
@@ -44,14 +45,16 @@ def read_actual(ipr: IPRoute, vxlan_index: int | None, wanted_macs: set[str]) ->
     routes = frozenset(RouteEntry(str(r.dst), str(r.gw) if r.gw else None, r.oif or 0,
                                   r.onlink)
                        for r in route.list_proto_routes(ipr, RTPROT_PYCNI))
+    proxies = frozenset(ProxyEntry(p.ifindex, p.ip)
+                        for p in ndproxy.list_proxies(ipr, proto=RTPROT_PYCNI))
     if vxlan_index is None:
-        return Entries(routes)
+        return Entries(routes, proxies=proxies)
     neighs = frozenset(NeighEntry(n.ifindex, str(n.ip), n.mac)
                        for n in neigh.list_neighs(ipr, vxlan_index, proto=RTPROT_PYCNI))
     ours = wanted_macs | {n.mac for n in neighs}
     fdbs = frozenset(FdbEntry(f.ifindex, f.mac, str(f.dst))
                      for f in neigh.list_fdb(ipr, vxlan_index) if f.mac in ours)
-    return Entries(routes, neighs, fdbs)
+    return Entries(routes, neighs, fdbs, proxies)
 
 
 def kernel_route(entry: RouteEntry) -> route.Route:
@@ -74,6 +77,12 @@ def apply_diff(ipr: IPRoute, desired: Entries, actual: Entries) -> Outcome:
     for entry in sorted(actual.neighs - desired.neighs):
         attempt(out, f"delete neighbour {entry.ip}", False,
                 lambda n=entry: neigh.delete_neigh(ipr, n.ifindex, n.ip))
+    for proxy in sorted(actual.proxies - desired.proxies):
+        attempt(out, f"delete proxy neighbour {proxy.ip}", False,
+                lambda p=proxy: ndproxy.delete_proxy(ipr, p.ifindex, p.ip))
+    for proxy in sorted(desired.proxies - actual.proxies):
+        attempt(out, f"proxy neighbour {proxy.ip}", True,
+                lambda p=proxy: ndproxy.add_proxy(ipr, p.ifindex, p.ip))
     for entry in sorted(desired.neighs - actual.neighs):
         attempt(out, f"neighbour {entry.ip} lladdr {entry.mac}", True,
                 lambda n=entry: neigh.replace_neigh(ipr, n.ifindex, n.ip, n.mac, RTPROT_PYCNI))

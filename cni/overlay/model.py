@@ -33,6 +33,7 @@ class Peer:
     info: OverlayInfo
     blocks: tuple[str, ...] = ()  # its blocks (affinity index), CIDRs
     hosts: tuple[str, ...] = ()   # addresses it holds in other nodes' blocks
+    held6: tuple[str, ...] = ()   # every IPv6 address it holds (its Pods, its VTEP)
 
 
 @dataclass(frozen=True, order=True)
@@ -57,11 +58,20 @@ class FdbEntry:
     dst: str
 
 
+@dataclass(frozen=True, order=True)
+class ProxyEntry:
+    """A bridge answering neighbour solicitations for a remote Pod's IPv6 address."""
+
+    ifindex: int
+    ip: str
+
+
 @dataclass(frozen=True)
 class Entries:
     routes: frozenset[RouteEntry] = frozenset()
     neighs: frozenset[NeighEntry] = frozenset()
     fdbs: frozenset[FdbEntry] = frozenset()
+    proxies: frozenset[ProxyEntry] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -96,23 +106,27 @@ def calc_desired(local: Local, peers: Iterable[Peer]) -> Plan:
     routes: set[RouteEntry] = set()
     neighs: set[NeighEntry] = set()
     fdbs: set[FdbEntry] = set()
+    proxies: set[ProxyEntry] = set()
     unreachable: dict[str, str] = {}
     skipped: dict[str, str] = {}
     for peer in sorted(peers, key=lambda p: p.name):
         why = calc_skip(local, peer)
         if why:
             skipped[peer.name] = why
-        elif local.backend == "vxlan":
+            continue
+        if local.backend == "vxlan":
             add_vxlan_peer(local, peer, routes, neighs, fdbs)
         elif (reason := local.direct(peer.info.underlay)) is not None:
             unreachable[peer.name] = reason
+            continue
         else:
             routes.update(peer_routes(peer, lambda v: peer.info.underlay
                                       if v == version_of(peer.info.underlay) else None,
                                       local.ifindex, onlink=False))
+        proxies.update(peer_proxies(local, peer))
     routes.update(own_host_routes(local))
-    return Plan(Entries(frozenset(routes), frozenset(neighs), frozenset(fdbs)),
-                unreachable, skipped)
+    return Plan(Entries(frozenset(routes), frozenset(neighs), frozenset(fdbs),
+                        frozenset(proxies)), unreachable, skipped)
 
 
 def calc_skip(local: Local, peer: Peer) -> str | None:
@@ -140,6 +154,17 @@ def peer_routes(peer: Peer, gateway: Callable[[int], str | None], oif: int,
         via = gateway(version_of(dst))
         if via is not None:
             out.add(RouteEntry(str(ipaddress.ip_network(dst)), via, oif, onlink))
+    return out
+
+
+def peer_proxies(local: Local, peer: Peer) -> set[ProxyEntry]:
+    """The peer's IPv6 addresses, answered for by the local bridge whose subnet holds them (a
+    Pod there takes them as on-link and solicits them)."""
+    out = set()
+    for ip in peer.held6:
+        oif = local.serving(ip)
+        if oif is not None:
+            out.add(ProxyEntry(oif, ip))
     return out
 
 

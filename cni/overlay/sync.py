@@ -4,7 +4,7 @@
 
 1. leases this node's VTEP addresses (vxlan; retried until a pool can give one) and publishes
    the node record's overlay fields (``Liveness.update``);
-2. reads the three registry prefixes (``registry.PREFIXES``) and watches each from the
+2. reads the four registry prefixes (``registry.PREFIXES``) and watches each from the
    revision it read (etcd; SQLite is re-read on every pass) — a watch event wakes the loop;
 3. reconciles: desired entries (``model.calc_desired``) against what the kernel holds with
    pycni's marks (``dataplane``), the difference applied, the VXLAN firewall table rendered.
@@ -24,9 +24,14 @@ import threading
 import time
 from typing import Any, Callable
 
+from cni.net import monitor
+from cni.net.addr import ADDR_PROTO_PYCNI
 from cni.net.monitor import NetlinkMonitor
+from cni.net.neigh import AF_BRIDGE
+from cni.net.route import RTPROT_PYCNI
 from cni.net.nft import Nft, NftError
 from cni.net.session import node_session
+from cni.spec.errors import TryAgainLater
 from ipam.loop import Errors, Loop
 from ipam.nodes.record import OverlayInfo
 from ipam.store.base import KV
@@ -46,7 +51,8 @@ class OverlaySync:
         self.view = Registry()
         self.lock = threading.Lock()
         self.wake = threading.Event()
-        self.vteps: tuple[str, ...] | None = None if end.backend == "vxlan" else ()
+        self.vteps: tuple[str, ...] = ()
+        self.vtep_pools_seen: dict[str, str] = {}
         self.loaded: set[str] = set()
         self.published = False
         self.watches: list[Any] = []
@@ -86,15 +92,31 @@ class OverlaySync:
     # -- the loop --------------------------------------------------------------------------
     def step(self) -> float:
         self.wake.clear()
-        if self.vteps is None:
-            self.vteps = vtep.lease_vteps(self.leases, self.node, self.end.config.device_name,
-                                          self.end.config.vtep_pools)
+        self.ensure_registry()
+        with self.lock:
+            pools = dict(self.view.pools)
+        if not self.vteps or pools != self.vtep_pools_seen:
+            self.ensure_vteps()  # a pool of a new family gets its VTEP
+            self.vtep_pools_seen = pools
         if not self.published:
             self.publish(self.info())
             self.published = True
-        self.ensure_registry()
         self.reconcile()
         return self.end.config.resync_interval
+
+    def ensure_vteps(self) -> None:
+        """A VTEP address per family the pools offer (vxlan); a new one is published."""
+        if self.end.backend != "vxlan":
+            return
+        have = self.vteps or ()
+        found = vtep.lease_vteps(self.leases, self.store, self.node,
+                                 self.end.config.device_name, self.end.config.vtep_pools, have)
+        if not found:
+            raise TryAgainLater(f"no pool offers node {self.node} a VTEP address yet",
+                                "add a pool (pycni ipam pool add) or name one in "
+                                "overlay.vtepPools")
+        if found != have:
+            self.vteps, self.published = found, False
 
     def info(self) -> OverlayInfo:
         cfg = self.end.config
@@ -137,8 +159,10 @@ class OverlaySync:
         return on_update
 
     def on_netlink(self, kind: str, summary: dict) -> None:
-        """Someone deleted a route, neighbour, FDB entry or link: look again now."""
-        if kind.startswith("del"):
+        """Look again now when someone deleted one of pycni's entries or its device, or a
+        bridge got a pycni gateway (own borrowed addresses and proxies route through it)."""
+        if is_relevant(kind, summary, self.end.config.device_name):
+            self.metrics.kernel_events.inc()
             self.wake.set()
 
     # -- reconcile -------------------------------------------------------------------------
@@ -199,6 +223,18 @@ class OverlaySync:
         self.metrics.observe(plan, outcome, peers, took)
 
 
+def is_relevant(kind: str, summary: dict, device: str) -> bool:
+    if kind == monitor.DELROUTE:
+        return summary.get("proto") == RTPROT_PYCNI
+    if kind == monitor.DELNEIGH:
+        return summary.get("proto") == RTPROT_PYCNI or summary.get("family") == AF_BRIDGE
+    if kind == monitor.DELLINK:
+        return summary.get("ifname") == device
+    if kind == monitor.NEWADDR:
+        return summary.get("proto") == ADDR_PROTO_PYCNI
+    return kind == monitor.RESUBSCRIBED
+
+
 class OverlayMetrics:
     def __init__(self, registry: Any) -> None:
         self.peers = registry.gauge("pycni_overlay_peers", "remote nodes in the overlay")
@@ -210,6 +246,9 @@ class OverlayMetrics:
                                          "entries the kernel refused")
         self.events = registry.counter("pycni_overlay_registry_events_total",
                                        "registry changes that woke the overlay sync")
+        self.kernel_events = registry.counter(
+            "pycni_overlay_kernel_events_total",
+            "kernel changes (pycni's entries deleted, gateways added) that woke the sync")
         self.seconds = registry.histogram("pycni_overlay_sync_seconds",
                                           "time of one overlay reconcile pass")
 

@@ -24,7 +24,7 @@ from .bridge_calc import (bridge_addresses, build_result, calc_ips, calc_routes,
                           container_addresses, masq_pairs, route_specs)
 from .bridge_config import BridgeConfig, parse_bridge_config
 from .bridge_names import Attachment
-from .bridge_overlay import ensure_proxy_arp, fit_to_node
+from .bridge_overlay import ensure_neighbour_proxy, fit_to_node
 from .delegate import delegate, validate_delegation
 from .bridge_errors import describe, failing
 
@@ -143,8 +143,8 @@ def ensure_gateway(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
     rt.bridges.ensure_gateway(st.node, st.bridge, wanted, st.cfg.force_address,
                               container_addresses(st.ips))
     if wanted and rt.services.overlay is not None:
-        with failing(f"failed to enable proxy ARP on {st.cfg.bridge}"):
-            ensure_proxy_arp(st.cfg.bridge)
+        with failing(f"failed to answer for remote Pods on {st.cfg.bridge}"):
+            ensure_neighbour_proxy(st.cfg.bridge, {a.version for a in wanted})
 
 
 def ensure_forwarding(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:

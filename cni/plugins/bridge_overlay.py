@@ -41,6 +41,11 @@ def fit_to_node(cfg: BridgeConfig, overlay: Any) -> BridgeConfig:
     return replace(cfg, mtu=cfg.mtu or overlay.mtu)
 
 
-def ensure_proxy_arp(bridge: str) -> None:
-    sysctl.ensure_sysctl(f"net/ipv4/conf/{bridge}/proxy_arp", "1")
+def ensure_neighbour_proxy(bridge: str, versions: set[int]) -> None:
+    """proxy_arp answers for whatever the node routes elsewhere; proxy_ndp for the addresses
+    the overlay adds a proxy entry for (remote Pods' IPv6 addresses)."""
+    if 4 in versions:
+        sysctl.ensure_sysctl(f"net/ipv4/conf/{bridge}/proxy_arp", "1")
+    if 6 in versions:
+        sysctl.ensure_sysctl(f"net/ipv6/conf/{bridge}/proxy_ndp", "1", missing_ok=True)
     sysctl.ensure_sysctl(f"net/ipv4/neigh/{bridge}/proxy_delay", "0")
