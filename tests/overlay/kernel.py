@@ -29,6 +29,18 @@ class State:
         return State(self.routes - other.routes, self.neighs - other.neighs,
                      self.fdbs - other.fdbs)
 
+    def naming(self, overlay: dict) -> "State":
+        """The entries that lead to a node (its VTEP MAC, VTEP addresses or underlay)."""
+        to = {overlay["underlay"], *overlay["vteps"]}
+        return State(frozenset(r for r in self.routes if r[1] in to),
+                     frozenset(n for n in self.neighs if n[1] == overlay["vtepMAC"]
+                               or n[0] in to),
+                     frozenset(f for f in self.fdbs if f[0] == overlay["vtepMAC"]
+                               or f[1] in to))
+
+    def __bool__(self) -> bool:
+        return bool(self.routes or self.neighs or self.fdbs)
+
 
 def ip_json(ns: Netns, cmd: str) -> list[dict]:
     out = ns.run(cmd, check=False)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from tests.cluster.load import pycni_ipam_cli
+from tests.cluster.load import REPO, pycni_ipam_cli
 from tests.fixtures.bridge import BridgeNode, ip_of
 from tests.fixtures.cluster import Cluster, ClusterNode, Host
 from tests.fixtures.netns import Netns, new_netns
@@ -135,3 +135,16 @@ def tcp_transfer(src: Pod, dst: Pod, size: int, port: int = 5201) -> tuple[str, 
         server.kill()
     assert sent.returncode == 0, sent.stderr
     return sent.stdout.strip(), received.strip() or errors
+
+
+def pycni_cli(node: ClusterNode, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`pycni ARGS` run inside the node's namespace with its daemon's config."""
+    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m", "ipam.cli", *args,
+           "--config", os.path.join(node.daemon.workdir, "pycnid.json")]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": REPO})
+
+
+def running(nodes: list[ClusterNode]) -> list[ClusterNode]:
+    """The nodes whose pycnid runs (a node crashed or stopped by a test is left out)."""
+    return [n for n in nodes if n.daemon.proc is not None and n.daemon.proc.poll() is None]
