@@ -31,6 +31,7 @@ from cni.net.neigh import AF_BRIDGE
 from cni.net.route import RTPROT_PYCNI
 from cni.net.nft import Nft, NftError
 from cni.net.session import node_session
+from cni.plugins.masq_rules import render_cluster
 from cni.spec.errors import TryAgainLater
 from ipam.loop import Errors, Loop
 from ipam.nodes.record import OverlayInfo
@@ -58,6 +59,7 @@ class OverlaySync:
         self.watches: list[Any] = []
         self.last: Plan | None = None
         self.firewall_script = ""
+        self.cluster_cidrs: list[str] | None = None
         self.nft: Nft | None = None
         self.metrics = OverlayMetrics(registry)
         self.monitor = NetlinkMonitor(self.on_netlink)
@@ -66,7 +68,7 @@ class OverlaySync:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> "OverlaySync":
-        self.nft = Nft() if self.end.backend == "vxlan" else None  # made in the node netns
+        self.nft = Nft()  # made here: in the node netns
         self.monitor.start()
         self.loop.start()
         return self
@@ -86,7 +88,7 @@ class OverlaySync:
             vtep.release_vteps(self.leases, self.node, self.end.config.device_name)
         with node_session() as ipr:
             dataplane.apply_diff(ipr, dataplane.Entries(), self.read_actual(ipr, set()))
-        if self.nft is not None:
+        if self.nft is not None and self.end.backend == "vxlan":
             self.nft.run(firewall.render_removal())
 
     # -- the loop --------------------------------------------------------------------------
@@ -181,6 +183,7 @@ class OverlaySync:
             macs = {f.mac for f in plan.entries.fdbs}
             outcome = dataplane.apply_diff(ipr, plan.entries, self.read_actual(ipr, macs))
         self.ensure_firewall([p.info.underlay for p in peers])
+        self.ensure_cluster_cidrs()
         self.report(plan, outcome, len(peers), time.perf_counter() - started)
         return plan
 
@@ -197,8 +200,23 @@ class OverlaySync:
             index = found[0] if found else None
         return dataplane.read_actual(ipr, index, macs)
 
+    def ensure_cluster_cidrs(self) -> None:
+        """Pod to Pod inside the cluster's pools is never masqueraded (pycni-bridge's ipMasq
+        table holds them as destinations to leave alone)."""
+        with self.lock:
+            cidrs = sorted(set(self.view.pools.values()))
+        if cidrs == self.cluster_cidrs or self.nft is None:
+            return
+        try:
+            self.nft.run(render_cluster(cidrs))
+        except (NftError, ValueError) as exc:
+            log.warning("overlay: the cluster's pools were not set in the masquerade table: %s",
+                        exc)
+            return
+        self.cluster_cidrs = cidrs
+
     def ensure_firewall(self, peers: list[str]) -> None:
-        if self.nft is None:
+        if self.nft is None or self.end.backend != "vxlan":
             return
         script = firewall.render_table(self.end.underlay.address, self.end.config.port, peers)
         try:

@@ -7,10 +7,12 @@ them with no prevResult and no pod netns:
     table inet pycni-masq {
       set masq4   { type ifname . ipv4_addr; }                 # bridge . pod address
       set nomasq4 { type ifname . ipv4_addr . ipv4_addr; flags interval; }  # ... . own subnet
-      (masq6 / nomasq6 alike)
+      set cluster4 { type ipv4_addr; flags interval; }       # the cluster's pools (overlay)
+      (masq6 / nomasq6 / cluster6 alike)
       chain postrouting {
         type nat hook postrouting priority srcnat; policy accept;
         iifname . ip saddr . ip daddr @nomasq4 return          # inside its own subnet
+        ip daddr @cluster4 return                              # to a Pod of another pool
         iifname . ip saddr @masq4 ip daddr != 224.0.0.0/4 masquerade  # leaving it, not multicast
       }
     }
@@ -39,6 +41,7 @@ MATCH = {4: "ip", 6: "ip6"}
 SETS = ("masq4", "nomasq4", "masq6", "nomasq6")
 SET_TYPES = {f"{kind}{v}": ["ifname", ADDR_TYPE[v]] + ([ADDR_TYPE[v]] if kind == "nomasq" else [])
              for v in (4, 6) for kind in ("masq", "nomasq")}
+CLUSTER_SETS = {4: "cluster4", 6: "cluster6"}  # the cluster's pools (the overlay keeps them)
 NOT_IN_NFT_STRING = set('"\\*')  # nft has no escapes in a quoted string; '*' is a wildcard
 
 
@@ -59,15 +62,31 @@ def render_table() -> str:
     for name, types in SET_TYPES.items():
         flags = " flags interval;" if name.startswith("nomasq") else ""
         lines.append(f"add set {t} {name} {{ type {' . '.join(types)};{flags} }}")
+    for v, name in CLUSTER_SETS.items():
+        lines.append(f"add set {t} {name} {{ type {ADDR_TYPE[v]}; flags interval; auto-merge; }}")
     lines.append(f"flush chain {t} {CHAIN}")
     for v in (4, 6):
         m = MATCH[v]
         lines.append(f"add rule {t} {CHAIN} iifname . {m} saddr . {m} daddr @nomasq{v} return")
+    for v, name in CLUSTER_SETS.items():
+        lines.append(f"add rule {t} {CHAIN} {MATCH[v]} daddr @{name} return")
     for v in (4, 6):
         m = MATCH[v]
         lines.append(f"add rule {t} {CHAIN} iifname . {m} saddr @masq{v} "
                      f"{m} daddr != {MULTICAST[v]} masquerade")
     return "\n".join(lines) + "\n"
+
+
+def render_cluster(cidrs: Iterable[str]) -> str:
+    """The table with the cluster's pools as its no-masquerade destinations, replaced whole."""
+    nets = [ipaddress.ip_network(c) for c in cidrs]
+    script = render_table()
+    for v, name in CLUSTER_SETS.items():
+        script += f"flush set {FAMILY} {TABLE} {name}\n"
+        members = sorted(str(n) for n in nets if n.version == v)
+        if members:
+            script += f"add element {FAMILY} {TABLE} {name} {{ {', '.join(members)} }}\n"
+    return script
 
 
 def render_migration(elements: Iterable[Element]) -> str:
