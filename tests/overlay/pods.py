@@ -148,3 +148,28 @@ def pycni_cli(node: ClusterNode, *args: str, timeout: float = 60) -> subprocess.
 def running(nodes: list[ClusterNode]) -> list[ClusterNode]:
     """The nodes whose pycnid runs (a node crashed or stopped by a test is left out)."""
     return [n for n in nodes if n.daemon.proc is not None and n.daemon.proc.poll() is None]
+
+
+METRICS = "127.0.0.1:9464"  # metricsAddress in each node's own namespace
+SCRAPE = ("import urllib.request,sys;sys.stdout.write(urllib.request.urlopen("
+          "'http://%s/metrics',timeout=5).read().decode())")
+
+
+def scrape(node: ClusterNode, address: str = METRICS) -> dict[str, float]:
+    """The node's pycnid metrics (fetched inside its namespace) as {'name{labels}': value}."""
+    out = subprocess.run(python_in(node.host.ns, SCRAPE % address), capture_output=True,
+                         text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    samples = {}
+    for line in out.stdout.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name and not line.startswith("#"):
+            samples[name] = float(value)
+    return samples
+
+
+def wait_synced(node: ClusterNode, passes: int = 1, timeout: float = 10.0) -> None:
+    """Until the node's overlay sync has completed ``passes`` reconcile passes since pycnid
+    started (its histogram's count)."""
+    wait_for(f"{passes} overlay pass(es) on {node.name}", lambda: scrape(node).get(
+        "pycni_overlay_sync_seconds_count", 0) >= passes, timeout, step=0.1)
