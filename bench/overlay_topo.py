@@ -32,16 +32,16 @@ QUIET_DAEMON = {"logLevel": "warning", "faultInjection": False}
 
 # --- pycni ---------------------------------------------------------------------------------
 def start_cluster(backend: str, nodes: int, cni_bin: str, cidr: str = "10.131.0.0/16",
-                  **overlay: object) -> OverlayCluster:
-    """An etcd and ``nodes`` pycnids with the overlay, one pool; the caller closes it
-    (``built.cluster.close()``) also after a failure."""
+                  daemon: dict | None = None, **overlay: object) -> OverlayCluster:
+    """An etcd and ``nodes`` pycnids with the overlay (``daemon``: more pycnid config keys),
+    one pool; the caller closes it (``built.cluster.close()``) also after a failure."""
     cluster = Cluster.create(1)
     built = OverlayCluster(cluster, cni_bin, f"{cni_bin}:{REFERENCE_BIN}", backend,
                            {"backend": backend, **overlay})
     try:
         cluster.etcd.start()
         for _ in range(nodes):
-            add_quiet_node(built)
+            add_quiet_node(built, daemon)
         built.add_pool("pods", cidr, 26)
         built.wait_vteps(timeout=20.0 + 2.0 * nodes)
     except AssertionError as exc:  # wait_for's timeout: say what the daemons said
@@ -54,10 +54,11 @@ def start_cluster(backend: str, nodes: int, cni_bin: str, cidr: str = "10.131.0.
     return built
 
 
-def add_quiet_node(built: OverlayCluster, **overlay: object) -> ClusterNode:
+def add_quiet_node(built: OverlayCluster, daemon: dict | None = None,
+                   **overlay: object) -> ClusterNode:
     """A node whose pycnid logs warnings only and has no fault points (as in production)."""
     return built.cluster.add_node(mtu=built.mtu, overlay={**built.overlay, **overlay},
-                                  **QUIET_DAEMON)
+                                  **{**QUIET_DAEMON, **(daemon or {})})
 
 
 def pycni_pods(built: OverlayCluster) -> tuple[Pod, Pod]:
