@@ -2,8 +2,9 @@
 
 Ownership: routes by their protocol (``RTPROT_PYCNI``, 77, in the main table), neighbours by
 ``NDA_PROTOCOL`` 77 on the VXLAN device. The VXLAN driver keeps no protocol on FDB entries, so an
-FDB entry on pycni's device is pycni's when its MAC is a VTEP MAC pycni wants or one of its own
-neighbour entries names; IPv6 proxy entries on bridges (``ndproxy``) by their protocol.
+FDB entry on pycni's device is pycni's when its MAC is a VTEP MAC pycni wants, one of its own
+neighbour entries names, or one this pycnid programmed before (``wanted_macs`` is the caller's
+memory of those); IPv6 proxy entries on bridges (``ndproxy``) by their protocol.
 Removal therefore goes routes, FDB, neighbours (a crash in between
 leaves a neighbour that still names the FDB entry's MAC), addition the other way round
 (neighbour before the route that needs it, as flannel learned). A route whose gateway changed is

@@ -60,6 +60,7 @@ class OverlaySync:
         self.last: Plan | None = None
         self.firewall_script = ""
         self.cluster_cidrs: list[str] | None = None
+        self.macs: set[str] = set()  # every VTEP MAC this pycnid put into the FDB
         self.nft: Nft | None = None
         self.metrics = OverlayMetrics(registry)
         self.monitor = NetlinkMonitor(self.on_netlink)
@@ -180,8 +181,8 @@ class OverlaySync:
                           lambda ip: device.calc_serving(serving, ip),
                           lambda ip: underlay.check_direct(ipr, ip))
             plan = calc_desired(local, peers)
-            macs = {f.mac for f in plan.entries.fdbs}
-            outcome = dataplane.apply_diff(ipr, plan.entries, self.read_actual(ipr, macs))
+            self.macs |= {f.mac for f in plan.entries.fdbs}  # pycni's, also once it is gone
+            outcome = dataplane.apply_diff(ipr, plan.entries, self.read_actual(ipr, self.macs))
         self.ensure_firewall([p.info.underlay for p in peers])
         self.ensure_cluster_cidrs()
         self.report(plan, outcome, len(peers), time.perf_counter() - started)
