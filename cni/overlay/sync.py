@@ -32,7 +32,7 @@ from cni.net.route import RTPROT_PYCNI
 from cni.net.nft import Nft, NftError
 from cni.net.session import node_session
 from cni.plugins.masq_rules import render_cluster
-from cni.spec.errors import TryAgainLater
+from cni.spec.errors import CNIError, TryAgainLater
 from ipam.loop import Errors, Loop
 from ipam.nodes.record import OverlayInfo
 from ipam.store.base import KV
@@ -94,8 +94,20 @@ class OverlaySync:
 
     # -- the loop --------------------------------------------------------------------------
     def step(self) -> float:
+        """One pass. Nothing is reconciled before the registry was read whole once; after
+        that, a store that cannot be reached (VTEP lease, publishing) delays only those: the
+        kernel keeps being reconciled with the last view, and the step is retried."""
         self.wake.clear()
         self.ensure_registry()
+        try:
+            self.ensure_published()
+        except CNIError as exc:
+            self.reconcile()
+            raise exc
+        self.reconcile()
+        return self.end.config.resync_interval
+
+    def ensure_published(self) -> None:
         with self.lock:
             pools = dict(self.view.pools)
         if not self.vteps or pools != self.vtep_pools_seen:
@@ -104,8 +116,6 @@ class OverlaySync:
         if not self.published:
             self.publish(self.info())
             self.published = True
-        self.reconcile()
-        return self.end.config.resync_interval
 
     def ensure_vteps(self) -> None:
         """A VTEP address per family the pools offer (vxlan); a new one is published."""
@@ -179,7 +189,8 @@ class OverlaySync:
             serving = device.serving_map(ipr, index)
             local = Local(self.end.backend, index, own_hosts,
                           lambda ip: device.calc_serving(serving, ip),
-                          lambda ip: underlay.check_direct(ipr, ip))
+                          lambda ip: underlay.check_direct(ipr, ip),
+                          lambda ip: underlay.device_towards(ipr, ip))
             plan = calc_desired(local, peers)
             self.macs |= {f.mac for f in plan.entries.fdbs}  # pycni's, also once it is gone
             outcome = dataplane.apply_diff(ipr, plan.entries, self.read_actual(ipr, self.macs))
