@@ -84,6 +84,7 @@ class Local:
     own_hosts: tuple[str, ...] = ()  # addresses this node holds in other nodes' blocks
     serving: Callable[[str], int | None] = lambda ip: None
     direct: Callable[[str], str | None] = lambda ip: None  # None: directly connected
+    towards: Callable[[str], int | None] = lambda ip: None  # device a peer is reached on
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ def calc_desired(local: Local, peers: Iterable[Peer]) -> Plan:
         else:
             routes.update(peer_routes(peer, lambda v: peer.info.underlay
                                       if v == version_of(peer.info.underlay) else None,
-                                      local.ifindex, onlink=False))
+                                      local.towards(peer.info.underlay) or local.ifindex,
+                                      onlink=False))
         proxies.update(peer_proxies(local, peer))
     routes.update(own_host_routes(local))
     return Plan(Entries(frozenset(routes), frozenset(neighs), frozenset(fdbs),

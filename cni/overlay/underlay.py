@@ -187,6 +187,13 @@ def check_direct(ipr: IPRoute, address: str) -> str | None:
     return calc_direct_reason(route_to(ipr, address))
 
 
+def device_towards(ipr: IPRoute, address: str) -> int | None:
+    """The device the kernel sends to ``address`` on (a host-gw peer may be reached on
+    another device than the one holding this node's underlay address); None: no route."""
+    route = route_to(ipr, address) if normalize(address) else None
+    return route.oif if route else None
+
+
 def describe_device(ipr: IPRoute, address: str, index: int, source: str) -> Underlay:
     link = ipr.link("get", index=index)[0]
     return Underlay(address, index, str(link.get("IFLA_IFNAME")), int(link.get("IFLA_MTU")),

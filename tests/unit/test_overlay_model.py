@@ -5,6 +5,7 @@ node record codec and the daemon's ``overlay`` section (a value or a code-7 erro
 """
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 
@@ -82,6 +83,15 @@ def test_a_host_gw_peer_off_the_connected_subnets_gets_nothing_and_is_named(foun
         if peer.info.backend == "host-gw" and peer.info.underlay in far:
             assert plan.unreachable[peer.name] == "via 172.30.9.1"
             assert not any(r.via == peer.info.underlay for r in plan.entries.routes)
+
+
+@settings(max_examples=100, deadline=None)
+@given(peers, st.dictionaries(underlays, st.integers(8, 12)))
+def test_a_host_gw_route_leaves_on_the_device_its_peer_is_reached_on(found, devices):
+    local = dataclasses.replace(local_of("host-gw"), towards=devices.get)
+    own = RouteEntry("10.40.7.5/32", None, 3)
+    for route in calc_desired(local, found).entries.routes - {own}:
+        assert route.oif == devices.get(route.via, local.ifindex)
 
 
 # -- the registry: events one by one == the final contents at once ------------------------
