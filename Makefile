@@ -4,6 +4,7 @@
 #   make test      the whole pytest suite, after installing what is missing (as root: namespaces)
 #   make install   pip install . + plugin launchers, example conflist, daemon config, systemd unit
 #   make bench     side-by-side benchmarks against the reference bridge + host-local
+#                  (also: make bench-ipam, make bench-overlay)
 #
 # Staged installs: make install DESTDIR=/tmp/stage (the launchers still point at the final paths).
 
@@ -25,10 +26,10 @@ SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_pat
 PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
-        deps test test-unit fuzz demo bench bench-ipam launchers clean
+        deps test test-unit fuzz demo bench bench-ipam bench-overlay launchers clean
 
 help:
-	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
 
 # --- install -----------------------------------------------------------------------------
 
@@ -107,6 +108,11 @@ bench:
 # IPAM allocations/s and p50/p99 on a real etcd, one node and three (issue 3)
 bench-ipam:
 	$(PYTHON) -m bench.ipam_alloc $(BENCH_ARGS)
+
+# Multi-node pod network (issue 8): Pod<->Pod iperf3 against a hand-built topology, join/leave
+# convergence with 20 node namespaces, full resync of 1,000 synthetic peers
+bench-overlay:
+	$(PYTHON) -m bench.overlay $(BENCH_ARGS)
 
 launchers:
 	$(PYTHON) -m cni.launcher build/bin
