@@ -24,7 +24,7 @@ from .bridge_calc import (bridge_addresses, build_result, calc_ips, calc_routes,
                           container_addresses, masq_pairs, route_specs)
 from .bridge_config import BridgeConfig, parse_bridge_config
 from .bridge_names import Attachment
-from .bridge_overlay import ensure_neighbour_proxy, fit_to_node
+from .bridge_overlay import ensure_neighbour_proxy, ensure_quick_resolve, fit_to_node
 from .delegate import delegate, validate_delegation
 from .bridge_errors import describe, failing
 
@@ -125,6 +125,8 @@ def setup_pod(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
 
     def inside() -> int:
         sysctl.ensure_sysctl(f"net/ipv4/conf/{ifname}/arp_notify", "1", missing_ok=True)
+        if rt.services.overlay is not None:
+            ensure_quick_resolve(ifname)
         return socket.if_nametoindex(ifname)
 
     with failing(f"failed to configure {ifname} in {st.req.env.netns}"):

@@ -19,6 +19,8 @@ from cni.net import sysctl
 from cni.spec.errors import InvalidConfig
 from .bridge_config import BridgeConfig
 
+RETRANS_MS = 250  # a Pod's neighbour retry on an overlay node (the kernel's default: 1000)
+
 def fit_to_node(cfg: BridgeConfig, overlay: Any) -> BridgeConfig:
     """The netconf as this node runs it: backend checked, MTU derived (``overlay``: the node's
     ``NodeEnd`` or None)."""
@@ -49,3 +51,13 @@ def ensure_neighbour_proxy(bridge: str, versions: set[int]) -> None:
     if 6 in versions:
         sysctl.ensure_sysctl(f"net/ipv6/conf/{bridge}/proxy_ndp", "1", missing_ok=True)
     sysctl.ensure_sysctl(f"net/ipv4/neigh/{bridge}/proxy_delay", "0")
+
+
+def ensure_quick_resolve(ifname: str) -> None:
+    """In the Pod: ask again for an unanswered neighbour after 250 ms, not 1 s. A Pod that
+    talks to a Pod of a node that joins a moment later asks before its node has the route (and
+    the bridge cannot answer for it yet); the kernel's one-second retry was the first reply's
+    whole delay."""
+    for family in ("ipv4", "ipv6"):
+        sysctl.ensure_sysctl(f"net/{family}/neigh/{ifname}/retrans_time_ms", str(RETRANS_MS),
+                             missing_ok=True)
