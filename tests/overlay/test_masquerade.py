@@ -41,7 +41,7 @@ def test_pod_to_pod_between_pools_keeps_its_source_and_leaving_is_masqueraded(ov
     first = cluster.add_pod(cluster.nodes[0])
     second = cluster.add_pod(cluster.nodes[1], {**pod_conf("other"), "name": "othernet"})
     retry = first.ns.run("cat /proc/sys/net/ipv4/neigh/eth0/retrans_time_ms").stdout
-    assert retry.strip() == "250"  # an unanswered ARP (a node joining) asks again soon
+    assert retry.strip() == "200"  # an unanswered ARP (a node joining) asks again soon
     assert seen_source(second.ns, second.ip, first.ns) == first.ip
     assert seen_source(first.ns, first.ip, second.ns) == second.ip
     outside = cluster.nodes[1].host
