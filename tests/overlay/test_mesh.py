@@ -2,7 +2,8 @@
 and by a TCP transfer, for both backends; every node holds exactly its peers' entries; a Pod
 holding a borrowed address is reachable from every node, by a host route that goes with it.
 
-One cluster per backend for the module (three nodes, two Pods each): the tests only add."""
+One cluster per backend for the module (three nodes, two Pods each): the tests add Pods
+(the borrower goes again) and change nothing else."""
 from __future__ import annotations
 
 import itertools
@@ -89,4 +90,3 @@ def test_a_pod_on_a_borrowed_address_is_reachable_from_every_node(mesh):
     mesh.del_pod(pod, SMALL)
     wait_converged(mesh.cluster.etcd, mesh.nodes, bridge="pycni1")
     assert host_routes(mesh, pod.ip) == {"node1": set(), "node2": set(), "node3": set()}
-

@@ -100,8 +100,10 @@ def lost_replies(report: str) -> int:
 
 
 def pinging(src: Pod, dst: Pod) -> subprocess.Popen:
-    """A continuous ping, every 0.1 s, once its first reply came back."""
-    ping = started(["ip", "netns", "exec", src.ns.name, "ping", "-4", "-i", "0.1", dst.ip])
+    """A continuous ping, every 0.1 s, once its first reply came back (-O: a lost reply
+    prints a line too, so reading its output never blocks for long)."""
+    ping = started(["ip", "netns", "exec", src.ns.name, "ping", "-4", "-O", "-i", "0.1",
+                    dst.ip])
     wait_for("the first reply", lambda: "bytes from" in ping.stdout.readline(), 10)
     return ping
 
