@@ -66,12 +66,14 @@ class OverlayCluster:
         return {key.rsplit("/", 1)[1]: json.loads(value) for key, (value, _) in
                 self.cluster.etcd.dump("/pycni/v1/nodes/").items()}
 
-    def wait_vteps(self, timeout: float = 20.0) -> dict[str, dict]:
+    def wait_vteps(self, enough=None, timeout: float = 20.0) -> dict[str, dict]:
+        """Every node's record with its overlay fields (``enough(overlay)`` true of each)."""
+        enough = enough or (lambda overlay: self.backend != "vxlan" or overlay["vteps"])
+
         def ready() -> dict | None:
             records = self.records()
             done = all("overlay" in records.get(n.name, {}) and
-                       (self.backend != "vxlan" or records[n.name]["overlay"]["vteps"])
-                       for n in self.nodes)
+                       enough(records[n.name]["overlay"]) for n in self.nodes)
             return records if done else None
         return wait_for("every node's overlay fields in its record", ready, timeout)
 
