@@ -9,7 +9,8 @@ VTEP address this node no longer has and is removed. host-gw has no device.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from pyroute2 import IPRoute
 
@@ -27,6 +28,7 @@ class NodeEnd:
     underlay: Underlay
     vtep_mac: str
     mtu: int
+    cluster_cidrs: Callable[[], tuple[str, ...]] = field(default=tuple, compare=False)
 
     @property
     def backend(self) -> str:

@@ -9,6 +9,7 @@ taken out), and peers remove what they had for it.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Mapping
 
 from cni.net.session import node_session
@@ -41,6 +42,7 @@ def start_overlay(raw: Mapping[str, Any], node: str, store: Any, leases: Any,
                        lambda info: liveness.update(overlay=info), registry).start()
     log.info("overlay %s on %s (%s, MTU %d)", end.backend, end.underlay.address,
              end.underlay.ifname, end.mtu)
+    end = replace(end, cluster_cidrs=sync.pool_cidrs)  # what pycni-bridge's ipMasq spares
 
     def stop() -> None:
         sync.stop(leave=config.leave_on_stop)

@@ -29,9 +29,9 @@ from cni.net.addr import ADDR_PROTO_PYCNI
 from cni.net.monitor import NetlinkMonitor
 from cni.net.neigh import AF_BRIDGE
 from cni.net.route import RTPROT_PYCNI
-from cni.net.nft import Nft, NftError
+from cni.net.nft import Nft, NftError, table_exists
 from cni.net.session import node_session
-from cni.plugins.masq_rules import render_cluster
+from cni.plugins.masq_rules import FAMILY as MASQ_FAMILY, TABLE as MASQ_TABLE, render_cluster
 from cni.spec.errors import CNIError, TryAgainLater
 from ipam.loop import Errors, Loop
 from ipam.nodes.record import OverlayInfo
@@ -213,12 +213,20 @@ class OverlaySync:
             index = found[0] if found else None
         return dataplane.read_actual(ipr, index, macs)
 
+    def pool_cidrs(self) -> tuple[str, ...]:
+        with self.lock:
+            return tuple(sorted(set(self.view.pools.values())))
+
     def ensure_cluster_cidrs(self) -> None:
         """Pod to Pod inside the cluster's pools is never masqueraded (pycni-bridge's ipMasq
-        table holds them as destinations to leave alone)."""
-        with self.lock:
-            cidrs = sorted(set(self.view.pools.values()))
-        if cidrs == self.cluster_cidrs or self.nft is None:
+        table holds them as destinations to leave alone). Only where that table exists: a node
+        whose networks do not masquerade gets no NAT table (and so no conntrack) from here;
+        pycni-bridge fills the sets when it makes the table."""
+        cidrs = list(self.pool_cidrs())
+        if self.nft is None or not table_exists(self.nft, MASQ_FAMILY, MASQ_TABLE):
+            self.cluster_cidrs = None  # no ipMasq network here: no NAT table (nor conntrack)
+            return
+        if cidrs == self.cluster_cidrs:
             return
         try:
             self.nft.run(render_cluster(cidrs))

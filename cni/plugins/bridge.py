@@ -39,7 +39,8 @@ DEL_HELPERS = 8  # concurrent veth deletions (they queue on the kernel's rtnl lo
 class BridgePlugin:
     def __init__(self, services: Services, nft: Nft | None = None) -> None:
         self.services = services
-        self.masq = Masquerader(nft or Nft())
+        cluster = services.overlay.cluster_cidrs if services.overlay is not None else tuple
+        self.masq = Masquerader(nft or Nft(), cluster=cluster)
         self.bridges = NodeBridges()
         # Threads are made by the submitting request thread, so they start in the node netns.
         self.helpers = ThreadPoolExecutor(DEL_HELPERS, thread_name_prefix="pycnid-bridge-del")

@@ -25,7 +25,7 @@ from cni.spec.errors import AddressConflict
 from .bridge_names import tag_of_alias
 from .masq_rules import (FAMILY, TABLE, Element, describe_key, elements_for, is_legacy,
                          migrate_elements, parse_elements, render_add, render_delete,
-                         render_migration, render_table)
+                         render_cluster, render_migration, render_table)
 
 log = logging.getLogger("pycnid.bridge.masq")
 
@@ -41,9 +41,11 @@ def live_attachments() -> dict[str, str]:
 
 class Masquerader:
     def __init__(self, nft: Nft,
-                 attachments: Callable[[], dict[str, str]] = live_attachments) -> None:
+                 attachments: Callable[[], dict[str, str]] = live_attachments,
+                 cluster: Callable[[], Iterable[str]] = tuple) -> None:
         self.nft = nft
         self.attachments = attachments
+        self.cluster = cluster  # the cluster's pools, on an overlay node (never masqueraded)
         self._lock = threading.Lock()
         self._index: dict[str, set[Element]] | None = None
         self._table_ready = False
@@ -99,7 +101,8 @@ class Masquerader:
             self._refuse_live(others, keys, index)
         stale_tags = others | ({tag} & index.keys())
         stale = [e for t in stale_tags for e in index[t]]
-        script = ("" if self._table_ready else render_table()) + render_delete(stale) + render_add(wanted)
+        table = "" if self._table_ready else render_cluster(self.cluster())
+        script = table + render_delete(stale) + render_add(wanted)
         self.nft.run(script)
         self._table_ready = True
         for t in stale_tags:

@@ -46,3 +46,12 @@ def test_pod_to_pod_between_pools_keeps_its_source_and_leaving_is_masqueraded(ov
     assert seen_source(first.ns, first.ip, second.ns) == second.ip
     outside = cluster.nodes[1].host
     assert seen_source(outside.ns, outside.address, first.ns) == cluster.nodes[0].host.address
+
+
+def test_a_node_whose_networks_do_not_masquerade_gets_no_nat_table(overlay_cluster):
+    cluster: OverlayCluster = overlay_cluster("host-gw", nodes=2)
+    first = cluster.add_pod(cluster.nodes[0], pod_conf(ipMasq=False))
+    second = cluster.add_pod(cluster.nodes[1], pod_conf(ipMasq=False))
+    wait_for("host-gw across nodes", lambda: first.ns.ping(second.ip, timeout=1), 10, 0.2)
+    for node in cluster.nodes:  # a NAT chain would switch conntrack on for every packet
+        assert "pycni-masq" not in node.host.ns.run("nft list tables").stdout
