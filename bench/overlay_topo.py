@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from tests.fixtures.cluster import Cluster, ClusterNode
-from tests.overlay.pods import OverlayCluster, Pod
+from tests.overlay.pods import OverlayCluster, Pod, pod_conf
 
 from .common import REFERENCE_BIN, Sandbox, sh
 
@@ -62,8 +62,10 @@ def add_quiet_node(built: OverlayCluster, daemon: dict | None = None,
 
 
 def pycni_pods(built: OverlayCluster) -> tuple[Pod, Pod]:
-    """One Pod on each of the first two nodes."""
-    return built.add_pod(built.nodes[0]), built.add_pod(built.nodes[1])
+    """One Pod on each of the first two nodes, without ipMasq: the hand-built topology has no
+    NAT either (a NAT chain switches conntrack on for every packet), so like meets like."""
+    conf = pod_conf(ipMasq=False)
+    return built.add_pod(built.nodes[0], conf), built.add_pod(built.nodes[1], conf)
 
 
 # --- hand-built ----------------------------------------------------------------------------
