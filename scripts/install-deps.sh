@@ -15,8 +15,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 export DEBIAN_FRONTEND=noninteractive
 
-DEMO_APT=(iproute2 nftables iputils-ping procps)
-FULL_APT=("${DEMO_APT[@]}" make etcd-server conntrack containernetworking-plugins golang-go
+DEMO_APT=(iproute2 nftables iputils-ping procps etcd-server)  # etcd: the demo's two-node part
+FULL_APT=("${DEMO_APT[@]}" make conntrack containernetworking-plugins golang-go
           golang-github-appc-cni-dev iperf3 openssl netcat-openbsd socat ca-certificates git)
 # pyproject.toml's extras each mode needs besides the dependencies; all installed: pip is skipped
 DEMO_EXTRAS=(nft)
