@@ -1,45 +1,149 @@
 #!/usr/bin/env bash
-# make demo: two pods on one node, wired by pycni-bridge + pycni-ipam through the example conflist.
+# make demo: pycni on one node, then a pod network across two nodes.
 #
-# Everything happens in namespaces this script creates: a "node" namespace runs pycnid (embedded
-# SQLite store, temp state dir and socket) and holds the bridge; two "pod" namespaces get attached
-# with `pycni net add` (the cnitool-compatible CLI), ping each other and their gateway, and are
-# detached again. The machine's own network namespace is never touched. On exit (success, failure
-# or Ctrl-C) pycnid is stopped, the namespaces are deleted and the temp dir is removed.
+# Part 1, one node: a "node" namespace runs pycnid (embedded SQLite store, temp state dir and
+# socket) and holds the bridge; two "pod" namespaces get attached with `pycni net add` (the
+# cnitool-compatible CLI) through the example conflist, ping each other and their gateway, and
+# are detached again.
+# Part 2, two nodes (scripts/demo_overlay.sh): an "underlay" namespace with a bridge joins a
+# control-plane namespace running etcd and two node namespaces, each running its own pycnid on
+# that etcd with the VXLAN overlay; one pool, one Pod per node, and a ping from node to node.
+#
+# Everything happens in namespaces this script creates (all named pycnidemo<pid>-*); the
+# machine's own network namespace is never touched. On exit (success, failure or Ctrl-C) Pods
+# still attached are DELeted, the daemons are stopped, the namespaces are deleted and the temp
+# dir is removed.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3}
-NETWORK=pycni                      # the "name" in conf/10-pycni.conflist
 TAG=pycnidemo$$
-NODE=$TAG-node POD1=$TAG-pod1 POD2=$TAG-pod2
-WORK= PYCNID_PID=
+WORK=
+NAMESPACES=()           # every namespace made, deleted last-made first
+DAEMONS=()              # "pid log label" of every daemon started, stopped last-started first
+declare -A POD_HOME=()  # pod namespace -> "node-namespace node-dir network" it attaches to
+declare -A ATTACHED=()  # pods ADDed and not DELeted yet: DELeted on the way out
 
+# At most one $(...) per command once the traps are set: bash 5.2 (Debian 12) mis-parses the
+# trap, or loses the signal, when Ctrl-C lands in a command with several command substitutions.
 if [[ -t 1 ]]; then B=$'\e[1m' G=$'\e[32m' R=$'\e[31m' N=$'\e[0m'; else B= G= R= N=; fi
 step() { printf '\n%s==> %s%s\n' "$B" "$*" "$N"; }
 info() { printf '    %s\n' "$*"; }
-in_node() { ip netns exec "$NODE" "$@"; }
+indent() { sed 's/^/    /'; }
+fail() { echo "$*" >&2; exit 1; }
+
+make_ns() {  # make_ns NAME...: namespaces with their loopback up, deleted on the way out
+    local ns
+    for ns in "$@"; do
+        ip netns add "$ns"
+        NAMESPACES+=("$ns")
+        ip -n "$ns" link set lo up
+    done
+}
+
+start_daemon() {  # start_daemon LABEL LOG NETNS CMD...: in the background, stopped on the way out
+    local label=$1 log=$2 ns=$3
+    shift 3
+    # not through a wrapper: $! must be the daemon itself (ip netns exec execs it, same pid)
+    ip netns exec "$ns" "$@" </dev/null >>"$log" 2>&1 &
+    DAEMONS+=("$! $log $label")
+    LAST_PID=$!
+}
+
+wait_socket() {  # wait_socket PID SOCKET: until the pycnid at PID serves SOCKET (15 s)
+    for _ in $(seq 150); do
+        [[ -S $2 ]] && return
+        kill -0 "$1" 2>/dev/null || fail "pycnid (pid $1) exited early"
+        sleep 0.1
+    done
+    fail "pycnid (pid $1) did not open $2"
+}
+
+stop_daemon() {  # stop_daemon PID LABEL: SIGTERM, SIGKILL after 10 s
+    kill -0 "$1" 2>/dev/null || return 0
+    kill -TERM "$1" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+    info "$2 stopped"
+}
+
+cni_net() {  # cni_net VERB POD: `pycni net VERB` (cnitool-style) in the pod's node namespace
+    local node dir network
+    read -r node dir network <<<"${POD_HOME[$2]}"
+    ip netns exec "$node" env NETCONFPATH="$dir/net.d" CNI_PATH="$WORK/bin:/usr/lib/cni" \
+        CNI_CACHE_DIR="$dir/cache" "$PYTHON" -m ipam.cli net "$1" "$network" "/var/run/netns/$2"
+}
+attach() {  # attach POD: ADD, the result in $WORK/POD.json
+    ATTACHED[$1]=1  # before the ADD: a failed or interrupted ADD is DELeted too
+    cni_net add "$1" >"$WORK/$1.json"
+}
+detach() { cni_net del "$1" && unset "ATTACHED[$1]"; }
+
+pod_ip() {  # the pod's first IPv4 address (no prefix) from its ADD result
+    "$PYTHON" -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+print(next(ip["address"].split("/")[0] for ip in r["ips"] if "." in ip["address"]))' "$1"
+}
+gateway_ip() {
+    "$PYTHON" -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+print(next(ip["gateway"] for ip in r["ips"] if "." in ip["address"] and ip.get("gateway")))' "$1"
+}
+ping_from() {  # ping_from POD TARGET LABEL
+    local summary
+    summary=$(ip netns exec "$1" ping -c 3 -i 0.2 -W 2 "$2" | grep -E 'packets transmitted')
+    info "$(printf '%-34s %s' "$3" "${summary%%, time*}")"
+}
+veths_left() {  # Pod veths left on a node namespace (its underlay eth0 is one too, not counted)
+    ip -n "$1" -o link show type veth | awk '$2 !~ /^eth0@/' | wc -l
+}
+
+detach_leftovers() {
+    local pod
+    for pod in "${!ATTACHED[@]}"; do
+        if cni_net del "$pod" >/dev/null 2>&1; then info "${pod#"$TAG-"}: DEL ok"; fi
+    done
+}
+
+stop_daemons() {
+    local i pid label log
+    for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
+        read -r pid log label <<<"${DAEMONS[i]}"
+        stop_daemon "$pid" "$label"
+    done
+}
+
+show_logs() {  # after a failure: the last lines of every daemon's log
+    local entry pid label log
+    for entry in "${DAEMONS[@]}"; do
+        read -r pid log label <<<"$entry"
+        [[ -s $log ]] || continue
+        printf '%s    last lines of the %s log:%s\n' "$R" "$label" "$N"
+        tail -n 15 "$log" | sed 's/^/      /'
+    done
+}
+
+delete_namespaces() {
+    local i ns pid
+    for ((i = ${#NAMESPACES[@]} - 1; i >= 0; i--)); do
+        ns=${NAMESPACES[i]}
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+        if ip netns delete "$ns" 2>/dev/null; then info "namespace $ns deleted"; fi
+    done
+}
 
 cleanup() {
     local status=$?
     trap - EXIT INT TERM
-    # a signal may arrive while a command's output is redirected (pycni_net add > pod.json):
-    # the trap inherits that redirection, so speak on the script's own stdout/stderr again
+    # a signal may arrive while a command's output is redirected (attach > pod.json): the
+    # trap inherits that redirection, so speak on the script's own stdout/stderr again
     exec 1>&3 2>&4
     step "Cleaning up"
-    if [[ -n $PYCNID_PID ]] && kill -0 "$PYCNID_PID" 2>/dev/null; then
-        kill -TERM "$PYCNID_PID" 2>/dev/null || true
-        wait "$PYCNID_PID" 2>/dev/null || true
-        info "pycnid stopped"
-    fi
-    if ((status != 0)) && [[ -n $WORK && -s $WORK/pycnid.log ]]; then
-        printf '%s    last lines of the pycnid log:%s\n' "$R" "$N"
-        tail -n 15 "$WORK/pycnid.log" | sed 's/^/      /'
-    fi
-    local ns
-    for ns in "$POD1" "$POD2" "$NODE"; do
-        if ip netns delete "$ns" 2>/dev/null; then info "namespace $ns deleted"; fi
-    done
+    detach_leftovers
+    stop_daemons
+    ((status == 0)) || show_logs
+    delete_namespaces
     [[ -n $WORK ]] && rm -rf "$WORK" && info "temp dir $WORK removed"
     if ((status == 0)); then
         printf '\n%spycni demo: OK%s\n' "$G" "$N"
@@ -47,6 +151,55 @@ cleanup() {
         printf '\n%spycni demo: FAILED (exit %d)%s\n' "$R" "$status" "$N"
     fi
     exit "$status"
+}
+
+demo_single_node() {
+    local node=$TAG-node pod1=$TAG-pod1 pod2=$TAG-pod2 network=pycni  # conf/10-pycni.conflist
+    local pod ip1 ip2 gw left
+    step "Part 1, one node: a node namespace ($node) and two pod namespaces"
+    make_ns "$node" "$pod1" "$pod2"
+    ip netns exec "$node" sysctl -qw net.ipv4.ip_forward=1
+    info "node: $node   pod1: $pod1   pod2: $pod2"
+    "$PYTHON" "$REPO/scripts/demo_config.py" "$REPO/conf" "$WORK"
+    info "NETCONFPATH=$WORK/net.d (conf/10-pycni.conflist, daemonSocket=$WORK/pycnid.sock)"
+
+    step "Starting pycnid in the node namespace (embedded SQLite store)"
+    start_daemon pycnid "$WORK/pycnid.log" "$node" \
+        "$PYTHON" -m ipam.daemon.main --config "$WORK/pycnid.json"
+    wait_socket "$LAST_PID" "$WORK/pycnid.sock"
+    info "pycnid pid $LAST_PID serving $WORK/pycnid.sock"
+
+    step "Attaching the pods: pycni net add $network <netns>"
+    for pod in "$pod1" "$pod2"; do
+        POD_HOME[$pod]="$node $WORK $network"
+        attach "$pod"
+        info "${pod#"$TAG-"}: $(ip -n "$pod" -br -4 addr show dev eth0 | awk '{print $1, $3}')"
+    done
+    ip1=$(pod_ip "$WORK/$pod1.json")
+    ip2=$(pod_ip "$WORK/$pod2.json")
+    gw=$(gateway_ip "$WORK/$pod1.json")
+    info "gateway (bridge address on the node): $gw"
+    info "default route in pod1: $(ip -n "$pod1" route show default | sed 's/ *$//')"
+
+    step "Pinging"
+    ping_from "$pod1" "$ip2" "pod1 -> pod2    $ip2"
+    ping_from "$pod2" "$ip1" "pod2 -> pod1    $ip1"
+    ping_from "$pod1" "$gw" "pod1 -> gateway $gw"
+    ping_from "$pod2" "$gw" "pod2 -> gateway $gw"
+
+    step "What the node namespace holds now"
+    ip -n "$node" -br link show | awk '{printf "    %-24s %s\n", $1, $2}'
+    info "bridge address: $(ip -n "$node" -br -4 addr show type bridge | awk '{print $1, $3}')"
+    info "nftables tables: $(ip netns exec "$node" nft list tables | tr '\n' ' ' | sed 's/ *$//')"
+
+    step "Checking and detaching: pycni net check / pycni net del"
+    for pod in "$pod1" "$pod2"; do
+        cni_net check "$pod" && info "${pod#"$TAG-"}: CHECK ok"
+        detach "$pod" && info "${pod#"$TAG-"}: DEL ok"
+    done
+    left=$(veths_left "$node")
+    info "veth pairs left on the node: $left"
+    ((left == 0))
 }
 
 if [[ $(id -u) != 0 ]]; then
@@ -63,78 +216,10 @@ bash "$REPO/scripts/install-deps.sh" --demo
 export PYTHONPATH=$REPO
 WORK=$(mktemp -d /tmp/pycni-demo.XXXXXX)
 
-step "Creating a node namespace ($NODE) and two pod namespaces"
-for ns in "$NODE" "$POD1" "$POD2"; do
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-done
-in_node sysctl -qw net.ipv4.ip_forward=1
-info "node: $NODE   pod1: $POD1   pod2: $POD2"
+step "Writing the plugin executables to $WORK/bin"
+"$PYTHON" -m cni.launcher "$WORK/bin" | indent
 
-step "Writing plugin executables, daemon config and network config to $WORK"
-"$PYTHON" -m cni.launcher "$WORK/bin" | sed 's/^/    /'
-"$PYTHON" "$REPO/scripts/demo_config.py" "$REPO/conf" "$WORK"
-info "NETCONFPATH=$WORK/net.d (conf/10-pycni.conflist, daemonSocket=$WORK/pycnid.sock)"
-
-step "Starting pycnid in the node namespace (embedded SQLite store)"
-# not through in_node: $! must be the daemon itself (ip netns exec execs it, same pid)
-ip netns exec "$NODE" "$PYTHON" -m ipam.daemon.main --config "$WORK/pycnid.json" \
-    </dev/null >>"$WORK/pycnid.log" 2>&1 &
-PYCNID_PID=$!
-for _ in $(seq 150); do
-    [[ -S $WORK/pycnid.sock ]] && break
-    kill -0 "$PYCNID_PID" 2>/dev/null || { echo "pycnid exited early" >&2; exit 1; }
-    sleep 0.1
-done
-[[ -S $WORK/pycnid.sock ]] || { echo "pycnid did not open $WORK/pycnid.sock" >&2; exit 1; }
-info "pycnid pid $PYCNID_PID serving $WORK/pycnid.sock"
-
-pycni_net() {  # pycni net VERB NETNS_NAME — cnitool-style, run inside the node namespace
-    in_node env NETCONFPATH="$WORK/net.d" CNI_PATH="$WORK/bin:/usr/lib/cni" \
-        CNI_CACHE_DIR="$WORK/cache" "$PYTHON" -m ipam.cli net "$1" "$NETWORK" "/var/run/netns/$2"
-}
-pod_ip() {  # the pod's first IPv4 address (no prefix) from its ADD result
-    "$PYTHON" -c 'import json, sys
-r = json.load(open(sys.argv[1]))
-print(next(ip["address"].split("/")[0] for ip in r["ips"] if "." in ip["address"]))' "$1"
-}
-gateway_ip() {
-    "$PYTHON" -c 'import json, sys
-r = json.load(open(sys.argv[1]))
-print(next(ip["gateway"] for ip in r["ips"] if "." in ip["address"] and ip.get("gateway")))' "$1"
-}
-
-step "Attaching the pods: pycni net add $NETWORK <netns>"
-for pod in "$POD1" "$POD2"; do
-    pycni_net add "$pod" >"$WORK/$pod.json"
-    info "${pod#"$TAG-"}: $(ip -n "$pod" -br -4 addr show dev eth0 | awk '{print $1, $3}')"
-done
-IP1=$(pod_ip "$WORK/$POD1.json") IP2=$(pod_ip "$WORK/$POD2.json")
-GW=$(gateway_ip "$WORK/$POD1.json")
-info "gateway (bridge address on the node): $GW"
-info "default route in pod1: $(ip -n "$POD1" route show default | sed 's/ *$//')"
-
-step "Pinging"
-ping_from() {  # ping_from POD TARGET LABEL
-    local summary
-    summary=$(ip netns exec "$1" ping -c 3 -i 0.2 -W 2 "$2" | grep -E 'packets transmitted')
-    info "$(printf '%-28s %s' "$3" "${summary%%, time*}")"
-}
-ping_from "$POD1" "$IP2" "pod1 -> pod2    $IP2"
-ping_from "$POD2" "$IP1" "pod2 -> pod1    $IP1"
-ping_from "$POD1" "$GW" "pod1 -> gateway $GW"
-ping_from "$POD2" "$GW" "pod2 -> gateway $GW"
-
-step "What the node namespace holds now"
-ip -n "$NODE" -br link show | awk '{printf "    %-24s %s\n", $1, $2}'
-info "bridge address: $(ip -n "$NODE" -br -4 addr show type bridge | awk '{print $1, $3}')"
-info "nftables tables: $(in_node nft list tables | tr '\n' ' ' | sed 's/ *$//')"
-
-step "Checking and detaching: pycni net check / pycni net del"
-for pod in "$POD1" "$POD2"; do
-    pycni_net check "$pod" && info "${pod#"$TAG-"}: CHECK ok"
-    pycni_net del "$pod" && info "${pod#"$TAG-"}: DEL ok"
-done
-left=$(ip -n "$NODE" -o link show type veth | wc -l)
-info "veth pairs left on the node: $left"
-((left == 0))
+demo_single_node
+# shellcheck source=scripts/demo_overlay.sh
+source "$REPO/scripts/demo_overlay.sh"
+demo_two_nodes

@@ -1,6 +1,6 @@
 """`make demo` end to end: it must succeed, show both pods reaching each other and the gateway,
-and leave nothing behind (namespaces, pycnid, temp dir) — and clean up just as well when a step
-fails half-way."""
+then a Pod on each of two nodes reaching the other over VXLAN, and leave nothing behind
+(namespaces, pycnids, etcd, temp dir) — and clean up just as well when a step fails half-way."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -44,14 +44,20 @@ def leftovers(output: str) -> list[str]:
     return found
 
 
-def test_demo_wires_two_pods_and_cleans_up():
+def test_demo_wires_two_pods_then_two_nodes_and_cleans_up():
     proc = run_demo()
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "pycni demo: OK" in out
-    assert out.count(", 0% packet loss") == 4, out  # pod1<->pod2, each pod -> gateway
+    # one node: pod1<->pod2, each pod -> gateway; two nodes: each way across
+    assert out.count(", 0% packet loss") == 6, out
     assert re.search(r"pod1: eth0\S* 10\.85\.0\.\d+/24", out), out
     assert "veth pairs left on the node: 0" in out
+    assert re.search(r"pod on node2 -> pod on node1 10\.244\.\S+ +3 packets transmitted, "
+                     r"3 received", out), out
+    assert re.search(r"via 10\.244\.\S+ dev pycni\.1 onlink", out), out  # node1's route
+    assert re.search(r"dst 172\.31\.251\.12 self permanent", out), out  # node1's FDB entry
+    assert "veth pairs left on the nodes: 0" in out
     assert leftovers(out) == []
 
 
@@ -69,5 +75,26 @@ def test_demo_cleans_up_when_interrupted():
     out = "".join(lines)
     assert proc.returncode == 130, out
     assert "pycnid stopped" in out and "pycni demo: FAILED" in out
+    time.sleep(0.2)
+    assert leftovers(out) == []
+
+
+def test_demo_cleans_up_when_interrupted_on_two_nodes():
+    """SIGTERM once both Pods of the two-node part are attached: they are DELeted, both
+    pycnids and etcd stopped, and everything removed."""
+    lines = []
+    with subprocess.Popen(["bash", f"{REPO}/scripts/demo.sh"], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.lstrip().startswith("pod on node2:"):
+                proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    out = "".join(lines)
+    assert proc.returncode == 143, out
+    assert "node1-pod: DEL ok" in out and "node2-pod: DEL ok" in out, out
+    for daemon in ("pycnid on node1", "pycnid on node2", "etcd"):
+        assert f"{daemon} stopped" in out, out
     time.sleep(0.2)
     assert leftovers(out) == []
