@@ -22,6 +22,7 @@ from .bridge_config import BridgeConfig
 RETRANS_MS = 200  # a Pod's neighbour retry on an overlay node (kernel: 1000); whole jiffies
 #                   at HZ 100..1000, so the value reads back as written (250 read as 252)
 
+
 def fit_to_node(cfg: BridgeConfig, overlay: Any) -> BridgeConfig:
     """The netconf as this node runs it: backend checked, MTU derived (``overlay``: the node's
     ``NodeEnd`` or None)."""
@@ -49,9 +50,10 @@ def ensure_neighbour_proxy(bridge: str, versions: set[int]) -> None:
     the overlay adds a proxy entry for (remote Pods' IPv6 addresses)."""
     if 4 in versions:
         sysctl.ensure_sysctl(f"net/ipv4/conf/{bridge}/proxy_arp", "1")
-    if 6 in versions:
+        sysctl.ensure_sysctl(f"net/ipv4/neigh/{bridge}/proxy_delay", "0")
+    if 6 in versions:  # the kernel delays proxied answers (up to 0.8 s) unless told not to
         sysctl.ensure_sysctl(f"net/ipv6/conf/{bridge}/proxy_ndp", "1", missing_ok=True)
-    sysctl.ensure_sysctl(f"net/ipv4/neigh/{bridge}/proxy_delay", "0")
+        sysctl.ensure_sysctl(f"net/ipv6/neigh/{bridge}/proxy_delay", "0", missing_ok=True)
 
 
 def ensure_quick_resolve(ifname: str) -> None:

@@ -23,6 +23,9 @@ def test_dual_stack_pods_reach_each_other_over_ipv6_too(overlay_cluster):
     pods = [cluster.add_pod(node, conf) for node in cluster.nodes]
     six = [ip_of(p.result, 1) for p in pods]
     assert all(":" in ip for ip in six), records
+    for node in cluster.nodes:  # proxied NDP answered at once, not after up to 0.8 s
+        knob = node.host.ns.run("cat /proc/sys/net/ipv6/neigh/pycni0/proxy_delay").stdout
+        assert knob.strip() == "0"
     wait_for("IPv6 across nodes", lambda: pods[0].ns.ping(six[1], timeout=1), 10, 0.2)
     wait_for("IPv6 back", lambda: pods[1].ns.ping(six[0], timeout=1), 10, 0.2)
     wait_for("IPv4 across nodes", lambda: pods[0].ns.ping(pods[1].ip, timeout=1), 10, 0.2)
