@@ -45,8 +45,9 @@ def start_overlay(raw: Mapping[str, Any], node: str, store: Any, leases: Any,
     end = replace(end, cluster_cidrs=sync.pool_cidrs)  # what pycni-bridge's ipMasq spares
 
     def stop() -> None:
-        sync.stop(leave=config.leave_on_stop)
+        sync.stop()
         if config.leave_on_stop:
             liveness.leave()
+            sync.leave()
     on_shutdown.append(stop)
     return end

@@ -14,8 +14,10 @@ netlink monitor sees one of pycni's entries or its device deleted by someone els
 deleted entry is back within about a second. Nothing is removed before the first complete read
 of the registry (an empty view must never tear the network down), and nothing follows a
 heartbeat: routes follow node records and block affinity only, so an etcd outage changes
-nothing. On ``stop(leave=True)`` the node record goes and the VTEP is released; peers remove
-their entries on the event.
+nothing. This node's own record is published again when the registry shows it missing or
+different (someone removed it while the node runs). Leaving (``setup.py``, ``leaveOnStop``):
+the node record goes first, then ``leave()`` releases the VTEP and removes this node's entries;
+peers remove theirs on the event.
 """
 from __future__ import annotations
 
@@ -75,17 +77,16 @@ class OverlaySync:
         self.loop.start()
         return self
 
-    def stop(self, leave: bool = False) -> None:
+    def stop(self) -> None:
         self.loop.stop()
         self.monitor.stop()
         for watch in self.watches:
             watch.cancel()
-        if leave:
-            self.leave()
 
     def leave(self) -> None:
-        """Out of the overlay: the node record (by the caller's hook), the VTEP lease, and
-        this node's own entries for its peers."""
+        """Out of the overlay, once the node record is gone (the caller's, first: peers must
+        stop routing to the VTEP before it is released): the VTEP lease, and this node's own
+        entries for its peers."""
         if self.end.backend == "vxlan":
             vtep.release_vteps(self.leases, self.node, self.end.config.device_name)
         with node_session() as ipr:
@@ -114,9 +115,16 @@ class OverlaySync:
         if not self.vteps or pools != self.vtep_pools_seen:
             self.ensure_vteps()  # a pool of a new family gets its VTEP
             self.vtep_pools_seen = pools
-        if not self.published:
+        if not self.published or self.record_differs():
             self.publish(self.info())
             self.published = True
+
+    def record_differs(self) -> bool:
+        """This node's record in the registry lacks what it publishes (someone removed or
+        rewrote it while this node runs: its peers would drop it)."""
+        with self.lock:
+            record = self.view.nodes.get(self.node)
+        return record is None or record.overlay != self.info()
 
     def ensure_vteps(self) -> None:
         """A VTEP address per family the pools offer (vxlan); a new one is published."""

@@ -1,10 +1,12 @@
 """An etcd outage never tears the network down: with etcd stopped, Pods on two nodes keep
 talking, every node keeps its entries, one deleted by hand is still restored (the sync works
-from its last complete view of the registry), and when etcd is back nothing has changed."""
+from its last complete view of the registry), and when etcd is back nothing has changed. A running
+node's record removed by hand is published again."""
 from __future__ import annotations
 
 import pytest
 
+from tests.fixtures.cluster import b64
 from tests.fixtures.waiting import wait_for
 from .kernel import read_state
 from .pods import OverlayCluster
@@ -32,3 +34,12 @@ def test_with_etcd_down_pods_keep_talking_and_deleted_entries_come_back(overlay_
     cluster.cluster.etcd.wait_healthy()
     assert {n.name: read_state(n.host.ns) for n in cluster.nodes} == before
     assert src.ns.ping(dst.ip, timeout=1)
+
+
+def test_a_running_nodes_record_removed_by_hand_is_published_again(overlay_cluster):
+    cluster: OverlayCluster = overlay_cluster("vxlan", nodes=2)
+    first = cluster.nodes[0]
+    published = cluster.records()[first.name]
+    cluster.cluster.etcd.call("/v3/kv/deleterange", {"key": b64(f"/pycni/v1/nodes/{first.name}")})
+    wait_for("the node record back", lambda: cluster.records().get(first.name, {}).get(
+        "overlay") == published["overlay"], 3, 0.05)
