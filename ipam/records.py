@@ -6,7 +6,9 @@ DESIGN.md "Store layout" (this module is the one place keys, codecs and shared d
     /pycni/v1/blocks/<pool>/<block-cidr>         affinity node, allocations {ip: handle id}
     /pycni/v1/handles/<network>/<cid>/<ifname>   the IPs held by one attachment + attributes
     /pycni/v1/affinity/<node>/<pool>/<block-cidr>  index: "this node claimed that block"
-    /pycni/v1/nodes/<node>, heartbeats/<node>    node records and their leases (``ipam.nodes``)
+    /pycni/v1/nodes/<node>, heartbeats/<node>    node records (overlay fields: ``ipam.nodes.record``)
+                                                 and their leases (``ipam.nodes``)
+    /pycni/v1/handles/_vtep/<node>/<device>.v4   a node's VTEP address (a handle like any other)
     /pycni/v1/reaper/suspects/<node>             a node the reaper saw without heartbeat
     /pycni/v1/meta/pools                         bumped by every pool add and rm
 
