@@ -258,16 +258,22 @@ class OverlaySync:
     def report(self, plan: Plan, outcome: dataplane.Outcome, peers: int, took: float) -> None:
         for failure in outcome.failed:
             log.warning("overlay: %s", failure)
-        newly = {p: why for p, why in plan.unreachable.items()
-                 if self.last is None or self.last.unreachable.get(p) != why}
-        for peer, why in newly.items():
+        last = self.last or Plan(dataplane.Entries())
+        for peer, why in calc_news(plan.unreachable, last.unreachable).items():
             log.warning("overlay: peer %s gets no route (host-gw needs a directly connected "
                         "underlay): %s", peer, why)
+        for peer, why in calc_news(plan.skipped, last.skipped).items():
+            log.warning("overlay: peer %s is not programmed: %s", peer, why)
         if outcome.changed:
             log.info("overlay: %d peer(s); %d entr(y/ies) added, %d removed in %.1f ms",
                      peers, outcome.added, outcome.removed, took * 1000)
         self.last = plan
         self.metrics.observe(plan, outcome, peers, took)
+
+
+def calc_news(now: dict[str, str], before: dict[str, str]) -> dict[str, str]:
+    """What is new in ``now`` (said once, not on every pass)."""
+    return {key: why for key, why in now.items() if before.get(key) != why}
 
 
 def is_relevant(kind: str, summary: dict, device: str) -> bool:
