@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -30,6 +31,15 @@ def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), round(pct / 100.0 * len(ordered) + 0.5)))
     return ordered[rank - 1]
+
+
+def report_header(config: dict) -> dict:
+    """The start of every benchmark's JSON report: when, on what machine, with what config."""
+    return {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                        "kernel": platform.release(),
+                        "loadavg_start": round(os.getloadavg()[0], 1)},
+            "config": config}
 
 
 def median(values: list[float]) -> float:

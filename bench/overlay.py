@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
 from . import overlay_converge, overlay_resync, overlay_throughput
-from .common import REPO, Sandbox, write_launchers
+from .common import REPO, Sandbox, report_header, write_launchers
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 PARTS = ("throughput", "convergence", "resync")
@@ -143,11 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         sys.exit("bench: needs root (it makes network namespaces)")
     started = time.monotonic()
-    report: dict = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                                "kernel": platform.release(),
-                                "loadavg_start": round(os.getloadavg()[0], 1)},
-                    "config": vars(args)}
+    report: dict = report_header(vars(args))
     with Sandbox() as box:
         report["sandbox"] = {"prefix": box.prefix, "workdir": box.workdir}
         cni_bin = write_launchers(os.path.join(box.workdir, "bin"))

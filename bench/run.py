@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
 from . import exe_overhead
-from .common import REPO, Sandbox, median, percentile, reference_version, write_launchers
+from .common import (REPO, Sandbox, median, percentile, reference_version, report_header,
+                     write_launchers)
 from .report import Row, render_table
 from .sides import Side, pycni_side, reference_side
 
@@ -159,12 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("bench: needs root (it makes network namespaces)")
     started = time.monotonic()
     variants = {"on": [True], "off": [False], "both": [True, False]}[args.masq]
-    report: dict = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                                "kernel": platform.release(),
-                                "loadavg_start": round(os.getloadavg()[0], 1)},
+    report: dict = {**report_header({"isGateway": True, **vars(args)}),
                     "reference": f"containernetworking-plugins {reference_version()}",
-                    "config": {"isGateway": True, **vars(args)}, "variants": {}}
+                    "variants": {}}
     with Sandbox() as box:
         report["sandbox"] = {"prefix": box.prefix, "workdir": box.workdir}
         bin_dir = write_launchers(os.path.join(box.workdir, "bin"))

@@ -61,19 +61,26 @@ def test_demo_wires_two_pods_then_two_nodes_and_cleans_up():
     assert leftovers(out) == []
 
 
-def test_demo_cleans_up_when_interrupted():
-    """Ctrl-C once pycnid is serving: the trap stops pycnid and removes everything."""
+def interrupted_demo(when, sig: int) -> tuple[int, str]:
+    """Run the demo and send it ``sig`` at the first output line ``when`` accepts; its exit
+    code and whole output."""
     lines = []
     with subprocess.Popen(["bash", f"{REPO}/scripts/demo.sh"], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if "pycnid pid" in line and "serving" in line:
-                proc.send_signal(signal.SIGINT)
+            if when(line):
+                proc.send_signal(sig)
         proc.wait(timeout=60)
-    out = "".join(lines)
-    assert proc.returncode == 130, out
+    return proc.returncode, "".join(lines)
+
+
+def test_demo_cleans_up_when_interrupted():
+    """Ctrl-C once pycnid is serving: the trap stops pycnid and removes everything."""
+    code, out = interrupted_demo(lambda line: "pycnid pid" in line and "serving" in line,
+                                 signal.SIGINT)
+    assert code == 130, out
     assert "pycnid stopped" in out and "pycni demo: FAILED" in out
     time.sleep(0.2)
     assert leftovers(out) == []
@@ -82,17 +89,9 @@ def test_demo_cleans_up_when_interrupted():
 def test_demo_cleans_up_when_interrupted_on_two_nodes():
     """SIGTERM once both Pods of the two-node part are attached: they are DELeted, both
     pycnids and etcd stopped, and everything removed."""
-    lines = []
-    with subprocess.Popen(["bash", f"{REPO}/scripts/demo.sh"], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.lstrip().startswith("pod on node2:"):
-                proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    out = "".join(lines)
-    assert proc.returncode == 143, out
+    code, out = interrupted_demo(lambda line: line.lstrip().startswith("pod on node2:"),
+                                 signal.SIGTERM)
+    assert code == 143, out
     assert "node1-pod: DEL ok" in out and "node2-pod: DEL ok" in out, out
     for daemon in ("pycnid on node1", "pycnid on node2", "etcd"):
         assert f"{daemon} stopped" in out, out
