@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import json
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -16,7 +17,10 @@ from cni.overlay.config import OverlayConfig, calc_vtep_mac, parse_overlay_confi
 from cni.overlay.firewall import render_table
 from cni.overlay.model import Local, Peer, RouteEntry, calc_desired, host_net
 from cni.overlay.registry import Registry
+from cni.plugins.bridge_config import parse_bridge_config
+from cni.plugins.bridge_overlay import fit_to_node
 from cni.spec.errors import InvalidConfig
+from cni.spec.request import Env, Request
 from ipam.nodes.record import NodeRecord, OverlayInfo, node_key
 from ipam.records import BlockRecord, CorruptRecord, affinity_key, block_key
 from ipam.store.base import KV
@@ -215,3 +219,28 @@ def test_the_firewall_lists_each_peer_once_per_family():
     assert "add element inet pycni-overlay peers4 { 172.30.0.2 }" in script
     assert "add element inet pycni-overlay peers6 { fd30::2 }" in script
     assert "ip daddr 172.30.0.1 udp dport 4789 notrack" in script
+
+
+# -- pycni-bridge meets the node's overlay --------------------------------------------------
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(json_values, st.fixed_dictionaries({"type": st.sampled_from(
+           ["vxlan", "host-gw", "udp", None])})),
+       st.one_of(st.none(), st.integers(60, 9100)),
+       st.one_of(st.none(), st.builds(SimpleNamespace, backend=st.sampled_from(
+           ["vxlan", "host-gw"]), mtu=st.integers(1280, 9000))))
+def test_a_netconf_on_any_node_is_fitted_or_refused_with_code_7(backend, mtu, overlay):
+    conf = {"cniVersion": "1.0.0", "name": "n", "type": "pycni-bridge", "mtu": mtu}
+    if backend is not None:
+        conf["backend"] = backend
+    req = Request(env=Env(command="ADD", container_id="c", netns="/x", ifname="eth0", args={}),
+                  config=conf)
+    try:
+        fitted = fit_to_node(parse_bridge_config(req), overlay)
+    except InvalidConfig as exc:
+        assert exc.code == 7 and ("backend" in exc.msg or "mtu" in exc.msg)
+        return
+    if overlay is not None:
+        assert fitted.mtu == (mtu or overlay.mtu) and fitted.mtu <= overlay.mtu
+        assert fitted.backend in (None, overlay.backend)
+    else:
+        assert fitted.backend is None
