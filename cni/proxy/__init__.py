@@ -1,0 +1,1 @@
+"""The Service proxy's pure core: the model, the nftables layout and diffs, the tracer."""

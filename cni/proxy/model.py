@@ -1,0 +1,108 @@
+"""What the Service proxy programs, independent of storage: frozen, family-scoped views.
+
+The store side (records, the registry watch) turns Services and endpoints into these; the
+renderer (render.py) and the tracer (trace.py) read the very same objects, so the tracer's
+answer is the ruleset's behaviour by construction rather than a second interpretation.
+``Backend.local`` is relative to the node being rendered: the view is per node.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from cni.spec.errors import InvalidConfig
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+PROTOCOLS = ("tcp", "udp", "sctp")
+LOOPBACK = {4: ipaddress.ip_network("127.0.0.0/8"), 6: ipaddress.ip_network("::1/128")}
+
+
+@dataclass(frozen=True)
+class ProxyPort:
+    """One port of a Service; ``node_port`` None when it is not a NodePort."""
+
+    name: str
+    protocol: str
+    port: int
+    node_port: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise InvalidConfig("invalid key 'protocol'")
+        for key, value in (("port", self.port), ("nodePort", self.node_port)):
+            if value is not None and not 0 < value < 65536:
+                raise InvalidConfig(f"invalid key '{key}'")
+
+
+@dataclass(frozen=True)
+class ProxyService:
+    """A Service as the proxy sees it: VIPs of one family at render time, policies."""
+
+    namespace: str
+    name: str
+    vips: tuple[IPAddress, ...]
+    external_ips: tuple[IPAddress, ...] = ()
+    ports: tuple[ProxyPort, ...] = ()
+    affinity_timeout: int | None = None
+    external_local: bool = False
+    internal_local: bool = False
+
+    def __post_init__(self) -> None:
+        if self.affinity_timeout is not None and not 0 < self.affinity_timeout <= 86400:
+            raise InvalidConfig("invalid key 'affinityTimeout'")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An endpoint address serving one port; ``local`` = on the node being rendered."""
+
+    ip: IPAddress
+    port: int
+    node: str
+    local: bool
+
+
+@dataclass(frozen=True)
+class ServicePortView:
+    """One service port with the backends that serve it (ready endpoints)."""
+
+    service: ProxyService
+    port: ProxyPort
+    backends: tuple[Backend, ...] = ()
+
+    def calc_backends(self, external: bool) -> tuple[Backend, ...]:
+        """The backends an entry may choose: only local ones under a Local policy."""
+        local = self.service.external_local if external else self.service.internal_local
+        chosen = [b for b in self.backends if b.local or not local]
+        return tuple(sorted(set(chosen), key=lambda b: (int(b.ip), b.port)))
+
+    def is_local_policy(self, external: bool) -> bool:
+        return self.service.external_local if external else self.service.internal_local
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """The node's side: NodePort addresses (never loopback), Pod pools, service CIDRs."""
+
+    node: str
+    node_ips: tuple[IPAddress, ...] = ()
+    cluster_cidrs: tuple[IPNetwork, ...] = ()
+    service_cidrs: tuple[IPNetwork, ...] = ()
+
+    def __post_init__(self) -> None:
+        if any(ip in LOOPBACK[ip.version] for ip in self.node_ips):
+            raise InvalidConfig("invalid key 'nodeIPs' (loopback cannot serve NodePorts)")
+
+
+@dataclass(frozen=True)
+class ProxyModel:
+    """Everything one family's table holds on one node."""
+
+    family: int
+    node: NodeView
+    ports: tuple[ServicePortView, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.family not in (4, 6):
+            raise InvalidConfig("invalid key 'family'")

@@ -1,0 +1,172 @@
+"""The Service proxy's nftables layout (pure): static chains, per-Service data in maps only.
+
+Layout C of SVC-NOTES §3.5 extended to kube-proxy's feature set. Cost is map elements: no
+Service owns a chain. Chains exist per *shape* (endpoint count N, affinity timeout T), shared by
+every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb-5``::
+
+    nat-prerouting/-output (-100) → services:
+      mark 0x4000 if: ClusterIP/port @internal-ports and saddr not @cluster-cidrs;
+                      externalIP @external-masq or NodePort @nodeport-masq (Cluster policy)
+      daddr . l4proto . dport vmap @service-ips          → goto lb-N | aff-T-N
+      daddr @nodeport-ips l4proto . dport vmap @service-nodeports → goto np-lb-N | np-aff-T-N
+    lb-N:      dnat to daddr . l4proto . dport . numgen random mod N map @backends
+    aff-T-N:   for i < N: saddr . daddr . l4proto . dport @sticky-i → refresh, dnat map @slot-i
+               numgen random mod N vmap { i : goto pick-T-i }   (pick: update @sticky-i, dnat)
+    nat-postrouting (100): hairpin (saddr . daddr @hairpin) and marked traffic → masquerade
+    filter input/forward/output (0), ct state new: vmap @no-endpoints / @no-endpoint-nodeports
+      (goto reject-chain = no endpoints | drop = Local policy, none local), VIP with an unknown
+      port → reject, unallocated address of a service CIDR → drop.
+
+A lookup miss breaks a rule, so an affinity entry whose slot is gone falls through to a fresh
+choice. nft 1.0.6 has no constant in a concatenation nor verdict data in a dynamic map, hence
+the per-index ``sticky-i``/``slot-i`` objects (bounded by the largest affinity Service).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import Backend, ProxyModel, ServicePortView
+
+TABLE = "pycni-svc"
+FAMILY = {4: "ip", 6: "ip6"}
+ADDR = {4: "ipv4_addr", 6: "ipv6_addr"}
+MASQ_MARK = "0x4000"
+KEY = {"vip": "{f} daddr . meta l4proto . th dport", "np": "meta l4proto . th dport"}
+KEY_TYPE = {"vip": "{a} . inet_proto . inet_service", "np": "inet_proto . inet_service"}
+PREFIX = {"vip": "", "np": "np-"}
+CLIENT = "{f} saddr . {f} daddr . meta l4proto . th dport"
+
+
+@dataclass(frozen=True, order=True)
+class Element:
+    """One element of a named set or map, in nft syntax; ``value`` None for a set."""
+
+    name: str
+    key: str
+    value: str | None = None
+
+    def render(self) -> str:
+        return self.key if self.value is None else f"{self.key} : {self.value}"
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """A chain kind shared by every entry of that shape: kind lb|aff, entry vip|np, N, T."""
+
+    entry: str
+    kind: str
+    count: int
+    timeout: int = 0
+
+    @property
+    def chain(self) -> str:
+        middle = "lb" if self.kind == "lb" else f"aff-{self.timeout}"
+        return f"{PREFIX[self.entry]}{middle}-{self.count}"
+
+
+def render_skeleton(family: int) -> str:
+    """The static objects (idempotent ``add``) and the rules of the static chains."""
+    t, f, a = f"{FAMILY[family]} {TABLE}", FAMILY[family], ADDR[family]
+    lines = [f'add table {t} {{ comment "pycni Service proxy"; }}']
+    lines += [f"add set {t} {name} {{ {spec} }}" for name, spec in _static_sets(a)]
+    lines += [f"add map {t} {name} {{ {spec} }}" for name, spec in _static_maps(f, a)]
+    for chain, hook in BASE_CHAINS:
+        lines.append(f"add chain {t} {chain} {{ {hook}; policy accept; }}")
+    for chain in HELPER_CHAINS:
+        lines.append(f"add chain {t} {chain}")
+    for chain, rules in _static_rules(f).items():
+        lines.append(f"flush chain {t} {chain}")
+        lines += [f"add rule {t} {chain} {rule}" for rule in rules]
+    return "\n".join(lines) + "\n"
+
+
+BASE_CHAINS = (("nat-prerouting", "type nat hook prerouting priority -100"),
+               ("nat-output", "type nat hook output priority -100"),
+               ("nat-postrouting", "type nat hook postrouting priority 100"),
+               ("filter-input", "type filter hook input priority 0"),
+               ("filter-forward", "type filter hook forward priority 0"),
+               ("filter-output", "type filter hook output priority 0"))
+HELPER_CHAINS = ("services", "endpoints-check", "reject-chain")
+DATA_SETS = ("cluster-cidrs", "service-cidrs", "nodeport-ips", "service-vips", "internal-ports",
+             "external-masq", "nodeport-masq", "hairpin")
+DATA_MAPS = ("service-ips", "service-nodeports", "backends", "np-backends", "no-endpoints",
+             "no-endpoint-nodeports")
+
+
+def _static_sets(a: str) -> list[tuple[str, str]]:
+    vip = KEY_TYPE["vip"].format(a=a)
+    return [("cluster-cidrs", f"type {a}; flags interval;"),
+            ("service-cidrs", f"type {a}; flags interval;"),
+            ("nodeport-ips", f"type {a};"), ("service-vips", f"type {a};"),
+            ("internal-ports", f"type {vip};"), ("external-masq", f"type {vip};"),
+            ("nodeport-masq", f"type {KEY_TYPE['np']};"), ("hairpin", f"type {a} . {a};")]
+
+
+def _static_maps(f: str, a: str) -> list[tuple[str, str]]:
+    vip, np = KEY_TYPE["vip"].format(a=a), KEY_TYPE["np"]
+    dest = f"{f} daddr . tcp dport"  # not `th dport`: nft 1.0.6 cannot read `th` data back
+    return [("service-ips", f"type {vip} : verdict;"), ("service-nodeports", f"type {np} : verdict;"),
+            ("backends", f"typeof {KEY['vip'].format(f=f)} . numgen random mod 1 : {dest};"),
+            ("np-backends", f"typeof {KEY['np']} . numgen random mod 1 : {dest};"),
+            ("no-endpoints", f"type {vip} : verdict;"),
+            ("no-endpoint-nodeports", f"type {np} : verdict;")]
+
+
+def _static_rules(f: str) -> dict[str, list[str]]:
+    vip, np, mark = KEY["vip"].format(f=f), KEY["np"], f"meta mark set meta mark | {MASQ_MARK}"
+    nodeport = f"{f} daddr @nodeport-ips"
+    return {
+        "nat-prerouting": ["jump services"], "nat-output": ["jump services"],
+        "services": [f"{vip} @internal-ports {f} saddr != @cluster-cidrs {mark}",
+                     f"{vip} @external-masq {mark}", f"{nodeport} {np} @nodeport-masq {mark}",
+                     f"{vip} vmap @service-ips", f"{nodeport} {np} vmap @service-nodeports"],
+        "nat-postrouting": [f"ct status dnat {f} saddr . {f} daddr @hairpin masquerade",
+                            f"meta mark & {MASQ_MARK} == 0 return",
+                            f"meta mark set meta mark ^ {MASQ_MARK}", "masquerade fully-random"],
+        "endpoints-check": [f"{vip} vmap @no-endpoints",
+                            f"{nodeport} {np} vmap @no-endpoint-nodeports",
+                            f"{f} daddr @service-vips reject", f"{f} daddr @service-cidrs drop"],
+        "reject-chain": ["reject"],
+        "filter-input": ["ct state new jump endpoints-check"],
+        "filter-forward": ["ct state new jump endpoints-check"],
+        "filter-output": ["ct state new jump endpoints-check"]}
+
+
+def render_shape(family: int, shape: Shape) -> str:
+    """A shape's objects and chain(s): created once, shared by every entry of that shape."""
+    t, f = f"{FAMILY[family]} {TABLE}", FAMILY[family]
+    if shape.kind == "lb":
+        return _render_chain(t, shape.chain, [_lb_rule(f, shape)])
+    lines = [_render_affinity_index(family, shape.entry, i, shape.timeout) for i in range(shape.count)]
+    return "".join(lines) + _render_chain(t, shape.chain, _affinity_rules(f, shape))
+
+
+def _render_chain(t: str, chain: str, rules: list[str]) -> str:
+    lines = [f"add chain {t} {chain}", f"flush chain {t} {chain}"]
+    return "\n".join(lines + [f"add rule {t} {chain} {rule}" for rule in rules]) + "\n"
+
+
+def _lb_rule(f: str, shape: Shape) -> str:
+    key, data = KEY[shape.entry].format(f=f), f"{PREFIX[shape.entry]}backends"
+    return f"dnat {f} to {key} . numgen random mod {shape.count} map @{data}"
+
+
+def _affinity_rules(f: str, shape: Shape) -> list[str]:
+    key, client, p = KEY[shape.entry].format(f=f), CLIENT.format(f=f), PREFIX[shape.entry]
+    sticky = [f"{client} @sticky-{i} update @sticky-{i} {{ {client} timeout {shape.timeout}s }} "
+              f"dnat {f} to {key} map @{p}slot-{i}" for i in range(shape.count)]
+    picks = ", ".join(f"{i} : goto {p}pick-{shape.timeout}-{i}" for i in range(shape.count))
+    return sticky + [f"numgen random mod {shape.count} vmap {{ {picks} }}"]
+
+
+def _render_affinity_index(family: int, entry: str, i: int, timeout: int) -> str:
+    """Objects of backend index ``i``: the sticky set, the slot map, the pick chain."""
+    t, f, a, p = f"{FAMILY[family]} {TABLE}", FAMILY[family], ADDR[family], PREFIX[entry]
+    client = CLIENT.format(f=f)
+    key_type, dest = KEY_TYPE[entry].format(a=a), f"{a} . inet_service"
+    lines = [f"add set {t} sticky-{i} {{ type {a} . {a} . inet_proto . inet_service; "
+             "flags dynamic,timeout; }",
+             f"add map {t} {p}slot-{i} {{ type {key_type} : {dest}; }}"]
+    rules = [f"update @sticky-{i} {{ {client} timeout {timeout}s }}",
+             f"dnat {f} to {KEY[entry].format(f=f)} map @{p}slot-{i}"]
+    return "\n".join(lines) + "\n" + _render_chain(t, f"{p}pick-{timeout}-{i}", rules)
