@@ -11,6 +11,10 @@ DESIGN.md "Store layout" (this module is the one place keys, codecs and shared d
     /pycni/v1/handles/_vtep/<node>/<device>.v4   a node's VTEP address (a handle like any other)
     /pycni/v1/reaper/suspects/<node>             a node the reaper saw without heartbeat
     /pycni/v1/meta/pools                         bumped by every pool add and rm
+    /pycni/v1/services/<ns>/<name>               Services (``ipam.services.record``)
+    /pycni/v1/endpoints/<ns>/<pod>/<ifname>      a Pod's attachment as a Service endpoint
+    /pycni/v1/serviceips/<ip>, nodeports/<proto>/<port>  index: "ns/name" holds it
+    /pycni/v1/meta/services                      the service CIDRs and the nodePort range
 
 The affinity index is written and deleted in the same txn as its block, so a node finds its
 own blocks with one ``keys_only`` range instead of reading every block of the pool.
@@ -39,6 +43,13 @@ NODES = f"{PREFIX}nodes/"
 HEARTBEATS = f"{PREFIX}heartbeats/"
 SUSPECTS = f"{PREFIX}reaper/suspects/"
 POOLS_MARKER = f"{PREFIX}meta/pools"
+SERVICES = f"{PREFIX}services/"
+ENDPOINTS = f"{PREFIX}endpoints/"
+SERVICE_IPS = f"{PREFIX}serviceips/"  # written and deleted in the same txn as their Service
+NODE_PORTS = f"{PREFIX}nodeports/"
+SERVICES_META = f"{PREFIX}meta/services"
+DEFAULT_NODE_PORT_RANGE = (30000, 32767)
+DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds a ClientIP affinity lasts (Kubernetes' default)
 BUFFER_NETWORK = "_buffer"  # handles/_buffer/<node>/<pool>: a node's outage buffer
 VTEP_NETWORK = "_vtep"  # handles/_vtep/<node>/<device>: a node's overlay tunnel addresses
 DEFAULT_BLOCK_GRACE = 300.0  # seconds an empty block stays claimed before it goes back

@@ -20,7 +20,8 @@ STORE_BASE = ROOT / "ipam" / "store" / "base.py"  # PREFIX itself: the store's n
 KEY_OWNERS = {RECORDS, STORE_BASE}
 CODEC_NAMES = {"encode", "decode", "load_json", "decoded"}
 LOWER = [ROOT / "cni", *(ROOT / "ipam" / d for d in
-                         ("store", "alloc", "leases", "outage", "nodes", "daemon"))]
+                         ("store", "alloc", "leases", "outage", "nodes", "services",
+                                             "daemon"))]
 
 
 def tree(path: pathlib.Path) -> ast.Module:
