@@ -1,0 +1,115 @@
+"""The Service proxy's layout (golden files), element diffs and tracer invariants (hypothesis).
+
+Regenerate the golden files after an intended change with PYCNI_UPDATE_GOLDEN=1.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from cni.proxy.elements import (apply_diff, calc_diff, calc_elements, calc_entries,
+                                render_transaction)
+from cni.proxy.model import NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
+from cni.proxy.trace import explain
+from cni.spec.errors import InvalidConfig
+from tests.fixtures.svc_model import MODEL, MODEL6, NODE, be
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+
+
+def golden(name: str, text: str) -> str:
+    path = os.path.join(GOLDEN, name)
+    if os.environ.get("PYCNI_UPDATE_GOLDEN"):
+        with open(path, "w") as fh:
+            fh.write(text)
+    with open(path) as fh:
+        return fh.read()
+
+
+@pytest.mark.parametrize("name,model", [("svc_full4.nft", MODEL), ("svc_full6.nft", MODEL6)])
+def test_full_render_matches_golden(name, model):
+    text = render_transaction(None, model)
+    assert text == golden(name, text)
+
+
+def test_update_is_element_churn_only():
+    web = MODEL.ports[0]
+    m1 = replace(MODEL, ports=(replace(web, backends=web.backends[:2]), *MODEL.ports[1:]))
+    text = render_transaction(MODEL, m1)
+    assert text == golden("svc_update4.nft", text)
+    assert "add chain ip pycni-svc lb-2\n" in text and "flush map" not in text
+
+
+def test_loopback_node_ip_and_bad_protocol_are_refused():
+    with pytest.raises(InvalidConfig):
+        NodeView("n", (ipaddress.ip_address("127.0.0.1"),))
+    with pytest.raises(InvalidConfig) as bad:
+        ProxyPort("p", "icmp", 80)
+    assert bad.value.code == 7 and "protocol" in bad.value.msg
+
+
+
+
+ADDRS = st.integers(2, 250).map(lambda i: ipaddress.ip_address(f"10.0.0.{i}"))
+BACKENDS = st.lists(st.builds(lambda ip, local: be(str(ip), 8080, local), ADDRS, st.booleans()),
+                    max_size=5, unique_by=lambda b: b.ip)
+
+
+@st.composite
+def models(draw) -> ProxyModel:
+    views = []
+    for i in range(draw(st.integers(0, 5))):
+        port = ProxyPort("p", draw(st.sampled_from(["tcp", "udp", "sctp"])), 80,
+                         draw(st.one_of(st.none(), st.just(30000 + i))))
+        svc = ProxyService("ns", f"s{i}", (ipaddress.ip_address(f"10.96.0.{i + 1}"),),
+                           draw(st.sampled_from([(), (ipaddress.ip_address(f"192.168.99.{i + 1}"),)])),
+                           (port,), draw(st.sampled_from([None, 10, 10800])),
+                           draw(st.booleans()), draw(st.booleans()))
+        views.append(ServicePortView(svc, port, tuple(draw(BACKENDS))))
+    return ProxyModel(4, NODE, tuple(views))
+
+
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+@settings(max_examples=60, deadline=None)
+@given(models())
+def test_elements_are_well_formed_and_buckets_hold_exactly_the_backends(model):
+    elements = calc_elements(model)
+    assert all(set(e.name) <= NAME_CHARS for e in elements)
+    for view in model.ports:
+        for entry, key, external in calc_entries(view, model):
+            name = "backends" if entry == "vip" else "np-backends"
+            bucket = {e.value for e in elements if e.name == name and e.key.rsplit(" . ", 1)[0] == key}
+            assert bucket == {f"{b.ip} . {b.port}" for b in view.calc_backends(external)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(models(), models())
+def test_diff_applied_to_m0_gives_m1(m0, m1):
+    e0, e1 = calc_elements(m0), calc_elements(m1)
+    deletes, adds = calc_diff(e0, e1)
+    assert apply_diff(e0, deletes, adds) == e1
+    assert not set(deletes) & set(adds)
+
+
+@settings(max_examples=60, deadline=None)
+@given(models(), st.sampled_from(["10.0.0.2", "203.0.113.5"]))
+def test_tracer_probabilities_sum_to_one_over_that_ports_backends(model, src):
+    for view in model.ports:
+        for entry, key, external in calc_entries(view, model):
+            dst = NODE.node_ips[0] if entry == "np" else ipaddress.ip_address(key.split(" . ")[0])
+            port = view.port.node_port if entry == "np" else view.port.port
+            a = explain(model, NODE, ipaddress.ip_address(src), 999, dst, port, view.port.protocol)
+            allowed = view.calc_backends(external)
+            assert {(c.ip, c.port) for c in a.choices} == {(str(b.ip), b.port) for b in allowed}
+            if a.choices:
+                assert abs(sum(c.probability for c in a.choices) - 1) < 1e-9
+            else:
+                assert a.verdict in ("reject", "drop")
+            if view.is_local_policy(external):
+                assert all(c.node == "n1" for c in a.choices)
