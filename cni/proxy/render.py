@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import Backend, ProxyModel, ServicePortView
 
 TABLE = "pycni-svc"
 FAMILY = {4: "ip", 6: "ip6"}

@@ -7,7 +7,6 @@ unknown port of a known VIP, unallocated service address). Entries and backends 
 """
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
