@@ -60,8 +60,11 @@ def parse_selector(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def read_json(path: str) -> dict:
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-        doc = json.loads(text)
+        if path == "-":
+            doc = json.load(sys.stdin)
+        else:
+            with open(path, encoding="utf-8") as file:
+                doc = json.load(file)
     except (OSError, ValueError) as exc:
         raise Failed(f"--from-json {path}: {exc}") from None
     if not isinstance(doc, dict):
