@@ -102,7 +102,9 @@ def test_default_constants_are_defined_once():
 
 
 @pytest.mark.parametrize("name", ["POOLS", "BLOCKS", "HANDLES", "AFFINITY", "NODES",
-                                  "HEARTBEATS", "SUSPECTS", "POOLS_MARKER", "BUFFER_NETWORK"])
+                                  "HEARTBEATS", "SUSPECTS", "POOLS_MARKER", "BUFFER_NETWORK",
+                                  "SERVICES", "ENDPOINTS", "SERVICE_IPS", "NODE_PORTS",
+                                  "SERVICES_META"])
 def test_key_constants_are_assigned_only_in_records(name):
     owners = [rel(p) for p in SOURCES
               for node in tree(p).body if isinstance(node, ast.Assign)
