@@ -4,7 +4,7 @@
 #   make test      the whole pytest suite, after installing what is missing (as root: namespaces)
 #   make install   pip install . + plugin launchers, example conflist, daemon config, systemd unit
 #   make bench     side-by-side benchmarks against the reference bridge + host-local
-#                  (also: make bench-ipam, make bench-overlay)
+#                  (also: make bench-ipam, make bench-overlay, make bench-svc)
 #
 # Staged installs: make install DESTDIR=/tmp/stage (the launchers still point at the final paths).
 
@@ -26,7 +26,7 @@ SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_pat
 PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
-        deps test test-unit fuzz demo bench bench-ipam bench-overlay launchers clean
+        deps test test-unit fuzz demo bench bench-ipam bench-overlay bench-svc launchers clean
 
 help:
 	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
@@ -113,6 +113,11 @@ bench-ipam:
 # convergence with 20 node namespaces, full resync of 1,000 synthetic peers
 bench-overlay:
 	$(PYTHON) -m bench.overlay $(BENCH_ARGS)
+
+# Service proxy rulesets (issue 9): full sync of 1k/10k/30k Services x 5 endpoints and a
+# one-Service update, pycni's renderer against a kube-proxy-shaped ruleset, in fresh netns
+bench-svc:
+	$(PYTHON) -m bench.svc $(BENCH_ARGS)
 
 launchers:
 	$(PYTHON) -m cni.launcher build/bin

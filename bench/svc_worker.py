@@ -1,0 +1,100 @@
+"""One measurement of `make bench-svc`, run inside a fresh netns the driver made (bench/svc.py).
+
+    ip netns exec NS python3 -m bench.svc_worker --shape pycni|kube --engine lib|bin
+                                                 --services N [--updates K] [--verify]
+
+A fresh process per (shape, engine, size): the libnftables context, its cache and the kernel
+table start empty, so one load does not pay for another. Prints one JSON object: seconds to
+render and to apply the full sync, the same for each one-Service update (endpoint 0 of the
+middle Service swapped and back), VmRSS of this process before the model, holding it, and after the full sync (the
+libnftables context and the allocator's high-water mark included).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from cni.net.nft import Nft
+from cni.proxy.elements import calc_elements, render_transaction
+
+from . import svc_shapes as shapes
+from .common import vm_rss_kib
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench.svc_worker")
+    parser.add_argument("--shape", choices=("pycni", "kube"), required=True)
+    parser.add_argument("--engine", choices=("lib", "bin"), required=True)
+    parser.add_argument("--services", type=int, required=True)
+    parser.add_argument("--updates", type=int, default=0)
+    parser.add_argument("--verify", action="store_true",
+                        help="count the service-ips elements the kernel holds afterwards")
+    return parser.parse_args(argv)
+
+
+def timed(fn, *args) -> tuple[object, float]:
+    started = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - started
+
+
+def measure_pycni(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
+    rss_base = vm_rss_kib(os.getpid())
+    model, build = timed(shapes.build_model, plan)
+    rss_built = vm_rss_kib(os.getpid())
+    script, render = timed(render_transaction, None, model)
+    _, apply = timed(nft.run, script)
+    committed = model
+    rss_synced = vm_rss_kib(os.getpid())
+    rounds = []
+    for r in range(1, updates + 1):
+        m1 = shapes.swap_model(committed, shapes.calc_swap(plan, r))
+        diff, d_render = timed(render_transaction, committed, m1)
+        _, d_apply = timed(nft.run, diff)
+        rounds.append({"render": d_render, "apply": d_apply, "bytes": len(diff)})
+        committed = m1
+    return {"build": build, "render": render, "apply": apply, "bytes": len(script),
+            "elements": len(calc_elements(model)), "updates": rounds,
+            "rss_kib_base": rss_base, "rss_kib_built": rss_built, "rss_kib_synced": rss_synced}
+
+
+def measure_kube(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
+    script, render = timed(shapes.render_kube_full, plan)
+    _, apply = timed(nft.run, script)
+    rounds, committed = [], plan
+    for r in range(1, updates + 1):
+        new = shapes.calc_swap(plan, r)
+        diff, d_render = timed(shapes.render_kube_update, committed, new)
+        _, d_apply = timed(nft.run, diff)
+        rounds.append({"render": d_render, "apply": d_apply, "bytes": len(diff)})
+        committed = new
+    return {"render": render, "apply": apply, "bytes": len(script), "updates": rounds,
+            "chains": 10 + len(plan) * (1 + shapes.ENDPOINTS)}
+
+
+def count_dispatch(shape: str) -> int:
+    """Read back through libnftables whatever engine loaded the table (JSON listing)."""
+    nft = Nft(prefer_library=True)
+    table = "pycni-svc" if shape == "pycni" else "kube-proxy"
+    doc = nft.list_json(f"list map ip {table} service-ips")
+    maps = [item["map"] for item in doc["nftables"] if "map" in item]
+    return len(maps[0].get("elem", [])) if maps else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    nft = Nft(prefer_library=args.engine == "lib")
+    plan = shapes.calc_plan(args.services)
+    measure = measure_pycni if args.shape == "pycni" else measure_kube
+    result = {"engine": nft.engine, **measure(nft, plan, args.updates)}
+    if args.verify:
+        result["service_ips_in_kernel"] = count_dispatch(args.shape)
+    json.dump(result, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
