@@ -197,6 +197,18 @@ def svc_endpoints(env: Env, ref: str) -> None:
     env.emit(endpoints(env.store(), *parse_ref(ref)), render_endpoints)
 
 
+@command.command(name="trace")
+@click.option("--from", "source", required=True, metavar="IP[:PORT]", help="the client")
+@click.option("--to", "target", required=True, metavar="VIP:PORT/PROTO", help="where it connects")
+@click.option("--node", default=None, help="whose table (default: this node's nodeName)")
+@command_options
+def svc_trace(env: Env, source: str, target: str, node: str | None) -> None:
+    """What NODE's Service table does with the packet: entry, verdict, backends, masquerade."""
+    from ipam.ops.svc_trace import render_trace, trace
+
+    env.emit(trace(env.store(), node or env.config().node_name, source, target), render_trace)
+
+
 def port_text(port: dict) -> str:
     head = f"{port['name']}:" if port["name"] else ""
     tail = f" nodePort {port['nodePort']}" if port.get("nodePort") else ""

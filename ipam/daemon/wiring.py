@@ -13,6 +13,7 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
    pool watch (etcd: pool changes reach the cache at once);
 5. the overlay (``cni/overlay/setup.py``), when the config has an ``overlay`` section: it
    leases its VTEP addresses through the lease service and publishes them in the node record.
+6. the Service proxy (``cni/proxy/setup.py``), when ``services.proxy`` is true.
 
 ``build_plugins`` then creates every handler this build has, with the one typed ``Services``.
 A plugin name pycnid has no handler for (``svc`` until the Service proxy lands) is not guessed
@@ -28,6 +29,7 @@ from typing import Callable
 from cni.plugins import bridge, ipam
 from cni.plugins.base import Faults, MetricsRegistry, Plugin, Services
 from cni.overlay.setup import start_overlay
+from cni.proxy.setup import start_proxy
 from cni.plugins.ipam_config import parse_daemon_options
 from ipam.leases.housekeeping import Housekeeping
 from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
@@ -94,6 +96,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     watch = start_pool_watch(life, store, leases)
     overlay = start_overlay(config.raw or {}, life.node_name, store, leases, node.liveness,
                             life.metrics, life.on_shutdown)
+    start_proxy(config.raw or {}, life.node_name, store, life.metrics, life.on_shutdown)
     services = Services(life.node_name, Faults(config.fault_injection), life.metrics,
                         store, leases, node, overlay=overlay)
     return WiredNode(services, ipam_metrics, housekeeping, watch)

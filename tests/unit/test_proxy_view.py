@@ -1,0 +1,170 @@
+"""The store's Service records as the proxy's model (cni/proxy/view.py), the UDP conntrack
+cleanup's pure parts, and `pycni svc trace` over a real SQLite store.
+
+Generated clusters of Services and endpoints keep the view's invariants: a backend is an
+address of the family, of an endpoint in the Service's namespace whose labels hold the
+selector, ``local`` exactly when it is on the rendered node; a Service is in a family's table
+exactly when it has a VIP of that family; node IPs are never loopback nor a Pod pool's."""
+from __future__ import annotations
+
+import ipaddress
+import tempfile
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from cni.proxy.conntrack import calc_checks, calc_udp_serving, parse_reply_sources
+from cni.proxy.view import Records, calc_model, calc_node_ips
+from cni.spec.errors import InvalidConfig
+from ipam.nodes.record import NodeRecord
+from ipam.ops.services import create, set_settings
+from ipam.ops.svc_trace import parse_endpoint, parse_target, trace
+from ipam.records import ENDPOINTS, NODES, SERVICE_IPS, SERVICES_META, encode, pool_key
+from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
+from ipam.store.base import KV, Put
+from ipam.store.sqlite import SqliteStore
+
+NODES_ = ("n1", "n2")
+LABELS = st.dictionaries(st.sampled_from(["app", "tier"]), st.sampled_from(["a", "b"]),
+                         max_size=2)
+V4 = st.integers(2, 250).map(lambda i: f"10.0.{i % 3}.{i}")
+V6 = st.integers(2, 250).map(lambda i: f"fd00::{i:x}")
+
+
+def kv(key: str, value: bytes) -> KV:
+    return KV(key, value, 1, 1)
+
+
+@st.composite
+def endpoints(draw) -> EndpointRecord:
+    pod = draw(st.text("abc", min_size=1, max_size=3))
+    ips = draw(st.lists(V4 | V6, min_size=1, max_size=2, unique=True))
+    return EndpointRecord(draw(st.sampled_from(["ns", "other"])), pod, "eth0", tuple(ips),
+                          draw(LABELS), draw(st.sampled_from(NODES_)),
+                          draw(st.dictionaries(st.just("web"), st.integers(1, 9000))))
+
+
+@st.composite
+def services(draw, name: str) -> ServiceRecord:
+    vips = draw(st.lists(st.sampled_from(["10.96.0.5", "fd96::5"]), max_size=2, unique=True))
+    ports = (ServicePort("http", "TCP", 80, draw(st.sampled_from([8080, "web"])), 30080),
+             ServicePort("dns", "UDP", 53, 53))
+    return ServiceRecord("ns", name, draw(st.sampled_from(["ClusterIP", "NodePort"])), ports,
+                         tuple(vips), (), draw(LABELS),
+                         draw(st.sampled_from(["None", "ClientIP"])))
+
+
+def records_of(svcs, eps, address: str = "192.168.0.2") -> Records:
+    records = Records()
+    for svc in svcs:
+        records.apply(kv(svc.key, svc.to_bytes()))
+    for ep in eps:
+        records.apply(kv(ep.key, ep.to_bytes()))
+    records.apply(kv(pool_key("pods"), encode({"cidr": "10.0.0.0/16"})))
+    records.apply(kv(pool_key("net"), encode({"cidr": "10.9.0.0/16", "source": "netconf"})))
+    records.apply(kv(SERVICES_META, ServiceSettings(("10.96.0.0/16",)).to_bytes()))
+    records.apply(kv(f"{NODES}n1", NodeRecord("n1", address).to_bytes()))
+    return records
+
+
+@settings(max_examples=150, deadline=None)
+@given(svcs=st.lists(st.sampled_from("abc").flatmap(services), max_size=3,
+                     unique_by=lambda s: s.name),
+       eps=st.lists(endpoints(), max_size=6, unique_by=lambda e: e.key),
+       family=st.sampled_from([4, 6]))
+def test_the_model_holds_what_the_records_select(svcs, eps, family):
+    model = calc_model(records_of(svcs, eps), "n1", family)
+    with_vip = {s.name for s in svcs if any(ipaddress.ip_address(v).version == family
+                                            for v in s.cluster_ips)}
+    assert {v.service.name for v in model.ports} == with_vip
+    for view in model.ports:
+        svc = next(s for s in svcs if s.name == view.service.name)
+        for b in view.backends:
+            owner = [e for e in eps if str(b.ip) in e.ips and e.node == b.node]
+            assert b.ip.version == family and b.local == (b.node == "n1") and owner
+            assert any(e.namespace == "ns" and svc.selector and
+                       all(e.labels.get(k) == v for k, v in svc.selector.items())
+                       for e in owner)
+        assert (view.port.node_port is not None) == (svc.type == "NodePort" and
+                                                     view.port.protocol == "tcp")
+    assert model.node.cluster_cidrs == ((ipaddress.ip_network("10.0.0.0/16"),)
+                                        if family == 4 else ())
+    assert model.node.node_ips == ((ipaddress.ip_address("192.168.0.2"),) if family == 4
+                                   else ())
+
+
+@settings(max_examples=100, deadline=None)
+@given(eps=st.lists(endpoints(), max_size=6, unique_by=lambda e: e.key))
+def test_deletes_and_snapshots_leave_exactly_the_live_records(eps):
+    records = records_of([], eps)
+    for ep in eps[::2]:
+        records.apply(kv(ep.key, b""), deleted=True)
+    assert set(records.endpoints) == {e.key for e in eps[1::2]}
+    records.replace_all([kv(e.key, e.to_bytes()) for e in eps[:1]], ENDPOINTS)
+    assert set(records.endpoints) == {e.key for e in eps[:1]}
+    records.apply(kv(f"{NODES}bad", b"{not json"))
+    assert "bad" not in records.nodes and f"{NODES}bad" in records.bad
+
+
+@given(addrs=st.lists(V4 | V6 | st.sampled_from(["127.0.0.1", "::1", "fe80::1", "x"]),
+                      max_size=6), family=st.sampled_from([4, 6]))
+def test_node_ips_are_never_loopback_link_local_or_a_pod_pool(addrs, family):
+    ips = calc_node_ips(family, "192.168.0.2", addrs, ["10.0.1.0/24"])
+    assert all(ip.version == family and not ip.is_loopback and not ip.is_link_local
+               and ip not in ipaddress.ip_network("10.0.1.0/24") for ip in ips)
+
+
+@given(sources=st.lists(V4, max_size=5))
+def test_conntrack_reply_sources_are_the_second_src(sources):
+    text = "".join(f"udp 17 29 src=10.1.1.1 dst=10.96.0.5 sport=5 dport=53 [UNREPLIED] "
+                   f"src={s} dst=10.1.1.1 sport=53 dport=5 mark=0 use=1\n" for s in sources)
+    assert parse_reply_sources(text + "conntrack v1.4.7: 3 flow entries\n") == set(sources)
+
+
+def test_only_changed_udp_entry_points_are_cleaned_but_all_after_a_full_render():
+    a = records_of([ServiceRecord("ns", "d", "NodePort", (ServicePort("dns", "UDP", 53, 53,
+                                                                      30053),), ("10.96.0.5",),
+                                  selector={"app": "a"})], [])
+    empty = calc_model(a, "n1", 4)
+    ep = EndpointRecord("ns", "p", "eth0", ("10.0.0.7",), {"app": "a"}, "n2")
+    a.apply(kv(ep.key, ep.to_bytes()))
+    one = calc_model(a, "n1", 4)
+    before, after = calc_udp_serving(empty), calc_udp_serving(one)
+    assert after == {("10.96.0.5", 53): {"10.0.0.7"}, ("192.168.0.2", 30053): {"10.0.0.7"}}
+    assert calc_checks(before, after, False) == after  # 0 -> 1: both cleaned
+    assert calc_checks(after, after, False) == {} and calc_checks(after, after, True) == after
+
+
+@given(ip=V4 | V6, port=st.integers(1, 65535), proto=st.sampled_from(["tcp", "udp", "sctp"]))
+def test_trace_targets_parse_back(ip, port, proto):
+    text = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+    assert parse_target(f"{text}/{proto.upper()}") == (ipaddress.ip_address(ip), port, proto)
+    assert parse_endpoint(ip, "--from", need_port=False) == (ipaddress.ip_address(ip), 0)
+
+
+@pytest.mark.parametrize("text", ["10.96.0.5", "10.96.0.5:0/tcp", "x:80", "10.96.0.5:80/icmp",
+                                  "10.96.0.5:99999"])
+def test_bad_trace_targets_are_code_7_naming_the_option(text):
+    with pytest.raises(InvalidConfig, match="--to") as info:
+        parse_target(text)
+    assert info.value.code == 7
+
+
+def test_trace_over_the_store_names_the_selected_backends():
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteStore(f"{tmp}/store.db")
+        set_settings(store, ["10.96.0.0/24"], "30000-30100")
+        create(store, {"namespace": "ns", "name": "web", "selector": {"app": "web"},
+                       "ports": [{"name": "http", "port": 80, "targetPort": 8080}]})
+        for i, node in ((2, "n1"), (3, "n2")):
+            ep = EndpointRecord("ns", f"p{i}", "eth0", (f"10.0.0.{i}",), {"app": "web"}, node)
+            store.txn([], [Put(ep.key, ep.to_bytes())])
+        store.txn([], [Put(f"{NODES}n1", NodeRecord("n1", "192.168.0.2").to_bytes())])
+        vip = next(iter(store.range(SERVICE_IPS))).key.rsplit("/", 1)[1]
+        doc = trace(store, "n1", "10.0.0.9", f"{vip}:80/tcp")
+        assert doc["answer"]["verdict"] == "dnat"
+        assert {(c["ip"], c["node"]) for c in doc["answer"]["choices"]} == {
+            ("10.0.0.2", "n1"), ("10.0.0.3", "n2")}
+        with pytest.raises(InvalidConfig, match="--node"):
+            trace(store, "n9", "10.0.0.9", f"{vip}:80/tcp")
+        store.close()
