@@ -16,8 +16,8 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
 6. the Service proxy (``cni/proxy/setup.py``), when ``services.proxy`` is true.
 
 ``build_plugins`` then creates every handler this build has, with the one typed ``Services``.
-A plugin name pycnid has no handler for (``svc`` until the Service proxy lands) is not guessed
-at here: the dispatcher answers it, code 7 "pycnid serves no plugin 'svc'".
+A plugin name pycnid has no handler for is not guessed at here: the dispatcher answers it,
+code 7 "pycnid serves no plugin '<name>'".
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cni.plugins import bridge, ipam
+from cni.plugins import bridge, ipam, svc
 from cni.plugins.base import Faults, MetricsRegistry, Plugin, Services
 from cni.overlay.setup import start_overlay
 from cni.proxy.setup import start_proxy
@@ -50,7 +50,8 @@ from .config import DaemonConfig
 log = logging.getLogger("pycnid")
 
 # plugin name (as the executable sends it) -> the handler's constructor
-PLUGINS: dict[str, Callable[[Services], Plugin]] = {"ipam": ipam.create, "bridge": bridge.create}
+PLUGINS: dict[str, Callable[[Services], Plugin]] = {"ipam": ipam.create, "bridge": bridge.create,
+                                                    "svc": svc.create}
 
 
 @dataclass(frozen=True)

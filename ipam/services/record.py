@@ -167,9 +167,11 @@ class EndpointRecord:
     node: str = ""
     ports: Mapping[str, int] = field(default_factory=dict)  # named container ports
     container_id: str = ""
+    network: str = ""  # with container_id and ifname: the attachment DEL and GC look for
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
-    FIELDS = ("namespace", "pod", "ifname", "ips", "labels", "node", "ports", "containerID")
+    FIELDS = ("namespace", "pod", "ifname", "ips", "labels", "node", "ports", "containerID",
+              "network")
 
     @property
     def key(self) -> str:
@@ -178,7 +180,8 @@ class EndpointRecord:
     def to_dict(self) -> dict:
         return {**self.extra, "namespace": self.namespace, "pod": self.pod,
                 "ifname": self.ifname, "ips": list(self.ips), "labels": dict(self.labels),
-                "node": self.node, "ports": dict(self.ports), "containerID": self.container_id}
+                "node": self.node, "ports": dict(self.ports), "containerID": self.container_id,
+                "network": self.network}
 
     def to_bytes(self) -> bytes:
         return encode(self.to_dict())
@@ -192,7 +195,8 @@ class EndpointRecord:
                        {str(k): str(v) for k, v in (data.get("labels") or {}).items()},
                        str(data.get("node") or ""),
                        {str(k): int(v) for k, v in (data.get("ports") or {}).items()},
-                       str(data.get("containerID") or ""), unknown(data, cls.FIELDS))
+                       str(data.get("containerID") or ""), str(data.get("network") or ""),
+                       unknown(data, cls.FIELDS))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecord(f"corrupt endpoint record {key}", f"bad endpoint: {exc!r}") \
                 from None
