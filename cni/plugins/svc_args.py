@@ -4,7 +4,8 @@ The Pod's identity comes from CNI_ARGS ``K8S_POD_NAMESPACE`` / ``K8S_POD_NAME`` 
 containerd and CRI-O send); both are required, as DNS labels / subdomains, since they are
 segments of the endpoint key. Its labels come from the CNI ``args`` convention
 ``args.cni.labels`` — ``[{"key": "app", "value": "web"}]`` or a plain ``{"app": "web"}`` — or,
-without it, from CNI_ARGS ``PYCNI_LABELS=app=web,tier=front``. Its named container ports come
+without it, from CNI_ARGS ``PYCNI_LABELS=app:web,tier:front`` (``:`` since libcni and cnitool
+refuse a second ``=`` in a pair; no label key or value holds one). Its named container ports come
 from ``args.cni.ports``: ``[{"name": "http", "containerPort": 8080, "protocol": "TCP"}]``
 (protocol TCP, UDP or SCTP, TCP when left out; a name appears once, as in a Pod spec, so the
 record keeps name -> port). Its addresses are prevResult's that belong to this ifname (or to
@@ -78,13 +79,13 @@ def parse_label_list(items: list, where: str) -> dict[str, str]:
 
 
 def parse_labels_arg(text: str) -> dict[str, str]:
-    """CNI_ARGS ``PYCNI_LABELS=k=v,k2=v2``."""
+    """CNI_ARGS ``PYCNI_LABELS=k:v,k2:v2``."""
     where = "CNI_ARGS PYCNI_LABELS"
     labels: dict[str, str] = {}
     for pair in filter(None, text.split(",")):
-        key, sep, value = pair.partition("=")
+        key, sep, value = pair.partition(":")
         if not sep:
-            raise refuse(where, f"{pair!r} is not key=value")
+            raise refuse(where, f"{pair!r} is not key:value")
         labels.update([validate_label(key, value, where)])
     return labels
 

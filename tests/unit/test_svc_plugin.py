@@ -48,7 +48,7 @@ configs = st.one_of(st.just({}), st.builds(lambda c: {"args": {"cni": c}}, cni_s
                     st.builds(lambda a: {"args": a}, json_values))
 cni_args = st.dictionaries(st.sampled_from(["K8S_POD_NAMESPACE", "K8S_POD_NAME",
                                             "PYCNI_LABELS"]),
-                           st.one_of(texts, st.just("app=web,tier=front"), st.just("a=")))
+                           st.one_of(texts, st.just("app:web,tier:front"), st.just("a:")))
 
 
 def parse_all(config: dict, args: dict) -> tuple:
@@ -79,7 +79,7 @@ def test_the_accepted_shapes():
                                                                "protocol": "UDP"}]}}}
     assert parse_labels(config, {}) == {"app": "web"}
     assert parse_labels({"args": {"cni": {"labels": {"app": "db"}}}}, {}) == {"app": "db"}
-    assert parse_labels({}, {"PYCNI_LABELS": "app=web,tier=front"}) == {"app": "web",
+    assert parse_labels({}, {"PYCNI_LABELS": "app:web,tier:front"}) == {"app": "web",
                                                                            "tier": "front"}
     assert parse_ports(config) == {"http": 8080, "dns": 53}
     assert calc_ips(PREV, "1.1.0", "eth0") == ("10.22.0.5", "fd22::5")
@@ -90,7 +90,7 @@ def test_the_accepted_shapes():
 
 
 def request(command: str, cid: str, ifname: str = "eth0", pod: str | None = "p1",
-            prev: dict | None = PREV, network: str = "net", labels: str = "app=web",
+            prev: dict | None = PREV, network: str = "net", labels: str = "app:web",
             **config) -> Request:
     args = {"K8S_POD_NAMESPACE": "default", "K8S_POD_NAME": pod, "PYCNI_LABELS": labels} \
         if pod else {}
@@ -124,7 +124,7 @@ def test_add_returns_prev_result_and_check_names_differences(store):
     svc.check(request("CHECK", "c1"))
     svc.check(request("CHECK", "c1", prev=None))
     with pytest.raises(CheckFailed) as err:
-        svc.check(request("CHECK", "c1", labels="app=db"))
+        svc.check(request("CHECK", "c1", labels="app:db"))
     assert "labels" in err.value.details and "'app': 'db'" in err.value.details
     with pytest.raises(InvalidConfig, match="prevResult"):
         svc.add(request("ADD", "c2", prev=None))
