@@ -17,6 +17,7 @@ from cni.overlay.config import DEFAULT_RESYNC, DEFAULT_VNI, DEFAULT_VXLAN_PORT, 
 
 from cni.plugins.bridge_config import parse_bridge_config
 from cni.plugins.ipam_config import DaemonOptions, parse_daemon_options, parse_ipam_config
+from cni.plugins.svc_args import parse_labels, parse_ports
 from cni.runtime.conflist import conflist_from_bytes
 from cni.spec.request import Env, Request
 from ipam.daemon.config import parse_daemon_config
@@ -108,6 +109,8 @@ def test_conflist_and_its_plugins_are_accepted(name):
             assert parse_bridge_config(req).has_ipam
         if plugin.get("ipam", {}).get("type") == "pycni-ipam":
             parse_ipam_config(req.config)
+        if plugin["type"] == "pycni-svc":  # its args shapes (labels, named ports)
+            parse_labels(req.config, {}), parse_ports(req.config)
     assert types[0] == "pycni-bridge"
 
 
