@@ -34,7 +34,8 @@ def parse_proxy_config(raw: Mapping[str, Any]) -> ProxyConfig | None:
     if not isinstance(proxy, bool):
         raise InvalidConfig("invalid key 'services.proxy': true or false is expected")
     interval = section.get("resyncInterval", DEFAULT_PROXY_RESYNC)
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) \
+            or not 0 < interval < float("inf"):
         raise InvalidConfig("invalid key 'services.resyncInterval': seconds > 0 are expected")
     return ProxyConfig(float(interval)) if proxy else None
 

@@ -105,7 +105,7 @@ def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group(name="svc")
 def command() -> None:
-    """Services: virtual IPs and nodePorts in the store (the proxy is in progress: issue 9)."""
+    """Services: virtual IPs and nodePorts, served by the proxy in pycnid (issue 9)."""
 
 
 @command.group(name="config")

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cni.proxy.conntrack import calc_checks, calc_udp_serving, parse_reply_sources
+from cni.proxy.setup import parse_proxy_config
 from cni.proxy.view import Records, calc_model, calc_node_ips
 from cni.spec.errors import InvalidConfig
 from ipam.nodes.record import NodeRecord
@@ -168,3 +169,19 @@ def test_trace_over_the_store_names_the_selected_backends():
         with pytest.raises(InvalidConfig, match="--node"):
             trace(store, "n9", "10.0.0.9", f"{vip}:80/tcp")
         store.close()
+
+
+@given(section=st.none() | st.integers() | st.dictionaries(
+    st.sampled_from(["proxy", "resyncInterval"]),
+    st.booleans() | st.integers(-5, 100) | st.floats() | st.text(max_size=2)))
+def test_the_services_section_is_a_config_or_code_7_naming_the_key(section):
+    raw = {} if section is None else {"services": section}
+    try:
+        config = parse_proxy_config(raw)
+    except InvalidConfig as exc:
+        assert exc.code == 7 and "'services" in str(exc)
+        return
+    on = isinstance(section, dict) and section.get("proxy") is True
+    assert (config is not None) == on
+    if config is not None:
+        assert config.resync_interval > 0
