@@ -106,7 +106,8 @@ endpoints = st.builds(EndpointRecord, st.sampled_from(["default", "other"]),
                       st.dictionaries(st.sampled_from(["app", "tier"]), st.sampled_from(["a", "b"])),
                       st.sampled_from(["", "node1"]),
                       st.dictionaries(st.sampled_from(["http", "dns"]), st.integers(1, 65535)),
-                      st.text("0123abcdef", max_size=8), extras)
+                      st.text("0123abcdef", max_size=8), st.sampled_from(["", "net"]),
+                      extras)
 
 
 @SETTINGS
