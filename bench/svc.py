@@ -128,7 +128,17 @@ def goal_rows(runs: dict, size: int, kind: str) -> list[dict]:
                  None if mine is None else mine <= GOALS[kind])},
             {"label": f"  vs kube-proxy shape ({ENGINES.get(engine, '—')}, its faster)",
              "pycni": mine, "kube": kube, "ratio": r, "goal": f">={GOALS['ratio']:.0f}x",
-             "verdict": verdict(None if mine is None or kube is None else r >= GOALS["ratio"])}]
+             "verdict": verdict(None if mine is None or kube is None else r >= GOALS["ratio"])},
+            _apply_row(run, kube, kind)]
+
+
+def _apply_row(run: dict | None, kube: float | None, kind: str) -> dict:
+    """Info: nft's share of pycni's time (the transaction alone), against the same kube time."""
+    if not run or (kind == "update" and not run.get("updates")):
+        return {"label": "  nft's share only (info)", "goal": "", "verdict": ""}
+    apply = run["apply"] if kind == "full" else median([u["apply"] for u in run["updates"]])
+    return {"label": "  nft's share only: the transaction (info)", "pycni": apply, "kube": kube,
+            "ratio": ratio(kube, apply), "goal": "", "verdict": ""}
 
 
 def args_updates(run: dict | None) -> int:

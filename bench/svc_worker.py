@@ -17,6 +17,7 @@ import os
 import sys
 import time
 
+from cni.net import nft as nft_mod
 from cni.net.nft import Nft
 from cni.proxy.elements import calc_elements, render_transaction
 
@@ -86,6 +87,7 @@ def count_dispatch(shape: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    nft_mod.TIMEOUT = 1800.0  # pycnid's 30 s bound on `nft -f -`; layout A at 10k takes longer
     nft = Nft(prefer_library=args.engine == "lib")
     plan = shapes.calc_plan(args.services)
     measure = measure_pycni if args.shape == "pycni" else measure_kube
