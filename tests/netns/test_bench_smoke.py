@@ -68,3 +68,31 @@ def test_bench_overlay_runs_every_part_and_leaves_no_namespace(tmp_path):
     prefix = report["sandbox"]["prefix"]
     assert [ln for ln in names.splitlines() if ln.startswith(prefix)] == []
     assert not os.path.exists(report["sandbox"]["workdir"])
+
+
+def test_bench_svc_loads_both_shapes_and_leaves_no_namespace(tmp_path):
+    """`make bench-svc` at its smallest: both shapes load on both engines (the kernel holds
+    every dispatch element), each update run measured, every goal line judged, nothing left."""
+    if os.geteuid() != 0:
+        pytest.skip("the benchmark creates network namespaces: needs root")
+    cmd = [sys.executable, "-m", "bench.svc", "--sizes", "20,100", "--update-at", "100",
+           "--updates", "2", "--results-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "svc-latest.json").read_text())
+    runs = report["runs"]
+    assert set(runs) == {f"{shape}/{engine}/{size}" for shape in ("pycni", "kube")
+                         for engine in ("lib", "bin") for size in (20, 100)}
+    for key, run in runs.items():
+        size = int(key.rsplit("/", 1)[1])
+        assert run["service_ips_in_kernel"] == size, key
+        assert len(run["updates"]) == (2 if size == 100 else 0), key
+    assert runs["pycni/lib/100"]["elements"] == 100 * 13 + 3  # per Service 13, node-wide 3
+    assert runs["kube/lib/100"]["chains"] == 10 + 100 * 6
+    judged = [row["verdict"] for row in report["goals"] if row["goal"]]
+    assert len(judged) == 4 and set(judged) <= {"PASS", "MISS"}  # every goal line measured
+    assert runs["pycni/lib/100"]["rss_kib_built"] > 0
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    prefix = report["sandbox"]["prefix"]
+    assert [ln for ln in names.splitlines() if ln.startswith(prefix)] == []
+    assert not os.path.exists(report["sandbox"]["workdir"])
