@@ -42,6 +42,20 @@ def report_header(config: dict) -> dict:
             "config": config}
 
 
+def finish_report(report: dict, started: float, directory: str, name: str) -> str:
+    """Close a report (end load, seconds), write it as ``<name>-<stamp>.json`` and
+    ``<name>-latest.json`` in ``directory``; the path of the first."""
+    report["machine"]["loadavg_end"] = round(os.getloadavg()[0], 1)
+    report["seconds"] = round(time.monotonic() - started, 1)
+    os.makedirs(directory, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = os.path.join(directory, f"{name}-{stamp}.json")
+    for target in (path, os.path.join(directory, f"{name}-latest.json")):
+        with open(target, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=1, sort_keys=True)
+    return path
+
+
 def median(values: list[float]) -> float:
     return percentile(values, 50)
 

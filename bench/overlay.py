@@ -16,13 +16,12 @@ timed assertions in the test suite.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 from . import overlay_converge, overlay_resync, overlay_throughput
-from .common import REPO, Sandbox, report_header, write_launchers
+from .common import REPO, Sandbox, finish_report, report_header, write_launchers
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 PARTS = ("throughput", "convergence", "resync")
@@ -147,22 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         report["sandbox"] = {"prefix": box.prefix, "workdir": box.workdir}
         cni_bin = write_launchers(os.path.join(box.workdir, "bin"))
         sections = run_parts(args, box, cni_bin, report)
-    report["machine"]["loadavg_end"] = round(os.getloadavg()[0], 1)
-    report["seconds"] = round(time.monotonic() - started, 1)
+    path = finish_report(report, started, args.results_dir, "overlay")
     print(render(report, sections))
-    print(f"results: {os.path.relpath(save(report, args.results_dir), REPO)}  "
-          f"({report['seconds']:.0f} s)")
+    print(f"results: {os.path.relpath(path, REPO)}  ({report['seconds']:.0f} s)")
     return 0
 
-
-def save(report: dict, directory: str) -> str:
-    os.makedirs(directory, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = os.path.join(directory, f"overlay-{stamp}.json")
-    for target in (path, os.path.join(directory, "overlay-latest.json")):
-        with open(target, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=1, sort_keys=True)
-    return path
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from .common import REPO, Sandbox, median, python_env, report_header
+from .common import REPO, Sandbox, finish_report, median, python_env, report_header
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 ENGINES = {"lib": "libnftables", "bin": "nft -f -"}
@@ -229,22 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     with Sandbox() as box:
         report["sandbox"] = {"prefix": box.prefix, "workdir": box.workdir}
         report["runs"] = measure(args, box)
-    report["machine"]["loadavg_end"] = round(os.getloadavg()[0], 1)
-    report["seconds"] = round(time.monotonic() - started, 1)
-    print(render(report, build_sections(args, report)))
-    print(f"results: {os.path.relpath(save(report, args.results_dir), REPO)}  "
-          f"({report['seconds']:.0f} s)")
+    sections = build_sections(args, report)  # it also puts the goal rows into the report
+    path = finish_report(report, started, args.results_dir, "svc")
+    print(render(report, sections))
+    print(f"results: {os.path.relpath(path, REPO)}  ({report['seconds']:.0f} s)")
     return 0
 
-
-def save(report: dict, directory: str) -> str:
-    os.makedirs(directory, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = os.path.join(directory, f"svc-{stamp}.json")
-    for target in (path, os.path.join(directory, "svc-latest.json")):
-        with open(target, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=1, sort_keys=True)
-    return path
 
 
 if __name__ == "__main__":

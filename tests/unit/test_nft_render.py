@@ -15,19 +15,10 @@ from cni.plugins.masq_rules import (Element, elements_for, ifname_literal, is_le
                                     migrate_elements, parse_elements, render_add, render_delete,
                                     render_migration, render_table)
 from cni.spec.errors import InvalidConfig
+from tests.fixtures.golden import GOLDEN, golden
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 PAIRS = [(ipaddress.ip_address("10.22.0.2"), ipaddress.ip_network("10.22.0.0/24")),
          (ipaddress.ip_address("fd00::2"), ipaddress.ip_network("fd00::/64"))]
-
-
-def golden(name: str, text: str) -> str:
-    path = os.path.join(GOLDEN, name)
-    if os.environ.get("PYCNI_UPDATE_GOLDEN"):
-        with open(path, "w") as fh:
-            fh.write(text)
-    with open(path) as fh:
-        return fh.read()
 
 
 def test_static_table_matches_golden():

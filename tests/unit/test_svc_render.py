@@ -5,7 +5,6 @@ Regenerate the golden files after an intended change with PYCNI_UPDATE_GOLDEN=1.
 from __future__ import annotations
 
 import ipaddress
-import os
 from dataclasses import replace
 
 import pytest
@@ -17,17 +16,8 @@ from cni.proxy.model import NodeView, ProxyModel, ProxyPort, ProxyService, Servi
 from cni.proxy.trace import explain
 from cni.spec.errors import InvalidConfig
 from tests.fixtures.svc_model import MODEL, MODEL6, NODE, be
+from tests.fixtures.golden import GOLDEN, golden  # noqa: F401
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
-
-
-def golden(name: str, text: str) -> str:
-    path = os.path.join(GOLDEN, name)
-    if os.environ.get("PYCNI_UPDATE_GOLDEN"):
-        with open(path, "w") as fh:
-            fh.write(text)
-    with open(path) as fh:
-        return fh.read()
 
 
 @pytest.mark.parametrize("name,model", [("svc_full4.nft", MODEL), ("svc_full6.nft", MODEL6)])
