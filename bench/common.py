@@ -42,6 +42,28 @@ def report_header(config: dict) -> dict:
             "config": config}
 
 
+Line = tuple[str, str, str, str, str, str]  # label, pycni, reference, ratio, goal, result
+
+
+def render_goal_table(name: str, report: dict, sections: list[tuple[str, list[Line]]],
+                      reference: str, widths: tuple[int, int] = (14, 14)) -> str:
+    """A benchmark's summary: the machine line, then per section its lines of pycni against
+    ``reference``, the ratio, the goal and PASS/MISS."""
+    machine = report["machine"]
+    width = max(len(line[0]) for _, lines in sections for line in lines) + 2
+    ours, theirs = widths
+    out = [f"pycni {name}  {report['when']}  {machine['cores']} cores  Python "
+           f"{machine['python']}  kernel {machine['kernel']}  load average "
+           f"{machine['loadavg_start']} -> {machine['loadavg_end']}", "",
+           f"{'':{width}}{'pycni':>{ours}}{reference:>{theirs}}{'ratio':>8}{'goal':>10}  result",
+           "-" * (width + ours + theirs + 26)]
+    for title, lines in sections:
+        out.append(f"[{title}]")
+        out.extend(f"{a:{width}}{b:>{ours}}{c:>{theirs}}{d:>8}{e:>10}  {f}".rstrip()
+                   for a, b, c, d, e, f in lines)
+    return "\n".join(out)
+
+
 def finish_report(report: dict, started: float, directory: str, name: str) -> str:
     """Close a report (end load, seconds), write it as ``<name>-<stamp>.json`` and
     ``<name>-latest.json`` in ``directory``; the path of the first."""

@@ -21,11 +21,11 @@ import sys
 import time
 
 from . import overlay_converge, overlay_resync, overlay_throughput
-from .common import REPO, Sandbox, finish_report, report_header, write_launchers
+from .common import (REPO, Line, Sandbox, finish_report, render_goal_table, report_header,
+                     write_launchers)
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 PARTS = ("throughput", "convergence", "resync")
-Line = tuple[str, str, str, str, str, str]  # label, pycni, reference, ratio, goal, result
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -102,18 +102,7 @@ def resync_lines(rs: dict) -> list[Line]:
 
 
 def render(report: dict, sections: list[tuple[str, list[Line]]]) -> str:
-    machine = report["machine"]
-    width = max(len(line[0]) for _, lines in sections for line in lines) + 2
-    out = [f"pycni bench-overlay  {report['when']}  {machine['cores']} cores  Python "
-           f"{machine['python']}  kernel {machine['kernel']}  load average "
-           f"{machine['loadavg_start']} -> {machine['loadavg_end']}", "",
-           f"{'':{width}}{'pycni':>14}{'hand-built':>14}{'ratio':>8}{'goal':>10}  result",
-           "-" * (width + 54)]
-    for title, lines in sections:
-        out.append(f"[{title}]")
-        out.extend(f"{a:{width}}{b:>14}{c:>14}{d:>8}{e:>10}  {f}".rstrip()
-                   for a, b, c, d, e, f in lines)
-    return "\n".join(out)
+    return render_goal_table("bench-overlay", report, sections, "hand-built", (14, 14))
 
 
 def run_parts(args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict

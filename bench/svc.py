@@ -25,13 +25,13 @@ import subprocess
 import sys
 import time
 
-from .common import REPO, Sandbox, finish_report, median, python_env, report_header
+from .common import (REPO, Line, Sandbox, finish_report, median, python_env, render_goal_table,
+                     report_header)
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 ENGINES = {"lib": "libnftables", "bin": "nft -f -"}
 GOALS = {"full": 1.0, "update": 0.005, "ratio": 30.0}
 VERIFY_MAX = 2000  # read the dispatch map back up to this size (listing layout A is slow)
-Line = tuple[str, str, str, str, str, str]  # label, pycni, kube-proxy shape, ratio, goal, result
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -196,18 +196,7 @@ def as_line(row: dict) -> Line:
 
 
 def render(report: dict, sections: list[tuple[str, list[Line]]]) -> str:
-    machine = report["machine"]
-    width = max(len(line[0]) for _, lines in sections for line in lines) + 2
-    out = [f"pycni bench-svc  {report['when']}  {machine['cores']} cores  Python "
-           f"{machine['python']}  kernel {machine['kernel']}  load average "
-           f"{machine['loadavg_start']} -> {machine['loadavg_end']}", "",
-           f"{'':{width}}{'pycni':>22}{'kube-proxy':>12}{'ratio':>8}{'goal':>10}  result",
-           "-" * (width + 62)]
-    for title, lines in sections:
-        out.append(f"[{title}]")
-        out.extend(f"{a:{width}}{b:>22}{c:>12}{d:>8}{e:>10}  {f}".rstrip()
-                   for a, b, c, d, e, f in lines)
-    return "\n".join(out)
+    return render_goal_table("bench-svc", report, sections, "kube-proxy", (22, 12))
 
 
 def build_sections(args: argparse.Namespace, report: dict) -> list[tuple[str, list[Line]]]:

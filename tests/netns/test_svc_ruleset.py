@@ -14,16 +14,11 @@ from cni.proxy.elements import render_transaction
 from cni.proxy.model import ProxyModel
 from cni.proxy.trace import explain
 from tests.fixtures.svc_model import EMPTY, NODE, WEB, be, view
+from tests.fixtures.echo import WHOAMI_SERVER
 
 pytestmark = pytest.mark.netns
 BACKENDS = ("10.0.0.2", "10.0.0.3", "10.0.0.4")
-SERVER = """
-import socket, socketserver
-class H(socketserver.BaseRequestHandler):
-    def handle(self): self.request.sendall(self.request.getsockname()[0].encode())
-class S(socketserver.ThreadingTCPServer): allow_reuse_address = True; daemon_threads = True
-S(("0.0.0.0", 8080), H).serve_forever()
-"""
+SERVER = WHOAMI_SERVER
 CLIENT = """
 import socket, sys
 for _ in range(int(sys.argv[3])):

@@ -15,17 +15,12 @@ from collections import Counter
 import pytest
 
 from ipam.services.record import EndpointRecord
+from tests.fixtures.echo import WHOAMI_SERVER
 from tests.fixtures.waiting import wait_for
 from .pods import OverlayCluster, Pod, pycni_cli, python_in
 
 pytestmark = pytest.mark.etcd
-SERVER = """
-import socket, socketserver
-class H(socketserver.BaseRequestHandler):
-    def handle(self): self.request.sendall(self.request.getsockname()[0].encode())
-class S(socketserver.ThreadingTCPServer): allow_reuse_address = True; daemon_threads = True
-S(("0.0.0.0", 8080), H).serve_forever()
-"""
+SERVER = WHOAMI_SERVER
 CLIENT = """
 import socket, sys
 for _ in range(int(sys.argv[3])):
