@@ -37,7 +37,7 @@ from cni.plugins.masq_rules import FAMILY as MASQ_FAMILY, TABLE as MASQ_TABLE, r
 from cni.spec.errors import CNIError, TryAgainLater
 from ipam.loop import Errors, Loop
 from ipam.nodes.record import OverlayInfo
-from ipam.store.base import KV
+from ipam.store.watched import WatchedPrefixes
 from . import dataplane, device, firewall, underlay, vtep
 from .metrics import OverlayMetrics
 from .model import Local, Plan, calc_desired
@@ -57,9 +57,9 @@ class OverlaySync:
         self.wake = threading.Event()
         self.vteps: tuple[str, ...] = ()
         self.vtep_pools_seen: dict[str, str] = {}
-        self.loaded: set[str] = set()
         self.published = False
-        self.watches: list[Any] = []
+        self.watched = WatchedPrefixes(store, PREFIXES, self.view, self.lock,
+                                       self.on_registry_change)
         self.last: Plan | None = None
         self.firewall_script = ""
         self.cluster_cidrs: list[str] | None = None
@@ -80,8 +80,7 @@ class OverlaySync:
     def stop(self) -> None:
         self.loop.stop()
         self.monitor.stop()
-        for watch in self.watches:
-            watch.cancel()
+        self.watched.cancel()
 
     def leave(self) -> None:
         """Out of the overlay, once the node record is gone (the caller's, first: peers must
@@ -100,7 +99,7 @@ class OverlaySync:
         that, a store that cannot be reached (VTEP lease, publishing) delays only those: the
         kernel keeps being reconciled with the last view, and the step is retried."""
         self.wake.clear()
-        self.ensure_registry()
+        self.watched.ensure()
         try:
             self.ensure_published()
         except CNIError as exc:
@@ -147,38 +146,10 @@ class OverlaySync:
                            self.end.vtep_mac if vxlan else "", self.vteps or (),
                            cfg.vni if vxlan else 0, cfg.port if vxlan else 0, self.end.mtu)
 
-    def ensure_registry(self) -> None:
-        """Read every prefix not yet watched (all of them each pass without a watch)."""
-        can_watch = callable(getattr(self.store, "watch", None))
-        for prefix in PREFIXES:
-            if prefix in self.loaded:
-                continue
-            if can_watch:
-                kvs, revision = self.store.range_at(prefix)
-            else:
-                kvs, revision = self.store.range(prefix), 0
-            with self.lock:
-                self.view.replace_all(kvs, prefix)
-            if can_watch:
-                self.watches.append(self.store.watch(prefix, revision + 1,
-                                                     self.on_update_of(prefix)))
-                self.loaded.add(prefix)
-        if not can_watch:
-            self.loaded.clear()  # re-read on the next pass
-
-    def on_update_of(self, prefix: str) -> Callable[[Any], None]:
-        def on_update(update: Any) -> None:
-            with self.lock:
-                if update.snapshot:
-                    self.view.replace_all([e.kv for e in update.events], prefix)
-                    changed = True
-                else:
-                    changed = any([self.view.apply(e.kv, e.kind == "delete")
-                                   for e in update.events])
-            if changed:
-                self.metrics.events.inc()
-                self.wake.set()
-        return on_update
+    def on_registry_change(self, changed: bool) -> None:
+        if changed:
+            self.metrics.events.inc()
+            self.wake.set()
 
     def on_netlink(self, kind: str, summary: dict) -> None:
         """Look again now when someone deleted one of pycni's entries or its device, or a

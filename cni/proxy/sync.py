@@ -21,12 +21,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from cni.net.nft import Nft, NftError
 from cni.net.session import node_session
 from cni.spec.errors import CNIError
 from ipam.loop import Errors, Loop
+from ipam.store.watched import WatchedPrefixes
 from . import conntrack
 from .elements import render_transaction
 from .model import ProxyModel
@@ -55,8 +56,8 @@ class ProxySync:
         self.records = Records()
         self.lock = threading.Lock()
         self.wake = threading.Event()
-        self.loaded: set[str] = set()
-        self.watches: list[Any] = []
+        self.watched = WatchedPrefixes(store, PREFIXES, self.records, self.lock,
+                                       lambda _changed: self.wake.set())
         self.committed: dict[int, ProxyModel | None] = {4: None, 6: None}
         self.full_due = 0.0
         self.nft: Nft | None = None
@@ -72,46 +73,17 @@ class ProxySync:
 
     def stop(self) -> None:
         self.loop.stop()
-        for watch in self.watches:
-            watch.cancel()
+        self.watched.cancel()
 
     def step(self) -> float:
         self.wake.clear()
-        self.ensure_records()
+        self.watched.ensure()
         full = time.monotonic() >= self.full_due
         if full:
             self.committed = {4: None, 6: None}
             self.full_due = time.monotonic() + self.resync_interval
         self.sync()
         return max(0.0, self.full_due - time.monotonic())
-
-    def ensure_records(self) -> None:
-        """Read every prefix not yet watched (all of them each pass without a watch)."""
-        can_watch = callable(getattr(self.store, "watch", None))
-        for prefix in PREFIXES:
-            if prefix in self.loaded:
-                continue
-            kvs, revision = self.store.range_at(prefix) if can_watch else \
-                (self.store.range(prefix), 0)
-            with self.lock:
-                self.records.replace_all(kvs, prefix)
-            if can_watch:
-                self.watches.append(self.store.watch(prefix, revision + 1,
-                                                     self.on_update_of(prefix)))
-                self.loaded.add(prefix)
-        if not can_watch:
-            self.loaded.clear()
-
-    def on_update_of(self, prefix: str) -> Callable[[Any], None]:
-        def on_update(update: Any) -> None:
-            with self.lock:
-                if update.snapshot:
-                    self.records.replace_all([e.kv for e in update.events], prefix)
-                else:
-                    for event in update.events:
-                        self.records.apply(event.kv, event.kind == "delete")
-            self.wake.set()
-        return on_update
 
     def local_addresses(self) -> list[str]:
         """This node's global addresses (NodePorts answer on them too)."""

@@ -1,0 +1,54 @@
+"""A view kept current from store prefixes: read each prefix once, then watch it from the
+revision read (etcd); a store without watches (SQLite) is re-read on every ``ensure``.
+
+Both of pycnid's syncs (overlay peers, Service proxy) keep their in-memory view this way. The
+view has ``replace_all(kvs, prefix)`` (a snapshot of one prefix: after a read, or a watch that
+resumed past compaction) and ``apply(kv, deleted)``; changes are made under ``lock`` and then
+``on_change(changed)`` is called (``changed``: what ``apply`` returned, True for a snapshot).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence
+
+
+class WatchedPrefixes:
+    def __init__(self, store: Any, prefixes: Sequence[str], view: Any, lock: threading.Lock,
+                 on_change: Callable[[bool], None]) -> None:
+        self.store, self.prefixes, self.view, self.lock = store, tuple(prefixes), view, lock
+        self.on_change = on_change
+        self.loaded: set[str] = set()
+        self.watches: list[Any] = []
+
+    def ensure(self) -> None:
+        """Read every prefix not yet watched (all of them each call without a watch)."""
+        can_watch = callable(getattr(self.store, "watch", None))
+        for prefix in self.prefixes:
+            if prefix in self.loaded:
+                continue
+            kvs, revision = self.store.range_at(prefix) if can_watch else \
+                (self.store.range(prefix), 0)
+            with self.lock:
+                self.view.replace_all(kvs, prefix)
+            if can_watch:
+                self.watches.append(self.store.watch(prefix, revision + 1,
+                                                     self.on_update_of(prefix)))
+                self.loaded.add(prefix)
+        if not can_watch:
+            self.loaded.clear()  # re-read on the next call
+
+    def on_update_of(self, prefix: str) -> Callable[[Any], None]:
+        def on_update(update: Any) -> None:
+            with self.lock:
+                if update.snapshot:
+                    self.view.replace_all([e.kv for e in update.events], prefix)
+                    changed = True
+                else:
+                    changed = any([bool(self.view.apply(e.kv, e.kind == "delete"))
+                                   for e in update.events])
+            self.on_change(changed)
+        return on_update
+
+    def cancel(self) -> None:
+        for watch in self.watches:
+            watch.cancel()
