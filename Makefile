@@ -4,7 +4,8 @@
 #   make test      the whole pytest suite, after installing what is missing (as root: namespaces)
 #   make install   pip install . + plugin launchers, example conflist, daemon config, systemd unit
 #   make bench     side-by-side benchmarks against the reference bridge + host-local
-#                  (also: make bench-ipam, make bench-overlay, make bench-svc)
+#                  (also: make bench-ipam, make bench-overlay, make bench-svc,
+#                  make bench-svc-e2e)
 #
 # Staged installs: make install DESTDIR=/tmp/stage (the launchers still point at the final paths).
 
@@ -26,7 +27,8 @@ SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_pat
 PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
-        deps test test-unit fuzz demo bench bench-ipam bench-overlay bench-svc launchers clean
+        deps test test-unit fuzz demo bench bench-ipam bench-overlay bench-svc \
+        bench-svc-e2e launchers clean
 
 help:
 	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
@@ -118,6 +120,12 @@ bench-overlay:
 # one-Service update, pycni's renderer against a kube-proxy-shaped ruleset, in fresh netns
 bench-svc:
 	$(PYTHON) -m bench.svc $(BENCH_ARGS)
+	$(PYTHON) -m bench.svc_e2e $(BENCH_E2E_ARGS)
+
+# The Service proxy in pycnid on two vxlan nodes: `pycni svc create` -> first connect from the
+# other node, pycnid's VmRSS, first pass and a one-endpoint update at 10k Services x 5 endpoints
+bench-svc-e2e:
+	$(PYTHON) -m bench.svc_e2e $(BENCH_E2E_ARGS)
 
 launchers:
 	$(PYTHON) -m cni.launcher build/bin

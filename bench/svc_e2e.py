@@ -1,0 +1,333 @@
+"""`make bench-svc-e2e`: the Service proxy end to end in pycnid (issue 9), on two real nodes.
+
+    python3 -m bench.svc_e2e [--reps 5] [--services 10000] [--endpoints 5] [--timeout 900]
+                             [--results-dir DIR]
+
+A 2-node vxlan cluster (bench/overlay_topo.py: etcd and pycnids with ``services.proxy``), a
+backend Pod with a TCP server on node1, a client Pod on node2, the backend's endpoint record
+written directly (as pycni-svc would). Measured:
+
+- create -> connect, ``--reps`` times: from starting `pycni svc create` (a subprocess on node1,
+  as an operator runs it) until the client Pod's first successful TCP connect to the new VIP.
+  One long-lived poller in the client Pod starts a non-blocking connect every 5 ms; the figure
+  minus the CLI's own run time is what the watch + proxy pass + nft commit took after it
+  exited (negative: the VIP answered before the CLI's process had finished exiting);
+- at scale: ``--services`` Services x ``--endpoints`` endpoints written into etcd in bulk (the
+  store's ``txn``, 126 puts a txn, from a writer inside node1), then on node2: VmRSS of pycnid
+  before and after it programmed them (``pycni_proxy_services{family="ipv4"}``), the first
+  pass of a restarted pycnid (``pycni_proxy_sync_seconds``), and one endpoint changed until
+  ``pycni_proxy_syncs_total`` moves (an update at that size).
+
+Results: bench/results/svc-e2e-<time>.json and svc-e2e-latest.json, and a table. Only
+namespaces this run creates are touched. Figures, never timed assertions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, service_ip_key
+from tests.fixtures.echo import WHOAMI_SERVER
+from tests.fixtures.etcd import run_in_netns
+from tests.overlay.pods import pycni_cli, python_in
+
+from .common import (REPO, Line, Sandbox, finish_report, median, percentile,
+                     render_goal_table, report_header, vm_rss_kib, write_launchers)
+from .overlay_topo import start_cluster
+
+RESULTS_DIR = os.path.join(REPO, "bench", "results")
+METRICS = "127.0.0.1:9464"
+CIDR = "10.96.0.0/16"  # bulk VIPs from 10.96.0.1 up; the create runs use 10.96.255.x
+PER_TXN = 18  # Services a txn: 18 x (Service + VIP index + 5 endpoints) = 126 <= etcd's 128
+POLLER = """
+import select, socket, sys, time
+for line in sys.stdin:
+    ip, port = line.split(); pending, done, due = {}, None, time.monotonic()
+    while done is None:
+        now = time.monotonic()
+        if now >= due:
+            s = socket.socket(); s.setblocking(False); s.connect_ex((ip, int(port)))
+            pending[s], due = now, now + 0.005
+        for s in select.select([], list(pending), [], max(0.0, due - now))[1]:
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 and done is None:
+                done = time.monotonic()
+            del pending[s]; s.close()
+        for s in [s for s, at in pending.items() if time.monotonic() - at > 1.0]:
+            del pending[s]; s.close()
+    for s in pending: s.close()
+    print("ok", repr(done), flush=True)
+"""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench.svc_e2e", description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5, help="create -> connect repetitions")
+    parser.add_argument("--services", type=int, default=10000, help="Services in bulk")
+    parser.add_argument("--endpoints", type=int, default=5, help="endpoints a bulk Service")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds to wait for the proxy at each step")
+    parser.add_argument("--results-dir", default=RESULTS_DIR)
+    return parser.parse_args(argv)
+
+
+# --- the bulk writer (runs inside node1: ``python -m bench.svc_e2e --write ...``) ----------
+def calc_bulk_service(i: int, endpoints: int) -> list[tuple[str, bytes]]:
+    """Service ``i`` (100 a namespace), its VIP index key and its endpoints (synthetic IPs)."""
+    ns, vip = f"bulk{i // 100}", f"10.96.{(i + 1) // 256}.{(i + 1) % 256}"
+    record = ServiceRecord(ns, f"s{i}", ports=(ServicePort("", "TCP", 80, 8080),),
+                           cluster_ips=(vip,), selector={"app": f"s{i}"})
+    keys = [(record.key, record.to_bytes()), (service_ip_key(vip), record.ref.encode())]
+    for e in range(endpoints):
+        n = i * endpoints + e
+        ep = EndpointRecord(ns, f"s{i}-{e}", "eth0", (f"10.{200 + n // 65536}.{n // 256 % 256}"
+                            f".{n % 256}",), {"app": f"s{i}"}, "synthetic")
+        keys.append((ep.key, ep.to_bytes()))
+    return keys
+
+
+def write_bulk(endpoints_csv: str, services: int, per_service: int) -> None:
+    """Every bulk Service through the store's txn, PER_TXN a txn; prints the wall-clock
+    (first, last) times: before the first txn, after the last one answered."""
+    from ipam.store.base import Put
+    from ipam.store.etcd import EtcdStore
+    store = EtcdStore(endpoints_csv.split(","))
+    first = time.time()
+    for start in range(0, services, PER_TXN):
+        ops = [Put(k, v) for i in range(start, min(services, start + PER_TXN))
+               for k, v in calc_bulk_service(i, per_service)]
+        assert store.txn([], ops).succeeded
+    print(json.dumps([first, time.time()]), flush=True)
+    store.close()
+
+
+# --- metrics -------------------------------------------------------------------------------
+def scrape(ns: str) -> dict[str, float]:
+    """pycnid's metrics on node namespace ``ns`` (fetched from a thread inside it)."""
+    def fetch() -> str:
+        with urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=5) as response:
+            return response.read().decode()
+    samples = {}
+    for line in run_in_netns(ns, fetch).splitlines():
+        name, _, value = line.rpartition(" ")
+        if name and not line.startswith("#"):
+            samples[name] = float(value)
+    return samples
+
+
+def wait_metric(ns: str, enough, timeout: float) -> tuple[float | None, dict]:
+    """Until ``enough(samples)``: (monotonic stamp, samples), or (None, last samples)."""
+    deadline = time.monotonic() + timeout
+    samples: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            samples = scrape(ns)
+        except OSError:  # pycnid restarting
+            samples = {}
+        if samples and enough(samples):
+            return time.monotonic(), samples
+        time.sleep(0.02)
+    return None, samples
+
+
+def services_metric(samples: dict) -> float:
+    return samples.get('pycni_proxy_services{family="ipv4"}', 0.0)
+
+
+# --- create -> first connect ---------------------------------------------------------------
+def setup_pods(box: Sandbox, built) -> tuple:
+    """The backend (TCP server, endpoint record app=e2e) on node1, the client on node2, and
+    the client's poller (stdin: "VIP PORT", stdout: "ok <monotonic stamp>")."""
+    n1, n2 = built.nodes
+    backend, client = built.add_pod(n1), built.add_pod(n2)
+    box.processes.append(subprocess.Popen(python_in(backend.ns, WHOAMI_SERVER)))
+    ep = EndpointRecord("bench", "backend", "eth0", (backend.ip,), {"app": "e2e"}, n1.name)
+    built.cluster.etcd.put(ep.key, ep.to_bytes())
+    poller = subprocess.Popen(python_in(client.ns, POLLER), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    box.processes.append(poller)
+    return backend, client, poller
+
+
+def measure_create(built, poller: subprocess.Popen, rep: int) -> dict:
+    """One `pycni svc create` of a new VIP, the poller already knocking on it."""
+    vip = f"10.96.255.{10 + rep}"
+    poller.stdin.write(f"{vip} 80\n")
+    poller.stdin.flush()
+    started = time.monotonic()
+    out = pycni_cli(built.nodes[0], "svc", "create", f"bench/e2e{rep}", "--cluster-ip", vip,
+                    "--port", "80/TCP:8080", "--selector", "app=e2e", "--output", "json")
+    cli_done = time.monotonic()
+    if out.returncode != 0:
+        raise RuntimeError(f"pycni svc create: {out.stderr}")
+    word, stamp = poller.stdout.readline().split()
+    assert word == "ok", word
+    connected = float(stamp)
+    return {"vip": vip, "create_to_connect": connected - started, "cli": cli_done - started,
+            "after_cli": connected - cli_done}
+
+
+def summarize(runs: list[dict]) -> dict:
+    def stats(key: str) -> dict:
+        values = [r[key] for r in runs]
+        return {"p50": median(values), "max": percentile(values, 100)}
+    return {"runs": runs, **{k: stats(k) for k in ("create_to_connect", "cli", "after_cli")}}
+
+
+# --- at scale ------------------------------------------------------------------------------
+def write_bulk_from(node, endpoints: list[str], services: int, per_service: int) -> list:
+    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m", "bench.svc_e2e",
+           "--write", ",".join(endpoints), str(services), str(per_service)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": REPO})
+    if out.returncode != 0:
+        raise RuntimeError(f"bulk writer: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def measure_scale(built, services: int, per_service: int, present: int, timeout: float) -> dict:
+    """Bulk write, programmed (RSS before/after), a cold first pass, one endpoint update."""
+    n1, n2 = built.nodes
+    ns, want = n2.host.ns.name, services + present
+    rss_before = vm_rss_kib(n2.daemon.proc.pid)
+    first, last = write_bulk_from(n1, built.cluster.etcd.endpoints, services, per_service)
+    lag = time.time() - time.monotonic()  # wall clock -> monotonic, for the writer's stamps
+    done, _ = wait_metric(ns, lambda s: services_metric(s) >= want, timeout)
+    out = {"services": services, "endpoints_each": per_service, "write_seconds": last - first,
+           "write_to_programmed": None if done is None else done + lag - first,
+           "rss_kib_before": rss_before, "rss_kib_programmed": vm_rss_kib(n2.daemon.proc.pid)}
+    out["cold"] = measure_cold(n2, want, timeout)
+    out["update"] = measure_update(built, n2, per_service, services, timeout)
+    return out
+
+
+def measure_cold(node, want: int, timeout: float) -> dict:
+    """pycnid restarted with every Service in the store: exec -> all programmed, the first
+    pass's own time (the histogram, when that pass was its only one) and VmRSS then."""
+    node.daemon.stop()
+    started = time.monotonic()
+    node.daemon.start(timeout=60)
+    done, samples = wait_metric(node.host.ns.name, lambda s: services_metric(s) >= want and
+                                s.get("pycni_proxy_sync_seconds_count", 0) >= 1, timeout)
+    count = samples.get("pycni_proxy_sync_seconds_count", 0)
+    total = samples.get("pycni_proxy_sync_seconds_sum", 0.0)
+    return {"exec_to_programmed": None if done is None else done - started,
+            "passes": count, "first_pass": total if count == 1 else None,
+            "passes_mean": total / count if count else None,
+            "rss_kib": vm_rss_kib(node.daemon.proc.pid)}
+
+
+def measure_update(built, node, per_service: int, services: int, timeout: float) -> dict:
+    """One endpoint of a Service in the middle gets a new IP; until a sync is applied."""
+    ns = node.host.ns.name
+    before = scrape(ns).get("pycni_proxy_syncs_total", 0.0)
+    key, value = calc_bulk_service(services // 2, per_service)[2]
+    record = EndpointRecord.from_bytes(key, value)
+    moved = EndpointRecord(record.namespace, record.pod, record.ifname, ("10.199.0.1",),
+                           record.labels, record.node)
+    started = time.monotonic()
+    built.cluster.etcd.put(moved.key, moved.to_bytes())
+    done, samples = wait_metric(ns, lambda s: s.get("pycni_proxy_syncs_total", 0) > before,
+                                timeout)
+    return {"put_to_synced": None if done is None else done - started,
+            "syncs": samples.get("pycni_proxy_syncs_total", 0.0) - before}
+
+
+# --- report --------------------------------------------------------------------------------
+def ms(value: float | None) -> str:
+    return "timeout" if value is None else f"{value * 1000:.0f} ms"
+
+
+def secs(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f} s"
+
+
+def mib(kib: int | None) -> str:
+    return "—" if not kib else f"{kib / 1024:.1f} MiB"
+
+
+def create_lines(cr: dict) -> list[Line]:
+    n = len(cr["runs"])
+    return [(f"svc create -> first connect, p50 of {n}", ms(cr["create_to_connect"]["p50"]),
+             "", "", "", ""),
+            ("  max", ms(cr["create_to_connect"]["max"]), "", "", "", ""),
+            ("  minus the CLI's run time, p50", ms(cr["after_cli"]["p50"]), "", "", "", ""),
+            ("  minus the CLI's run time, max", ms(cr["after_cli"]["max"]), "", "", "", ""),
+            ("  the CLI's own run time, p50", ms(cr["cli"]["p50"]), "", "", "", "")]
+
+
+def scale_lines(sc: dict) -> list[Line]:
+    cold, update = sc["cold"], sc["update"]
+    ratio = (f"{sc['rss_kib_programmed'] / sc['rss_kib_before']:.2f}x"
+             if sc["rss_kib_programmed"] and sc["rss_kib_before"] else "")
+    first = (("  its first pass", cold["first_pass"]) if cold["first_pass"] is not None else
+             (f"  mean of its {cold['passes']:.0f} passes", cold["passes_mean"]))
+    return [("bulk write through the store's txn", secs(sc["write_seconds"]), "", "", "", ""),
+            ("first txn -> all programmed on node2", secs(sc["write_to_programmed"]), "", "", "",
+             ""),
+            ("pycnid VmRSS programmed (vs before)", mib(sc["rss_kib_programmed"]),
+             mib(sc["rss_kib_before"]), ratio, "", ""),
+            ("restarted pycnid: exec -> programmed", secs(cold["exec_to_programmed"]), "", "",
+             "", ""),
+            (first[0], secs(first[1]), "", "", "", ""),
+            ("  its VmRSS then", mib(cold["rss_kib"]), "", "", "", ""),
+            ("one endpoint changed -> sync applied", ms(update["put_to_synced"]), "", "", "",
+             "")]
+
+
+def render(report: dict, sections: list[tuple[str, list[Line]]]) -> str:
+    return render_goal_table("bench-svc-e2e", report, sections, "before", (14, 14))
+
+
+def run(args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict
+        ) -> list[tuple[str, list[Line]]]:
+    built = start_cluster("vxlan", 2, cni_bin, cidr="10.134.0.0/16",
+                          daemon={"metricsAddress": METRICS,
+                                  "services": {"proxy": True, "resyncInterval": 3600}})
+    try:
+        out = pycni_cli(built.nodes[0], "svc", "config", "set", "--cidr", CIDR)
+        if out.returncode != 0:
+            raise RuntimeError(f"pycni svc config set: {out.stderr}")
+        _, _, poller = setup_pods(box, built)
+        print(f"--> create -> connect x {args.reps}", file=sys.stderr, flush=True)
+        report["create"] = summarize([measure_create(built, poller, r) for r in range(args.reps)])
+        print(f"--> {args.services} Services x {args.endpoints} endpoints", file=sys.stderr,
+              flush=True)
+        report["scale"] = measure_scale(built, args.services, args.endpoints, args.reps,
+                                        args.timeout)
+    finally:
+        underlay = built.cluster.underlay
+        report["namespaces"] = [underlay.ns.name, *(h.ns.name for h in underlay.hosts)]
+        built.cluster.close()
+    return [("create -> connect (client Pod on node2, backend on node1, vxlan)",
+             create_lines(report["create"])),
+            (f"{args.services} Services x {args.endpoints} endpoints, pycnid on node2",
+             scale_lines(report["scale"]))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--write"]:
+        write_bulk(argv[1], int(argv[2]), int(argv[3]))
+        return 0
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        sys.exit("bench: needs root (it makes network namespaces)")
+    started = time.monotonic()
+    report: dict = report_header(vars(args))
+    with Sandbox() as box:
+        report["sandbox"] = {"prefix": box.prefix, "workdir": box.workdir}
+        cni_bin = write_launchers(os.path.join(box.workdir, "bin"))
+        sections = run(args, box, cni_bin, report)
+    path = finish_report(report, started, args.results_dir, "svc-e2e")
+    print(render(report, sections))
+    print(f"results: {os.path.relpath(path, REPO)}  ({report['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
