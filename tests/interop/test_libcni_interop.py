@@ -50,7 +50,7 @@ def daemon_socket(request, *modules: str) -> str:
 
 def modules_for(*kinds: str) -> tuple[str, ...]:
     wanted = {"pycni-bridge": ("cni.plugins.bridge", "cni.plugins.ipam"),
-              "pycni-ipam": ("cni.plugins.ipam",)}
+              "pycni-ipam": ("cni.plugins.ipam",), "pycni-svc": ("cni.plugins.svc",)}
     return tuple(dict.fromkeys(m for k in kinds for m in wanted.get(k, ())))
 
 
