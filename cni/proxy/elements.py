@@ -11,7 +11,7 @@ from typing import Iterable
 
 from .model import Backend, ProxyModel, ServicePortView
 from .render import (DATA_MAPS, DATA_SETS, FAMILY, PREFIX, TABLE, Element, Shape,
-                     render_shape, render_skeleton)
+                     backends_map, render_shape, render_skeleton)
 
 REJECT, DROP = "goto reject-chain", "drop"
 
@@ -64,7 +64,7 @@ def _dispatch_elements(view: ServicePortView, entry: str, key: str,
     dispatch = "service-ips" if entry == "vip" else "service-nodeports"
     out = {Element(dispatch, key, f"goto {shape.chain}")}
     for i, b in enumerate(backends):
-        out.add(Element(f"{PREFIX[entry]}backends", f"{key} . {i}", _dest(b)))
+        out.add(Element(backends_map(entry, view.port.protocol), f"{key} . {i}", _dest(b)))
         if shape.kind == "aff":
             out.add(Element(f"{PREFIX[entry]}slot-{i}", key, _dest(b)))
     return out
@@ -139,3 +139,41 @@ def render_transaction(m0: ProxyModel | None, m1: ProxyModel) -> str:
     return ("".join(render_shape(m1.family, s) for s in new_shapes)
             + render_elements(m1.family, "delete", deletes)
             + render_elements(m1.family, "add", adds))
+
+
+# --- per Service (cni/proxy/table.py keeps these per Service and diffs only what changed) ---
+
+def calc_service_elements(model: ProxyModel) -> frozenset[Element]:
+    """The elements the port views of ``model`` (one Service's) contribute, node-wide sets
+    aside. A hairpin element is only needed for a local backend: a Pod reaching itself
+    through its Service is DNATed on its own node."""
+    out: set[Element] = set()
+    for view in model.ports:
+        out |= calc_port_elements(view, model)
+        out |= {Element("service-vips", str(ip)) for ip in _family(view.service.vips, model)}
+        out |= {Element("hairpin", f"{b.ip} . {b.ip}") for b in view.backends
+                if b.local and b.ip.version == model.family}
+    return frozenset(out)
+
+
+def calc_service_shapes(model: ProxyModel) -> frozenset[Shape]:
+    return calc_shapes(model)
+
+
+def calc_node_elements(model: ProxyModel) -> frozenset[Element]:
+    """The node-wide sets: cluster CIDRs, service CIDRs, NodePort addresses."""
+    node = model.node
+    out = {Element("cluster-cidrs", str(n)) for n in _family(node.cluster_cidrs, model)}
+    out |= {Element("service-cidrs", str(n)) for n in _family(node.service_cidrs, model)}
+    out |= {Element("nodeport-ips", str(ip)) for ip in _family(node.node_ips, model)}
+    return frozenset(out)
+
+
+def render_full_script(family: int, shapes: Iterable[Shape], elements: Iterable[Element]) -> str:
+    """Start or resync: skeleton, every shape, data maps flushed and refilled."""
+    t, elements = f"{FAMILY[family]} {TABLE}", list(elements)
+    slots = sorted({e.name for e in elements if "slot-" in e.name})
+    flushes = [f"flush set {t} {n}\n" for n in DATA_SETS]
+    flushes += [f"flush map {t} {n}\n" for n in (*DATA_MAPS, *slots)]
+    return (render_skeleton(family) + "".join(render_shape(family, s) for s in sorted(shapes))
+            + "".join(flushes) + render_elements(family, "add", elements))

@@ -9,7 +9,8 @@ every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb
                       externalIP @external-masq or NodePort @nodeport-masq (Cluster policy)
       daddr . l4proto . dport vmap @service-ips          → goto lb-N | aff-T-N
       daddr @nodeport-ips l4proto . dport vmap @service-nodeports → goto np-lb-N | np-aff-T-N
-    lb-N:      dnat to daddr . l4proto . dport . numgen random mod N map @backends
+    lb-N:      per protocol P: l4proto P → dnat to daddr . l4proto . dport . numgen random mod N
+               map @backends-P   (one data map per protocol: nft types a DNAT port by protocol)
     aff-T-N:   for i < N: saddr . daddr . l4proto . dport @sticky-i → refresh, dnat map @slot-i
                numgen random mod N vmap { i : goto pick-T-i }   (pick: update @sticky-i, dnat)
     nat-postrouting (100): hairpin (saddr . daddr @hairpin) and marked traffic → masquerade
@@ -20,10 +21,16 @@ every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb
 A lookup miss breaks a rule, so an affinity entry whose slot is gone falls through to a fresh
 choice. nft 1.0.6 has no constant in a concatenation nor verdict data in a dynamic map, hence
 the per-index ``sticky-i``/``slot-i`` objects (bounded by the largest affinity Service).
+The backends maps need ``typeof`` (numgen's key type) and so protocol-typed data: ``ip daddr .
+tcp dport`` makes nft add ``meta l4proto tcp`` to the dnat rule, and ``th dport`` data cannot be
+read back by a later transaction; hence ``backends-tcp|udp|sctp``. The ``slot-i`` maps are
+plain ``type`` maps, whose ``inet_service`` data carries no protocol: one serves all three.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .model import PROTOCOLS
 
 
 TABLE = "pycni-svc"
@@ -88,7 +95,15 @@ BASE_CHAINS = (("nat-prerouting", "type nat hook prerouting priority -100"),
 HELPER_CHAINS = ("services", "endpoints-check", "reject-chain")
 DATA_SETS = ("cluster-cidrs", "service-cidrs", "nodeport-ips", "service-vips", "internal-ports",
              "external-masq", "nodeport-masq", "hairpin")
-DATA_MAPS = ("service-ips", "service-nodeports", "backends", "np-backends", "no-endpoints",
+
+
+def backends_map(entry: str, proto: str) -> str:
+    """The backends map of one entry kind (vip|np) and protocol."""
+    return f"{PREFIX[entry]}backends-{proto}"
+
+
+BACKENDS_MAPS = tuple(backends_map(entry, proto) for entry in PREFIX for proto in PROTOCOLS)
+DATA_MAPS = ("service-ips", "service-nodeports", *BACKENDS_MAPS, "no-endpoints",
              "no-endpoint-nodeports")
 
 
@@ -103,12 +118,16 @@ def _static_sets(a: str) -> list[tuple[str, str]]:
 
 def _static_maps(f: str, a: str) -> list[tuple[str, str]]:
     vip, np = KEY_TYPE["vip"].format(a=a), KEY_TYPE["np"]
-    dest = f"{f} daddr . tcp dport"  # not `th dport`: nft 1.0.6 cannot read `th` data back
     return [("service-ips", f"type {vip} : verdict;"), ("service-nodeports", f"type {np} : verdict;"),
-            ("backends", f"typeof {KEY['vip'].format(f=f)} . numgen random mod 1 : {dest};"),
-            ("np-backends", f"typeof {KEY['np']} . numgen random mod 1 : {dest};"),
-            ("no-endpoints", f"type {vip} : verdict;"),
+            *_backends_maps(f), ("no-endpoints", f"type {vip} : verdict;"),
             ("no-endpoint-nodeports", f"type {np} : verdict;")]
+
+
+def _backends_maps(f: str) -> list[tuple[str, str]]:
+    """Data ``daddr . P dport``: not ``th dport``, which nft 1.0.6 cannot read back."""
+    return [(backends_map(entry, proto),
+             f"typeof {KEY[entry].format(f=f)} . numgen random mod 1 : {f} daddr . {proto} dport;")
+            for entry in PREFIX for proto in PROTOCOLS]
 
 
 def _static_rules(f: str) -> dict[str, list[str]]:
@@ -135,7 +154,7 @@ def render_shape(family: int, shape: Shape) -> str:
     """A shape's objects and chain(s): created once, shared by every entry of that shape."""
     t, f = f"{FAMILY[family]} {TABLE}", FAMILY[family]
     if shape.kind == "lb":
-        return _render_chain(t, shape.chain, [_lb_rule(f, shape)])
+        return _render_chain(t, shape.chain, _lb_rules(f, shape))
     lines = [_render_affinity_index(family, shape.entry, i, shape.timeout) for i in range(shape.count)]
     return "".join(lines) + _render_chain(t, shape.chain, _affinity_rules(f, shape))
 
@@ -145,9 +164,11 @@ def _render_chain(t: str, chain: str, rules: list[str]) -> str:
     return "\n".join(lines + [f"add rule {t} {chain} {rule}" for rule in rules]) + "\n"
 
 
-def _lb_rule(f: str, shape: Shape) -> str:
-    key, data = KEY[shape.entry].format(f=f), f"{PREFIX[shape.entry]}backends"
-    return f"dnat {f} to {key} . numgen random mod {shape.count} map @{data}"
+def _lb_rules(f: str, shape: Shape) -> list[str]:
+    """One guarded rule per protocol: each protocol's packets read that protocol's map."""
+    key, n = KEY[shape.entry].format(f=f), shape.count
+    return [f"meta l4proto {proto} dnat {f} to {key} . numgen random mod {n} "
+            f"map @{backends_map(shape.entry, proto)}" for proto in PROTOCOLS]
 
 
 def _affinity_rules(f: str, shape: Shape) -> list[str]:

@@ -1,19 +1,24 @@
 """The rendered Service ruleset in a real nft: a host client reaches a VIP through nat output,
 spread over three backends; an empty Service is refused at once; the tracer names exactly
-the backends conntrack shows the connections went to."""
+the backends conntrack shows the connections went to. UDP is DNATed too (its own backends
+map), sticks under ClientIP affinity, and keeps working after an element-diff transaction;
+SCTP sockets need the sctp module, which this kernel may not offer inside a netns."""
 from __future__ import annotations
 
 import ipaddress
+import socket
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from cni.proxy.elements import render_transaction
-from cni.proxy.model import ProxyModel
+from cni.proxy.model import ProxyModel, ProxyPort, ProxyService
 from cni.proxy.trace import explain
-from tests.fixtures.svc_model import EMPTY, NODE, WEB, be, view
+from tests.fixtures.svc_model import EMPTY, NODE, NODE6, WEB, be, view
 from tests.fixtures.echo import WHOAMI_SERVER
 
 pytestmark = pytest.mark.netns
@@ -25,8 +30,62 @@ for _ in range(int(sys.argv[3])):
     with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5) as s:
         print(s.recv(64).decode())
 """
-MODEL = ProxyModel(4, NODE, (view(WEB, WEB.ports[0], *(be(ip) for ip in BACKENDS)),
-                             view(EMPTY, EMPTY.ports[0])))
+UDP_SERVER = """
+import selectors, socket, sys
+sel = selectors.DefaultSelector()
+for ip in sys.argv[2:]:
+    s = socket.socket(socket.AF_INET, int(sys.argv[1]))
+    s.bind((ip, 8080))
+    if s.type == socket.SOCK_STREAM: s.listen()
+    sel.register(s, selectors.EVENT_READ)
+while True:
+    for key, _ in sel.select():
+        s = key.fileobj
+        if s.type == socket.SOCK_DGRAM:
+            _, peer = s.recvfrom(64); s.sendto(s.getsockname()[0].encode(), peer)
+        else:
+            c, _ = s.accept(); c.sendall(c.getsockname()[0].encode()); c.close()
+"""
+DGRAM_CLIENT = """
+import socket, sys
+for _ in range(int(sys.argv[3])):
+    with socket.socket(socket.AF_INET, int(sys.argv[4])) as s:
+        s.settimeout(5); s.connect((sys.argv[1], int(sys.argv[2]))); s.send(b"?")
+        print(s.recv(64).decode())
+"""
+UDP_READY = """
+import socket, time
+for _ in range(100):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(1); s.connect(("10.0.0.4", 8080)); s.send(b"?")
+        try: s.recv(64); break
+        except OSError: time.sleep(0.05)
+"""
+NFT_KEPT_CONTEXT = """
+import sys
+from cni.net.nft import Nft
+nft = Nft()
+print(nft.engine)
+for path in sys.argv[1:]:
+    nft.run(open(path).read())
+"""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def svc(name: str, vip: str, proto: str, affinity: int | None = None,
+        node_port: int | None = None) -> ProxyService:
+    port = ProxyPort("p", proto, 53, node_port)
+    return ProxyService("default", name, (ipaddress.ip_address(vip),), ports=(port,),
+                        affinity_timeout=affinity)
+
+
+DNS, SCTP, STICKY_DNS, NO_DNS = (svc("dns", "10.96.0.20", "udp", node_port=30053), svc("sctp", "10.96.0.21", "sctp"),
+                                 svc("sticky-dns", "10.96.0.22", "udp", 10800),
+                                 svc("no-dns", "10.96.0.23", "udp"))
+ALL = tuple(be(ip) for ip in BACKENDS)
+MODEL = ProxyModel(4, NODE, (view(WEB, WEB.ports[0], *ALL), view(EMPTY, EMPTY.ports[0]),
+                             *(view(s, s.ports[0], *ALL) for s in (DNS, SCTP, STICKY_DNS)),
+                             view(NO_DNS, NO_DNS.ports[0])))
 
 
 @pytest.fixture
@@ -39,16 +98,28 @@ def wired(netns_factory):
              "ip route add 10.96.0.0/16 dev v0")
     pods.run("ip link set v1 up" + "".join(f" && ip addr add {ip}/24 dev v1" for ip in BACKENDS))
     server = subprocess.Popen(["ip", "netns", "exec", pods.name, sys.executable, "-c", SERVER])
-    host.run(["nft", "-f", "-"], input=render_transaction(None, MODEL))
-    pods.run([sys.executable, "-c", "import socket,time\nfor _ in range(100):\n try:\n"
-              "  socket.create_connection(('10.0.0.2',8080),1).close(); break\n"
-              " except OSError: time.sleep(0.05)"])
-    yield host
-    server.kill()
-    server.wait()
+    udp = subprocess.Popen(["ip", "netns", "exec", pods.name, sys.executable, "-c", UDP_SERVER,
+                            str(socket.SOCK_DGRAM), *BACKENDS])
+    try:
+        host.run(["nft", "-f", "-"], input=render_transaction(None, MODEL))
+        pods.run([sys.executable, "-c", "import socket,time\nfor _ in range(100):\n try:\n"
+                  "  socket.create_connection(('10.0.0.2',8080),1).close(); break\n"
+                  " except OSError: time.sleep(0.05)"])
+        pods.run([sys.executable, "-c", UDP_READY])
+        yield host, pods
+    finally:
+        for proc in (server, udp):
+            proc.kill()
+            proc.wait()
+
+
+def dgram(host, vip: str, count: int, kind: int = socket.SOCK_DGRAM, check: bool = True):
+    return host.run([sys.executable, "-c", DGRAM_CLIENT, vip, "53", str(count), str(kind)],
+                    check=check)
 
 
 def test_vip_spreads_refuses_empty_and_matches_the_tracer(wired):
+    wired, _pods = wired
     out = wired.run([sys.executable, "-c", CLIENT, "10.96.0.10", "80", "300"]).stdout.split()
     seen = Counter(out)
     assert set(seen) == set(BACKENDS) and all(n >= 60 for n in seen.values()), seen
@@ -66,3 +137,54 @@ def test_vip_spreads_refuses_empty_and_matches_the_tracer(wired):
     empty = explain(MODEL, NODE, ipaddress.ip_address("10.0.0.1"), 0,
                     ipaddress.ip_address("10.96.0.13"), 80, "tcp")
     assert (empty.verdict, empty.reason) == ("reject", "no endpoints")
+
+
+def test_udp_is_dnated_spread_and_refused_only_when_empty(wired):
+    host, _pods = wired
+    seen = Counter(dgram(host, "10.96.0.20", 150).stdout.split())
+    assert set(seen) == set(BACKENDS) and all(n >= 25 for n in seen.values()), seen
+    refused = dgram(host, "10.96.0.23", 1, check=False).stderr  # rejected in filter-output: EPERM
+    assert "PermissionError" in refused or "ConnectionRefusedError" in refused, refused
+    tcp = host.run([sys.executable, "-c", CLIENT, "10.96.0.10", "80", "3"]).stdout.split()
+    assert set(tcp) <= set(BACKENDS) and len(tcp) == 3
+
+
+def test_udp_affinity_sticks_to_one_backend(wired):
+    host, _pods = wired
+    seen = set(dgram(host, "10.96.0.22", 30).stdout.split())
+    assert len(seen) == 1 and seen <= set(BACKENDS), seen
+    listed = host.run("nft list table ip pycni-svc | grep -c '10.0.0.1 . 10.96.0.22 . udp . 53'",
+                      check=False).stdout
+    assert int(listed) == 1  # one sticky-i set holds this client
+
+
+def test_a_second_transaction_moves_udp_and_tcp_to_the_remaining_backends(wired):
+    host, _pods = wired
+    kept = ALL[:2]
+    m1 = replace(MODEL, ports=tuple(replace(v, backends=kept) if v.backends else v
+                                    for v in MODEL.ports))
+    host.run(["nft", "-f", "-"], input=render_transaction(MODEL, m1))
+    udp = Counter(dgram(host, "10.96.0.20", 60).stdout.split())
+    assert set(udp) == {str(b.ip) for b in kept}, udp
+    tcp = Counter(host.run([sys.executable, "-c", CLIENT, "10.96.0.10", "80", "60"]).stdout.split())
+    assert set(tcp) == {str(b.ip) for b in kept}, tcp
+
+
+def test_sctp_is_dnated(wired):
+    host, pods = wired
+    probe = [sys.executable, "-c", "import socket; socket.socket(socket.AF_INET, "
+             "socket.SOCK_STREAM, socket.IPPROTO_SCTP)"]
+    if pods.run(probe, check=False).returncode or host.run(probe, check=False).returncode:
+        pytest.skip("SCTP sockets unavailable in a netns here (no sctp kernel module)")
+    kind = f"{socket.SOCK_STREAM}, {socket.IPPROTO_SCTP}"
+    server = subprocess.Popen(["ip", "netns", "exec", pods.name, sys.executable, "-c",
+                               UDP_SERVER.replace("int(sys.argv[1])", kind), "0", *BACKENDS])
+    try:
+        client = CLIENT.replace("socket.create_connection((sys.argv[1], int(sys.argv[2])), "
+                                "timeout=5)", f"socket.socket(socket.AF_INET, {kind})")
+        client = client.replace(" as s:\n", " as s:\n        s.connect((sys.argv[1], 53))\n")
+        seen = set(host.run([sys.executable, "-c", client, "10.96.0.21", "53", "30"]).stdout.split())
+        assert seen == set(BACKENDS)
+    finally:
+        server.kill()
+        server.wait()

@@ -43,7 +43,7 @@ def test_both_shapes_render_the_same_update(n):
     assert len(re.findall(r"^delete chain .* endpoint-", kube, re.M)) == 1
     m0 = shapes.build_model(plan)
     deletes, adds = calc_diff(calc_elements(m0), calc_elements(shapes.swap_model(m0, new)))
-    assert {e.name for e in deletes} == {e.name for e in adds} == {"backends", "hairpin"}
+    assert {e.name for e in deletes} == {e.name for e in adds} == {"backends-tcp", "hairpin"}
     assert len(deletes) == len(adds)
 
 

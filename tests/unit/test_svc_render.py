@@ -12,7 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 from cni.proxy.elements import (apply_diff, calc_diff, calc_elements, calc_entries,
                                 render_transaction)
-from cni.proxy.model import NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
+from cni.proxy.model import PROTOCOLS, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
+from cni.proxy.render import BACKENDS_MAPS, backends_map
 from cni.proxy.trace import explain
 from cni.spec.errors import InvalidConfig
 from tests.fixtures.svc_model import MODEL, MODEL6, NODE, be
@@ -73,9 +74,37 @@ def test_elements_are_well_formed_and_buckets_hold_exactly_the_backends(model):
     assert all(set(e.name) <= NAME_CHARS for e in elements)
     for view in model.ports:
         for entry, key, external in calc_entries(view, model):
-            name = "backends" if entry == "vip" else "np-backends"
+            name = backends_map(entry, view.port.protocol)
             bucket = {e.value for e in elements if e.name == name and e.key.rsplit(" . ", 1)[0] == key}
             assert bucket == {f"{b.ip} . {b.port}" for b in view.calc_backends(external)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(models())
+def test_each_protocols_backends_live_in_that_protocols_map_only(model):
+    """The lb chains read ``backends-P`` only for protocol P: an element elsewhere is dead."""
+    elements = calc_elements(model)
+    for view in model.ports:
+        proto = view.port.protocol
+        for entry, key, external in calc_entries(view, model):
+            mine = {e.name for e in elements if e.name in BACKENDS_MAPS
+                    and e.key.rsplit(" . ", 1)[0] == key}
+            assert mine == ({backends_map(entry, proto)} if view.calc_backends(external) else set())
+    assert all(f" {e.name.rsplit('-', 1)[1]} . " in f" {e.key} " for e in elements
+               if e.name in BACKENDS_MAPS)
+
+
+def test_every_shape_chain_has_one_guarded_dnat_rule_per_protocol():
+    text = render_transaction(None, MODEL)
+    for chain in ("lb-3", "np-lb-3", "lb-1", "pick-10-0", "pick-10-1", "aff-10-2"):
+        rules = [r for r in text.splitlines() if r.startswith(f"add rule ip pycni-svc {chain} ")
+                 and " dnat " in f" {r} "]
+        if chain.startswith(("lb", "np-lb")):
+            assert [r.split(f"{chain} meta l4proto ")[1].split()[0] for r in rules] == list(PROTOCOLS)
+            assert all(f"map @{'np-' * chain.startswith('np')}backends-{p}" in r
+                       for p, r in zip(PROTOCOLS, rules))
+        else:
+            assert rules and not any(f"l4proto {p} " in r for p in PROTOCOLS for r in rules)
 
 
 @settings(max_examples=60, deadline=None)
