@@ -13,10 +13,11 @@ written directly (as pycni-svc would). Measured:
   minus the CLI's own run time is what the watch + proxy pass + nft commit took after it
   exited (negative: the VIP answered before the CLI's process had finished exiting);
 - at scale: ``--services`` Services x ``--endpoints`` endpoints written into etcd in bulk (the
-  store's ``txn``, 126 puts a txn, from a writer inside node1), then on node2: VmRSS of pycnid
-  before and after it programmed them (``pycni_proxy_services{family="ipv4"}``), the first
-  pass of a restarted pycnid (``pycni_proxy_sync_seconds``), and one endpoint changed until
-  ``pycni_proxy_syncs_total`` moves (an update at that size).
+  store's ``txn``, 126 puts a txn, from a writer inside node1: bench/svc_e2e_load.py), then on
+  node2: VmRSS of pycnid before and after it programmed them
+  (``pycni_proxy_services{family="ipv4"}``), the first pass of a restarted pycnid
+  (``pycni_proxy_sync_seconds``), and one endpoint changed until ``pycni_proxy_syncs_total``
+  moves (an update at that size).
 
 Results: bench/results/svc-e2e-<time>.json and svc-e2e-latest.json, and a table. Only
 namespaces this run creates are touched. Figures, never timed assertions.
@@ -29,39 +30,19 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 
-from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, service_ip_key
+from ipam.services.record import EndpointRecord
 from tests.fixtures.echo import WHOAMI_SERVER
-from tests.fixtures.etcd import run_in_netns
 from tests.overlay.pods import pycni_cli, python_in
 
 from .common import (REPO, Line, Sandbox, finish_report, median, percentile,
                      render_goal_table, report_header, vm_rss_kib, write_launchers)
 from .overlay_topo import start_cluster
+from .svc_e2e_load import (METRICS, POLLER, calc_bulk_service, scrape, services_metric,
+                           wait_metric)
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
-METRICS = "127.0.0.1:9464"
 CIDR = "10.96.0.0/16"  # bulk VIPs from 10.96.0.1 up; the create runs use 10.96.255.x
-PER_TXN = 18  # Services a txn: 18 x (Service + VIP index + 5 endpoints) = 126 <= etcd's 128
-POLLER = """
-import select, socket, sys, time
-for line in sys.stdin:
-    ip, port = line.split(); pending, done, due = {}, None, time.monotonic()
-    while done is None:
-        now = time.monotonic()
-        if now >= due:
-            s = socket.socket(); s.setblocking(False); s.connect_ex((ip, int(port)))
-            pending[s], due = now, now + 0.005
-        for s in select.select([], list(pending), [], max(0.0, due - now))[1]:
-            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 and done is None:
-                done = time.monotonic()
-            del pending[s]; s.close()
-        for s in [s for s, at in pending.items() if time.monotonic() - at > 1.0]:
-            del pending[s]; s.close()
-    for s in pending: s.close()
-    print("ok", repr(done), flush=True)
-"""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -73,69 +54,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="seconds to wait for the proxy at each step")
     parser.add_argument("--results-dir", default=RESULTS_DIR)
     return parser.parse_args(argv)
-
-
-# --- the bulk writer (runs inside node1: ``python -m bench.svc_e2e --write ...``) ----------
-def calc_bulk_service(i: int, endpoints: int) -> list[tuple[str, bytes]]:
-    """Service ``i`` (100 a namespace), its VIP index key and its endpoints (synthetic IPs)."""
-    ns, vip = f"bulk{i // 100}", f"10.96.{(i + 1) // 256}.{(i + 1) % 256}"
-    record = ServiceRecord(ns, f"s{i}", ports=(ServicePort("", "TCP", 80, 8080),),
-                           cluster_ips=(vip,), selector={"app": f"s{i}"})
-    keys = [(record.key, record.to_bytes()), (service_ip_key(vip), record.ref.encode())]
-    for e in range(endpoints):
-        n = i * endpoints + e
-        ep = EndpointRecord(ns, f"s{i}-{e}", "eth0", (f"10.{200 + n // 65536}.{n // 256 % 256}"
-                            f".{n % 256}",), {"app": f"s{i}"}, "synthetic")
-        keys.append((ep.key, ep.to_bytes()))
-    return keys
-
-
-def write_bulk(endpoints_csv: str, services: int, per_service: int) -> None:
-    """Every bulk Service through the store's txn, PER_TXN a txn; prints the wall-clock
-    (first, last) times: before the first txn, after the last one answered."""
-    from ipam.store.base import Put
-    from ipam.store.etcd import EtcdStore
-    store = EtcdStore(endpoints_csv.split(","))
-    first = time.time()
-    for start in range(0, services, PER_TXN):
-        ops = [Put(k, v) for i in range(start, min(services, start + PER_TXN))
-               for k, v in calc_bulk_service(i, per_service)]
-        assert store.txn([], ops).succeeded
-    print(json.dumps([first, time.time()]), flush=True)
-    store.close()
-
-
-# --- metrics -------------------------------------------------------------------------------
-def scrape(ns: str) -> dict[str, float]:
-    """pycnid's metrics on node namespace ``ns`` (fetched from a thread inside it)."""
-    def fetch() -> str:
-        with urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=5) as response:
-            return response.read().decode()
-    samples = {}
-    for line in run_in_netns(ns, fetch).splitlines():
-        name, _, value = line.rpartition(" ")
-        if name and not line.startswith("#"):
-            samples[name] = float(value)
-    return samples
-
-
-def wait_metric(ns: str, enough, timeout: float) -> tuple[float | None, dict]:
-    """Until ``enough(samples)``: (monotonic stamp, samples), or (None, last samples)."""
-    deadline = time.monotonic() + timeout
-    samples: dict = {}
-    while time.monotonic() < deadline:
-        try:
-            samples = scrape(ns)
-        except OSError:  # pycnid restarting
-            samples = {}
-        if samples and enough(samples):
-            return time.monotonic(), samples
-        time.sleep(0.02)
-    return None, samples
-
-
-def services_metric(samples: dict) -> float:
-    return samples.get('pycni_proxy_services{family="ipv4"}', 0.0)
 
 
 # --- create -> first connect ---------------------------------------------------------------
@@ -180,8 +98,8 @@ def summarize(runs: list[dict]) -> dict:
 
 # --- at scale ------------------------------------------------------------------------------
 def write_bulk_from(node, endpoints: list[str], services: int, per_service: int) -> list:
-    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m", "bench.svc_e2e",
-           "--write", ",".join(endpoints), str(services), str(per_service)]
+    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m",
+           "bench.svc_e2e_load", "--write", ",".join(endpoints), str(services), str(per_service)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
                          env={**os.environ, "PYTHONPATH": REPO})
     if out.returncode != 0:
@@ -310,10 +228,6 @@ def run(args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--write"]:
-        write_bulk(argv[1], int(argv[2]), int(argv[3]))
-        return 0
     args = parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("bench: needs root (it makes network namespaces)")
