@@ -6,6 +6,7 @@ SCTP sockets need the sctp module, which this kernel may not offer inside a netn
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
 import subprocess
 import sys
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from cni.proxy.elements import render_transaction
+from cni.proxy.elements import calc_elements, render_transaction
 from cni.proxy.model import ProxyModel, ProxyPort, ProxyService
+from cni.proxy.render import BACKENDS_MAPS
 from cni.proxy.trace import explain
 from tests.fixtures.svc_model import EMPTY, NODE, NODE6, WEB, be, view
 from tests.fixtures.echo import WHOAMI_SERVER
@@ -188,3 +190,33 @@ def test_sctp_is_dnated(wired):
     finally:
         server.kill()
         server.wait()
+
+
+def model6() -> ProxyModel:
+    """Every protocol, plain and ClientIP, in IPv6: the kept-context test's second family."""
+    ports = [ProxyPort(p, p, 53, 30053 + i) for i, p in enumerate(("tcp", "udp", "sctp"))]
+    plain = ProxyService("default", "v6", (ipaddress.ip_address("fd96::20"),), ports=tuple(ports))
+    sticky = replace(plain, name="v6-sticky", vips=(ipaddress.ip_address("fd96::21"),),
+                     ports=tuple(replace(p, node_port=None) for p in ports), affinity_timeout=60)
+    ends = (be("fd00::2", 53), be("fd00::3", 53), be("fd00::4", 53))
+    return ProxyModel(6, NODE6, tuple(view(s, p, *ends) for s in (plain, sticky) for p in s.ports))
+
+
+@pytest.mark.parametrize("m0", [MODEL, model6()], ids=["ipv4", "ipv6"])
+def test_one_kept_libnftables_context_applies_later_element_diffs(netns_factory, tmp_path, m0):
+    """Where ``th dport`` data broke: a later transaction reading the typed maps back."""
+    ns = netns_factory("svckept")
+    m1 = replace(m0, ports=tuple(replace(v, backends=v.backends[1:]) for v in m0.ports))
+    scripts = [render_transaction(None, m0), render_transaction(m0, m1), render_transaction(m1, m0)]
+    paths = []
+    for i, text in enumerate(scripts):
+        paths.append(tmp_path / f"t{i}.nft")
+        paths[-1].write_text(text)
+    ns.run([sys.executable, "-c", NFT_KEPT_CONTEXT, *map(str, paths)], cwd=ROOT)
+    family = "ip" if m0.family == 4 else "ip6"
+    expected = Counter(e.name for e in calc_elements(m0) if "backends-" in e.name)
+    assert {"backends-udp", "backends-sctp", "np-backends-udp"} <= set(expected)
+    for name in BACKENDS_MAPS:
+        listed = json.loads(ns.run(["nft", "-j", "list", "map", family, "pycni-svc", name]).stdout)
+        elem = [o["map"] for o in listed["nftables"] if "map" in o][0].get("elem", [])
+        assert len(elem) == expected[name], name
