@@ -70,8 +70,13 @@ def scrape(ns: str) -> dict[str, float]:
     def fetch() -> str:
         with urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=5) as response:
             return response.read().decode()
+    return parse_samples(run_in_netns(ns, fetch))
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """Prometheus text as {'name{labels}': value}; comments and blank lines left out."""
     samples = {}
-    for line in run_in_netns(ns, fetch).splitlines():
+    for line in text.splitlines():
         name, _, value = line.rpartition(" ")
         if name and not line.startswith("#"):
             samples[name] = float(value)
