@@ -71,6 +71,30 @@ print(nft.engine)
 for path in sys.argv[1:]:
     nft.run(open(path).read())
 """
+SCTP_INIT_SENDER = """
+import socket, struct, sys
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8): crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_SCTP)
+for sport in range(40000, 40000 + int(sys.argv[3])):
+    init = struct.pack("!BBHIIHHI", 1, 0, 20, sport, 65535, 1, 1, sport)
+    head = struct.pack("!HHII", sport, int(sys.argv[2]), 0, 0)
+    packet = head + init
+    s.sendto(packet[:8] + struct.pack("<I", crc32c(packet)) + packet[12:], (sys.argv[1], 0))
+"""
+SCTP_INIT_RECEIVER = """
+import socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_SCTP)
+s.settimeout(10); print("ready", flush=True)
+for _ in range(int(sys.argv[1])):
+    packet = s.recv(256)
+    ihl = (packet[0] & 15) * 4
+    print(socket.inet_ntoa(packet[16:20]), struct.unpack("!H", packet[ihl + 2:ihl + 4])[0])
+"""
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -220,3 +244,19 @@ def test_one_kept_libnftables_context_applies_later_element_diffs(netns_factory,
         listed = json.loads(ns.run(["nft", "-j", "list", "map", family, "pycni-svc", name]).stdout)
         elem = [o["map"] for o in listed["nftables"] if "map" in o][0].get("elem", [])
         assert len(elem) == expected[name], name
+
+
+def test_sctp_inits_are_dnated_without_an_sctp_stack(wired):
+    """Raw SCTP INIT packets (no sctp module needed): nat output rewrites them to a backend."""
+    host, pods = wired
+    receiver = subprocess.Popen(["ip", "netns", "exec", pods.name, sys.executable, "-c",
+                                 SCTP_INIT_RECEIVER, "60"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert receiver.stdout.readline().strip() == "ready"
+        host.run([sys.executable, "-c", SCTP_INIT_SENDER, "10.96.0.21", "53", "60"])
+        out, _ = receiver.communicate(timeout=30)
+    finally:
+        receiver.kill()
+        receiver.wait()
+    seen = Counter(tuple(line.split()) for line in out.splitlines())
+    assert set(seen) == {(ip, "8080") for ip in BACKENDS} and sum(seen.values()) == 60, seen
