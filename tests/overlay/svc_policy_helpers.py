@@ -77,17 +77,22 @@ def trace(cluster: OverlayCluster, src: str, dst: str, node: str) -> dict:
 def flows(ns: Netns, family: int, dst: str, port: int) -> list[Flow]:
     """The node's conntrack entries of TCP towards ``dst``:``port`` (original destination)."""
     out = ns.run(["conntrack", "-L", "-f", "ipv6" if family == 6 else "ipv4", "-p", "tcp",
-                  "--orig-dst", dst, "--dport", str(port)], check=False).stdout
+                  "--orig-dst", dst, "--dport", str(port)]).stdout
+    return parse_flows(out)
+
+
+def parse_flows(text: str) -> list[Flow]:
+    """`conntrack -L` lines as flows, in order; a line without both directions is no entry."""
     found = []
-    for line in out.splitlines():
-        fields = dict_pairs(line)
-        if len(fields["src"]) == 2:
+    for line in text.splitlines():
+        fields = calc_pairs(line)
+        if len(fields["src"]) == len(fields["dst"]) == 2:
             found.append(Flow(fields["src"][0], fields["dst"][0], fields["src"][1],
                               fields["dst"][1]))
     return found
 
 
-def dict_pairs(line: str) -> dict[str, list[str]]:
+def calc_pairs(line: str) -> dict[str, list[str]]:
     """``src=`` / ``dst=`` values of one conntrack line, original direction first."""
     pairs: dict[str, list[str]] = {"src": [], "dst": []}
     for word in line.split():

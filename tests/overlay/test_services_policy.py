@@ -84,7 +84,8 @@ def test_a_nodeport_from_outside_reaches_both_nodes_masqueraded(world):
     assert {me for me, _ in answers} == {p.ip for p in backends}, answers
     assert all(peer != outside.address for _, peer in answers), answers  # Cluster: masqueraded
     remote = {peer for me, peer in answers if me == backends[0].ip}
-    assert remote and remote <= node_addresses(n2.host.ns), remote  # node2's own address
+    assert remote and remote <= node_addresses(n2.host.ns), remote  # one node2 holds (its
+    # overlay-side gateway: masquerade takes the out device's address, not the underlay's)
     answer = trace(cluster, outside.address, f"{target}:{port}/tcp", n2.name)
     assert (answer["entry"], answer["verdict"]) == ("NodePort", "dnat")
     assert all(c["masquerade"] for c in answer["choices"]), answer
