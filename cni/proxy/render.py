@@ -5,7 +5,7 @@ Service owns a chain. Chains exist per *shape* (endpoint count N, affinity timeo
 every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb-5``::
 
     nat-prerouting/-output (-100) → services:
-      mark 0x4000 if: ClusterIP/port @internal-ports and saddr not @cluster-cidrs;
+      mark 0x4000 if: daddr @service-vips (a ClusterIP) and saddr not @cluster-cidrs;
                       externalIP @external-masq or NodePort @nodeport-masq (Cluster policy)
       daddr . l4proto . dport vmap @service-ips          → goto lb-N | aff-T-N
       daddr @nodeport-ips l4proto . dport vmap @service-nodeports → goto np-lb-N | np-aff-T-N
@@ -16,7 +16,9 @@ every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb
     nat-postrouting (100): hairpin (saddr . daddr @hairpin) and marked traffic → masquerade
     filter input/forward/output (0), ct state new: vmap @no-endpoints / @no-endpoint-nodeports
       (goto reject-chain = no endpoints | drop = Local policy, none local), VIP with an unknown
-      port → reject, unallocated address of a service CIDR → drop.
+      port → reject, unallocated address of a service CIDR → drop. reject-chain answers TCP
+      with a reset: an ICMPv6 unreachable arriving while connect() holds the socket is only
+      a soft error, so an empty IPv6 Service was refused a SYN retransmit (1 s) later.
 
 A lookup miss breaks a rule, so an affinity entry whose slot is gone falls through to a fresh
 choice. nft 1.0.6 has no constant in a concatenation nor verdict data in a dynamic map, hence
@@ -29,6 +31,7 @@ plain ``type`` maps, whose ``inet_service`` data carries no protocol: one serves
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .model import PROTOCOLS
 
@@ -43,9 +46,9 @@ PREFIX = {"vip": "", "np": "np-"}
 CLIENT = "{f} saddr . {f} daddr . meta l4proto . th dport"
 
 
-@dataclass(frozen=True, order=True)
-class Element:
-    """One element of a named set or map, in nft syntax; ``value`` None for a set."""
+class Element(NamedTuple):
+    """One element of a named set or map, in nft syntax; ``value`` None for a set. A tuple:
+    a full render makes ~70k of them, hashed, counted and sorted."""
 
     name: str
     key: str
@@ -93,8 +96,8 @@ BASE_CHAINS = (("nat-prerouting", "type nat hook prerouting priority -100"),
                ("filter-forward", "type filter hook forward priority 0"),
                ("filter-output", "type filter hook output priority 0"))
 HELPER_CHAINS = ("services", "endpoints-check", "reject-chain")
-DATA_SETS = ("cluster-cidrs", "service-cidrs", "nodeport-ips", "service-vips", "internal-ports",
-             "external-masq", "nodeport-masq", "hairpin")
+DATA_SETS = ("cluster-cidrs", "service-cidrs", "nodeport-ips", "service-vips", "external-masq",
+             "nodeport-masq", "hairpin")
 
 
 def backends_map(entry: str, proto: str) -> str:
@@ -112,7 +115,7 @@ def _static_sets(a: str) -> list[tuple[str, str]]:
     return [("cluster-cidrs", f"type {a}; flags interval;"),
             ("service-cidrs", f"type {a}; flags interval;"),
             ("nodeport-ips", f"type {a};"), ("service-vips", f"type {a};"),
-            ("internal-ports", f"type {vip};"), ("external-masq", f"type {vip};"),
+            ("external-masq", f"type {vip};"),
             ("nodeport-masq", f"type {KEY_TYPE['np']};"), ("hairpin", f"type {a} . {a};")]
 
 
@@ -135,7 +138,7 @@ def _static_rules(f: str) -> dict[str, list[str]]:
     nodeport = f"{f} daddr @nodeport-ips"
     return {
         "nat-prerouting": ["jump services"], "nat-output": ["jump services"],
-        "services": [f"{vip} @internal-ports {f} saddr != @cluster-cidrs {mark}",
+        "services": [f"{f} daddr @service-vips {f} saddr != @cluster-cidrs {mark}",
                      f"{vip} @external-masq {mark}", f"{nodeport} {np} @nodeport-masq {mark}",
                      f"{vip} vmap @service-ips", f"{nodeport} {np} vmap @service-nodeports"],
         "nat-postrouting": [f"ct status dnat {f} saddr . {f} daddr @hairpin masquerade",
@@ -143,8 +146,9 @@ def _static_rules(f: str) -> dict[str, list[str]]:
                             f"meta mark set meta mark ^ {MASQ_MARK}", "masquerade fully-random"],
         "endpoints-check": [f"{vip} vmap @no-endpoints",
                             f"{nodeport} {np} vmap @no-endpoint-nodeports",
-                            f"{f} daddr @service-vips reject", f"{f} daddr @service-cidrs drop"],
-        "reject-chain": ["reject"],
+                            f"{f} daddr @service-vips goto reject-chain",
+                            f"{f} daddr @service-cidrs drop"],
+        "reject-chain": ["meta l4proto tcp reject with tcp reset", "reject"],
         "filter-input": ["ct state new jump endpoints-check"],
         "filter-forward": ["ct state new jump endpoints-check"],
         "filter-output": ["ct state new jump endpoints-check"]}

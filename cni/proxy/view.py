@@ -9,17 +9,19 @@ cannot be read, or a Service the model refuses, is skipped (and logged once by t
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
+import socket
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from cni.spec.errors import CNIError
 from ipam.nodes.record import NodeRecord
 from ipam.records import (ENDPOINTS, NODES, POOLS, SERVICES, SERVICES_META, CorruptRecord,
                           decode)
 from ipam.services.record import EndpointRecord, ServiceRecord, ServiceSettings
-from ipam.services.selectors import calc_endpoints
+from ipam.services.selectors import calc_endpoints, matches
 from ipam.store.base import KV
 from .model import (LOOPBACK, Backend, IPAddress, NodeView, ProxyModel, ProxyPort, ProxyService,
                     ServicePortView)
@@ -29,9 +31,15 @@ PREFIXES = (SERVICES, ENDPOINTS, POOLS, SERVICES_META, NODES)
 EXTERNAL_TYPES = ("NodePort", "LoadBalancer")
 
 
+LabelKey = tuple[str, str, str]  # (namespace, label, value)
+
+
 @dataclass
 class Records:
-    """The store's records the proxy reads, by key."""
+    """The store's records the proxy reads, by key, with two indexes so that a change costs
+    what it touches: endpoints by label (a selector's endpoints are an intersection, not a
+    scan) and Services by selector pair (an endpoint's change dirties only the Services that
+    select it). ``dirty`` collects the Service keys whose views may have changed."""
 
     services: dict[str, ServiceRecord] = field(default_factory=dict)
     endpoints: dict[str, EndpointRecord] = field(default_factory=dict)
@@ -39,6 +47,9 @@ class Records:
     settings: ServiceSettings | None = None
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     bad: set[str] = field(default_factory=set)
+    labelled: dict[LabelKey, set[str]] = field(default_factory=dict)  # -> endpoint keys
+    selecting: dict[LabelKey, set[str]] = field(default_factory=dict)  # -> Service keys
+    dirty: set[str] = field(default_factory=set)
 
     def apply(self, kv: KV, deleted: bool = False) -> None:
         """One put or delete (an unreadable record is logged once and left out)."""
@@ -55,15 +66,51 @@ class Records:
         if deleted:
             return self._forget(kv.key)
         if kv.key.startswith(SERVICES):
-            self.services[kv.key] = ServiceRecord.from_bytes(kv.key, kv.value)
+            self._put_service(kv.key, ServiceRecord.from_bytes(kv.key, kv.value))
         elif kv.key.startswith(ENDPOINTS):
-            self.endpoints[kv.key] = EndpointRecord.from_bytes(kv.key, kv.value)
+            self._put_endpoint(kv.key, EndpointRecord.from_bytes(kv.key, kv.value))
         elif kv.key.startswith(POOLS):
             self._apply_pool(kv)
         elif kv.key == SERVICES_META:
             self.settings = ServiceSettings.from_bytes(kv.key, kv.value)
         elif kv.key.startswith(NODES):
             self.nodes[kv.key[len(NODES):]] = NodeRecord.from_bytes(kv.key, kv.value)
+
+    def _put_service(self, key: str, record: ServiceRecord | None) -> None:
+        old = self.services.pop(key, None)
+        if old is not None:
+            _unindex(self.selecting, _pairs(old.namespace, old.selector), key)
+        if record is not None:
+            self.services[key] = record
+            _index(self.selecting, _pairs(record.namespace, record.selector), key)
+        if old != record:
+            self.dirty.add(key)
+
+    def _put_endpoint(self, key: str, record: EndpointRecord | None) -> None:
+        old = self.endpoints.pop(key, None)
+        if old is not None:
+            _unindex(self.labelled, _pairs(old.namespace, old.labels), key)
+        if record is not None:
+            self.endpoints[key] = record
+            _index(self.labelled, _pairs(record.namespace, record.labels), key)
+        if old != record:
+            self.dirty |= self._selecting(old) | self._selecting(record)
+
+    def _selecting(self, endpoint: EndpointRecord | None) -> set[str]:
+        """The Services whose selector picks ``endpoint``."""
+        if endpoint is None:
+            return set()
+        keys = set().union(*(self.selecting.get(p, ()) for p in
+                             _pairs(endpoint.namespace, endpoint.labels)))
+        return {k for k in keys if matches(self.services[k].selector, endpoint.labels)}
+
+    def selected(self, service: ServiceRecord) -> list[EndpointRecord]:
+        """The endpoints ``service``'s selector picks, by key (an index intersection)."""
+        pairs = _pairs(service.namespace, service.selector)
+        if not pairs:
+            return []
+        found = set.intersection(*(self.labelled.get(p, set()) for p in pairs))
+        return [self.endpoints[k] for k in sorted(found)]
 
     def _apply_pool(self, kv: KV) -> None:
         """A cluster pool's CIDR; a pool a netconf defined is not the cluster's."""
@@ -73,24 +120,53 @@ class Records:
             self.pools[kv.key] = str(ipaddress.ip_network(str(record["cidr"])))
 
     def _forget(self, key: str) -> None:
-        for table in (self.services, self.endpoints, self.pools):
-            table.pop(key, None)
+        if key in self.services:
+            self._put_service(key, None)
+        if key in self.endpoints:
+            self._put_endpoint(key, None)
+        self.pools.pop(key, None)
         if key == SERVICES_META:
             self.settings = None
         if key.startswith(NODES):
             self.nodes.pop(key[len(NODES):], None)
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
-        """A snapshot of one prefix replaces what was known under it."""
-        for key in [k for table in (self.services, self.endpoints, self.pools)
-                    for k in table if k.startswith(prefix)]:
+        """A snapshot of one prefix replaces what was known under it; a record that did not
+        change dirties nothing (SQLite re-reads every prefix each pass)."""
+        kvs = list(kvs)
+        present = {kv.key for kv in kvs}
+        known = [k for table in (self.services, self.endpoints, self.pools) for k in table]
+        for key in [k for k in known if k.startswith(prefix) and k not in present]:
             self._forget(key)
-        if prefix == SERVICES_META:
+        if prefix == SERVICES_META and SERVICES_META not in present:
             self.settings = None
         if prefix == NODES:
-            self.nodes.clear()
+            self.nodes = {k: v for k, v in self.nodes.items() if NODES + k in present}
         for kv in kvs:
             self.apply(kv)
+
+    def take_dirty(self) -> set[str]:
+        """The Service keys changed since the last call (and forget them)."""
+        dirty, self.dirty = self.dirty, set()
+        return dirty
+
+
+def _pairs(namespace: str, labels: Mapping[str, str]) -> list[LabelKey]:
+    return [(namespace, k, v) for k, v in labels.items()]
+
+
+def _index(index: dict[LabelKey, set[str]], pairs: Iterable[LabelKey], key: str) -> None:
+    for pair in pairs:
+        index.setdefault(pair, set()).add(key)
+
+
+def _unindex(index: dict[LabelKey, set[str]], pairs: Iterable[LabelKey], key: str) -> None:
+    for pair in pairs:
+        keys = index.get(pair)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del index[pair]
 
 
 def calc_node_ips(family: int, record_address: str, local: Iterable[str],
@@ -127,14 +203,30 @@ def _nets(cidrs: Iterable[str], family: int) -> tuple:
 
 def calc_model(records: Records, node: str, family: int, local: Iterable[str] = ()) -> ProxyModel:
     """The table ``node`` programs for ``family`` (``local``: its own addresses, if known)."""
-    views: list[ServicePortView] = []
-    endpoints = sorted(records.endpoints.values(), key=lambda e: e.key)
-    for key, record in sorted(records.services.items()):
-        try:
-            views += calc_port_views(record, endpoints, node, family)
-        except (CNIError, ValueError) as exc:
-            log.warning("proxy: Service %s left out: %s", key, exc)
+    views = [v for key in sorted(records.services)
+             for v in calc_service_views(records, key, node, family)]
     return ProxyModel(family, calc_node_view(records, node, family, local), tuple(views))
+
+
+def calc_changes(records: Records, node: str, family: int, local: Iterable[str],
+                 keys: Iterable[str]) -> tuple[NodeView, dict[str, tuple[ServicePortView, ...]]]:
+    """What a sync hands the table: the node's view and the views of Services ``keys``
+    (the dirty ones, or every Service for a full render; ``()`` for one that is gone)."""
+    return (calc_node_view(records, node, family, local),
+            {key: calc_service_views(records, key, node, family) for key in keys})
+
+
+def calc_service_views(records: Records, key: str, node: str,
+                       family: int) -> tuple[ServicePortView, ...]:
+    """One Service's port views for ``family`` (none: gone, no VIP of it, or refused)."""
+    record = records.services.get(key)
+    if record is None:
+        return ()
+    try:
+        return tuple(calc_port_views(record, records.selected(record), node, family))
+    except (CNIError, ValueError) as exc:
+        log.warning("proxy: Service %s left out: %s", key, exc)
+        return ()
 
 
 def calc_service(record: ServiceRecord, family: int) -> ProxyService:
@@ -151,8 +243,22 @@ def calc_service(record: ServiceRecord, family: int) -> ProxyService:
 
 def _ips(texts: Iterable[str], family: int) -> tuple[IPAddress, ...]:
     """Addresses of ``family`` (an endpoint's may carry its prefix length)."""
-    ips = (ipaddress.ip_address(text.split("/")[0]) for text in texts)
+    ips = (_parse_ip(text) for text in texts)
     return tuple(ip for ip in ips if ip.version == family)
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _parse_ip(text: str) -> IPAddress:
+    """Parsing is most of a full render's model cost (50k endpoint addresses at 10k Services):
+    each address text is parsed once while it stays in use, by the C parser (``inet_pton``,
+    which takes exactly the forms ``ipaddress`` does, scope ids aside)."""
+    addr = text.split("/")[0]
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    try:
+        packed = socket.inet_pton(family, addr)
+    except OSError:
+        raise ValueError(f"{addr!r} is not an IP address") from None
+    return ipaddress.ip_address(packed if family == socket.AF_INET6 else packed)
 
 
 def calc_port_views(record: ServiceRecord, endpoints: list[EndpointRecord], node: str,
@@ -165,8 +271,8 @@ def calc_port_views(record: ServiceRecord, endpoints: list[EndpointRecord], node
     views = []
     for port, spec in zip(service.ports, record.ports):
         label = spec.name or str(spec.port)
-        backends = {Backend(ip, ports[label], e.node, e.node == node)
-                    for e, ports in picked if label in ports for ip in _ips(e.ips, family)}
-        views.append(ServicePortView(service, port, tuple(sorted(
-            backends, key=lambda b: (int(b.ip), b.port, b.node)))))
+        backends = {(int(ip), ports[label], e.node): ip for e, ports in picked
+                    if label in ports for ip in _ips(e.ips, family)}
+        views.append(ServicePortView(service, port, tuple(
+            Backend(ip, p, n, n == node) for (_, p, n), ip in sorted(backends.items()))))
     return views

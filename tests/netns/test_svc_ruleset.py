@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cni.proxy.elements import calc_elements, render_transaction
+from cni.proxy.elements import calc_elements
+from cni.proxy.table import render_transaction
 from cni.proxy.model import ProxyModel, ProxyPort, ProxyService
 from cni.proxy.render import BACKENDS_MAPS
 from cni.proxy.trace import explain

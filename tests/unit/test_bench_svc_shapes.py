@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings, strategies as st
 
 from bench import svc_shapes as shapes
-from cni.proxy.elements import calc_diff, calc_elements
+from cni.proxy.table import render_transaction
 
 sizes = st.integers(min_value=1, max_value=120)
 
@@ -42,9 +42,11 @@ def test_both_shapes_render_the_same_update(n):
     assert len(re.findall(r"^add chain .* endpoint-", kube, re.M)) == 1
     assert len(re.findall(r"^delete chain .* endpoint-", kube, re.M)) == 1
     m0 = shapes.build_model(plan)
-    deletes, adds = calc_diff(calc_elements(m0), calc_elements(shapes.swap_model(m0, new)))
-    assert {e.name for e in deletes} == {e.name for e in adds} == {"backends-tcp", "hairpin"}
-    assert len(deletes) == len(adds)
+    script = render_transaction(m0, shapes.swap_model(m0, new))
+    verbs = re.findall(r"^(add|delete) element ip pycni-svc (\S+) \{ ([^}]*) \}$", script, re.M)
+    assert sorted((verb, name) for verb, name, _ in verbs) == [
+        ("add", "backends-tcp"), ("add", "hairpin"), ("delete", "backends-tcp"), ("delete", "hairpin")]
+    assert script.count("\n") == len(verbs)
 
 
 @settings(max_examples=20, deadline=None)

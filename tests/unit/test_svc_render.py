@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cni.proxy.elements import (apply_diff, calc_diff, calc_elements, calc_entries,
-                                render_transaction)
+from cni.proxy.elements import calc_elements, calc_entries
+from cni.proxy.table import render_transaction
 from cni.proxy.model import PROTOCOLS, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
 from cni.proxy.render import BACKENDS_MAPS, backends_map
 from cni.proxy.trace import explain
@@ -105,15 +105,6 @@ def test_every_shape_chain_has_one_guarded_dnat_rule_per_protocol():
                        for p, r in zip(PROTOCOLS, rules))
         else:
             assert rules and not any(f"l4proto {p} " in r for p in PROTOCOLS for r in rules)
-
-
-@settings(max_examples=60, deadline=None)
-@given(models(), models())
-def test_diff_applied_to_m0_gives_m1(m0, m1):
-    e0, e1 = calc_elements(m0), calc_elements(m1)
-    deletes, adds = calc_diff(e0, e1)
-    assert apply_diff(e0, deletes, adds) == e1
-    assert not set(deletes) & set(adds)
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,233 @@
+"""What one family's Service table holds, per Service, and the transaction to its next state.
+
+The proxy's sync cost must follow what changed, not how many Services exist (issue 9: a
+one-Service update at 10k Services within 5 ms). So pycnid keeps, per Service, the port views
+it programmed and the elements and shapes they produced, with a count per element and per
+shape (a hairpin element or a shared ``lb-N`` chain serves several Services). A sync hands
+over only the Services that changed; their elements are diffed against what they had, and an
+element or shape goes when its last user does. The table is never listed (knftables style):
+this memory is the only copy of what was committed.
+
+``plan`` is pure with respect to the table: the caller runs ``plan.script`` and, when the
+kernel took it, ``commit(plan)``. A refused transaction leaves the table unknown: the caller
+drops it and the next sync renders the family whole (``plan(..., full=True)``).
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from .elements import calc_node_elements, calc_service_parts, render_elements, render_full_script
+from .model import NodeView, ProxyModel, ServicePortView
+from .render import FAMILY, PREFIX, TABLE, Element, Shape, render_shape
+
+log = logging.getLogger("pycnid.proxy")
+Views = tuple[ServicePortView, ...]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A Service's new state in a plan: its views, elements and shapes (empty: gone)."""
+
+    views: Views
+    elements: frozenset[Element]
+    shapes: frozenset[Shape]
+
+
+@dataclass
+class TablePlan:
+    """One transaction: the script and what the table holds once the kernel took it."""
+
+    script: str
+    full: bool
+    node: NodeView
+    node_elements: frozenset[Element]
+    services: dict[str, Planned]
+    before: dict[str, Views]  # the changed Services' views before (for conntrack)
+
+
+@dataclass
+class ServiceTable:
+    """The committed state of ``family``'s table (empty until a full plan is committed)."""
+
+    family: int
+    node: NodeView | None = None
+    node_elements: frozenset[Element] = frozenset()
+    services: dict[str, Planned] = field(default_factory=dict)
+    element_counts: Counter = field(default_factory=Counter)
+    shape_counts: Counter = field(default_factory=Counter)
+    port_count: int = 0  # port views programmed (the proxy's metric)
+    owners: dict[tuple[str, str], str] = field(default_factory=dict)  # map key -> Service
+
+    def plan(self, node: NodeView, changes: Mapping[str, Views], full: bool = False) -> TablePlan:
+        """The transaction that gives the Services in ``changes`` their views (``()``: the
+        Service is gone). A changed node view re-plans every Service (NodePort addresses);
+        ``full`` starts from an empty table and renders the whole family."""
+        if full:
+            return self._plan_full(node, changes)
+        if node != self.node:
+            changes = {**{k: p.views for k, p in self.services.items()}, **changes}
+        planned = {key: self._calc_planned(node, views) for key, views in changes.items()}
+        return self._plan_update(node, self._claim(planned, self.owners))
+
+    def _calc_planned(self, node: NodeView, views: Views) -> Planned:
+        return Planned(views, *calc_service_parts(ProxyModel(self.family, node, views)))
+
+    def _claim(self, planned: dict[str, Planned],
+               owners: Mapping[tuple[str, str], str]) -> dict[str, Planned]:
+        """Each map key belongs to one Service: a Service whose VIP, externalIP or nodePort
+        port another one already holds (hand-written records; the store's index keys prevent
+        it for VIPs and nodePorts) is left out, logged, rather than refusing the whole
+        transaction for every Service. The holder keeps it; the other is retried with its
+        next change or the next full render."""
+        claimed: dict[tuple[str, str], str] = {}
+        for key in sorted(planned):
+            mine = _map_keys(planned[key].elements)
+            held = {claimed.get(k) or _holder(owners.get(k), planned) for k in mine} - {None, key}
+            if held:
+                log.warning("proxy: Service %s left out: its ports are %s's", key, sorted(held)[0])
+                planned[key] = Planned((), frozenset(), frozenset())
+            else:
+                claimed.update(dict.fromkeys(mine, key))
+        return planned
+
+    def _plan_full(self, node: NodeView, changes: Mapping[str, Views]) -> TablePlan:
+        planned = {k: self._calc_planned(node, v) for k, v in changes.items() if v}
+        planned = {k: p for k, p in self._claim(planned, {}).items() if p.views}
+        node_elements = calc_node_elements(ProxyModel(self.family, node))
+        elements = set(node_elements).union(*(p.elements for p in planned.values()))
+        shapes = set().union(*(p.shapes for p in planned.values()))
+        script = render_full_script(self.family, shapes, elements)
+        return TablePlan(script, True, node, node_elements, planned, {})
+
+    def _plan_update(self, node: NodeView, planned: dict[str, Planned]) -> TablePlan:
+        node_elements = calc_node_elements(ProxyModel(self.family, node))
+        element_delta: Counter = Counter()
+        shape_delta: Counter = Counter()
+        for key, new in planned.items():
+            old = self.services.get(key)
+            _add_delta(element_delta, old.elements if old else (), new.elements)
+            _add_delta(shape_delta, old.shapes if old else (), new.shapes)
+        _add_delta(element_delta, self.node_elements, node_elements)
+        adds, deletes = _calc_changes(self.element_counts, element_delta)
+        new_shapes, old_shapes = _calc_changes(self.shape_counts, shape_delta)
+        script = self._render_update(deletes, adds, new_shapes, old_shapes)
+        before = {k: self.services[k].views for k in planned if k in self.services}
+        return TablePlan(script, False, node, node_elements, planned, before)
+
+    def _render_update(self, deletes: list[Element], adds: list[Element],
+                       new_shapes: list[Shape], old_shapes: list[Shape]) -> str:
+        """New chains first, element deletes (a changed value included), adds, then the
+        chains no entry points at any more."""
+        live = {s for s, n in self.shape_counts.items() if n} - set(old_shapes) | set(new_shapes)
+        stale = calc_shape_chains(old_shapes) - calc_shape_chains(live)
+        t = f"{FAMILY[self.family]} {TABLE}"
+        return ("".join(render_shape(self.family, s) for s in sorted(new_shapes))
+                + render_elements(self.family, "delete", deletes)
+                + render_elements(self.family, "add", adds)
+                + "".join(f"delete chain {t} {c}\n" for c in sorted(stale, key=_referrers_first)))
+
+    def commit(self, plan: TablePlan) -> None:
+        """The kernel took ``plan.script``: hold what it programmed."""
+        if plan.full:
+            self.services, self.node_elements = {}, frozenset()
+            self.element_counts, self.shape_counts, self.port_count = Counter(), Counter(), 0
+            self.owners = {}
+        for key, new in plan.services.items():
+            old = self.services.pop(key, None)
+            self.port_count += len(new.views) - (len(old.views) if old else 0)
+            _apply_delta(self.element_counts, old.elements if old else (), new.elements)
+            _apply_delta(self.shape_counts, old.shapes if old else (), new.shapes)
+            self._move_owners(key, old.elements if old else (), new.elements)
+            if new.views:
+                self.services[key] = new
+        _apply_delta(self.element_counts, self.node_elements, plan.node_elements)
+        self.node, self.node_elements = plan.node, plan.node_elements
+
+    def _move_owners(self, key: str, old: Iterable[Element], new: Iterable[Element]) -> None:
+        for k in _map_keys(old):
+            if self.owners.get(k) == key:
+                del self.owners[k]
+        self.owners.update(dict.fromkeys(_map_keys(new), key))
+
+    def views(self) -> Views:
+        """Every port view programmed (the model the table holds), by Service key."""
+        return tuple(v for key in sorted(self.services) for v in self.services[key].views)
+
+    def elements(self) -> frozenset[Element]:
+        return frozenset(e for e, n in self.element_counts.items() if n)
+
+
+def _map_keys(elements: Iterable[Element]) -> set[tuple[str, str]]:
+    return {(e.name, e.key) for e in elements if e.value is not None}
+
+
+def _holder(owner: str | None, planned: Mapping[str, Planned]) -> str | None:
+    """The committed owner of a key, unless it is being re-planned (its claim is then new)."""
+    return None if owner is None or owner in planned else owner
+
+
+def _add_delta(delta: Counter, old: Iterable, new: Iterable) -> None:
+    old, new = set(old), set(new)
+    for item in old - new:
+        delta[item] -= 1
+    for item in new - old:
+        delta[item] += 1
+
+
+def _apply_delta(counts: Counter, old: Iterable, new: Iterable) -> None:
+    delta: Counter = Counter()
+    _add_delta(delta, old, new)
+    for item, n in delta.items():
+        counts[item] += n
+        if counts[item] <= 0:
+            del counts[item]
+
+
+def _calc_changes(counts: Counter, delta: Counter) -> tuple[list, list]:
+    """(appearing, disappearing): items whose count goes 0 → n or n → 0."""
+    adds = [item for item, n in delta.items() if n > 0 and counts.get(item, 0) == 0]
+    deletes = [item for item, n in delta.items() if n < 0 and counts.get(item, 0) + n <= 0]
+    return adds, deletes
+
+
+def calc_shape_chains(shapes: Iterable[Shape]) -> set[str]:
+    """The chains a set of shapes uses: its own, and for affinity the pick chain per index
+    (``pick-T-i`` is shared by every affinity shape of timeout T with more than i slots)."""
+    chains = set()
+    for shape in shapes:
+        chains.add(shape.chain)
+        if shape.kind == "aff":
+            chains |= {f"{PREFIX[shape.entry]}pick-{shape.timeout}-{i}" for i in range(shape.count)}
+    return chains
+
+
+def _referrers_first(chain: str) -> tuple[bool, str]:
+    """An ``aff-`` chain jumps to ``pick-`` chains: it must go first."""
+    return "pick-" in chain, chain
+
+
+def group_views(views: Iterable[ServicePortView]) -> dict[str, Views]:
+    """A model's port views by Service key ``namespace/name``."""
+    out: dict[str, list[ServicePortView]] = {}
+    for view in views:
+        out.setdefault(service_key(view), []).append(view)
+    return {key: tuple(vs) for key, vs in out.items()}
+
+
+def service_key(view: ServicePortView) -> str:
+    return f"{view.service.namespace}/{view.service.name}"
+
+
+def render_transaction(m0: ProxyModel | None, m1: ProxyModel) -> str:
+    """The script a table holding ``m0`` (None: nothing known) runs to hold ``m1``: what the
+    proxy does, for whole models (golden files, tests)."""
+    table = ServiceTable(m1.family)
+    changes = group_views(m1.ports)
+    if m0 is None:
+        return table.plan(m1.node, changes, full=True).script
+    table.commit(table.plan(m0.node, group_views(m0.ports), full=True))
+    gone = {key: () for key in table.services if key not in changes}
+    return table.plan(m1.node, {**gone, **changes}).script

@@ -1,0 +1,154 @@
+"""The proxy's incremental table (cni/proxy/table.py) with the records' dirty tracking
+(cni/proxy/view.py) against a full render, on generated runs of store events.
+
+The invariant pycnid relies on: after any run of Service and endpoint puts and deletes,
+each applied as one pass of only the dirty Services, the table holds exactly what a full
+render of the same records holds, and the scripts, replayed on a model of the kernel's
+sets, maps and chains, never delete what is absent, never add what is present, never
+delete a chain an element still jumps to, and end where the table says.
+"""
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings, strategies as st
+
+from cni.proxy.render import TABLE
+from cni.proxy.sync import calc_plan
+from cni.proxy.table import ServiceTable
+from cni.proxy.view import Records
+from ipam.records import pool_key, encode, SERVICES_META
+from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
+from tests.unit.test_proxy_view import kv
+
+NAMES = "abcd"
+LOCAL = ["192.168.0.2"]
+SELECTOR = st.sampled_from([{"app": "a"}, {"app": "b"}, {"app": "a", "tier": "t"}, {}])
+
+
+@st.composite
+def services(draw) -> ServiceRecord:
+    """A Service whose VIPs are its own (the store's index keys make them unique)."""
+    name = draw(st.sampled_from(NAMES))
+    n = NAMES.index(name) + 5
+    vips = draw(st.lists(st.sampled_from([f"10.96.0.{n}", f"fd96::{n}"]), max_size=2,
+                         unique=True))
+    ports = [ServicePort("http", "TCP", 80, draw(st.sampled_from([8080, "web"])), 30080 + n),
+             ServicePort("dns", "UDP", 53, 53)]
+    return ServiceRecord("ns", name, draw(st.sampled_from(["ClusterIP", "NodePort"])),
+                         tuple(draw(st.lists(st.sampled_from(ports), min_size=1, max_size=2,
+                                             unique=True))),
+                         tuple(vips), (), draw(SELECTOR), draw(st.sampled_from(["None", "ClientIP"])),
+                         draw(st.sampled_from([10, 30])),
+                         draw(st.sampled_from(["Cluster", "Local"])),
+                         draw(st.sampled_from(["Cluster", "Local"])))
+
+
+@st.composite
+def pods(draw) -> EndpointRecord:
+    """An endpoint of three Pods: a run puts, relabels, moves and deletes the same ones."""
+    pod = draw(st.sampled_from("xyz"))
+    n = "xyz".index(pod) + 2
+    return EndpointRecord("ns", pod, "eth0", (f"10.0.0.{n + draw(st.integers(0, 1)) * 10}",
+                                              f"fd00::{n}"),
+                          draw(SELECTOR), draw(st.sampled_from(["n1", "n2"])),
+                          draw(st.sampled_from([{}, {"web": 8080}, {"web": 9090}])))
+
+
+EVENTS = st.tuples(st.sampled_from(["put", "put", "delete"]), services() | pods())
+
+
+def base_records() -> Records:
+    records = Records()
+    records.apply(kv(pool_key("pods"), encode({"cidr": "10.0.0.0/16"})))
+    records.apply(kv(SERVICES_META, ServiceSettings(("10.96.0.0/16", "fd96::/112")).to_bytes()))
+    return records
+
+
+def apply_event(records: Records, store: dict, event) -> None:
+    verb, record = event
+    if verb == "put":
+        store[record.key] = record.to_bytes()
+        records.apply(kv(record.key, store[record.key]))
+    else:
+        store.pop(record.key, None)
+        records.apply(kv(record.key, b""), deleted=True)
+
+
+class Kernel:
+    """What a transaction does to a table's elements and chains, as far as a pass needs."""
+
+    LINE = re.compile(rf"^(add|delete) element ip6? {TABLE} (\S+) \{{ (.*) \}}$")
+
+    def __init__(self) -> None:
+        self.elements: set[tuple[str, str]] = set()
+        self.chains: set[str] = set()
+
+    def run(self, script: str, full: bool) -> None:
+        if full:
+            self.elements = set()
+        for line in script.splitlines():
+            self.run_line(line)
+
+    def run_line(self, line: str) -> None:
+        if line.startswith("add chain"):
+            self.chains.add(line.split()[4])
+        elif line.startswith("delete chain"):
+            chain = line.split()[4]
+            assert chain in self.chains
+            assert not any(value.endswith(f"goto {chain}") for _, value in self.elements), chain
+            self.chains.discard(chain)
+        elif match := self.LINE.match(line):
+            verb, name, items = match.groups()
+            for item in items.split(", "):
+                assert ((name, item) in self.elements) == (verb == "delete"), (line, item)
+                (self.elements.discard if verb == "delete" else self.elements.add)((name, item))
+
+
+def rendered(table: ServiceTable) -> set[tuple[str, str]]:
+    return {(e.name, e.render()) for e in table.elements()}
+
+
+@settings(max_examples=120, deadline=None)
+@given(steps=st.lists(st.lists(EVENTS, min_size=1, max_size=4), min_size=1, max_size=6),
+       family=st.sampled_from([4, 6]))
+def test_passes_of_dirty_services_hold_what_a_full_render_holds(steps, family):
+    records, store, kernel = base_records(), {}, Kernel()
+    table = None
+    for batch in steps:
+        for event in batch:
+            apply_event(records, store, event)
+        plan = calc_plan(records, "n1", family, LOCAL, table, records.take_dirty())
+        if plan is None:
+            continue
+        kernel.run(plan.script, plan.full)
+        table = table or ServiceTable(family)
+        table.commit(plan)
+        fresh = base_records()
+        for key, value in store.items():
+            fresh.apply(kv(key, value))
+        full = calc_plan(fresh, "n1", family, LOCAL, None, set())
+        whole = ServiceTable(family)
+        whole.commit(full)
+        assert rendered(table) == rendered(whole) == kernel.elements
+        assert set(table.shape_counts) == set(whole.shape_counts)
+        assert table.port_count == whole.port_count
+
+
+def test_two_services_on_one_vip_port_program_one_and_never_a_duplicate_key():
+    records, table = base_records(), ServiceTable(4)
+    first = ServiceRecord("ns", "a", "ClusterIP", (ServicePort("http", "TCP", 80, 8080),),
+                          ("10.96.0.9",), (), {"app": "a"})
+    second = ServiceRecord("ns", "b", "ClusterIP", (ServicePort("http", "TCP", 80, 9090),),
+                           ("10.96.0.9",), (), {"app": "a"})
+    for record in (first, second):
+        records.apply(kv(record.key, record.to_bytes()))
+    plan = calc_plan(records, "n1", 4, LOCAL, None, records.take_dirty())
+    table.commit(plan)
+    assert list(table.services) == [first.key]
+    assert plan.script.count("10.96.0.9 . tcp . 80 :") == 1
+    records.apply(kv(first.key, b""), deleted=True)
+    table.commit(calc_plan(records, "n1", 4, LOCAL, table, records.take_dirty()))
+    assert not table.services  # b waits for its next change or the next full render
+    table.commit(calc_plan(records, "n1", 4, LOCAL, None, records.take_dirty()))
+    assert list(table.services) == [second.key]
