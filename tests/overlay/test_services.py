@@ -159,10 +159,10 @@ def test_a_service_created_changed_and_removed_while_traffic_flows(svc):
 
 
 UDP_SERVER = """
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 5353))
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], 5353))
 while True:
-    data, peer = s.recvfrom(64); s.sendto(s.getsockname()[0].encode() or b"?", peer)
+    data, peer = s.recvfrom(64); s.sendto(sys.argv[1].encode(), peer)
 """
 UDP_PROBE = """
 import socket, sys
@@ -176,16 +176,12 @@ except OSError as exc:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="cni/proxy/render.py: the backends maps' data `tcp dport` "
-                   "makes nft add `meta l4proto tcp` to every lb/np-lb dnat rule: UDP and SCTP "
-                   "Services are never DNATed (then rejected); `th dport` drops the dependency "
-                   "but broke TCP here: the render needs a fix first")
 def test_udp_conntrack_of_an_empty_service_is_cleaned_when_endpoints_come(svc):
     """0 -> 1 endpoints: the entry the refused datagrams made (reply source the VIP itself)
     would keep the client's socket off the new backend until it idles out; the proxy deletes
     it after the sync, so the same source port reaches the backend."""
     cluster, backends, client, _ = svc
-    server = subprocess.Popen(python_in(backends[1].ns, UDP_SERVER))
+    server = subprocess.Popen(python_in(backends[1].ns, UDP_SERVER) + [backends[1].ip])
     try:
         vip = cli(cluster, "create", "ns/dns", "--port", "dns:53/UDP:5353",
                   "--selector", "app=dns")["service"]["clusterIPs"][0]

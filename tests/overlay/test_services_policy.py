@@ -211,12 +211,6 @@ def test_an_empty_ipv6_service_is_refused(world):
     assert flows(n1.host.ns, 6, vip, 80) == []  # conntrack: refused before confirmation
 
 
-@pytest.mark.xfail(strict=True, reason="cni/proxy/render.py reject-chain: a bare `reject` answers "
-                   "a TCP SYN with ICMPv6 port-unreachable; on the node-local veth path it "
-                   "arrives while connect() still holds the socket lock, so tcp_v6_err keeps "
-                   "only a soft error (TcpExt LockDroppedIcmps) and connect fails ~1 s later on "
-                   "the SYN retransmit. `meta l4proto tcp reject with tcp reset` before "
-                   "`reject` refuses in <0.1 s (tried by hand in the node netns)")
 def test_an_empty_ipv6_service_is_refused_at_once(world):
     cluster, _, client, _ = world
     vip = empty_ipv6_service(cluster, "six-now")
