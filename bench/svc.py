@@ -6,9 +6,12 @@
 Every Service has 5 endpoints. For each size, shape and engine (lib = one kept libnftables
 context, as pycnid runs it; bin = `nft -f -`, as kube-proxy runs it) a fresh netns and a fresh
 process (bench/svc_worker.py) time the full sync as one transaction; at --update-at, --updates
-one-Service updates (one endpoint of one Service changed) on each shape. pycni's times include
-rendering its script in Python (``cni.proxy.elements.render_transaction``); the kube-proxy
+one-Service updates (one endpoint of one Service changed) on each shape. pycni's times are a
+whole proxy pass as pycnid runs it (``cni.proxy.sync.calc_plan`` over the store records the
+proxy holds: the Services' views, the table's plan and script, the commit); the kube-proxy
 shape's count only nft's load (its Go generator is not measured), which favours kube-proxy.
+Endpoints are spread over 100 nodes (1 in 100 local to the measured node), which changes
+pycni's hairpin set only: kube-proxy renders its hairpin rule in every endpoint chain.
 
 The kube-proxy shape above --kube-max is skipped (SVC-NOTES §3.5: 37 s at 10k and super-linear,
 so 30k would take many minutes): pass --kube-max 30000 to run it. Goals at 10k × 5: full sync

@@ -3,7 +3,9 @@
 Both shapes serve the same Services: N ClusterIP Services (TCP 80, Cluster policy) with
 ``ENDPOINTS`` backends each, off-cluster clients and hairpin traffic masqueraded.
 
-- pycni: the real renderer (``cni.proxy``) over a ``ProxyModel`` built here;
+- pycni: the real proxy pass (``cni.proxy``) over the store records pycnid would hold
+  (``build_records``), each Service selecting its 5 endpoints by label; ``build_model`` is
+  the same Services as a model for the unit tests;
 - kube-proxy: SVC-NOTES §1.2-1.3 / §3.5 layout A, generated here: per service port one
   ``service-`` chain (masquerade rule + inline ``numgen random mod N vmap``) and one
   ``endpoint-`` chain per endpoint (hairpin mark + dnat), dispatched by the ``service-ips``
@@ -20,8 +22,12 @@ import ipaddress
 from dataclasses import replace
 
 from cni.proxy.model import Backend, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
+from cni.proxy.view import Records
+from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
+from ipam.store.base import KV
 
 ENDPOINTS = 5
+NODES = 100
 PORT, TARGET = 80, 8080
 VIPS = ipaddress.ip_network("172.30.0.0/16")
 PODS = ipaddress.ip_network("10.0.0.0/8")
@@ -58,6 +64,44 @@ def build_model(plan: Plan) -> ProxyModel:
 def _view(name: str, vip: ipaddress.IPv4Address, eps: list) -> ServicePortView:
     svc = ProxyService("bench", name, (vip,), ports=(ProxyPort("http", "tcp", PORT),))
     return ServicePortView(svc, svc.ports[0], tuple(Backend(ip, TARGET, "n1", True) for ip in eps))
+
+
+def build_records(plan: Plan) -> Records:
+    """The same Services as store records, as pycnid's proxy holds them (each Service selects
+    its own endpoints by label), with the node's pools and service CIDR."""
+    records = Records()
+    records.pools["bench"] = str(PODS)
+    records.settings = ServiceSettings((str(VIPS),))
+    for name, vip, eps in plan:
+        svc = ServiceRecord("bench", name, ports=(ServicePort("http", "TCP", PORT, TARGET),),
+                            cluster_ips=(str(vip),), selector={"svc": name})
+        records.apply(KV(svc.key, svc.to_bytes(), 0))
+        for j, ip in enumerate(eps):
+            records.apply(_endpoint_kv(name, j, ip))
+    return records
+
+
+def swap_records(records: Records, old: Plan, new: Plan) -> None:
+    """Apply the endpoint records that differ between two plans (a watch event each)."""
+    for (name, _vip, eps0), (_n, _v, eps1) in zip(old, new):
+        for j, (ip0, ip1) in enumerate(zip(eps0, eps1)):
+            if ip0 != ip1:
+                records.apply(_endpoint_kv(name, j, ip1))
+
+
+def _endpoint_kv(name: str, j: int, ip: ipaddress.IPv4Address) -> KV:
+    ep = EndpointRecord("bench", f"{name}-{j}", "eth0", (str(ip),), {"svc": name},
+                        calc_endpoint_node(ip))
+    return KV(ep.key, ep.to_bytes(), 0)
+
+
+def calc_endpoint_node(ip: ipaddress.IPv4Address) -> str:
+    """Endpoints are spread over ``NODES`` nodes; the measured node is ``n1`` (one in
+    ``NODES`` of them is local: 500 at 10k Services, already 4.5x kubelet's default
+    max-pods). Locality matters to pycni only for hairpin, kept for local endpoints alone;
+    the kube-proxy shape renders its hairpin rule in every endpoint chain, as kube-proxy
+    does."""
+    return f"n{int(ip) % NODES + 1}"
 
 
 def swap_model(model: ProxyModel, plan: Plan) -> ProxyModel:

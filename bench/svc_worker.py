@@ -5,9 +5,10 @@
 
 A fresh process per (shape, engine, size): the libnftables context, its cache and the kernel
 table start empty, so one load does not pay for another. Prints one JSON object: seconds to
-render and to apply the full sync, the same for each one-Service update (endpoint 0 of the
-middle Service swapped and back), VmRSS of this process before the model, holding it, and after the full sync (the
-libnftables context and the allocator's high-water mark included).
+render (pycni: the proxy's pass in Python, commit included) and to apply the full sync, the
+same for each one-Service update (endpoint 0 of the middle Service swapped and back: its
+endpoint record put, as a watch event delivers it), VmRSS of this process before the
+records, holding them, and after the full sync (after ``release_cache``, as pycnid does).
 """
 from __future__ import annotations
 
@@ -19,10 +20,15 @@ import time
 
 from cni.net import nft as nft_mod
 from cni.net.nft import Nft
-from cni.proxy.elements import calc_elements, render_transaction
+from cni.proxy.table import ServiceTable, TablePlan
+from cni.proxy.sync import calc_plan, paused_gc
+from cni.proxy.view import Records
 
 from . import svc_shapes as shapes
 from .common import vm_rss_kib
+
+
+LOCAL = [str(ip) for ip in shapes.NODE.node_ips]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,23 +48,40 @@ def timed(fn, *args) -> tuple[object, float]:
     return result, time.perf_counter() - started
 
 
+def sync_pycni(records: Records, table: ServiceTable | None) -> TablePlan:
+    """What pycnid's proxy does on a pass (cni/proxy/sync.py): the dirty Services' views
+    from its records (all of them without a table), then the table's plan."""
+    with paused_gc():
+        return calc_plan(records, shapes.NODE.node, 4, LOCAL, table, records.take_dirty())
+
+
+def commit(table: ServiceTable, plan: TablePlan) -> None:
+    with paused_gc():
+        table.commit(plan)
+
+
 def measure_pycni(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
     rss_base = vm_rss_kib(os.getpid())
-    model, build = timed(shapes.build_model, plan)
+    records, build = timed(shapes.build_records, plan)
     rss_built = vm_rss_kib(os.getpid())
-    script, render = timed(render_transaction, None, model)
-    _, apply = timed(nft.run, script)
-    committed = model
+    table = ServiceTable(4)
+    full, render = timed(sync_pycni, records, None)
+    _, apply = timed(nft.run, full.script)
+    _, committing = timed(commit, table, full)
+    nft.release_cache()  # as pycnid does after a full render
     rss_synced = vm_rss_kib(os.getpid())
-    rounds = []
+    rounds, committed = [], plan
     for r in range(1, updates + 1):
-        m1 = shapes.swap_model(committed, shapes.calc_swap(plan, r))
-        diff, d_render = timed(render_transaction, committed, m1)
-        _, d_apply = timed(nft.run, diff)
-        rounds.append({"render": d_render, "apply": d_apply, "bytes": len(diff)})
-        committed = m1
-    return {"build": build, "render": render, "apply": apply, "bytes": len(script),
-            "elements": len(calc_elements(model)), "updates": rounds,
+        new = shapes.calc_swap(plan, r)
+        shapes.swap_records(records, committed, new)  # the watch events, before the pass
+        diff, d_render = timed(sync_pycni, records, table)
+        _, d_apply = timed(nft.run, diff.script)
+        _, d_commit = timed(commit, table, diff)
+        rounds.append({"render": d_render + d_commit, "apply": d_apply,
+                       "bytes": len(diff.script)})
+        committed = new
+    return {"build": build, "render": render + committing, "apply": apply, "bytes": len(full.script),
+            "elements": len(table.elements()), "updates": rounds,
             "rss_kib_base": rss_base, "rss_kib_built": rss_built, "rss_kib_synced": rss_synced}
 
 

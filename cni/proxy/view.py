@@ -21,7 +21,7 @@ from ipam.nodes.record import NodeRecord
 from ipam.records import (ENDPOINTS, NODES, POOLS, SERVICES, SERVICES_META, CorruptRecord,
                           decode)
 from ipam.services.record import EndpointRecord, ServiceRecord, ServiceSettings
-from ipam.services.selectors import calc_endpoints, matches
+from ipam.services.selectors import calc_served_ports, matches
 from ipam.store.base import KV
 from .model import (LOOPBACK, Backend, IPAddress, NodeView, ProxyModel, ProxyPort, ProxyService,
                     ServicePortView)
@@ -263,11 +263,12 @@ def _parse_ip(text: str) -> IPAddress:
 
 def calc_port_views(record: ServiceRecord, endpoints: list[EndpointRecord], node: str,
                     family: int) -> list[ServicePortView]:
-    """One view per port of a Service with a VIP of ``family`` (none: not in this table)."""
+    """One view per port of a Service with a VIP of ``family`` (none: not in this table);
+    ``endpoints`` are those its selector picks (``Records.selected``)."""
     service = calc_service(record, family)
     if not service.vips:
         return []
-    picked = calc_endpoints(record, endpoints)
+    picked = [(e, calc_served_ports(record, e)) for e in endpoints]
     views = []
     for port, spec in zip(service.ports, record.ports):
         label = spec.name or str(spec.port)

@@ -27,11 +27,12 @@ def calc_endpoints(service: ServiceRecord,
                    endpoints: Iterable[EndpointRecord]) -> list[tuple[EndpointRecord, dict]]:
     """The endpoints in the Service's namespace that its selector picks, each with
     {service port name or number: the endpoint's port} for the ports it serves."""
-    picked = []
-    for endpoint in endpoints:
-        if endpoint.namespace == service.namespace and matches(service.selector,
-                                                                 endpoint.labels):
-            ports = {p.name or str(p.port): t for p in service.ports
-                     if (t := calc_target(p, endpoint)) is not None}
-            picked.append((endpoint, ports))
-    return picked
+    return [(endpoint, calc_served_ports(service, endpoint)) for endpoint in endpoints
+            if endpoint.namespace == service.namespace and matches(service.selector,
+                                                                     endpoint.labels)]
+
+
+def calc_served_ports(service: ServiceRecord, endpoint: EndpointRecord) -> dict[str, int]:
+    """{service port name or number: the endpoint's port} for the ports it serves."""
+    return {p.name or str(p.port): t for p in service.ports
+            if (t := calc_target(p, endpoint)) is not None}
