@@ -30,6 +30,7 @@ plain ``type`` maps, whose ``inet_service`` data carries no protocol: one serves
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -71,6 +72,14 @@ class Shape:
     def chain(self) -> str:
         middle = "lb" if self.kind == "lb" else f"aff-{self.timeout}"
         return f"{PREFIX[self.entry]}{middle}-{self.count}"
+
+
+SHAPE_CHAIN = re.compile(r"^(np-)?(lb|aff-\d+|pick-\d+)-\d+$")
+
+
+def is_shape_chain(name: str) -> bool:
+    """A chain of a shape (``lb-N``, ``aff-T-N``, ``pick-T-i``, their ``np-`` twins)."""
+    return bool(SHAPE_CHAIN.match(name))
 
 
 def render_skeleton(family: int) -> str:

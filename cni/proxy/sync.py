@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from cni.net.nft import Nft, NftError
 from cni.net.session import node_session
@@ -33,6 +33,7 @@ from ipam.loop import Errors, Loop
 from ipam.store.watched import WatchedPrefixes
 from . import conntrack
 from .model import ProxyModel
+from .render import FAMILY, TABLE, is_shape_chain
 from .table import ServiceTable, TablePlan
 from .view import PREFIXES, Records, calc_changes
 
@@ -62,6 +63,7 @@ class ProxySync:
         self.watched = WatchedPrefixes(store, PREFIXES, self.records, self.lock,
                                        lambda _changed: self.wake.set())
         self.tables: dict[int, ServiceTable | None] = {4: None, 6: None}
+        self.chains: dict[int, set[str] | None] = {4: None, 6: None}  # None: to be listed
         self.full_due = 0.0
         self.nft: Nft | None = None
         self.metrics = ProxyMetrics(registry)
@@ -99,10 +101,11 @@ class ProxySync:
         pass, and does not keep the other from its transaction (they share the dirty set)."""
         started = time.perf_counter()
         local = self.local_addresses()
+        chains = {f: self.calc_chains(f) for f in (4, 6) if self.tables[f] is None}
         with self.lock, paused_gc():
             dirty = self.records.take_dirty()
-            plans = {f: calc_plan(self.records, self.node, f, local, self.tables[f], dirty)
-                     for f in (4, 6)}
+            plans = {f: calc_plan(self.records, self.node, f, local, self.tables[f], dirty,
+                                  chains.get(f, ())) for f in (4, 6)}
         refused = [exc for f, plan in plans.items() if plan and (exc := self.apply(f, plan))]
         self.metrics.seconds.observe(time.perf_counter() - started)
         if refused:
@@ -115,13 +118,13 @@ class ProxySync:
         try:
             self.nft.run(plan.script)
         except NftError as exc:
-            self.tables[family] = None
+            self.tables[family], self.chains[family] = None, None
             self.metrics.failures.inc()
             return NftError(f"IPv{family} Service table refused: {exc}")
         table = self.tables[family] or ServiceTable(family)
         with paused_gc():
             table.commit(plan)
-        self.tables[family] = table
+        self.tables[family], self.chains[family] = table, table.chains()
         if plan.full:
             self.nft.release_cache()
         self.metrics.syncs.inc()
@@ -130,6 +133,16 @@ class ProxySync:
         log.info("proxy: IPv%d table %s, %d Service(s) changed", family,
                  "rendered" if plan.full else "updated", len(plan.services))
         return None
+
+    def calc_chains(self, family: int) -> set[str]:
+        """The shape chains the kernel holds: known from the last commit, else listed (at
+        start and after a refused transaction; chain names only, never the elements)."""
+        known = self.chains[family]
+        if known is not None or self.nft is None:
+            return known or set()
+        doc = self.nft.list_json(f"list chains {FAMILY[family]}")
+        return {c["chain"]["name"] for c in doc.get("nftables", []) if "chain" in c
+                and c["chain"].get("table") == TABLE and is_shape_chain(c["chain"]["name"])}
 
     def clean_conntrack(self, family: int, plan: TablePlan) -> None:
         """UDP entries of the changed Services whose answer comes from a non-serving source."""
@@ -142,15 +155,17 @@ class ProxySync:
 
 
 def calc_plan(records: Records, node: str, family: int, local: list[str],
-              table: ServiceTable | None, dirty: set[str]) -> TablePlan | None:
+              table: ServiceTable | None, dirty: set[str],
+              chains: Iterable[str] = ()) -> TablePlan | None:
     """A pass's transaction for one family (None: nothing to do): the dirty Services against
     the table, or every Service rendered whole when there is none. A family's table is made
-    once a service CIDR or a VIP of it exists."""
+    once a service CIDR or a VIP of it exists; a full render deletes the shape ``chains``
+    the kernel holds that it does not need."""
     keys = dirty if table is not None else list(records.services)
     view, changes = calc_changes(records, node, family, local, keys)
     if table is None:
         wanted = view.service_cidrs or any(changes.values())
-        return ServiceTable(family).plan(view, changes, full=True) if wanted else None
+        return ServiceTable(family).plan(view, changes, True, chains) if wanted else None
     if not changes and view == table.node:
         return None
     return table.plan(view, changes)

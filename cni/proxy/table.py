@@ -63,12 +63,14 @@ class ServiceTable:
     port_count: int = 0  # port views programmed (the proxy's metric)
     owners: dict[tuple[str, str], str] = field(default_factory=dict)  # map key -> Service
 
-    def plan(self, node: NodeView, changes: Mapping[str, Views], full: bool = False) -> TablePlan:
+    def plan(self, node: NodeView, changes: Mapping[str, Views], full: bool = False,
+             chains: Iterable[str] = ()) -> TablePlan:
         """The transaction that gives the Services in ``changes`` their views (``()``: the
         Service is gone). A changed node view re-plans every Service (NodePort addresses);
-        ``full`` starts from an empty table and renders the whole family."""
+        ``full`` starts from an empty table and renders the whole family, deleting the shape
+        ``chains`` the kernel holds that it no longer needs (a restart's leftovers)."""
         if full:
-            return self._plan_full(node, changes)
+            return self._plan_full(node, changes, set(chains))
         if node != self.node:
             changes = {**{k: p.views for k, p in self.services.items()}, **changes}
         planned = {key: self._calc_planned(node, views) for key, views in changes.items()}
@@ -95,14 +97,16 @@ class ServiceTable:
                 claimed.update(dict.fromkeys(mine, key))
         return planned
 
-    def _plan_full(self, node: NodeView, changes: Mapping[str, Views]) -> TablePlan:
+    def _plan_full(self, node: NodeView, changes: Mapping[str, Views],
+                   chains: set[str]) -> TablePlan:
         planned = {k: self._calc_planned(node, v) for k, v in changes.items() if v}
         owners: dict[tuple[str, str], str] = {}
         planned = {k: p for k, p in self._claim(planned, {}, owners).items() if p.views}
         node_elements = calc_node_elements(ProxyModel(self.family, node))
         elements = set(node_elements).union(*(p.elements for p in planned.values()))
         shapes = set().union(*(p.shapes for p in planned.values()))
-        script = render_full_script(self.family, shapes, elements)
+        stale = chains - calc_shape_chains(shapes)
+        script = render_full_script(self.family, shapes, elements) + self._render_deletes(stale)
         return TablePlan(script, True, node, node_elements, planned, {}, owners)
 
     def _plan_update(self, node: NodeView, planned: dict[str, Planned]) -> TablePlan:
@@ -126,11 +130,17 @@ class ServiceTable:
         chains no entry points at any more."""
         live = {s for s, n in self.shape_counts.items() if n} - set(old_shapes) | set(new_shapes)
         stale = calc_shape_chains(old_shapes) - calc_shape_chains(live)
-        t = f"{FAMILY[self.family]} {TABLE}"
         return ("".join(render_shape(self.family, s) for s in sorted(new_shapes))
                 + render_elements(self.family, "delete", deletes)
-                + render_elements(self.family, "add", adds)
-                + "".join(f"delete chain {t} {c}\n" for c in sorted(stale, key=_referrers_first)))
+                + render_elements(self.family, "add", adds) + self._render_deletes(stale))
+
+    def _render_deletes(self, chains: Iterable[str]) -> str:
+        t = f"{FAMILY[self.family]} {TABLE}"
+        return "".join(f"delete chain {t} {c}\n" for c in sorted(chains, key=_referrers_first))
+
+    def chains(self) -> set[str]:
+        """The shape chains this table's elements use (what the kernel holds once committed)."""
+        return calc_shape_chains(self.shape_counts)
 
     def commit(self, plan: TablePlan) -> None:
         """The kernel took ``plan.script``: hold what it programmed."""
