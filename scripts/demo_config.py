@@ -8,9 +8,11 @@ store in WORK_DIR; WORK_DIR/net.d/10-pycni.conflist is the example conflist.
 
 A node of the two-node part: NODE_DIR/pycnid.json is conf/pycnid.json on the etcd at ETCD_URL
 with the VXLAN overlay (every other overlay key at its default: VNI 1, UDP 4789, device
-pycni.1, MTU underlay − 50); NODE_DIR/net.d/20-pycni-cluster.conflist is the example cluster
-conflist without its "mtu" (pycni-bridge then takes the overlay's: 1500 would not fit the
-tunnel) and naming the backend it expects.
+pycni.1, MTU underlay − 50) and the Service proxy on; NODE_DIR/net.d/20-pycni-cluster.conflist
+is the example cluster conflist without its "mtu" (pycni-bridge then takes the overlay's: 1500
+would not fit the tunnel), naming the backend it expects, with hairpinMode on and pycni-svc
+chained right after pycni-bridge (as conf/30-pycni-svc.conflist does), so each Pod added is
+published as a Service endpoint.
 
 Every pycni plugin is pointed at its node's socket through its `daemonSocket` key, so the demo
 never uses /run/pycni.
@@ -24,6 +26,7 @@ import sys
 CONFLIST = "10-pycni.conflist"
 CLUSTER_CONFLIST = "20-pycni-cluster.conflist"
 BACKEND = "vxlan"
+SVC_PLUGIN = {"type": "pycni-svc"}
 
 
 def render_daemon_config(example: dict, work: str) -> dict:
@@ -35,7 +38,7 @@ def render_daemon_config(example: dict, work: str) -> dict:
 def render_node_config(example: dict, node_dir: str, node: str, etcd_url: str) -> dict:
     return {**example, "socket": os.path.join(node_dir, "pycnid.sock"), "stateDir": node_dir,
             "nodeName": node, "store": {"type": "etcd", "endpoints": [etcd_url]},
-            "overlay": {"backend": BACKEND}}
+            "overlay": {"backend": BACKEND}, "services": {"proxy": True}}
 
 
 def render_conflist(example: dict, socket_path: str) -> dict:
@@ -45,14 +48,24 @@ def render_conflist(example: dict, socket_path: str) -> dict:
 
 
 def render_overlay_conflist(example: dict, socket_path: str) -> dict:
-    """The cluster conflist as an overlay node runs it: MTU from the node, backend named."""
+    """The cluster conflist as an overlay node runs it: MTU from the node, backend named,
+    hairpin on (a Pod reaching itself through its Service) and pycni-svc after the bridge."""
     def fit(plugin: dict) -> dict:
         if plugin.get("type") != "pycni-bridge":
             return plugin
         kept = {k: v for k, v in plugin.items() if k != "mtu"}
-        return {**kept, "backend": {"type": BACKEND}}
-    conflist = render_conflist(example, socket_path)
+        return {**kept, "backend": {"type": BACKEND}, "hairpinMode": True}
+    plugins = chain_svc([p for p in example["plugins"] if p.get("type") != SVC_PLUGIN["type"]])
+    conflist = render_conflist({**example, "plugins": plugins}, socket_path)
     return {**conflist, "plugins": [fit(p) for p in conflist["plugins"]]}
+
+
+def chain_svc(plugins: list[dict]) -> list[dict]:
+    """pycni-svc right after the first pycni-bridge (last without one): it reads the Pod's
+    addresses from that plugin's prevResult."""
+    at = next((i + 1 for i, p in enumerate(plugins) if p.get("type") == "pycni-bridge"),
+              len(plugins))
+    return [*plugins[:at], dict(SVC_PLUGIN), *plugins[at:]]
 
 
 def read_json(path: str) -> dict:
