@@ -49,6 +49,7 @@ class Records:
     bad: set[str] = field(default_factory=set)
     labelled: dict[LabelKey, set[str]] = field(default_factory=dict)  # -> endpoint keys
     selecting: dict[LabelKey, set[str]] = field(default_factory=dict)  # -> Service keys
+    addresses: dict[str, tuple[IPAddress, ...]] = field(default_factory=dict)  # endpoint key ->
     dirty: set[str] = field(default_factory=set)
 
     def apply(self, kv: KV, deleted: bool = False) -> None:
@@ -87,11 +88,15 @@ class Records:
             self.dirty.add(key)
 
     def _put_endpoint(self, key: str, record: EndpointRecord | None) -> None:
+        """Addresses are parsed here, once per record: a bad one makes the record unreadable
+        (``apply`` leaves it out), and a full render does not parse 50k of them again."""
+        addresses = tuple(_parse_ip(text) for text in record.ips) if record else ()
         old = self.endpoints.pop(key, None)
+        self.addresses.pop(key, None)
         if old is not None:
             _unindex(self.labelled, _pairs(old.namespace, old.labels), key)
         if record is not None:
-            self.endpoints[key] = record
+            self.endpoints[key], self.addresses[key] = record, addresses
             _index(self.labelled, _pairs(record.namespace, record.labels), key)
         if old != record:
             self.dirty |= self._selecting(old) | self._selecting(record)
@@ -104,13 +109,14 @@ class Records:
                              _pairs(endpoint.namespace, endpoint.labels)))
         return {k for k in keys if matches(self.services[k].selector, endpoint.labels)}
 
-    def selected(self, service: ServiceRecord) -> list[EndpointRecord]:
-        """The endpoints ``service``'s selector picks, by key (an index intersection)."""
+    def selected(self, service: ServiceRecord) -> list[tuple[EndpointRecord, tuple]]:
+        """The endpoints ``service``'s selector picks, by key (an index intersection), each
+        with its parsed addresses."""
         pairs = _pairs(service.namespace, service.selector)
         if not pairs:
             return []
         found = set.intersection(*(self.labelled.get(p, set()) for p in pairs))
-        return [self.endpoints[k] for k in sorted(found)]
+        return [(self.endpoints[k], self.addresses[k]) for k in sorted(found)]
 
     def _apply_pool(self, kv: KV) -> None:
         """A cluster pool's CIDR; a pool a netconf defined is not the cluster's."""
@@ -243,8 +249,7 @@ def calc_service(record: ServiceRecord, family: int) -> ProxyService:
 
 def _ips(texts: Iterable[str], family: int) -> tuple[IPAddress, ...]:
     """Addresses of ``family`` (an endpoint's may carry its prefix length)."""
-    ips = (_parse_ip(text) for text in texts)
-    return tuple(ip for ip in ips if ip.version == family)
+    return tuple([ip for ip in map(_parse_ip, texts) if ip.version == family])
 
 
 @functools.lru_cache(maxsize=1 << 17)
@@ -258,22 +263,24 @@ def _parse_ip(text: str) -> IPAddress:
         packed = socket.inet_pton(family, addr)
     except OSError:
         raise ValueError(f"{addr!r} is not an IP address") from None
-    return ipaddress.ip_address(packed if family == socket.AF_INET6 else packed)
+    return ipaddress.ip_address(packed)
 
 
-def calc_port_views(record: ServiceRecord, endpoints: list[EndpointRecord], node: str,
+def calc_port_views(record: ServiceRecord,
+                    endpoints: list[tuple[EndpointRecord, tuple[IPAddress, ...]]], node: str,
                     family: int) -> list[ServicePortView]:
     """One view per port of a Service with a VIP of ``family`` (none: not in this table);
-    ``endpoints`` are those its selector picks (``Records.selected``)."""
+    ``endpoints`` are those its selector picks (``Records.selected``), with their addresses."""
     service = calc_service(record, family)
     if not service.vips:
         return []
-    picked = [(e, calc_served_ports(record, e)) for e in endpoints]
+    picked = [(e, [ip for ip in ips if ip.version == family], calc_served_ports(record, e))
+              for e, ips in endpoints]
     views = []
     for port, spec in zip(service.ports, record.ports):
         label = spec.name or str(spec.port)
-        backends = {(int(ip), ports[label], e.node): ip for e, ports in picked
-                    if label in ports for ip in _ips(e.ips, family)}
+        backends = {(int(ip), ports[label], e.node): ip for e, ips, ports in picked
+                    if label in ports for ip in ips}
         views.append(ServicePortView(service, port, tuple(
             Backend(ip, p, n, n == node) for (_, p, n), ip in sorted(backends.items()))))
     return views
