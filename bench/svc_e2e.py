@@ -1,7 +1,7 @@
 """`make bench-svc-e2e`: the Service proxy end to end in pycnid (issue 9), on two real nodes.
 
-    python3 -m bench.svc_e2e [--reps 5] [--services 10000] [--endpoints 5] [--timeout 900]
-                             [--results-dir DIR]
+    python3 -m bench.svc_e2e [--reps 5] [--services 10000] [--endpoints 5] [--updates 5]
+                             [--timeout 900] [--results-dir DIR]
 
 A 2-node vxlan cluster (bench/overlay_topo.py: etcd and pycnids with ``services.proxy``), a
 backend Pod with a TCP server on node1, a client Pod on node2, the backend's endpoint record
@@ -15,9 +15,11 @@ written directly (as pycni-svc would). Measured:
 - at scale: ``--services`` Services x ``--endpoints`` endpoints written into etcd in bulk (the
   store's ``txn``, 126 puts a txn, from a writer inside node1: bench/svc_e2e_load.py), then on
   node2: VmRSS of pycnid before and after it programmed them
-  (``pycni_proxy_services{family="ipv4"}``), the first pass of a restarted pycnid
-  (``pycni_proxy_sync_seconds``), and one endpoint changed until ``pycni_proxy_syncs_total``
-  moves (an update at that size).
+  (``pycni_proxy_services{family="ipv4"}``), a restarted pycnid (its first pass from
+  ``pycni_proxy_sync_seconds``, its logged transactions, VmRSS sampled and split:
+  bench/svc_e2e_cold.py), and ``--updates`` times each one endpoint changed and one Service
+  created, from the put until the kernel of node2 holds it (a kept libnftables context polling
+  every 2 ms: bench/svc_e2e_kernel.py; metrics polling cost ~200 ms a scrape).
 
 Results: bench/results/svc-e2e-<time>.json and svc-e2e-latest.json, and a table. Only
 namespaces this run creates are touched. Figures, never timed assertions.
@@ -37,9 +39,9 @@ from tests.overlay.pods import pycni_cli, python_in
 
 from .common import (REPO, Line, Sandbox, finish_report, median, percentile,
                      render_goal_table, report_header, vm_rss_kib, write_launchers)
+from . import svc_e2e_cold as cold, svc_e2e_kernel as kernel
 from .overlay_topo import start_cluster
-from .svc_e2e_load import (METRICS, POLLER, calc_bulk_service, scrape, services_metric,
-                           wait_metric)
+from .svc_e2e_load import METRICS, POLLER, services_metric, wait_metric
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 CIDR = "10.96.0.0/16"  # bulk VIPs from 10.96.0.1 up; the create runs use 10.96.255.x
@@ -50,6 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5, help="create -> connect repetitions")
     parser.add_argument("--services", type=int, default=10000, help="Services in bulk")
     parser.add_argument("--endpoints", type=int, default=5, help="endpoints a bulk Service")
+    parser.add_argument("--updates", type=int, default=5,
+                        help="endpoint updates and Service creates at scale, each")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds to wait for the proxy at each step")
     parser.add_argument("--results-dir", default=RESULTS_DIR)
@@ -107,7 +111,8 @@ def write_bulk_from(node, endpoints: list[str], services: int, per_service: int)
     return json.loads(out.stdout)
 
 
-def measure_scale(built, services: int, per_service: int, present: int, timeout: float) -> dict:
+def measure_scale(built, services: int, per_service: int, present: int, updates: int,
+                  timeout: float) -> dict:
     """Bulk write, programmed (RSS before/after), a cold first pass, one endpoint update."""
     n1, n2 = built.nodes
     ns, want = n2.host.ns.name, services + present
@@ -119,40 +124,45 @@ def measure_scale(built, services: int, per_service: int, present: int, timeout:
            "write_to_programmed": None if done is None else done + lag - first,
            "rss_kib_before": rss_before, "rss_kib_programmed": vm_rss_kib(n2.daemon.proc.pid)}
     out["cold"] = measure_cold(n2, want, timeout)
-    out["update"] = measure_update(built, n2, per_service, services, timeout)
+    out.update(measure_kernel(built, services, per_service, updates, timeout))
     return out
 
 
 def measure_cold(node, want: int, timeout: float) -> dict:
-    """pycnid restarted with every Service in the store: exec -> all programmed, the first
-    pass's own time (the histogram, when that pass was its only one) and VmRSS then."""
+    """pycnid restarted (logLevel info) with every Service in the store: exec -> all
+    programmed, its passes (histogram and log lines), VmRSS sampled, peak and split."""
     node.daemon.stop()
+    node.daemon.config["logLevel"] = "info"
+    offset = len(node.daemon.log())
     started = time.monotonic()
     node.daemon.start(timeout=60)
+    sampler = cold.RssSampler(node.daemon.proc.pid)
     done, samples = wait_metric(node.host.ns.name, lambda s: services_metric(s) >= want and
                                 s.get("pycni_proxy_sync_seconds_count", 0) >= 1, timeout)
     count = samples.get("pycni_proxy_sync_seconds_count", 0)
     total = samples.get("pycni_proxy_sync_seconds_sum", 0.0)
+    programmed = cold.calc_memory(node.daemon.proc.pid)
+    time.sleep(2.0)
     return {"exec_to_programmed": None if done is None else done - started,
             "passes": count, "first_pass": total if count == 1 else None,
             "passes_mean": total / count if count else None,
-            "rss_kib": vm_rss_kib(node.daemon.proc.pid)}
+            "rss_kib": programmed["VmRSS"], "memory_programmed": programmed,
+            "memory_2s_later": cold.calc_memory(node.daemon.proc.pid),
+            "rss_peak": cold.calc_peak(sampler.close()),
+            "logged": cold.parse_passes(node.daemon.log()[offset:])}
 
 
-def measure_update(built, node, per_service: int, services: int, timeout: float) -> dict:
-    """One endpoint of a Service in the middle gets a new IP; until a sync is applied."""
-    ns = node.host.ns.name
-    before = scrape(ns).get("pycni_proxy_syncs_total", 0.0)
-    key, value = calc_bulk_service(services // 2, per_service)[2]
-    record = EndpointRecord.from_bytes(key, value)
-    moved = EndpointRecord(record.namespace, record.pod, record.ifname, ("10.199.0.1",),
-                           record.labels, record.node)
-    started = time.monotonic()
-    built.cluster.etcd.put(moved.key, moved.to_bytes())
-    done, samples = wait_metric(ns, lambda s: s.get("pycni_proxy_syncs_total", 0) > before,
-                                timeout)
-    return {"put_to_synced": None if done is None else done - started,
-            "syncs": samples.get("pycni_proxy_syncs_total", 0.0) - before}
+def measure_kernel(built, services: int, per_service: int, count: int, timeout: float) -> dict:
+    """One endpoint changed, and one Service created, ``count`` times each at scale: put ->
+    element in node2's kernel (bench/svc_e2e_kernel.py)."""
+    poller = kernel.start_poller(built.nodes[1])
+    try:
+        return {"update": kernel.measure_updates(built, poller, services, per_service, count,
+                                                 timeout),
+                "create": kernel.measure_creates(built, poller, count, timeout)}
+    finally:
+        poller.stdin.close()
+        poller.wait(10)
 
 
 # --- report --------------------------------------------------------------------------------
@@ -179,7 +189,7 @@ def create_lines(cr: dict) -> list[Line]:
 
 
 def scale_lines(sc: dict) -> list[Line]:
-    cold, update = sc["cold"], sc["update"]
+    cold = sc["cold"]
     ratio = (f"{sc['rss_kib_programmed'] / sc['rss_kib_before']:.2f}x"
              if sc["rss_kib_programmed"] and sc["rss_kib_before"] else "")
     first = (("  its first pass", cold["first_pass"]) if cold["first_pass"] is not None else
@@ -192,9 +202,20 @@ def scale_lines(sc: dict) -> list[Line]:
             ("restarted pycnid: exec -> programmed", secs(cold["exec_to_programmed"]), "", "",
              "", ""),
             (first[0], secs(first[1]), "", "", "", ""),
-            ("  its VmRSS then", mib(cold["rss_kib"]), "", "", "", ""),
-            ("one endpoint changed -> sync applied", ms(update["put_to_synced"]), "", "", "",
-             "")]
+            ("  transactions it logged", str(len(cold["logged"])), "", "", "", ""),
+            ("  its VmRSS then (peak sampled)", mib(cold["rss_kib"]),
+             mib(cold["rss_peak"]["rss_kib"]), "", "", ""),
+            ("  2 s later: VmRSS (VmHWM)", mib(cold["memory_2s_later"]["VmRSS"]),
+             mib(cold["memory_2s_later"]["VmHWM"]), "", "", ""),
+            *kernel_lines("one endpoint changed -> in the kernel", sc["update"]),
+            *kernel_lines("one Service created -> in the kernel", sc["create"])]
+
+
+def kernel_lines(label: str, figures: dict) -> list[Line]:
+    n = len(figures["runs"])
+    late = f"{figures['timeouts']} timed out" if figures["timeouts"] else ""
+    return [(f"{label}, p50 of {n}", ms(figures["p50"]), late, "", "", ""),
+            ("  max", ms(figures["max"]), "", "", "", "")]
 
 
 def render(report: dict, sections: list[tuple[str, list[Line]]]) -> str:
@@ -216,7 +237,7 @@ def run(args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict
         print(f"--> {args.services} Services x {args.endpoints} endpoints", file=sys.stderr,
               flush=True)
         report["scale"] = measure_scale(built, args.services, args.endpoints, args.reps,
-                                        args.timeout)
+                                        args.updates, args.timeout)
     finally:
         underlay = built.cluster.underlay
         report["namespaces"] = [underlay.ns.name, *(h.ns.name for h in underlay.hosts)]
