@@ -164,7 +164,7 @@ def validate_selector(spec: Mapping[str, Any]) -> dict[str, str]:
         raise bad("selector", "not an object of label: value")
     for key, value in selector.items():
         if not isinstance(key, str) or not LABEL_KEY.match(key):
-            raise bad(f"selector.{key}", "not a label key")
+            raise bad("selector", f"{key!r} is not a label key")
         if not isinstance(value, str) or not LABEL_VALUE.match(value):
             raise bad(f"selector.{key}", f"{value!r} is not a label value")
     return dict(selector)
