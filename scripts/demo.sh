@@ -7,7 +7,8 @@
 # are detached again.
 # Part 2, two nodes (scripts/demo_overlay.sh): an "underlay" namespace with a bridge joins a
 # control-plane namespace running etcd and two node namespaces, each running its own pycnid on
-# that etcd with the VXLAN overlay; one pool, one Pod per node, and a ping from node to node.
+# that etcd with the VXLAN overlay; one pool, one Pod per node, and a ping from node to node;
+# then a Service over both Pods (pycni-svc, the proxy in pycnid, `pycni svc`) and its trace.
 #
 # Everything happens in namespaces this script creates (all named pycnidemo<pid>-*); the
 # machine's own network namespace is never touched. On exit (success, failure or Ctrl-C) Pods
@@ -21,7 +22,7 @@ TAG=pycnidemo$$
 WORK=
 NAMESPACES=()           # every namespace made, deleted last-made first
 DAEMONS=()              # "pid log label" of every daemon started, stopped last-started first
-declare -A POD_HOME=()  # pod namespace -> "node-namespace node-dir network" it attaches to
+declare -A POD_HOME=()  # pod ns -> "node-ns node-dir network [CNI_ARGS]" it attaches to
 declare -A ATTACHED=()  # pods ADDed and not DELeted yet: DELeted on the way out
 
 # At most one $(...) per command once the traps are set: bash 5.2 (Debian 12) mis-parses the
@@ -69,10 +70,11 @@ stop_daemon() {  # stop_daemon PID LABEL: SIGTERM, SIGKILL after 10 s
 }
 
 cni_net() {  # cni_net VERB POD: `pycni net VERB` (cnitool-style) in the pod's node namespace
-    local node dir network
-    read -r node dir network <<<"${POD_HOME[$2]}"
+    local node dir network args
+    read -r node dir network args <<<"${POD_HOME[$2]}"
     ip netns exec "$node" env NETCONFPATH="$dir/net.d" CNI_PATH="$WORK/bin:/usr/lib/cni" \
-        CNI_CACHE_DIR="$dir/cache" "$PYTHON" -m ipam.cli net "$1" "$network" "/var/run/netns/$2"
+        CNI_CACHE_DIR="$dir/cache" CNI_ARGS="$args" \
+        "$PYTHON" -m ipam.cli net "$1" "$network" "/var/run/netns/$2"
 }
 attach() {  # attach POD: ADD, the result in $WORK/POD.json
     ATTACHED[$1]=1  # before the ADD: a failed or interrupted ADD is DELeted too

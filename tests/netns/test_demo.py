@@ -1,6 +1,8 @@
 """`make demo` end to end: it must succeed, show both pods reaching each other and the gateway,
-then a Pod on each of two nodes reaching the other over VXLAN, and leave nothing behind
-(namespaces, pycnids, etcd, temp dir) — and clean up just as well when a step fails half-way."""
+then a Pod on each of two nodes reaching the other over VXLAN, then a Service over those two
+Pods (added through pycni-bridge + pycni-svc) answering from both through its VIP and traced,
+and leave nothing behind (namespaces, pycnids, etcd, the Pods' servers, temp dir) — and clean
+up just as well when a step fails half-way."""
 from __future__ import annotations
 
 import os
@@ -36,6 +38,8 @@ def leftovers(output: str) -> list[str]:
     if tag:
         names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         found += [ln.split()[0] for ln in names.splitlines() if ln.startswith(tag.group(1))]
+        procs = subprocess.run(["pgrep", "-f", tag.group(1)], capture_output=True, text=True)
+        found += [f"pid {pid}" for pid in procs.stdout.split()]  # the Pods' servers, too
     if work:
         if os.path.exists(work.group(1)):
             found.append(work.group(1))
@@ -58,7 +62,24 @@ def test_demo_wires_two_pods_then_two_nodes_and_cleans_up():
     assert re.search(r"via 10\.244\.\S+ dev pycni\.1 onlink", out), out  # node1's route
     assert re.search(r"dst 172\.31\.251\.12 self permanent", out), out  # node1's FDB entry
     assert "veth pairs left on the nodes: 0" in out
+    assert_service_shown(out)
     assert leftovers(out) == []
+
+
+def assert_service_shown(out: str) -> None:
+    """demo/web over both Pods: listed as its endpoints, every connect to the VIP answered,
+    by both Pods (one is the client itself: hairpin), traced, then removed."""
+    vip = re.search(r"--selector app=web: clusterIP (10\.96\.0\.\d+)", out)
+    assert vip, out
+    for node in ("node1", "node2"):
+        assert re.search(rf"demo/web-{node} +eth0 +10\.244\.\S+ +{node} +http=8080", out), out
+    connects = int(re.search(r"(\d+) connects from the pod on node1 to ", out).group(1))
+    counts = [int(n) for n in re.findall(
+        r"answered by the pod on node[12] 10\.244\.\S+ +(\d+)", out)]
+    assert len(counts) == 2 and sum(counts) == connects and min(counts) > 0, out
+    assert "ClusterIP demo/web:http: dnat" in out, out
+    assert "masquerade: hairpin: the client is this endpoint" in out, out
+    assert f"removed demo/web; freed {vip.group(1)}" in out, out
 
 
 def interrupted_demo(when, sig: int) -> tuple[int, str]:
@@ -87,13 +108,15 @@ def test_demo_cleans_up_when_interrupted():
 
 
 def test_demo_cleans_up_when_interrupted_on_two_nodes():
-    """SIGTERM once both Pods of the two-node part are attached: they are DELeted, both
-    pycnids and etcd stopped, and everything removed."""
-    code, out = interrupted_demo(lambda line: line.lstrip().startswith("pod on node2:"),
+    """SIGTERM while the Service's servers run in both Pods of the two-node part: the servers
+    are stopped, the Pods DELeted through the conflist (pycni-svc too, from their CNI_ARGS),
+    both pycnids and etcd stopped, and everything removed."""
+    code, out = interrupted_demo(lambda line: "connects from the pod on node1" in line,
                                  signal.SIGTERM)
     assert code == 143, out
     assert "node1-pod: DEL ok" in out and "node2-pod: DEL ok" in out, out
-    for daemon in ("pycnid on node1", "pycnid on node2", "etcd"):
+    for daemon in ("web server on node1", "web server on node2",
+                   "pycnid on node1", "pycnid on node2", "etcd"):
         assert f"{daemon} stopped" in out, out
     time.sleep(0.2)
     assert leftovers(out) == []
