@@ -1,5 +1,5 @@
 # make demo, part 2 (sourced by scripts/demo.sh, which owns the cleanup): two nodes, one Pod on
-# each, a cross-node ping over VXLAN.
+# each, a cross-node ping over VXLAN, then a Service over both Pods.
 #
 #   underlay ns: br0 ── veth ── control-plane (eth0 172.31.251.2)    etcd
 #                    ── veth ── node1         (eth0 172.31.251.11)   pycnid, VXLAN pycni.1
