@@ -23,7 +23,7 @@ CLUSTER_NETWORK=pycni-cluster
 VXLAN_DEV=pycni.1        # the overlay's default device (VNI 1)
 SVC=demo/web             # namespace/name of the demo's Service
 SVC_CIDR=10.96.0.0/24
-SVC_CONNECTS=16          # VIP connects from node1's pod (both backends seen but 1 in 2^15)
+SVC_CONNECTS=16          # VIP connects from node1's pod (all to one backend: 1 run in 2^15)
 # Each Pod's server: answers every connection with the address it reached (the Pod's own)
 WEB_SERVER='import socketserver as s
 class H(s.BaseRequestHandler):
