@@ -36,6 +36,7 @@ from ipam.store.base import Delete, Put
 from ipam.store.sqlite import SqliteStore
 from tests.fixtures.netns import Netns, new_netns
 from tests.fixtures.svc_model import NODE, NODE6, be
+from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
@@ -235,6 +236,8 @@ from ipam.metrics import Registry
 from ipam.store.sqlite import SqliteStore
 sync = ProxySync("n1", SqliteStore(sys.argv[1]), Registry(), float(sys.argv[2])).start()
 for line in sys.stdin:
+    if line.strip() == "wake":  # what an etcd watch does on a change (SQLite has none)
+        sync.wake.set()
     if line.strip() == "synced":  # the first pass went in (or a minute went by)
         deadline = time.monotonic() + 60
         while not sync.metrics.syncs.value() and time.monotonic() < deadline:
@@ -357,3 +360,40 @@ STALE_SLOTS = ("a full render flushes only the slot-i maps its own elements use:
 def test_a_restart_leaves_no_element_of_the_last_run(restarted):
     second = restarted["runs"][1]
     assert calc_leftovers(second, restarted["fresh"]) == {}
+
+
+def calc_whole(ns: Netns, fresh: dict[str, Any]) -> bool:
+    listed = calc_listing(ns, 4)
+    return {k: v for k, v in listed.items() if k not in calc_leftovers(listed, fresh)} == fresh
+
+
+EDITS = {"table-deleted": (f"delete table ip {TABLE}", 600),
+         "map-flushed": (f"flush map ip {TABLE} service-ips", 2),
+         "element-deleted": (f"delete element ip {TABLE} backends-tcp {{ 10.96.0.6 . tcp . 80 . 0 }}", 2)}
+
+
+@pytest.mark.parametrize("edit", EDITS)
+def test_a_table_changed_by_hand_is_whole_again(node_ns, netns_factory, tmp_path, edit):
+    """While the proxy runs: the hand edit, then a Service change and a wake (an etcd watch's).
+    A gone table refuses the change's pass and the retry renders it whole (no resync due for
+    600 s: the refusal alone heals it); a flushed map or a deleted element does not refuse
+    the pass, and the next resync (every 2 s) refills it. Either way the end state is the
+    store's whole render."""
+    script, resync = EDITS[edit]
+    store, fresh_ns = setup_store(tmp_path / "store.db"), netns_factory("proxyfresh")
+    ensure_records(store, [svc_record("four", "10.96.0.6"), *(pod_record(i, "four") for i in range(4))])
+    proxy = Proxy(node_ns, tmp_path / "store.db", resync)
+    try:
+        assert proxy.ask("synced")["syncs"] >= 1
+        fresh = calc_expected(store, fresh_ns)
+        wait_for("the first render", lambda: calc_whole(node_ns, fresh), timeout=30)
+        node_ns.run(["nft", script])
+        assert not calc_whole(node_ns, fresh)
+        ensure_records(store, [svc_record("late", "10.96.0.7"), pod_record(9, "late")])
+        proxy.ask("wake")
+        fresh = calc_expected(store, fresh_ns)
+        wait_for("the whole table again", lambda: calc_whole(node_ns, fresh), timeout=60)
+        if edit == "table-deleted":
+            assert proxy.ask("metrics")["failures"] >= 1
+    finally:
+        proxy.stop()
