@@ -106,8 +106,17 @@ class ProxySync:
             dirty = self.records.take_dirty()
             plans = {f: calc_plan(self.records, self.node, f, local, self.tables[f], dirty,
                                   chains.get(f, ())) for f in (4, 6)}
+        planned = time.perf_counter()
         refused = [exc for f, plan in plans.items() if plan and (exc := self.apply(f, plan))]
-        self.metrics.seconds.observe(time.perf_counter() - started)
+        full = any(plan and plan.full for plan in plans.values())
+        del plans  # a full plan's script and element sets: before the heap is trimmed
+        if full and self.nft is not None:
+            self.nft.release_cache()
+        done = time.perf_counter()
+        self.metrics.seconds.observe(done - started)
+        (log.info if full else log.debug)("proxy: pass of %d dirty Service(s): %.1f ms "
+                                          "(plan %.1f ms)", len(dirty), (done - started) * 1e3,
+                                          (planned - started) * 1e3)
         if refused:
             raise refused[0]
 
@@ -125,8 +134,6 @@ class ProxySync:
         with paused_gc():
             table.commit(plan)
         self.tables[family], self.chains[family] = table, table.chains()
-        if plan.full:
-            self.nft.release_cache()
         self.metrics.syncs.inc()
         self.metrics.services.set(table.port_count, family=f"ipv{family}")
         self.clean_conntrack(family, plan)
