@@ -39,6 +39,7 @@ from .view import PREFIXES, Records, calc_changes
 
 log = logging.getLogger("pycnid.proxy")
 RETRY = 1.0
+POLL = 0.5  # a store without watches (SQLite): how often its revision is looked at
 
 
 class ProxyMetrics:
@@ -88,7 +89,8 @@ class ProxySync:
             self.tables = {4: None, 6: None}
             self.full_due = time.monotonic() + self.resync_interval
         self.sync()
-        return max(0.0, self.full_due - time.monotonic())
+        wait = max(0.0, self.full_due - time.monotonic())
+        return wait if self.watched.can_watch else min(wait, POLL)
 
     def local_addresses(self) -> list[str]:
         """This node's global addresses (NodePorts answer on them too)."""

@@ -1,5 +1,6 @@
 """A view kept current from store prefixes: read each prefix once, then watch it from the
-revision read (etcd); a store without watches (SQLite) is re-read on every ``ensure``.
+revision read (etcd); a store without watches (SQLite) is re-read by ``ensure`` whenever its
+revision moved (every ``ensure`` if it has none), so its owner polls ``ensure`` instead.
 
 Both of pycnid's syncs (overlay peers, Service proxy) keep their in-memory view this way. The
 view has ``replace_all(kvs, prefix)`` (a snapshot of one prefix: after a read, or a watch that
@@ -19,23 +20,34 @@ class WatchedPrefixes:
         self.on_change = on_change
         self.loaded: set[str] = set()
         self.watches: list[Any] = []
+        self.read_at: int | None = None  # without watches: the store revision last read
+
+    @property
+    def can_watch(self) -> bool:
+        return callable(getattr(self.store, "watch", None))
 
     def ensure(self) -> None:
-        """Read every prefix not yet watched (all of them each call without a watch)."""
-        can_watch = callable(getattr(self.store, "watch", None))
+        """Read every prefix not yet watched (without watches: all of them, if the store
+        changed since the last read)."""
+        can_watch = self.can_watch
+        revision = None if can_watch else self._revision()
+        if not can_watch and revision is not None and revision == self.read_at:
+            return
         for prefix in self.prefixes:
             if prefix in self.loaded:
                 continue
-            kvs, revision = self.store.range_at(prefix) if can_watch else \
-                (self.store.range(prefix), 0)
+            kvs, read = self.store.range_at(prefix) if can_watch else (self.store.range(prefix), 0)
             with self.lock:
                 self.view.replace_all(kvs, prefix)
             if can_watch:
-                self.watches.append(self.store.watch(prefix, revision + 1,
+                self.watches.append(self.store.watch(prefix, read + 1,
                                                      self.on_update_of(prefix)))
                 self.loaded.add(prefix)
-        if not can_watch:
-            self.loaded.clear()  # re-read on the next call
+        self.read_at = revision  # after a whole read; a txn in between: read again next call
+
+    def _revision(self) -> int | None:
+        revision = getattr(self.store, "revision", None)
+        return revision() if callable(revision) else None
 
     def on_update_of(self, prefix: str) -> Callable[[Any], None]:
         def on_update(update: Any) -> None:

@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,7 +29,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from cni.proxy.model import PROTOCOLS, ProxyModel, ProxyPort, ProxyService, ServicePortView
 from cni.proxy.render import FAMILY, TABLE, is_shape_chain
 from cni.proxy.table import ServiceTable, group_views, render_transaction
-from cni.proxy.sync import calc_plan
+from cni.proxy.sync import POLL, calc_plan
 from cni.proxy.view import PREFIXES, Records
 from ipam.records import SERVICES_META, encode, pool_key
 from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
@@ -395,5 +396,24 @@ def test_a_table_changed_by_hand_is_whole_again(node_ns, netns_factory, tmp_path
         wait_for("the whole table again", lambda: calc_whole(node_ns, fresh), timeout=60)
         if edit == "table-deleted":
             assert proxy.ask("metrics")["failures"] >= 1
+    finally:
+        proxy.stop()
+
+
+def test_a_sqlite_store_change_is_programmed_without_a_watch(node_ns, netns_factory, tmp_path):
+    """SQLite has no watch: the proxy looks at the store's revision every POLL seconds and
+    re-reads only when it moved, so a new Service is programmed without a wake and long
+    before the next resync (600 s here)."""
+    store, fresh_ns = setup_store(tmp_path / "store.db"), netns_factory("proxyfresh")
+    ensure_records(store, [svc_record("four", "10.96.0.6"), pod_record(0, "four")])
+    proxy = Proxy(node_ns, tmp_path / "store.db", 600)
+    try:
+        assert proxy.ask("synced")["syncs"] >= 1
+        ensure_records(store, [svc_record("late", "10.96.0.7"), pod_record(9, "late")])
+        fresh = calc_expected(store, fresh_ns)
+        wait_for("the new Service without a wake", lambda: calc_whole(node_ns, fresh), timeout=15)
+        synced = proxy.ask("metrics")["syncs"]
+        time.sleep(3 * POLL)  # an unchanged store: no pass
+        assert proxy.ask("metrics")["syncs"] == synced
     finally:
         proxy.stop()
