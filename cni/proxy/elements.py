@@ -13,7 +13,8 @@ from typing import Iterable
 
 from .model import Backend, IPAddress, ProxyModel, ServicePortView
 from .render import (DATA_MAPS, DATA_SETS, FAMILY, PREFIX, TABLE, Element, Shape,
-                     backends_map, render_shape, render_skeleton)
+                     backends_map, calc_index_objects, calc_shape_chains, render_shape,
+                     render_skeleton)
 
 REJECT, DROP = "goto reject-chain", "drop"
 
@@ -135,9 +136,9 @@ def _by_name_and_key(element: Element) -> tuple[str, str]:
 
 def render_full_script(family: int, shapes: Iterable[Shape], elements: Iterable[Element]) -> str:
     """Start or resync: skeleton, every shape, data maps flushed and refilled."""
-    t, elements = f"{FAMILY[family]} {TABLE}", list(elements)
-    slots = sorted({e.name for e in elements if "slot-" in e.name})
+    t, shapes = f"{FAMILY[family]} {TABLE}", sorted(shapes)
+    slots = sorted(o for o in calc_index_objects(calc_shape_chains(shapes)) if "slot-" in o)
     flushes = [f"flush set {t} {n}\n" for n in DATA_SETS]
     flushes += [f"flush map {t} {n}\n" for n in (*DATA_MAPS, *slots)]
-    return (render_skeleton(family) + "".join(render_shape(family, s) for s in sorted(shapes))
+    return (render_skeleton(family) + "".join(render_shape(family, s) for s in shapes)
             + "".join(flushes) + render_elements(family, "add", elements))

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from .model import PROTOCOLS
 
@@ -80,6 +80,35 @@ SHAPE_CHAIN = re.compile(r"^(np-)?(lb|aff-\d+|pick-\d+)-\d+$")
 def is_shape_chain(name: str) -> bool:
     """A chain of a shape (``lb-N``, ``aff-T-N``, ``pick-T-i``, their ``np-`` twins)."""
     return bool(SHAPE_CHAIN.match(name))
+
+
+def calc_shape_chains(shapes: Iterable[Shape]) -> set[str]:
+    """The chains a set of shapes uses: its own, and for affinity the pick chain per index
+    (``pick-T-i`` is shared by every affinity shape of timeout T with more than i slots)."""
+    chains = set()
+    for shape in shapes:
+        chains.add(shape.chain)
+        if shape.kind == "aff":
+            chains |= {pick_chain(shape.entry, shape.timeout, i) for i in range(shape.count)}
+    return chains
+
+
+def pick_chain(entry: str, timeout: int, i: int) -> str:
+    return f"{PREFIX[entry]}pick-{timeout}-{i}"
+
+
+PICK_CHAIN = re.compile(r"^(np-)?pick-\d+-(\d+)$")
+
+
+def calc_index_objects(chains: Iterable[str]) -> set[str]:
+    """The affinity index objects the pick chains among ``chains`` use: ``{np-}slot-i`` and
+    ``sticky-i`` (one sticky set per index serves ClusterIPs and NodePorts)."""
+    objects = set()
+    for chain in chains:
+        if match := PICK_CHAIN.match(chain):
+            prefix, i = match.group(1) or "", match.group(2)
+            objects |= {f"{prefix}slot-{i}", f"sticky-{i}"}
+    return objects
 
 
 def render_skeleton(family: int) -> str:
@@ -188,7 +217,8 @@ def _affinity_rules(f: str, shape: Shape) -> list[str]:
     key, client, p = KEY[shape.entry].format(f=f), CLIENT.format(f=f), PREFIX[shape.entry]
     sticky = [f"{client} @sticky-{i} update @sticky-{i} {{ {client} timeout {shape.timeout}s }} "
               f"dnat {f} to {key} map @{p}slot-{i}" for i in range(shape.count)]
-    picks = ", ".join(f"{i} : goto {p}pick-{shape.timeout}-{i}" for i in range(shape.count))
+    picks = ", ".join(f"{i} : goto {pick_chain(shape.entry, shape.timeout, i)}"
+                      for i in range(shape.count))
     return sticky + [f"numgen random mod {shape.count} vmap {{ {picks} }}"]
 
 
@@ -202,4 +232,4 @@ def _render_affinity_index(family: int, entry: str, i: int, timeout: int) -> str
              f"add map {t} {p}slot-{i} {{ type {key_type} : {dest}; }}"]
     rules = [f"update @sticky-{i} {{ {client} timeout {timeout}s }}",
              f"dnat {f} to {KEY[entry].format(f=f)} map @{p}slot-{i}"]
-    return "\n".join(lines) + "\n" + _render_chain(t, f"{p}pick-{timeout}-{i}", rules)
+    return "\n".join(lines) + "\n" + _render_chain(t, pick_chain(entry, timeout, i), rules)

@@ -22,7 +22,8 @@ from typing import Iterable, Mapping
 
 from .elements import calc_node_elements, calc_service_parts, render_elements, render_full_script
 from .model import NodeView, ProxyModel, ServicePortView
-from .render import FAMILY, PREFIX, TABLE, Element, Shape, render_shape
+from .render import (FAMILY, TABLE, Element, Shape, calc_index_objects, calc_shape_chains,
+                     render_shape)
 
 log = logging.getLogger("pycnid.proxy")
 Views = tuple[ServicePortView, ...]
@@ -105,8 +106,9 @@ class ServiceTable:
         node_elements = calc_node_elements(ProxyModel(self.family, node))
         elements = set(node_elements).union(*(p.elements for p in planned.values()))
         shapes = set().union(*(p.shapes for p in planned.values()))
-        stale = chains - calc_shape_chains(shapes)
-        script = render_full_script(self.family, shapes, elements) + self._render_deletes(stale)
+        live = calc_shape_chains(shapes)
+        script = (render_full_script(self.family, shapes, elements)
+                  + self._render_deletes(chains - live, live))
         return TablePlan(script, True, node, node_elements, planned, {}, owners)
 
     def _plan_update(self, node: NodeView, planned: dict[str, Planned]) -> TablePlan:
@@ -129,14 +131,21 @@ class ServiceTable:
         """New chains first, element deletes (a changed value included), adds, then the
         chains no entry points at any more."""
         live = {s for s, n in self.shape_counts.items() if n} - set(old_shapes) | set(new_shapes)
-        stale = calc_shape_chains(old_shapes) - calc_shape_chains(live)
+        live_chains = calc_shape_chains(live)
+        stale = calc_shape_chains(old_shapes) - live_chains
         return ("".join(render_shape(self.family, s) for s in sorted(new_shapes))
                 + render_elements(self.family, "delete", deletes)
-                + render_elements(self.family, "add", adds) + self._render_deletes(stale))
+                + render_elements(self.family, "add", adds)
+                + self._render_deletes(stale, live_chains))
 
-    def _render_deletes(self, chains: Iterable[str]) -> str:
+    def _render_deletes(self, stale: set[str], live: set[str]) -> str:
+        """The stale chains, then the affinity index objects (``slot-i``, ``sticky-i``) no
+        live chain uses: a chain must go before what it names."""
         t = f"{FAMILY[self.family]} {TABLE}"
-        return "".join(f"delete chain {t} {c}\n" for c in sorted(chains, key=_referrers_first))
+        objects = calc_index_objects(stale) - calc_index_objects(live)
+        return ("".join(f"delete chain {t} {c}\n" for c in sorted(stale, key=_referrers_first))
+                + "".join(f"delete {'map' if 'slot-' in o else 'set'} {t} {o}\n"
+                          for o in sorted(objects)))
 
     def chains(self) -> set[str]:
         """The shape chains this table's elements use (what the kernel holds once committed)."""
@@ -214,17 +223,6 @@ def _calc_changes(counts: Counter, delta: Counter) -> tuple[list, list]:
     adds = [item for item, n in delta.items() if n > 0 and counts.get(item, 0) == 0]
     deletes = [item for item, n in delta.items() if n < 0 and counts.get(item, 0) + n <= 0]
     return adds, deletes
-
-
-def calc_shape_chains(shapes: Iterable[Shape]) -> set[str]:
-    """The chains a set of shapes uses: its own, and for affinity the pick chain per index
-    (``pick-T-i`` is shared by every affinity shape of timeout T with more than i slots)."""
-    chains = set()
-    for shape in shapes:
-        chains.add(shape.chain)
-        if shape.kind == "aff":
-            chains |= {f"{PREFIX[shape.entry]}pick-{shape.timeout}-{i}" for i in range(shape.count)}
-    return chains
 
 
 def _referrers_first(chain: str) -> tuple[bool, str]:
