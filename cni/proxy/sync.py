@@ -103,7 +103,9 @@ class ProxySync:
         pass, and does not keep the other from its transaction (they share the dirty set)."""
         started = time.perf_counter()
         local = self.local_addresses()
-        chains = {f: self.calc_chains(f) for f in (4, 6) if self.tables[f] is None}
+        with self.lock:
+            unknown = [f for f in (4, 6) if self.tables[f] is None and self.records.wants(f)]
+        chains = {f: self.calc_chains(f) for f in unknown}
         with self.lock, paused_gc():
             dirty = self.records.take_dirty()
             plans = {f: calc_plan(self.records, self.node, f, local, self.tables[f], dirty,
@@ -168,13 +170,15 @@ def calc_plan(records: Records, node: str, family: int, local: list[str],
               chains: Iterable[str] = ()) -> TablePlan | None:
     """A pass's transaction for one family (None: nothing to do): the dirty Services against
     the table, or every Service rendered whole when there is none. A family's table is made
-    once a service CIDR or a VIP of it exists; a full render deletes the shape ``chains``
-    the kernel holds that it does not need."""
+    once a service CIDR or a ClusterIP of it exists (``Records.wants``: until then a pass
+    builds no view for it, which at 10k Services had cost every pass 0.25 s); a full render
+    deletes the shape ``chains`` the kernel holds that it does not need."""
+    if table is None and not records.wants(family):
+        return None
     keys = dirty if table is not None else list(records.services)
     view, changes = calc_changes(records, node, family, local, keys)
     if table is None:
-        wanted = view.service_cidrs or any(changes.values())
-        return ServiceTable(family).plan(view, changes, True, chains) if wanted else None
+        return ServiceTable(family).plan(view, changes, True, chains)
     if not changes and view == table.node:
         return None
     return table.plan(view, changes)

@@ -13,6 +13,7 @@ import functools
 import ipaddress
 import logging
 import socket
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -51,6 +52,7 @@ class Records:
     selecting: dict[LabelKey, set[str]] = field(default_factory=dict)  # -> Service keys
     addresses: dict[str, tuple[IPAddress, ...]] = field(default_factory=dict)  # endpoint key ->
     dirty: set[str] = field(default_factory=set)
+    vips: Counter = field(default_factory=Counter)  # family -> ClusterIPs of that family
 
     def apply(self, kv: KV, deleted: bool = False) -> None:
         """One put or delete (an unreadable record is logged once and left out)."""
@@ -81,9 +83,11 @@ class Records:
         old = self.services.pop(key, None)
         if old is not None:
             _unindex(self.selecting, _pairs(old.namespace, old.selector), key)
+            self.vips.subtract(_families(old.cluster_ips))
         if record is not None:
             self.services[key] = record
             _index(self.selecting, _pairs(record.namespace, record.selector), key)
+            self.vips.update(_families(record.cluster_ips))
         if old != record:
             self.dirty.add(key)
 
@@ -151,10 +155,24 @@ class Records:
         for kv in kvs:
             self.apply(kv)
 
+    def wants(self, family: int) -> bool:
+        """A family's table is made once a service CIDR or a ClusterIP of it exists (known
+        without building any view: a family without a table is asked on every pass)."""
+        cidrs = self.settings.cidrs if self.settings else ()
+        return self.vips[family] > 0 or any(_family_of(c) == family for c in cidrs)
+
     def take_dirty(self) -> set[str]:
         """The Service keys changed since the last call (and forget them)."""
         dirty, self.dirty = self.dirty, set()
         return dirty
+
+
+def _family_of(text: str) -> int:
+    return 6 if ":" in text else 4
+
+
+def _families(ips: Iterable[str]) -> list[int]:
+    return [_family_of(ip) for ip in ips]
 
 
 def _pairs(namespace: str, labels: Mapping[str, str]) -> list[LabelKey]:
