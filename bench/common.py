@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE_BIN = "/usr/lib/cni"
@@ -76,6 +77,24 @@ def finish_report(report: dict, started: float, directory: str, name: str) -> st
         with open(target, "w", encoding="utf-8") as fh:
             json.dump(report, fh, indent=1, sort_keys=True)
     return path
+
+
+def run_sandboxed(name: str, args: Any, measure: Callable[[Any, "Sandbox", str, dict], list],
+                  render: Callable[[dict, list], str]) -> int:
+    """A bench's main: root check, report header, ``measure(args, box, cni_bin, report)`` in
+    a Sandbox with pycni's launchers written (it returns the table's sections), the report
+    saved as ``name`` and printed."""
+    if os.geteuid() != 0:
+        sys.exit("bench: needs root (it makes network namespaces)")
+    started = time.monotonic()
+    report: dict = report_header(vars(args))
+    with Sandbox() as box:
+        report["sandbox"] = {"prefix": box.prefix, "workdir": box.workdir}
+        sections = measure(args, box, write_launchers(os.path.join(box.workdir, "bin")), report)
+    path = finish_report(report, started, args.results_dir, name)
+    print(render(report, sections))
+    print(f"results: {os.path.relpath(path, REPO)}  ({report['seconds']:.0f} s)")
+    return 0
 
 
 def median(values: list[float]) -> float:

@@ -18,11 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 from . import overlay_converge, overlay_resync, overlay_throughput
-from .common import (REPO, Line, Sandbox, finish_report, render_goal_table, report_header,
-                     write_launchers)
+from .common import (REPO, Line, Sandbox, render_goal_table, run_sandboxed)
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 PARTS = ("throughput", "convergence", "resync")
@@ -126,20 +124,7 @@ def run_parts(args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("bench: needs root (it makes network namespaces)")
-    started = time.monotonic()
-    report: dict = report_header(vars(args))
-    with Sandbox() as box:
-        report["sandbox"] = {"prefix": box.prefix, "workdir": box.workdir}
-        cni_bin = write_launchers(os.path.join(box.workdir, "bin"))
-        sections = run_parts(args, box, cni_bin, report)
-    path = finish_report(report, started, args.results_dir, "overlay")
-    print(render(report, sections))
-    print(f"results: {os.path.relpath(path, REPO)}  ({report['seconds']:.0f} s)")
-    return 0
-
+    return run_sandboxed("overlay", parse_args(argv), run_parts, render)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-from .common import (REPO, Line, Sandbox, finish_report, median, python_env, render_goal_table,
-                     report_header)
+from .common import (REPO, Line, Sandbox, median, python_env, render_goal_table, run_sandboxed)
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 ENGINES = {"lib": "libnftables", "bin": "nft -f -"}
@@ -69,7 +67,7 @@ def run_worker(box: Sandbox, shape: str, engine: str, size: int, updates: int) -
     return result
 
 
-def measure(args: argparse.Namespace, box: Sandbox) -> dict[str, dict]:
+def measure_runs(args: argparse.Namespace, box: Sandbox) -> dict[str, dict]:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     engines = [e for e in args.engines.split(",") if e]
     runs = {}
@@ -209,24 +207,17 @@ def build_sections(args: argparse.Namespace, report: dict) -> list[tuple[str, li
     return [(f"goals at {at:,} Services x 5 endpoints", [as_line(r) for r in report["goals"]]),
             ("every run (kube-proxy shape: nft's load only; pycni: render + load)",
              info_lines(runs, sizes)),
-            ("memory (pycnid's own RSS is measured once the proxy is wired)", rss_lines(runs, at))]
+            ("memory (this process; pycnid's own: make bench-svc-e2e)", rss_lines(runs, at))]
+
+
+def measure(args: argparse.Namespace, box: Sandbox, _cni_bin: str,
+            report: dict) -> list[tuple[str, list[Line]]]:
+    report["runs"] = measure_runs(args, box)
+    return build_sections(args, report)  # it also puts the goal rows into the report
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("bench: needs root (it makes network namespaces)")
-    started = time.monotonic()
-    report: dict = report_header(vars(args))
-    with Sandbox() as box:
-        report["sandbox"] = {"prefix": box.prefix, "workdir": box.workdir}
-        report["runs"] = measure(args, box)
-    sections = build_sections(args, report)  # it also puts the goal rows into the report
-    path = finish_report(report, started, args.results_dir, "svc")
-    print(render(report, sections))
-    print(f"results: {os.path.relpath(path, REPO)}  ({report['seconds']:.0f} s)")
-    return 0
-
+    return run_sandboxed("svc", parse_args(argv), measure, render)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ from ipam.services.record import EndpointRecord
 from tests.fixtures.echo import WHOAMI_SERVER
 from tests.overlay.pods import pycni_cli, python_in
 
-from .common import (REPO, Line, Sandbox, finish_report, median, percentile,
-                     render_goal_table, report_header, vm_rss_kib, write_launchers)
+from .common import (REPO, Line, Sandbox, median, percentile, render_goal_table, run_sandboxed,
+                     vm_rss_kib)
 from . import svc_e2e_cold as cold, svc_e2e_kernel as kernel
 from .overlay_topo import start_cluster
 from .svc_e2e_load import METRICS, POLLER, services_metric, wait_metric
@@ -249,19 +249,7 @@ def run(args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("bench: needs root (it makes network namespaces)")
-    started = time.monotonic()
-    report: dict = report_header(vars(args))
-    with Sandbox() as box:
-        report["sandbox"] = {"prefix": box.prefix, "workdir": box.workdir}
-        cni_bin = write_launchers(os.path.join(box.workdir, "bin"))
-        sections = run(args, box, cni_bin, report)
-    path = finish_report(report, started, args.results_dir, "svc-e2e")
-    print(render(report, sections))
-    print(f"results: {os.path.relpath(path, REPO)}  ({report['seconds']:.0f} s)")
-    return 0
+    return run_sandboxed("svc-e2e", parse_args(argv), run, render)
 
 
 if __name__ == "__main__":

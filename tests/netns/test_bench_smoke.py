@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from bench import svc_shapes as shapes
+
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -87,7 +89,10 @@ def test_bench_svc_loads_both_shapes_and_leaves_no_namespace(tmp_path):
         size = int(key.rsplit("/", 1)[1])
         assert run["service_ips_in_kernel"] == size, key
         assert len(run["updates"]) == (2 if size == 100 else 0), key
-    assert runs["pycni/lib/100"]["elements"] == 100 * 13 + 3  # per Service 13, node-wide 3
+    local = sum(shapes.calc_endpoint_node(ip) == shapes.NODE.node
+                for _name, _vip, eps in shapes.calc_plan(100) for ip in eps)
+    # per Service 7 (dispatch, 5 backends, its VIP), a hairpin per local endpoint, node-wide 3
+    assert runs["pycni/lib/100"]["elements"] == 100 * 7 + local + 3
     assert runs["kube/lib/100"]["chains"] == 10 + 100 * 6
     judged = [row["verdict"] for row in report["goals"] if row["goal"]]
     assert len(judged) == 4 and set(judged) <= {"PASS", "MISS"}  # every goal line measured
