@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from tests.fixtures.cnirun import cache_entry_path, fetch, http_server, ipv4_only_tools_path, \
-    link_client, pod_ipv4, write_network
+from tests.fixtures.cnirun import assert_host_port_reaches, cache_entry_path, fetch, \
+    ipv4_only_tools_path, link_client, pod_ipv4, write_network
 from .conftest import require_pycni_plugin
 
 pytestmark = [pytest.mark.interop, pytest.mark.netns]
@@ -71,12 +71,7 @@ def test_portmap_host_port_reaches_the_pod(runtime, main, request, make_runner, 
     pod_ip = pod_ipv4(result)
     assert pod_ip.startswith("10.79.0.")
     assert any(i.get("sandbox") == pod.path and i["name"] == "eth0" for i in result["interfaces"])
-    www = tmp_path / "www"
-    www.mkdir()
-    (www / "token").write_text(f"hello from {pod.name}\n")
-    with http_server(pod, POD_PORT, str(www)):
-        got = fetch(client, f"http://{node_ip}:{HOST_PORT}/token")
-    assert got == f"hello from {pod.name}\n", "the hostPort did not reach the pod"
+    assert_host_port_reaches(pod, client, f"http://{node_ip}:{HOST_PORT}", tmp_path)
 
     # As a runtime must, CHECK passes the same capability args as ADD (portmap checks its
     # DNAT rules for them; without them it checks nothing).

@@ -23,10 +23,10 @@ from cni.runtime.tool import container_id_for
 from ipam.records import ENDPOINTS, handles_prefix
 from ipam.services.record import EndpointRecord, endpoint_key
 from ipam.store.sqlite import SqliteStore
-from tests.fixtures.cnirun import REPO, cache_entry_path, fetch, http_server, \
+from tests.fixtures.cnirun import REPO, assert_host_port_reaches, cache_entry_path, \
     ipv4_only_tools_path, link_client, pod_ipv4, write_network
-from .test_libcni_interop import HOST_PORT, PORT_MAPPINGS, POD_PORT, RUNTIMES, daemon_socket, \
-    main_conf, modules_for
+from .test_libcni_interop import HOST_PORT, PORT_MAPPINGS, RUNTIMES, daemon_socket, main_conf, \
+    modules_for
 
 pytestmark = [pytest.mark.interop, pytest.mark.netns]
 
@@ -123,12 +123,7 @@ def test_svc_publishes_the_pod_and_the_host_port_reaches_it(runtime, main, svc_n
     pod_ip = add(runner, pod)
     assert pod_ip.startswith("10.74.0.")
     assert_added(main, store, node, tmp_path, pod, pod_ip)
-    www = tmp_path / "www"
-    www.mkdir()
-    (www / "token").write_text(f"hello from {pod.name}\n")
-    with http_server(pod, POD_PORT, str(www)):
-        got = fetch(client, f"http://{node_ip}:{HOST_PORT}/token")
-    assert got == f"hello from {pod.name}\n", "the hostPort did not reach the pod"
+    assert_host_port_reaches(pod, client, f"http://{node_ip}:{HOST_PORT}", tmp_path)
 
     again = dict(cap_args=PORT_MAPPINGS, cni_args=pod_args())
     runner.must("check", NETWORK, pod.path, **again)
