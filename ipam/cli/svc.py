@@ -228,14 +228,15 @@ def render_settings(doc: dict) -> str:
 
 
 def render_list(doc: dict) -> str:
+    bad = [f"unreadable record {key} (pycni svc rm removes it)" for key in doc["unreadable"]]
     if not doc["services"]:
-        return "no services"
-    return render_table(("SERVICE", "TYPE", "CLUSTER-IPS", "EXTERNAL-IPS", "PORTS", "SELECTOR"),
+        return "\n".join(["no services", *bad])
+    return "\n".join([render_table(("SERVICE", "TYPE", "CLUSTER-IPS", "EXTERNAL-IPS", "PORTS", "SELECTOR"),
                         [[f"{s['namespace']}/{s['name']}", s["type"],
                           ",".join(s["clusterIPs"]) or None, ",".join(s["externalIPs"]) or None,
                           " ".join(map(port_text, s["ports"])),
                           ",".join(f"{k}={v}" for k, v in s["selector"].items()) or None]
-                         for s in doc["services"]])
+                         for s in doc["services"]]), *bad])
 
 
 def render_service(doc: dict) -> str:

@@ -13,14 +13,14 @@ import ipaddress
 from typing import Any, Mapping
 
 from cni.spec.errors import InvalidConfig
-from ipam.records import SERVICES, SERVICES_META
+from ipam.records import SERVICES, SERVICES_META, CorruptRecord
 from ipam.services.allocate import (commit, create_service, read_service, remove_service,
                                     update_service)
 from ipam.services.record import (EndpointRecord, ServiceRecord, ServiceSettings,
                                   endpoints_prefix, service_key)
 from ipam.services.selectors import calc_endpoints
 from ipam.services.validate import validate_settings
-from ipam.store.base import Compare, Put, Store
+from ipam.store.base import KV, Compare, Put, Store
 from ipam.store.cas import LOST, Lost
 
 
@@ -48,7 +48,7 @@ def set_settings(store: Store, cidrs: list[str], node_port_range: str) -> dict:
         stranded = calc_stranded(settings, list_records(store))
         if stranded:
             raise InvalidConfig(f"invalid service settings: {stranded}")
-        extra = ServiceSettings.from_bytes(old.key, old.value).extra if old else {}
+        extra = read_extra(old)
         new = ServiceSettings(settings.cidrs, settings.node_port_range, extra)
         done = store.txn([Compare(SERVICES_META, old.mod_revision if old else 0)],
                          [Put(SERVICES_META, new.to_bytes())])
@@ -110,12 +110,34 @@ def remove(store: Store, namespace: str, name: str) -> dict:
         "nodePorts": [f"{p.protocol}/{p.node_port}" for p in record.ports if p.node_port]}}
 
 
+def read_extra(kv: KV | None) -> dict:
+    """The unknown fields of the settings kept across a rewrite (none of an unreadable
+    record: rewriting it is how it is repaired)."""
+    try:
+        return dict(ServiceSettings.from_bytes(kv.key, kv.value).extra) if kv else {}
+    except CorruptRecord:
+        return {}
+
+
 def list_records(store: Store) -> list[ServiceRecord]:
-    return [ServiceRecord.from_bytes(kv.key, kv.value) for kv in store.range(SERVICES)]
+    """The readable Services (an unreadable one is listed by ``list_services`` apart, and
+    ``pycni svc rm`` removes it)."""
+    return read_records(store)[0]
+
+
+def read_records(store: Store) -> tuple[list[ServiceRecord], list[str]]:
+    records, unreadable = [], []
+    for kv in store.range(SERVICES):
+        try:
+            records.append(ServiceRecord.from_bytes(kv.key, kv.value))
+        except CorruptRecord:
+            unreadable.append(kv.key)
+    return records, unreadable
 
 
 def list_services(store: Store) -> dict:
-    return {"services": [r.to_dict() for r in list_records(store)]}
+    records, unreadable = read_records(store)
+    return {"services": [r.to_dict() for r in records], "unreadable": unreadable}
 
 
 def show(store: Store, namespace: str, name: str) -> dict:

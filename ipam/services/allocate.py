@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Callable, Iterator
 
 from cni.spec.errors import AddressExhausted, InvalidConfig, TryAgainLater
-from ipam.records import NODE_PORTS, SERVICE_IPS, SERVICES_META
+from ipam.records import NODE_PORTS, SERVICE_IPS, SERVICES_META, CorruptRecord
 from ipam.services.record import (ServicePort, ServiceRecord, ServiceSettings, node_port_key,
                                   service_ip_key)
 from ipam.services.validate import validate_service
@@ -43,10 +43,14 @@ def read_settings(store: Store) -> tuple[ServiceSettings, int]:
     return ServiceSettings.from_bytes(kv.key, kv.value), kv.mod_revision
 
 
+def not_found(key: str) -> ServiceNotFound:
+    return ServiceNotFound(f"no Service {key.rsplit('/', 2)[-2]}/{key.rsplit('/', 1)[-1]}")
+
+
 def read_service(store: Store, key: str) -> tuple[ServiceRecord, int]:
     kv = store.get(key)
     if kv is None:
-        raise ServiceNotFound(f"no Service {key.rsplit('/', 2)[-2]}/{key.rsplit('/', 1)[-1]}")
+        raise not_found(key)
     return ServiceRecord.from_bytes(kv.key, kv.value), kv.mod_revision
 
 
@@ -162,14 +166,33 @@ def update_service(store: Store, key: str, change: Callable[[dict], dict]) -> Se
 
 
 def remove_service(store: Store, key: str) -> ServiceRecord:
-    """Delete a Service and the index keys it holds, in one txn."""
+    """Delete a Service and the index keys it holds, in one txn. An unreadable record goes
+    too (it would otherwise be there for good), with every index key naming it."""
     def attempt() -> ServiceRecord | Lost:
-        old, revision = read_service(store, key)
+        try:
+            old, revision = read_service(store, key)
+        except CorruptRecord:
+            return remove_corrupt(store, key)
         held = [kv for kv in map(store.get, sorted(old.index_keys())) if is_held(kv, old)]
         compares = [Compare(key, revision), *(Compare(kv.key, kv.mod_revision) for kv in held)]
         ops = [Delete(key), *(Delete(kv.key) for kv in held)]
         return old if store.txn(compares, ops).succeeded else LOST
     return commit(store, attempt)
+
+
+def remove_corrupt(store: Store, key: str) -> ServiceRecord | Lost:
+    """The unreadable record at ``key`` and the index keys holding its "ns/name"."""
+    kv = store.get(key)
+    if kv is None:
+        raise not_found(key)
+    namespace, name = key.rsplit("/", 2)[-2:]
+    ref = f"{namespace}/{name}".encode()
+    held = [i for prefix in (SERVICE_IPS, NODE_PORTS) for i in store.range(prefix)
+            if i.value == ref]
+    compares = [Compare(key, kv.mod_revision), *(Compare(i.key, i.mod_revision) for i in held)]
+    ops = [Delete(key), *(Delete(i.key) for i in held)]
+    gone = ServiceRecord(namespace, name)
+    return gone if store.txn(compares, ops).succeeded else LOST
 
 
 def is_held(kv: KV | None, record: ServiceRecord) -> bool:

@@ -17,6 +17,7 @@ do not know, as every record of ``ipam.records`` does.
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -227,8 +228,10 @@ class ServiceSettings:
         data = decode(key, value)
         try:
             low, _, high = str(data.get("nodePortRange") or "").partition("-")
-            return cls(tuple(map(str, data.get("cidrs") or ())), (int(low), int(high)),
-                       unknown(data, cls.FIELDS))
+            cidrs = tuple(map(str, data.get("cidrs") or ()))
+            for cidr in cidrs:  # strict: a host-bit CIDR is not a service CIDR
+                ipaddress.ip_network(cidr)
+            return cls(cidrs, (int(low), int(high)), unknown(data, cls.FIELDS))
         except (TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecord(f"corrupt service settings {key}", f"bad settings: {exc!r}") \
                 from None

@@ -150,12 +150,25 @@ def validate_external_ips(spec: Mapping[str, Any], settings: ServiceSettings) ->
     found: list[str] = []
     for i, value in enumerate(validate_list(spec, "externalIPs")):
         ip, at = validate_ip(value, f"externalIPs[{i}]"), f"externalIPs[{i}]"
+        if special := calc_special(ip):
+            raise bad(at, f"{ip} is {special}: not an address a Service can take")
         if any(ip in n for n in calc_networks(settings)):
             raise bad(at, f"{ip} is inside a service CIDR (those are for clusterIPs)")
         if str(ip) in found:
             raise bad(at, f"{ip} is given twice")
         found.append(str(ip))
     return tuple(found)
+
+
+def calc_special(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """Why an address cannot be an externalIP ("" if it can): DNAT of the node's own
+    loopback, a link-local (the metadata server's 169.254.169.254) or a multicast address
+    would take traffic that is not the Service's (Kubernetes refuses them too)."""
+    for what, test in (("loopback", ip.is_loopback), ("link-local", ip.is_link_local),
+                       ("multicast", ip.is_multicast), ("unspecified", ip.is_unspecified)):
+        if test:
+            return what
+    return ""
 
 
 def validate_selector(spec: Mapping[str, Any]) -> dict[str, str]:

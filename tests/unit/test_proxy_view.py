@@ -13,7 +13,7 @@ import tempfile
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cni.proxy.conntrack import calc_checks, calc_udp_serving, parse_reply_sources
+from cni.proxy.conntrack import calc_checks, calc_stale, calc_udp_serving, parse_flows
 from cni.proxy.setup import parse_proxy_config
 from cni.proxy.view import Records, calc_model, calc_node_ips
 from cni.spec.errors import InvalidConfig
@@ -115,11 +115,20 @@ def test_node_ips_are_never_loopback_link_local_or_a_pod_pool(addrs, family):
                and ip not in ipaddress.ip_network("10.0.1.0/24") for ip in ips)
 
 
-@given(sources=st.lists(V4, max_size=5))
-def test_conntrack_reply_sources_are_the_second_src(sources):
-    text = "".join(f"udp 17 29 src=10.1.1.1 dst=10.96.0.5 sport=5 dport=53 [UNREPLIED] "
-                   f"src={s} dst=10.1.1.1 sport=53 dport=5 mark=0 use=1\n" for s in sources)
-    assert parse_reply_sources(text + "conntrack v1.4.7: 3 flow entries\n") == set(sources)
+FLOW = st.tuples(st.sampled_from(["10.96.0.5", "10.96.0.6", "fd96::5"]),
+                 st.sampled_from([53, 5353]), V4 | V6)
+
+
+@given(flows=st.lists(FLOW, max_size=8), serving=st.sets(V4 | V6, max_size=3))
+def test_one_listing_finds_every_flow_and_the_stale_ones_are_the_unserved(flows, serving):
+    text = "".join(f"udp 17 29 src=10.1.1.1 dst={dst} sport=5 dport={port} [UNREPLIED] "
+                   f"src={src} dst=10.1.1.1 sport={port} dport=5 mark=0 use=1\n"
+                   for dst, port, src in flows)
+    parsed = parse_flows(text + "conntrack v1.4.7: 3 flow entries\n")
+    assert parsed == [((dst, port), src) for dst, port, src in flows]
+    checks = {("10.96.0.5", 53): frozenset(serving), ("fd96::5", 5353): frozenset()}
+    assert calc_stale(checks, parsed) == sorted({((d, p), s) for d, p, s in flows
+                                                 if (d, p) in checks and s not in checks[(d, p)]})
 
 
 def test_only_changed_udp_entry_points_are_cleaned_but_all_after_a_full_render():

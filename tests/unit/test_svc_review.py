@@ -30,10 +30,6 @@ NODE = NodeView("n1", (ipaddress.ip_address("192.168.0.2"),),
                 (ipaddress.ip_network("10.0.0.0/16"),), (ipaddress.ip_network("10.96.0.0/16"),))
 
 
-@pytest.mark.xfail(strict=True, reason="cni/proxy/view.py calc_node_view/_nets parse the "
-                   "settings' CIDRs unguarded (ServiceSettings.from_bytes never validates them): "
-                   "one hand-written or older settings record with a host-bit CIDR makes every "
-                   "pass raise ValueError after take_dirty, so no node programs any Service")
 @pytest.mark.parametrize("cidr", ["10.96.0.1/16", "garbage"])
 def test_an_unreadable_settings_cidr_does_not_stop_every_service(cidr):
     records = base_records()
@@ -45,10 +41,6 @@ def test_an_unreadable_settings_cidr_does_not_stop_every_service(cidr):
     assert plan is not None and "10.96.0.5 . tcp . 80" in plan.script
 
 
-@pytest.mark.xfail(strict=True, reason="cni/proxy/conntrack.py calc_checks iterates only the "
-                   "entry points still there after the sync: a removed UDP Service, port, VIP or "
-                   "externalIP keeps its conntrack entries, so a client that keeps sending still "
-                   "reaches the old backend (kube-proxy clears a deleted Service's UDP entries)")
 def test_a_removed_udp_entry_point_is_cleaned():
     before = {("10.96.0.5", 53): frozenset({"10.0.0.7"})}
     assert conntrack.calc_checks(before, {}, False) == {("10.96.0.5", 53): frozenset()}
@@ -62,11 +54,6 @@ def udp_model(n: int) -> ProxyModel:
     return ProxyModel(4, NODE, ports)
 
 
-@pytest.mark.xfail(strict=True, reason="cni/proxy/conntrack.py clean_stale runs one "
-                   "`conntrack -L` process per UDP entry point, for every entry point after each "
-                   "full render (start, every resyncInterval, after a refusal): measured ~12 ms "
-                   "each in a netns, so 1k UDP Service ports block the sync thread ~12 s every "
-                   "30 s and 10k ~2 min; the bench has no UDP Service and never saw it")
 def test_a_full_render_lists_conntrack_once_not_once_per_udp_entry_point(monkeypatch):
     calls = []
     monkeypatch.setattr(conntrack, "_conntrack", lambda args: calls.append(args) or "")
@@ -105,11 +92,6 @@ def test_a_sticky_backend_keeps_its_slot_when_another_endpoint_joins(hosts, join
     assert all(slot_of(before, ip) == slot_of(after, ip) for ip in ips)
 
 
-@pytest.mark.xfail(strict=True, reason="ipam/services/validate.py validate_external_ips only "
-                   "refuses service-CIDR addresses: a loopback externalIP is programmed in "
-                   "nat-output, so every node's own connections to 127.0.0.1:PORT are DNATed "
-                   "or (no endpoints) rejected; Kubernetes refuses unspecified, loopback, "
-                   "link-local (169.254.169.254: the metadata server) and multicast externalIPs")
 @pytest.mark.parametrize("ip", ["127.0.0.1", "::1", "169.254.169.254", "fe80::1", "224.0.0.1"])
 def test_a_special_external_ip_is_refused(ip):
     spec = {"namespace": "ns", "name": "a", "ports": [{"port": 80}], "externalIPs": [ip]}
@@ -130,18 +112,12 @@ def put_corrupt_service(store) -> None:
                                             b'"ports": [{"port": "x"}]}')])
 
 
-@pytest.mark.xfail(strict=True, reason="ipam/services/allocate.py remove_service reads the "
-                   "record through read_service, which raises CorruptRecord: `pycni svc rm` of "
-                   "an unreadable Service is refused, and pycni has no other way to drop it")
 def test_an_unreadable_service_can_be_removed(store):
     put_corrupt_service(store)
     assert remove(store, "ns", "bad")["removed"] == "ns/bad"
     assert store.get(f"{SERVICES}ns/bad") is None
 
 
-@pytest.mark.xfail(strict=True, reason="ipam/ops/services.py list_records decodes every record "
-                   "unguarded: one unreadable Service makes `pycni svc ls` (and `svc config set`, "
-                   "via calc_stranded) fail for all of them, where the proxy skips it")
 def test_one_unreadable_service_does_not_hide_the_others_from_ls(store):
     create(store, {"namespace": "ns", "name": "good", "ports": [{"port": 80}]})
     put_corrupt_service(store)
