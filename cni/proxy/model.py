@@ -73,10 +73,11 @@ class ServicePortView:
     backends: tuple[Backend, ...] = ()
 
     def __post_init__(self) -> None:
-        """Backends in one order, each once: an element's index is its place in it."""
+        """Each backend once, in the order given: an element's index is its place in it (the
+        store's view gives address order; the proxy's table keeps affinity slots stable)."""
         unique = {(int(b.ip), b.port): b for b in self.backends}
-        if list(unique) != sorted(unique) or len(unique) != len(self.backends):
-            object.__setattr__(self, "backends", tuple(unique[k] for k in sorted(unique)))
+        if len(unique) != len(self.backends):
+            object.__setattr__(self, "backends", tuple(unique.values()))
 
     def calc_backends(self, external: bool) -> tuple[Backend, ...]:
         """The backends an entry may choose: only local ones under a Local policy."""

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from cni.net.nft import Nft, NftError
 from cni.net.session import node_session
@@ -34,7 +34,7 @@ from ipam.store.watched import WatchedPrefixes
 from . import conntrack
 from .model import ProxyModel
 from .render import FAMILY, TABLE, is_shape_chain
-from .table import ServiceTable, TablePlan
+from .table import Planned, ServiceTable, TablePlan
 from .view import PREFIXES, Records, calc_changes
 
 log = logging.getLogger("pycnid.proxy")
@@ -65,6 +65,7 @@ class ProxySync:
                                        lambda _changed: self.wake.set())
         self.tables: dict[int, ServiceTable | None] = {4: None, 6: None}
         self.chains: dict[int, set[str] | None] = {4: None, 6: None}  # None: to be listed
+        self.hints: dict[int, dict] = {4: {}, 6: {}}  # a dropped table's Services: its slots
         self.full_due = 0.0
         self.nft: Nft | None = None
         self.metrics = ProxyMetrics(registry)
@@ -86,7 +87,8 @@ class ProxySync:
         self.watched.ensure()
         full = time.monotonic() >= self.full_due
         if full:
-            self.tables = {4: None, 6: None}
+            for family in (4, 6):
+                self.drop_table(family)
             self.full_due = time.monotonic() + self.resync_interval
         self.sync()
         wait = max(0.0, self.full_due - time.monotonic())
@@ -109,7 +111,7 @@ class ProxySync:
         with self.lock, paused_gc():
             dirty = self.records.take_dirty()
             plans = {f: calc_plan(self.records, self.node, f, local, self.tables[f], dirty,
-                                  chains.get(f, ())) for f in (4, 6)}
+                                  chains.get(f, ()), self.hints[f]) for f in (4, 6)}
         planned = time.perf_counter()
         refused = [exc for f, plan in plans.items() if plan and (exc := self.apply(f, plan))]
         full = any(plan and plan.full for plan in plans.values())
@@ -131,19 +133,29 @@ class ProxySync:
         try:
             self.nft.run(plan.script)
         except NftError as exc:
-            self.tables[family], self.chains[family] = None, None
+            self.drop_table(family)
+            self.chains[family] = None
             self.metrics.failures.inc()
             return NftError(f"IPv{family} Service table refused: {exc}")
         table = self.tables[family] or ServiceTable(family)
         with paused_gc():
             table.commit(plan)
         self.tables[family], self.chains[family] = table, table.chains()
+        self.hints[family] = {}
         self.metrics.syncs.inc()
         self.metrics.services.set(table.port_count, family=f"ipv{family}")
         self.clean_conntrack(family, plan)
         log.info("proxy: IPv%d table %s, %d Service(s) changed", family,
                  "rendered" if plan.full else "updated", len(plan.services))
         return None
+
+    def drop_table(self, family: int) -> None:
+        """The next pass renders the family whole; the table's Services stay as hints, so a
+        resync keeps ClientIP affinity slots where they were."""
+        table = self.tables[family]
+        if table is not None:
+            self.hints[family] = table.services
+        self.tables[family] = None
 
     def calc_chains(self, family: int) -> set[str]:
         """The shape chains the kernel holds: known from the last commit, else listed (at
@@ -166,8 +178,8 @@ class ProxySync:
 
 
 def calc_plan(records: Records, node: str, family: int, local: list[str],
-              table: ServiceTable | None, dirty: set[str],
-              chains: Iterable[str] = ()) -> TablePlan | None:
+              table: ServiceTable | None, dirty: set[str], chains: Iterable[str] = (),
+              hints: Mapping[str, Planned] | None = None) -> TablePlan | None:
     """A pass's transaction for one family (None: nothing to do): the dirty Services against
     the table, or every Service rendered whole when there is none. A family's table is made
     once a service CIDR or a ClusterIP of it exists (``Records.wants``: until then a pass
@@ -178,7 +190,7 @@ def calc_plan(records: Records, node: str, family: int, local: list[str],
     keys = dirty if table is not None else list(records.services)
     view, changes = calc_changes(records, node, family, local, keys)
     if table is None:
-        return ServiceTable(family).plan(view, changes, True, chains)
+        return ServiceTable(family).plan(view, changes, True, chains, hints)
     if not changes and view == table.node:
         return None
     return table.plan(view, changes)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from itertools import chain
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from .elements import calc_node_elements, calc_service_parts, render_elements, render_full_script
-from .model import NodeView, ProxyModel, ServicePortView
+from .model import Backend, NodeView, ProxyModel, ServicePortView
 from .render import (FAMILY, TABLE, Element, Shape, calc_index_objects, calc_shape_chains,
                      render_shape)
 
@@ -62,22 +62,25 @@ class ServiceTable:
     element_counts: Counter = field(default_factory=Counter)
     shape_counts: Counter = field(default_factory=Counter)
     port_count: int = 0  # port views programmed (the proxy's metric)
-    owners: dict[tuple[str, str], str] = field(default_factory=dict)  # map key -> Service
+    owners: dict[tuple[str, str], str] = field(default_factory=dict)  # entry -> Service
 
     def plan(self, node: NodeView, changes: Mapping[str, Views], full: bool = False,
-             chains: Iterable[str] = ()) -> TablePlan:
+             chains: Iterable[str] = (), hints: Mapping[str, Planned] | None = None) -> TablePlan:
         """The transaction that gives the Services in ``changes`` their views (``()``: the
         Service is gone). A changed node view re-plans every Service (NodePort addresses);
         ``full`` starts from an empty table and renders the whole family, deleting the shape
-        ``chains`` the kernel holds that it no longer needs (a restart's leftovers)."""
+        ``chains`` the kernel holds that it no longer needs (a restart's leftovers); ``hints``
+        (the table it replaces) keeps ClientIP affinity slots where they were."""
         if full:
-            return self._plan_full(node, changes, set(chains))
+            return self._plan_full(node, changes, set(chains), hints or {})
         if node != self.node:
             changes = {**{k: p.views for k, p in self.services.items()}, **changes}
-        planned = {key: self._calc_planned(node, views) for key, views in changes.items()}
+        planned = {key: self._calc_planned(node, views, self.services.get(key))
+                   for key, views in changes.items()}
         return self._plan_update(node, self._claim(planned, self.owners))
 
-    def _calc_planned(self, node: NodeView, views: Views) -> Planned:
+    def _calc_planned(self, node: NodeView, views: Views, old: Planned | None) -> Planned:
+        views = calc_stable_views(views, old.views) if old else views
         return Planned(views, *calc_service_parts(ProxyModel(self.family, node, views)))
 
     def _claim(self, planned: dict[str, Planned], owners: Mapping[tuple[str, str], str],
@@ -98,9 +101,9 @@ class ServiceTable:
                 claimed.update(dict.fromkeys(mine, key))
         return planned
 
-    def _plan_full(self, node: NodeView, changes: Mapping[str, Views],
-                   chains: set[str]) -> TablePlan:
-        planned = {k: self._calc_planned(node, v) for k, v in changes.items() if v}
+    def _plan_full(self, node: NodeView, changes: Mapping[str, Views], chains: set[str],
+                   hints: Mapping[str, Planned]) -> TablePlan:
+        planned = {k: self._calc_planned(node, v, hints.get(k)) for k, v in changes.items() if v}
         owners: dict[tuple[str, str], str] = {}
         planned = {k: p for k, p in self._claim(planned, {}, owners).items() if p.views}
         node_elements = calc_node_elements(ProxyModel(self.family, node))
@@ -192,8 +195,14 @@ class ServiceTable:
         return frozenset(e for e, n in self.element_counts.items() if n)
 
 
+ENTRY_MAPS = {"service-ips": "vip", "no-endpoints": "vip", "service-nodeports": "np",
+              "no-endpoint-nodeports": "np"}
+
+
 def _map_keys(elements: Iterable[Element]) -> set[tuple[str, str]]:
-    return {(e.name, e.key) for e in elements if e.value is not None}
+    """The entry points (VIP or nodePort, protocol, port) the elements claim: an entry is in
+    one of its kind's dispatch maps, and its backend and slot keys derive from it."""
+    return {(kind, e.key) for e in elements if (kind := ENTRY_MAPS.get(e.name))}
 
 
 def _holder(owner: str | None, planned: Mapping[str, Planned]) -> str | None:
@@ -223,6 +232,42 @@ def _calc_changes(counts: Counter, delta: Counter) -> tuple[list, list]:
     adds = [item for item, n in delta.items() if n > 0 and counts.get(item, 0) == 0]
     deletes = [item for item, n in delta.items() if n < 0 and counts.get(item, 0) + n <= 0]
     return adds, deletes
+
+
+def calc_stable_views(views: Views, old: Views) -> Views:
+    """ClientIP affinity sticks a client to a backend *slot* (sticky-i -> slot-i): a port
+    whose backends change keeps every surviving backend at its slot, newcomers take the free
+    slots, then the end, and a hole left at the end of the list is closed by the last
+    backend (whose clients then choose again). Without it a join with a lower address shifted
+    every slot and moved every sticky client."""
+    before = {(v.port.name, v.port.protocol, v.port.port): v.backends for v in old}
+    out = []
+    for view in views:
+        prior = before.get((view.port.name, view.port.protocol, view.port.port))
+        if view.service.affinity_timeout is None or not prior or prior == view.backends:
+            out.append(view)
+        else:
+            out.append(replace(view, backends=calc_stable_order(prior, view.backends)))
+    return tuple(out)
+
+
+def calc_stable_order(prior: tuple[Backend, ...], backends: tuple[Backend, ...]
+                      ) -> tuple[Backend, ...]:
+    """``backends`` in ``prior``'s slots where they were (see ``calc_stable_views``)."""
+    wanted = {(b.ip, b.port): b for b in backends}
+    slots: list[Backend | None] = [wanted.pop((b.ip, b.port), None) for b in prior]
+    newcomers = [b for b in backends if (b.ip, b.port) in wanted]
+    slots = [s if s is not None or not newcomers else newcomers.pop(0) for s in slots]
+    slots += newcomers
+    i = 0
+    while i < len(slots):
+        if slots[i] is None:
+            last = slots.pop()
+            if i < len(slots):
+                slots[i] = last
+            continue
+        i += 1
+    return tuple(b for b in slots if b is not None)
 
 
 def _referrers_first(chain: str) -> tuple[bool, str]:

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cni.proxy.model import PROTOCOLS, ProxyModel, ProxyPort, ProxyService, ServicePortView
 from cni.proxy.render import FAMILY, TABLE, is_shape_chain
-from cni.proxy.table import ServiceTable, group_views, render_transaction
+from cni.proxy.table import ServiceTable, group_views
 from cni.proxy.sync import POLL, calc_plan
 from cni.proxy.view import PREFIXES, Records
 from ipam.records import SERVICES_META, encode, pool_key
@@ -195,7 +195,9 @@ def test_passes_through_a_kept_context_hold_what_a_fresh_render_holds(kept, run)
         assert ctx.run(plan.script) is None, (step, plan.script)
         table = table or ServiceTable(model.family)
         table.commit(plan)
-        b.run(["nft", "-f", "-"], input=DROP_TABLES + render_transaction(None, model))
+        whole = ServiceTable(model.family).plan(model.node, group_views(model.ports), full=True,
+                                                hints=table.services)  # a resync's render
+        b.run(["nft", "-f", "-"], input=DROP_TABLES + whole.script)
         listed, fresh = calc_listing(a, model.family), calc_listing(b, model.family)
         assert listed == fresh, step
         assert not calc_unused_shape_chains(listed), step

@@ -131,7 +131,8 @@ def test_passes_of_dirty_services_hold_what_a_full_render_holds(steps, family):
         fresh = base_records()
         for key, value in store.items():
             fresh.apply(kv(key, value))
-        full = calc_plan(fresh, "n1", family, LOCAL, None, set())
+        # a full render with the table as hints (a resync): ClientIP slots where they are
+        full = calc_plan(fresh, "n1", family, LOCAL, None, set(), (), table.services)
         whole = ServiceTable(family)
         if full is not None:  # else nothing of the family is wanted any more
             whole.commit(full)

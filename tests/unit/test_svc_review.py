@@ -11,10 +11,10 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from cni.proxy import conntrack
-from cni.proxy.elements import calc_port_parts
 from cni.proxy.model import Backend, NodeView, ProxyModel, ProxyPort, ProxyService, \
     ServicePortView
 from cni.proxy.sync import calc_plan
+from cni.proxy.table import ServiceTable
 from cni.spec.errors import CNIError, InvalidConfig
 from ipam.ops.services import create, list_services, remove, set_settings
 from ipam.records import SERVICES, SERVICES_META, encode
@@ -63,33 +63,42 @@ def test_a_full_render_lists_conntrack_once_not_once_per_udp_entry_point(monkeyp
 
 
 def affinity_view(ips: list[str]) -> ServicePortView:
+    """As the store's view gives it: backends in address order."""
     service = ProxyService("ns", "a", (ipaddress.ip_address("10.96.0.5"),),
                            ports=(ProxyPort("http", "tcp", 80),), affinity_timeout=60)
     return ServicePortView(service, service.ports[0], tuple(
-        Backend(ipaddress.ip_address(ip), 8080, "n1", True) for ip in ips))
+        Backend(ipaddress.ip_address(ip), 8080, "n1", True)
+        for ip in sorted(ips, key=lambda ip: int(ipaddress.ip_address(ip)))))
 
 
-def slot_of(view: ServicePortView, ip: str) -> str:
-    elements, _ = calc_port_parts(view, ProxyModel(4, NODE, (view,)))
-    return next(e.name for e in elements if e.name.startswith("slot-")
-                and e.value == f"{ip} . 8080")
+def slots_of(table: ServiceTable) -> dict[str, str]:
+    """backend address -> the slot map holding it, as the table programmed it."""
+    return {e.value.split(" . ")[0]: e.name for e in table.elements()
+            if e.name.startswith("slot-")}
 
 
-@pytest.mark.xfail(strict=True, reason="cni/proxy/elements.py _dispatch_elements: ClientIP "
-                   "affinity sticks a client to a backend *index* (sticky-i -> slot-i), and the "
-                   "index is the backend's place in IP order; an endpoint joining with a lower "
-                   "IP shifts every slot, so sticky clients move to another Pod before their "
-                   "timeout (kube-proxy's affinity is per endpoint)")
-@settings(max_examples=30, deadline=None)
-@given(st.lists(st.integers(2, 200), min_size=1, max_size=4, unique=True), st.integers(2, 200))
-@example([5], 3)
-def test_a_sticky_backend_keeps_its_slot_when_another_endpoint_joins(hosts, joining):
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(2, 200), min_size=1, max_size=4, unique=True),
+       st.lists(st.integers(2, 200), min_size=1, max_size=3, unique=True), st.booleans())
+@example([5], [3], False)
+def test_a_sticky_backend_keeps_its_slot_when_another_endpoint_joins(hosts, joining, resync):
+    """Joins (lower addresses too) move no surviving backend, also through a full render
+    that has the replaced table as hints (pycnid's periodic resync)."""
     ips = [f"10.0.0.{h}" for h in hosts]
-    newcomer = f"10.0.0.{joining}"
-    if newcomer in ips:
-        return
-    before, after = affinity_view(ips), affinity_view([*ips, newcomer])
-    assert all(slot_of(before, ip) == slot_of(after, ip) for ip in ips)
+    newcomers = [f"10.0.0.{h}" for h in joining if f"10.0.0.{h}" not in ips]
+    table = ServiceTable(4)
+    table.commit(table.plan(NODE, {"ns/a": (affinity_view(ips),)}, full=True))
+    before = slots_of(table)
+    changes = {"ns/a": (affinity_view([*ips, *newcomers]),)}
+    if resync:
+        fresh = ServiceTable(4)
+        fresh.commit(fresh.plan(NODE, changes, full=True, hints=table.services))
+        table = fresh
+    else:
+        table.commit(table.plan(NODE, changes))
+    after = slots_of(table)
+    assert all(after[ip] == before[ip] for ip in ips)
+    assert sorted(after.values()) == [f"slot-{i}" for i in range(len(ips) + len(newcomers))]
 
 
 @pytest.mark.parametrize("ip", ["127.0.0.1", "::1", "169.254.169.254", "fe80::1", "224.0.0.1"])
