@@ -187,7 +187,7 @@ def calc_plan(records: Records, node: str, family: int, local: list[str],
     deletes the shape ``chains`` the kernel holds that it does not need."""
     if table is None and not records.wants(family):
         return None
-    keys = dirty if table is not None else list(records.services)
+    keys = dirty | table.left_out if table is not None else list(records.services)
     view, changes = calc_changes(records, node, family, local, keys)
     if table is None:
         return ServiceTable(family).plan(view, changes, True, chains, hints)

@@ -36,6 +36,7 @@ class Planned:
     views: Views
     elements: frozenset[Element]
     shapes: frozenset[Shape]
+    left_out: bool = False  # its entries are another Service's
 
 
 @dataclass
@@ -49,6 +50,7 @@ class TablePlan:
     services: dict[str, Planned]
     before: dict[str, Views]  # the changed Services' views before (for conntrack)
     owners: dict[tuple[str, str], str] = field(default_factory=dict)  # full plans: all
+    left_out: set[str] = field(default_factory=set)  # Services whose entries another holds
 
 
 @dataclass
@@ -63,6 +65,7 @@ class ServiceTable:
     shape_counts: Counter = field(default_factory=Counter)
     port_count: int = 0  # port views programmed (the proxy's metric)
     owners: dict[tuple[str, str], str] = field(default_factory=dict)  # entry -> Service
+    left_out: set[str] = field(default_factory=set)  # retried every pass (calc_plan)
 
     def plan(self, node: NodeView, changes: Mapping[str, Views], full: bool = False,
              chains: Iterable[str] = (), hints: Mapping[str, Planned] | None = None) -> TablePlan:
@@ -88,15 +91,18 @@ class ServiceTable:
         """Each map key belongs to one Service: a Service whose VIP, externalIP or nodePort
         port another one already holds (hand-written records; the store's index keys prevent
         it for VIPs and nodePorts) is left out, logged, rather than refusing the whole
-        transaction for every Service. The holder keeps it; the other is retried with its
-        next change or the next full render. ``claimed`` collects the plan's map keys."""
+        transaction for every Service. The holder keeps it; the other is in ``left_out``,
+        which every pass retries, so it is programmed once the holder lets go. ``claimed``
+        collects the plan's map keys."""
         claimed = {} if claimed is None else claimed
         for key in sorted(planned):
             mine = _map_keys(planned[key].elements)
             held = {claimed.get(k) or _holder(owners.get(k), planned) for k in mine} - {None, key}
             if held:
-                log.warning("proxy: Service %s left out: its ports are %s's", key, sorted(held)[0])
-                planned[key] = Planned((), frozenset(), frozenset())
+                if key not in self.left_out:
+                    log.warning("proxy: Service %s left out: its ports are %s's", key,
+                                sorted(held)[0])
+                planned[key] = Planned((), frozenset(), frozenset(), left_out=True)
             else:
                 claimed.update(dict.fromkeys(mine, key))
         return planned
@@ -105,7 +111,8 @@ class ServiceTable:
                    hints: Mapping[str, Planned]) -> TablePlan:
         planned = {k: self._calc_planned(node, v, hints.get(k)) for k, v in changes.items() if v}
         owners: dict[tuple[str, str], str] = {}
-        planned = {k: p for k, p in self._claim(planned, {}, owners).items() if p.views}
+        planned = {k: p for k, p in self._claim(planned, {}, owners).items()
+                   if p.views or p.left_out}
         node_elements = calc_node_elements(ProxyModel(self.family, node))
         elements = set(node_elements).union(*(p.elements for p in planned.values()))
         shapes = set().union(*(p.shapes for p in planned.values()))
@@ -158,6 +165,8 @@ class ServiceTable:
         """The kernel took ``plan.script``: hold what it programmed."""
         if plan.full:
             return self._commit_full(plan)
+        self.left_out = (self.left_out - set(plan.services)) | {
+            k for k, p in plan.services.items() if p.left_out}
         for key, new in plan.services.items():
             old = self.services.pop(key, None)
             self.port_count += len(new.views) - (len(old.views) if old else 0)
@@ -174,6 +183,7 @@ class ServiceTable:
         render)."""
         planned = [p for p in plan.services.values() if p.views]
         self.services = {k: p for k, p in plan.services.items() if p.views}
+        self.left_out = {k for k, p in plan.services.items() if p.left_out}
         self.element_counts = Counter(chain.from_iterable(p.elements for p in planned))
         self.element_counts.update(plan.node_elements)
         self.shape_counts = Counter(chain.from_iterable(p.shapes for p in planned))
