@@ -29,7 +29,9 @@ def parse_endpoint(text: str, option: str, need_port: bool) -> tuple[IPAddress, 
         ip = ipaddress.ip_address(host)
         number = int(port) if port else 0
     except ValueError:
-        raise InvalidConfig(f"invalid {option} {text!r}: IP[:PORT] is expected") from None
+        why = "a port is a number (a Service port's name is not traced)" if port and \
+            not port.isdigit() else "IP[:PORT] is expected"
+        raise InvalidConfig(f"invalid {option} {text!r}: {why}") from None
     if not 0 <= number < 65536 or (need_port and not number):
         raise InvalidConfig(f"invalid {option} {text!r}: a port 1-65535 is expected")
     return ip, number
@@ -65,7 +67,8 @@ def trace(store: Store, node: str, source: str, target: str) -> dict[str, Any]:
                             "pycni node ls lists the nodes")
     model = calc_model(records, node, dst_ip.version)
     answer = explain(model, model.node, src_ip, src_port, dst_ip, dst_port, proto)
-    return {"node": node, "from": source, "to": f"{dst_ip}:{dst_port}/{proto}",
+    host = f"[{dst_ip}]" if dst_ip.version == 6 else str(dst_ip)
+    return {"node": node, "from": source, "to": f"{host}:{dst_port}/{proto}",
             "answer": answer.to_dict(), "text": render_answer(answer)}
 
 
