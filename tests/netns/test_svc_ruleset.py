@@ -259,5 +259,6 @@ def test_sctp_inits_are_dnated_without_an_sctp_stack(wired):
     finally:
         receiver.kill()
         receiver.wait()
+        receiver.stdout.close()  # also when the readline failed: no pipe left to the collector
     seen = Counter(tuple(line.split()) for line in out.splitlines())
     assert set(seen) == {(ip, "8080") for ip in BACKENDS} and sum(seen.values()) == 60, seen
