@@ -49,15 +49,22 @@ def timed(fn, *args) -> tuple[object, float]:
 
 
 def sync_pycni(records: Records, table: ServiceTable | None) -> TablePlan:
-    """What pycnid's proxy does on a pass (cni/proxy/sync.py): the dirty Services' views
+    """What pycnid's proxy plans on a pass (cni/proxy/sync.py): the dirty Services' views
     from its records (all of them without a table), then the table's plan."""
-    with paused_gc():
-        return calc_plan(records, shapes.NODE.node, 4, LOCAL, table, records.take_dirty())
+    return calc_plan(records, shapes.NODE.node, 4, LOCAL, table, records.take_dirty())
 
 
-def commit(table: ServiceTable, plan: TablePlan) -> None:
-    with paused_gc():
-        table.commit(plan)
+def measure_pass(nft: Nft, records: Records, table: ServiceTable,
+                 committed: bool) -> tuple[TablePlan, float, float]:
+    """One pass as ProxySync.sync makes it, the collector paused throughout (and the new
+    table frozen after a full render): (plan, Python seconds, nft seconds)."""
+    with paused_gc() as pause:
+        plan, render = timed(sync_pycni, records, table if committed else None)
+        _, apply = timed(nft.run, plan.script)
+        _, commit = timed(table.commit, plan)
+        if plan.full:
+            pause.freeze()
+    return plan, render + commit, apply
 
 
 def measure_pycni(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
@@ -65,22 +72,17 @@ def measure_pycni(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
     records, build = timed(shapes.build_records, plan)
     rss_built = vm_rss_kib(os.getpid())
     table = ServiceTable(4)
-    full, render = timed(sync_pycni, records, None)
-    _, apply = timed(nft.run, full.script)
-    _, committing = timed(commit, table, full)
+    full, render, apply = measure_pass(nft, records, table, committed=False)
     nft.release_cache()  # as pycnid does after a full render
     rss_synced = vm_rss_kib(os.getpid())
     rounds, committed = [], plan
     for r in range(1, updates + 1):
         new = shapes.calc_swap(plan, r)
         shapes.swap_records(records, committed, new)  # the watch events, before the pass
-        diff, d_render = timed(sync_pycni, records, table)
-        _, d_apply = timed(nft.run, diff.script)
-        _, d_commit = timed(commit, table, diff)
-        rounds.append({"render": d_render + d_commit, "apply": d_apply,
-                       "bytes": len(diff.script)})
+        diff, d_render, d_apply = measure_pass(nft, records, table, committed=True)
+        rounds.append({"render": d_render, "apply": d_apply, "bytes": len(diff.script)})
         committed = new
-    return {"build": build, "render": render + committing, "apply": apply, "bytes": len(full.script),
+    return {"build": build, "render": render, "apply": apply, "bytes": len(full.script),
             "elements": len(table.elements()), "updates": rounds,
             "rss_kib_base": rss_base, "rss_kib_built": rss_built, "rss_kib_synced": rss_synced}
 

@@ -8,6 +8,7 @@ per-element work here is kept to building tuples and strings (addresses are form
 """
 from __future__ import annotations
 
+import operator
 import socket
 from typing import Iterable
 
@@ -46,42 +47,39 @@ def calc_shape(view: ServicePortView, entry: str, count: int) -> Shape:
     return Shape(entry, "aff" if timeout else "lb", count, timeout or 0)
 
 
-def calc_port_parts(view: ServicePortView, model: ProxyModel) -> tuple[set[Element], set[Shape]]:
+def calc_port_parts(view: ServicePortView, model: ProxyModel) -> tuple[list[Element], set[Shape]]:
     """Every element one service port contributes (dispatch, backends, masquerade, checks)
     and the shapes its dispatch elements point at."""
-    elements: set[Element] = set()
+    elements: list[Element] = []
     shapes: set[Shape] = set()
     for entry, key, external in calc_entries(view, model):
         backends = view.calc_backends(external)
-        elements |= _masq_elements(view, entry, key, external)
+        if external and not view.service.external_local:
+            elements.append(Element(MASQ_SET[entry], key))
         if not backends:
             verdict = DROP if view.backends and view.is_local_policy(external) else REJECT
-            name = "no-endpoints" if entry == "vip" else "no-endpoint-nodeports"
-            elements.add(Element(name, key, verdict))
+            elements.append(Element(NO_ENDPOINTS[entry], key, verdict))
             continue
         shape = calc_shape(view, entry, len(backends))
         shapes.add(shape)
-        elements |= _dispatch_elements(view, entry, key, shape, backends)
+        elements += _dispatch_elements(view, entry, key, shape, backends)
     return elements, shapes
 
 
-def _masq_elements(view: ServicePortView, entry: str, key: str, external: bool) -> set[Element]:
-    """A ClusterIP needs none: its off-cluster clients are matched by ``@service-vips``."""
-    if not external or view.service.external_local:
-        return set()
-    return {Element("external-masq" if entry == "vip" else "nodeport-masq", key)}
+MASQ_SET = {"vip": "external-masq", "np": "nodeport-masq"}  # ClusterIPs: @service-vips
+NO_ENDPOINTS = {"vip": "no-endpoints", "np": "no-endpoint-nodeports"}
+DISPATCH = {"vip": "service-ips", "np": "service-nodeports"}
 
 
 def _dispatch_elements(view: ServicePortView, entry: str, key: str, shape: Shape,
-                       backends: tuple[Backend, ...]) -> set[Element]:
-    dispatch = "service-ips" if entry == "vip" else "service-nodeports"
-    out = {Element(dispatch, key, f"goto {shape.chain}")}
-    data = backends_map(entry, view.port.protocol)
+                       backends: tuple[Backend, ...]) -> list[Element]:
+    out = [Element(DISPATCH[entry], key, f"goto {shape.chain}")]
+    data, slot = backends_map(entry, view.port.protocol), f"{PREFIX[entry]}slot-"
     for i, b in enumerate(backends):
         dest = f"{_text(b.ip)} . {b.port}"
-        out.add(Element(data, f"{key} . {i}", dest))
+        out.append(Element(data, f"{key} . {i}", dest))
         if shape.kind == "aff":
-            out.add(Element(f"{PREFIX[entry]}slot-{i}", key, dest))
+            out.append(Element(f"{slot}{i}", key, dest))
     return out
 
 
@@ -89,15 +87,15 @@ def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset
     """The elements and shapes of the port views of ``model`` (one Service's, for the table;
     node-wide sets aside). A hairpin element is only needed for a local backend: a Pod
     reaching itself through its Service is DNATed on its own node."""
-    elements: set[Element] = set()
+    elements: list[Element] = []
     shapes: set[Shape] = set()
     for view in model.ports:
         port_elements, port_shapes = calc_port_parts(view, model)
-        elements |= port_elements
+        elements += port_elements
         shapes |= port_shapes
-        elements |= {Element("service-vips", _text(ip)) for ip in _family(view.service.vips, model)}
-        elements |= {Element("hairpin", f"{_text(b.ip)} . {_text(b.ip)}") for b in view.backends
-                     if b.local and b.ip.version == model.family}
+        elements += [Element("service-vips", _text(ip)) for ip in _family(view.service.vips, model)]
+        elements += [Element("hairpin", f"{text} . {text}") for b in view.backends
+                     if b.local and b.ip.version == model.family and (text := _text(b.ip))]
     return frozenset(elements), frozenset(shapes)
 
 
@@ -121,17 +119,22 @@ def calc_shapes(model: ProxyModel) -> frozenset[Shape]:
 
 
 def render_elements(family: int, verb: str, elements: Iterable[Element]) -> str:
-    """One ``add|delete element`` command per named set or map, elements sorted by key."""
-    by_name: dict[str, list[str]] = {}
-    for el in sorted(elements, key=_by_name_and_key):
-        by_name.setdefault(el.name, []).append(el.render())
+    """One ``add|delete element`` command per named set or map, elements sorted by key (in C:
+    a full render sorts ~70k of them)."""
+    by_name: dict[str, list[Element]] = {}
+    for el in elements:
+        by_name.setdefault(el.name, []).append(el)
     t = f"{FAMILY[family]} {TABLE}"
-    return "".join(f"{verb} element {t} {name} {{ {', '.join(texts)} }}\n"
-                   for name, texts in by_name.items())
+    return "".join(f"{verb} element {t} {name} {{ {_render_sorted(by_name[name])} }}\n"
+                   for name in sorted(by_name))
 
 
-def _by_name_and_key(element: Element) -> tuple[str, str]:
-    return element.name, element.key
+def _render_sorted(elements: list[Element]) -> str:
+    elements.sort(key=_KEY)
+    return ", ".join([k if v is None else f"{k} : {v}" for _, k, v in elements])
+
+
+_KEY = operator.itemgetter(1)
 
 
 def render_full_script(family: int, shapes: Iterable[Shape], elements: Iterable[Element]) -> str:

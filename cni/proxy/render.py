@@ -31,7 +31,6 @@ plain ``type`` maps, whose ``inet_service`` data carries no protocol: one serves
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
 from .model import PROTOCOLS
@@ -59,9 +58,9 @@ class Element(NamedTuple):
         return self.key if self.value is None else f"{self.key} : {self.value}"
 
 
-@dataclass(frozen=True, order=True)
-class Shape:
-    """A chain kind shared by every entry of that shape: kind lb|aff, entry vip|np, N, T."""
+class Shape(NamedTuple):
+    """A chain kind shared by every entry of that shape: kind lb|aff, entry vip|np, N, T
+    (a tuple: one per entry of a full render, counted per Service)."""
 
     entry: str
     kind: str

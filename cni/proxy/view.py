@@ -284,6 +284,13 @@ def _parse_ip(text: str) -> IPAddress:
     return ipaddress.ip_address(packed)
 
 
+def calc_fixed_ports(record: ServiceRecord) -> dict[str, int] | None:
+    """{port label: targetPort} when no targetPort is a name (None otherwise)."""
+    if any(isinstance(p.target_port, str) for p in record.ports):
+        return None
+    return {p.name or str(p.port): p.target_port for p in record.ports}
+
+
 def calc_port_views(record: ServiceRecord,
                     endpoints: list[tuple[EndpointRecord, tuple[IPAddress, ...]]], node: str,
                     family: int) -> list[ServicePortView]:
@@ -292,7 +299,9 @@ def calc_port_views(record: ServiceRecord,
     service = calc_service(record, family)
     if not service.vips:
         return []
-    picked = [(e, [ip for ip in ips if ip.version == family], calc_served_ports(record, e))
+    fixed = calc_fixed_ports(record)  # numeric targetPorts: the same for every endpoint
+    picked = [(e, [ip for ip in ips if ip.version == family],
+               fixed if fixed is not None else calc_served_ports(record, e))
               for e, ips in endpoints]
     views = []
     for port, spec in zip(service.ports, record.ports):
