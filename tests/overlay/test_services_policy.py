@@ -215,3 +215,21 @@ def test_an_empty_ipv6_service_is_refused_at_once(world):
     cluster, _, client, _ = world
     vip = empty_ipv6_service(cluster, "six-now")
     assert connect(client.ns, vip, 80, 3, 0.5) == ["ConnectionRefusedError"] * 3
+
+
+def test_an_external_ip_from_outside_reaches_the_backends_masqueraded(world):
+    """An externalIP routed to node2 by the off-cluster client: DNATed to every backend (both
+    nodes), masqueraded under Cluster policy; trace names the externalIP entry."""
+    cluster, backends, _, outside = world
+    n2 = cluster.nodes[1]
+    external = "203.0.113.80"
+    svc(cluster, "create", "ns/ext", "--port", "80/TCP:8080", "--selector", "app=pol",
+        "--external-ip", external)
+    outside.ns.run(["ip", "route", "replace", f"{external}/32", "via", address(cluster, n2)])
+    wait_backends(outside.ns, external, 80, {p.ip for p in backends})
+    answers = [a.split(",") for a in connect(outside.ns, external, 80, 30)]
+    assert {me for me, _ in answers} == {p.ip for p in backends}, answers
+    assert all(peer != outside.address for _, peer in answers), answers
+    answer = trace(cluster, outside.address, f"{external}:80/tcp", n2.name)
+    assert (answer["entry"], answer["verdict"]) == ("externalIP", "dnat")
+    assert all(c["masquerade"] for c in answer["choices"]), answer
