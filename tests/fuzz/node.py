@@ -18,7 +18,8 @@ from typing import Callable
 
 from hypothesis import event
 
-from ipam.records import HANDLES
+from ipam.records import ENDPOINTS, HANDLES
+from ipam.store.sqlite import SqliteStore
 from tests.fixtures.bridge import host_local_ipam, masq_elements, pycni_ipam
 from tests.fixtures.daemon import Pycnid, daemon_config, send_frame
 from tests.fixtures.netns import Netns, new_netns
@@ -33,11 +34,13 @@ ANCHOR_SUBNET = "10.92.0.0/24"
 
 @dataclass(frozen=True)
 class State:
-    """What a request can change on the node: links (bridges apart), nft elements, leases."""
+    """What a request can change on the node: links (bridges apart), nft elements, leases,
+    endpoint records (key and revision: a rewrite with the same value is a change too)."""
     node_links: tuple
     pod_links: tuple
     elements: tuple
     leases: tuple
+    endpoints: tuple
 
 
 @dataclass
@@ -122,12 +125,22 @@ class FuzzNode:
 
         return State(node_links=describe(self.node),
                      pod_links=tuple(describe(pod) for pod in self.pods),
-                     elements=tuple(masq_elements(self.node)), leases=tuple(self.leases()))
+                     elements=tuple(masq_elements(self.node)), leases=tuple(self.leases()),
+                     endpoints=tuple(sorted(self.endpoints().items())))
+
+    def open_store(self) -> SqliteStore:
+        return SqliteStore(self.daemon.config["store"]["path"])
+
+    def endpoints(self) -> dict[str, tuple[int, bytes]]:
+        """Every endpoint record pycnid's store holds: key -> (mod_revision, value)."""
+        store = self.open_store()
+        try:
+            return {kv.key: (kv.mod_revision, kv.value) for kv in store.range(ENDPOINTS)}
+        finally:
+            store.close()
 
     def leases(self) -> list[str]:
-        from ipam.store.sqlite import SqliteStore
-
-        store = SqliteStore(self.daemon.config["store"]["path"])
+        store = self.open_store()
         try:
             found = [kv.key for kv in store.range(HANDLES, keys_only=True)]
         finally:
@@ -141,8 +154,10 @@ class FuzzNode:
 
     def exercise(self, command: str, send: Callable[[], tuple[int, str, str]],
                  undo: Callable[[], tuple[int, str, str]] | None, stdin: bytes,
-                 context: str) -> Verdict:
-        """Run one case and check every invariant; ``undo`` deletes an accepted ADD."""
+                 context: str, accepted: Callable[[Verdict, State], None] | None = None
+                 ) -> Verdict:
+        """Run one case and check every invariant; ``accepted`` checks an accepted ADD (given
+        the state before it) before ``undo`` deletes it."""
         before, bridges = self.snapshot(), self.bridges()
         self.log.new_lines()
         exit_code, stdout, stderr = send()
@@ -151,6 +166,8 @@ class FuzzNode:
               + ("ok" if verdict.ok else f"code {verdict.value['code']}"))
         self.log.assert_no_stack(context)
         try:
+            if verdict.ok and command == "ADD" and accepted is not None:
+                accepted(verdict, before)
             if verdict.ok and command == "ADD" and undo is not None:
                 del_exit, del_out, del_err = undo()
                 assert del_exit == 0, f"DEL of an accepted ADD failed: {del_out} {del_err}"
