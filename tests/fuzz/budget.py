@@ -15,7 +15,7 @@ import os
 from hypothesis import HealthCheck, Phase, settings
 
 PROFILE = os.environ.get("PYCNI_FUZZ_PROFILE", "ci")
-SCALE = {"ci": 1, "fuzz": 50}  # ci: ~220 cases in all; fuzz: ~11,000
+SCALE = {"ci": 1, "fuzz": 50}  # ci: ~330 cases in all; fuzz: ~16,000
 
 settings.register_profile(
     "ci", deadline=None, database=None, print_blob=True, max_examples=1,

@@ -26,7 +26,7 @@ from .node import FuzzNode, State, new_cid
 from .oracle import Verdict
 from .strategies import (COMMANDS, VERSIONS, garbage_stdin, mutated, mutation, result_in,
                          to_bytes, version_for)
-from .svc import (ADD_PODS, ALL_PODS, add_svc_anchors, any_cni_args, changed_keys,
+from .svc import (ADD_PODS, ALL_PODS, CNI_SECTIONS, add_svc_anchors, any_cni_args, changed_keys,
                   cni_args_text, expected_record, record_problems, svc_conf)
 
 pytestmark = pytest.mark.netns
@@ -123,11 +123,15 @@ def test_svc_netconf_and_cni_args_of_every_verb(svc_fz, data):
 @cases(30)
 @given(data=st.data())
 def test_svc_add_of_a_valid_netconf_with_generated_cni_args(svc_fz, data):
-    """The netconf valid (its args.cni now and then mutated once): most ADDs are accepted, so
-    the published record is checked against its input, not just the reply."""
+    """The netconf valid, its args.cni pycni-bridge's, a listed shape or mutated once: most
+    ADDs are accepted, so the published record is checked against its input, not just the
+    reply."""
     version = data.draw(st.sampled_from(VERSIONS), label="version")
     conf = svc_conf(svc_fz, "ADD", version, with_prev=True)
-    if data.draw(st.integers(0, 3)) == 0:
+    shape = data.draw(st.integers(0, 3), label="args shape")
+    if shape == 1:
+        conf["args"] = {"cni": data.draw(st.sampled_from(CNI_SECTIONS), label="args.cni")}
+    elif shape == 2:
         conf["args"] = data.draw(mutation(conf["args"]), label="args")
     args = data.draw(cni_args_text(ADD_PODS), label="CNI_ARGS")
     Case(svc_fz, to_bytes(conf, data.draw(st.booleans())), args, svc_fz.pods[0].path).run("ADD")
