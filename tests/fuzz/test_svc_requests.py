@@ -11,12 +11,13 @@ and another node's records alone.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, strategies as st
 
 from cni.spec.errors import CNIError
-from cni.spec.request import decode_json
+from cni.spec.request import MAX_DEPTH, decode_json
 from cni.spec.result import canonical, render
 from ipam.records import ENDPOINTS
 from ipam.services.record import EndpointRecord
@@ -99,12 +100,23 @@ class Case:
 
 def decodable(stdin: bytes) -> bool:
     """Whether the netconf is JSON pycnid reads at all (a mutated args.cni may nest deeper
-    than its limit or hold 1e400: code 6 before any plugin runs, rightly)."""
+    than its limit or hold 1e400: code 6 before any plugin runs, rightly). The nesting is
+    counted in the text: a deep value a repeated key discards may or may not exhaust the
+    decoder's recursion, by how deep the caller's stack already is."""
     try:
         decode_json(stdin, "network config")
     except CNIError:
         return False
-    return True
+    return nesting(stdin.decode("utf-8", "surrogatepass")) <= MAX_DEPTH
+
+
+def nesting(text: str) -> int:
+    """The deepest bracket nesting of JSON text, brackets inside strings apart."""
+    depth = deepest = 0
+    for token in re.sub(r'"(\\.|[^"\\])*"', "", text):
+        depth += (token in "[{") - (token in "]}")
+        deepest = max(deepest, depth)
+    return deepest
 
 
 @cases(45)
@@ -141,12 +153,14 @@ def test_svc_add_of_a_valid_netconf_with_generated_cni_args(svc_fz, data):
 @given(data=st.data())
 def test_svc_del_of_nothing_succeeds(svc_fz, data):
     """A DEL after nothing (a new containerID; the Pod may be the anchor's or another node's):
-    nothing of its attachment exists, so it succeeds, with or without netns and prevResult,
-    whatever its args.cni and well-formed CNI_ARGS say, and removes nothing."""
+    nothing of its attachment exists, so it succeeds, with or without netns, with prevResult
+    absent, valid or malformed, whatever its args.cni and well-formed CNI_ARGS say, and removes
+    nothing."""
     version = data.draw(st.sampled_from(VERSIONS), label="version")
     conf = svc_conf(svc_fz, "DEL", version, with_prev=data.draw(st.booleans(), label="prev"))
-    if data.draw(st.booleans()):
-        conf["args"] = data.draw(mutation(conf["args"]), label="args")
+    for key in ("args", "prevResult"):
+        if key in conf and data.draw(st.booleans()):
+            conf[key] = data.draw(mutation(conf[key]), label=key)
     args = data.draw(cni_args_text(ALL_PODS), label="CNI_ARGS")
     netns = data.draw(st.sampled_from([svc_fz.pods[0].path, ""]), label="netns")
     ifname = data.draw(st.sampled_from(["eth0", "eth9"]), label="ifname")
@@ -154,6 +168,27 @@ def test_svc_del_of_nothing_succeeds(svc_fz, data):
     verdict = Case(svc_fz, stdin, args, netns, ifname).run("DEL")
     assert verdict.ok or not decodable(stdin), f"DEL of nothing refused: {verdict.value}"
     assert len([k for k in svc_fz.endpoints() if k.startswith(ENDPOINTS)]) == 2
+
+
+attachments = st.fixed_dictionaries(
+    {"containerID": st.sampled_from(["fzanchor", "fzremote", "fzother", "fzc-1"])},
+    optional={"ifname": st.sampled_from(["eth0", "eth9", ""])})
+
+
+@cases(15)
+@given(data=st.data())
+def test_svc_gc_of_a_network_with_nothing_on_this_node_succeeds(svc_fz, data):
+    """GC of ``fzsvc`` (only another node's record in it) with any valid-attachments list, or
+    none (then nothing is valid): success, and the other node's and the anchor network's
+    records stay."""
+    conf = svc_conf(svc_fz, "GC", "1.1.0", with_prev=False)
+    valid = data.draw(st.one_of(st.none(), st.lists(attachments, max_size=4)), label="valid")
+    if valid is None:
+        del conf["cni.dev/valid-attachments"]
+    else:
+        conf["cni.dev/valid-attachments"] = valid
+    verdict = Case(svc_fz, to_bytes(conf), "", "").run("GC")
+    assert verdict.ok, f"GC refused: {verdict.value}"
 
 
 NEWLINE_DEFECT = (
