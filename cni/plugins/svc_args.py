@@ -38,10 +38,10 @@ def validate_identity(args: Mapping[str, str]) -> tuple[str, str]:
     """(namespace, pod) from CNI_ARGS: the endpoint key's segments."""
     namespace = args.get("K8S_POD_NAMESPACE", "")
     pod = args.get("K8S_POD_NAME", "")
-    if not DNS_LABEL.match(namespace):
+    if not DNS_LABEL.fullmatch(namespace):
         raise refuse("CNI_ARGS K8S_POD_NAMESPACE", f"{namespace!r} is not a DNS label "
                      "(pycni-svc publishes the Pod under its namespace)")
-    if not DNS_SUBDOMAIN.match(pod):
+    if not DNS_SUBDOMAIN.fullmatch(pod):
         raise refuse("CNI_ARGS K8S_POD_NAME", f"{pod!r} is not a DNS subdomain "
                      "(pycni-svc publishes the Pod under its name)")
     return namespace, pod
@@ -61,9 +61,9 @@ def cni_args(config: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def validate_label(key: Any, value: Any, where: str) -> tuple[str, str]:
-    if not isinstance(key, str) or not LABEL_KEY.match(key):
+    if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
         raise refuse(where, f"label key {key!r} is not a Kubernetes label key")
-    if not isinstance(value, str) or not LABEL_VALUE.match(value):
+    if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
         raise refuse(where, f"label value {value!r} of {key} is not a Kubernetes label value")
     return key, value
 
@@ -106,7 +106,7 @@ def parse_port(item: Any, where: str) -> tuple[str, int]:
     if not isinstance(item, dict):
         raise refuse(where, "expected {name, containerPort, protocol}")
     name, port = item.get("name"), item.get("containerPort")
-    if not isinstance(name, str) or not PORT_NAME.match(name):
+    if not isinstance(name, str) or not PORT_NAME.fullmatch(name):
         raise refuse(f"{where}.name", f"{name!r} is not a port name (IANA_SVC_NAME)")
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise refuse(f"{where}.containerPort", f"{port!r} is not a port 1-65535")

@@ -65,7 +65,7 @@ def validate_fields(data: Any, name: str, known: tuple[str, ...]) -> Mapping[str
 
 
 def validate_name(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not DNS_LABEL.match(value):
+    if not isinstance(value, str) or not DNS_LABEL.fullmatch(value):
         raise bad(name, f"{value!r} is not a DNS label (a-z, 0-9, '-', at most 63)")
     return value
 
@@ -79,7 +79,7 @@ def validate_ip(value: Any, name: str) -> ipaddress.IPv4Address | ipaddress.IPv6
 
 def validate_target(value: Any, name: str) -> int | str:
     if isinstance(value, str):
-        if not PORT_NAME.match(value) or value.isdigit():
+        if not PORT_NAME.fullmatch(value) or value.isdigit():
             raise bad(name, f"{value!r} is neither a port number nor a port name")
         return value
     return validate_int(value, name, 1, 65535)
@@ -88,7 +88,7 @@ def validate_target(value: Any, name: str) -> int | str:
 def validate_port(data: Any, at: str, node_ports: bool, settings: ServiceSettings) -> ServicePort:
     spec = validate_fields(data, at, PORT_FIELDS)
     name = spec.get("name", "")
-    if name != "" and (not isinstance(name, str) or not PORT_NAME.match(name)):
+    if name != "" and (not isinstance(name, str) or not PORT_NAME.fullmatch(name)):
         raise bad(f"{at}.name", f"{name!r} is not a port name (a-z, 0-9, '-', at most 15)")
     port = validate_int(spec.get("port"), f"{at}.port", 1, 65535)
     protocol = spec.get("protocol", "TCP")
@@ -176,9 +176,9 @@ def validate_selector(spec: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(selector, dict):
         raise bad("selector", "not an object of label: value")
     for key, value in selector.items():
-        if not isinstance(key, str) or not LABEL_KEY.match(key):
+        if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
             raise bad("selector", f"{key!r} is not a label key")
-        if not isinstance(value, str) or not LABEL_VALUE.match(value):
+        if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
             raise bad(f"selector.{key}", f"{value!r} is not a label value")
     return dict(selector)
 

@@ -153,11 +153,7 @@ PORT_NAME = re.compile(r"(?=.{1,15}\Z)(?=.*[a-z])[a-z0-9]+(-[a-z0-9]+)*")
 
 
 def named(pattern: re.Pattern, text: str) -> bool:
-    """KNOWN DEFECT (test_svc_requests.test_a_name_with_a_trailing_newline_is_refused, a
-    strict xfail): pycni-svc takes "web\n" for "web"; the second clause lets the properties
-    pass meanwhile. Drop it when svc_args matches names whole."""
-    return bool(pattern.fullmatch(text) or (text.endswith("\n") and
-                                           pattern.fullmatch(text[:-1])))
+    return bool(pattern.fullmatch(text))
 
 
 def record_problems(record: EndpointRecord) -> list[str]:

@@ -191,21 +191,12 @@ def test_svc_gc_of_a_network_with_nothing_on_this_node_succeeds(svc_fz, data):
     assert verdict.ok, f"GC refused: {verdict.value}"
 
 
-# DEFECT in cni/plugins/svc_args.py:64,66,109 (and :41,44): names are checked with
-# Pattern.match against '$'-anchored patterns, and '$' also matches before a trailing newline,
-# so "web\n" passes as a label value, "app\n" as a label key, "http\n" as a port name. The
-# record then holds a label no selector matches and a port no targetPort names, where README
-# promises code 7. Patch: .fullmatch() instead of .match() in validate_identity,
-# validate_label and parse_port (CNI_ARGS K8S_POD_* values are stripped by parse_cni_args, so
-# only args.cni and PYCNI_LABELS carry one that far). Then drop the second clause of svc.named.
-NEWLINE_DEFECT = "svc_args.py:64,66,109 take 'web\\n' for a name ('$' in Pattern.match)"
 NEWLINES = {"args.cni.labels key": ({"labels": {"app\n": "web"}}, ""),
             "args.cni.labels value": ({"labels": [{"key": "app", "value": "web\n"}]}, ""),
             "CNI_ARGS PYCNI_LABELS value": ({}, ";PYCNI_LABELS=app:web\n,tier:front"),
             "args.cni.ports name": ({"ports": [{"name": "http\n", "containerPort": 80}]}, "")}
 
 
-@pytest.mark.xfail(strict=True, reason=NEWLINE_DEFECT)
 @pytest.mark.parametrize("where", sorted(NEWLINES))
 def test_a_name_with_a_trailing_newline_is_refused(svc_fz, where):
     cni, extra_args = NEWLINES[where]
