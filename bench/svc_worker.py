@@ -56,14 +56,12 @@ def sync_pycni(records: Records, table: ServiceTable | None) -> TablePlan:
 
 def measure_pass(nft: Nft, records: Records, table: ServiceTable,
                  committed: bool) -> tuple[TablePlan, float, float]:
-    """One pass as ProxySync.sync makes it, the collector paused throughout (and the new
-    table frozen after a full render): (plan, Python seconds, nft seconds)."""
-    with paused_gc() as pause:
+    """One pass as ProxySync.sync makes it, the collector paused from plan to commit (its
+    due collection comes after, in pycnid as here): (plan, Python seconds, nft seconds)."""
+    with paused_gc():
         plan, render = timed(sync_pycni, records, table if committed else None)
         _, apply = timed(nft.run, plan.script)
         _, commit = timed(table.commit, plan)
-        if plan.full:
-            pause.freeze()
     return plan, render + commit, apply
 
 
