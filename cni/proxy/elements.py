@@ -113,11 +113,6 @@ def calc_elements(model: ProxyModel) -> frozenset[Element]:
     return calc_service_parts(model)[0] | calc_node_elements(model)
 
 
-def calc_shapes(model: ProxyModel) -> frozenset[Shape]:
-    """The shared chains the model's dispatch elements point at."""
-    return calc_service_parts(model)[1]
-
-
 def render_elements(family: int, verb: str, elements: Iterable[Element]) -> str:
     """One ``add|delete element`` command per named set or map, elements sorted by key (in C:
     a full render sorts ~70k of them)."""

@@ -50,7 +50,6 @@ class TablePlan:
     services: dict[str, Planned]
     before: dict[str, Views]  # the changed Services' views before (for conntrack)
     owners: dict[tuple[str, str], str] = field(default_factory=dict)  # full plans: all
-    left_out: set[str] = field(default_factory=set)  # Services whose entries another holds
 
 
 @dataclass
@@ -196,10 +195,6 @@ class ServiceTable:
             if self.owners.get(k) == key:
                 del self.owners[k]
         self.owners.update(dict.fromkeys(_map_keys(new), key))
-
-    def views(self) -> Views:
-        """Every port view programmed (the model the table holds), by Service key."""
-        return tuple(v for key in sorted(self.services) for v in self.services[key].views)
 
     def elements(self) -> frozenset[Element]:
         return frozenset(e for e, n in self.element_counts.items() if n)
