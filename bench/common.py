@@ -187,7 +187,7 @@ def start_pycnid(box: Sandbox, node: str, tag: str = "",
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(config, fh)
     log = open(os.path.join(state, "pycnid.log"), "ab")
-    proc = subprocess.Popen(["ip", "netns", "exec", node, sys.executable, "-m", "ipam.daemon.main",
+    proc = subprocess.Popen(["ip", "netns", "exec", node, sys.executable, "-m", "pycnid.main",
                              "--config", path], stdout=subprocess.DEVNULL, stderr=log,
                             env=python_env(), cwd=REPO)
     log.close()

@@ -16,8 +16,8 @@ import time
 from contextlib import ExitStack
 from typing import Callable
 
-from ipam.store.base import Compare, Put
-from ipam.store.etcd import EtcdStore
+from store.base import Compare, Put
+from store.etcd import EtcdStore
 from tests.fixtures.etcd import EtcdCluster, EtcdServer, make_tls
 
 from .common import percentile

@@ -30,11 +30,11 @@ Op = Callable[[str], str | None]  # cid -> None (ok) or an error text
 
 
 def lease_ops(spec: dict) -> tuple[Op, Op, Callable[[], None]]:
-    from cni.plugins.ipam_config import parse_ipam_config
+    from plugins.ipam.config import parse_ipam_config
     from cni.spec.errors import CNIError
     from ipam.leases.service import LeaseService
     from ipam.records import HandleId
-    from ipam.store.etcd import EtcdStore
+    from store.etcd import EtcdStore
 
     store = EtcdStore(spec["endpoints"])
     leases = LeaseService(store, spec["node"])

@@ -1,7 +1,7 @@
 """Full resync with many synthetic peers, and pycnid's memory with them (vxlan, one real node).
 
 Synthetic peers are node records with overlay fields and one affinity key each, written
-straight into etcd (through ``ipam.nodes.record`` / ``ipam.records``, in txns of 128 puts
+straight into etcd (through ``nodes.record`` / ``ipam.records``, in txns of 128 puts
 through etcd's HTTP gateway) for nodes that do not run. Measured on the real node:
 
 - write -> kernel: from the first txn until ``ip monitor`` has announced all N routes, N
@@ -23,8 +23,8 @@ import sys
 import time
 import urllib.request
 
-from cni.overlay.config import calc_vtep_mac
-from ipam.nodes.record import NodeRecord, OverlayInfo, node_key
+from overlay.config import calc_vtep_mac
+from nodes.record import NodeRecord, OverlayInfo, node_key
 from ipam.records import AffinityRecord, affinity_key
 from tests.fixtures.etcd import run_in_netns
 

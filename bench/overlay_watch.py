@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from cni.net.ns import entered
+from kernel.ns import entered
 
 
 @dataclass(frozen=True)

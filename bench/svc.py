@@ -7,7 +7,7 @@ Every Service has 5 endpoints. For each size, shape and engine (lib = one kept l
 context, as pycnid runs it; bin = `nft -f -`, as kube-proxy runs it) a fresh netns and a fresh
 process (bench/svc_worker.py) time the full sync as one transaction; at --update-at, --updates
 one-Service updates (one endpoint of one Service changed) on each shape. pycni's times are a
-whole proxy pass as pycnid runs it (``cni.proxy.sync.calc_plan`` over the store records the
+whole proxy pass as pycnid runs it (``services.proxy.sync.calc_plan`` over the store records the
 proxy holds: the Services' views, the table's plan and script, the commit); the kube-proxy
 shape's count only nft's load (its Go generator is not measured), which favours kube-proxy.
 Endpoints are spread over 100 nodes (1 in 100 local to the measured node), which changes

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 
-from ipam.services.record import EndpointRecord
+from services.record import EndpointRecord
 from tests.fixtures.echo import WHOAMI_SERVER
 from tests.overlay.pods import pycni_cli, python_in
 

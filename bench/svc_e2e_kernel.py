@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, service_ip_key
+from services.record import EndpointRecord, ServicePort, ServiceRecord, service_ip_key
 
 from .common import median, percentile
 from .svc_e2e_load import calc_bulk_service

@@ -9,7 +9,7 @@ import time
 import urllib.request
 from typing import Callable
 
-from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, service_ip_key
+from services.record import EndpointRecord, ServicePort, ServiceRecord, service_ip_key
 from tests.fixtures.etcd import run_in_netns
 
 METRICS = "127.0.0.1:9464"  # metricsAddress of each node's pycnid
@@ -52,8 +52,8 @@ def calc_bulk_service(i: int, endpoints: int) -> list[tuple[str, bytes]]:
 def write_bulk(endpoints_csv: str, services: int, per_service: int) -> None:
     """Every bulk Service through the store's txn, PER_TXN a txn; prints the wall-clock
     (first, last) times: before the first txn, after the last one answered."""
-    from ipam.store.base import Put
-    from ipam.store.etcd import EtcdStore
+    from store.base import Put
+    from store.etcd import EtcdStore
     store = EtcdStore(endpoints_csv.split(","))
     first = time.time()
     for start in range(0, services, PER_TXN):

@@ -18,11 +18,11 @@ import sys
 import time
 import tracemalloc
 
-from cni.net.nft import Nft
-from cni.proxy.sync import calc_plan, paused_gc
-from cni.proxy.table import ServiceTable
-from cni.proxy.view import PREFIXES, Records
-from ipam.store.base import KV
+from kernel.nft import Nft
+from services.proxy.sync import calc_plan, paused_gc
+from services.proxy.table import ServiceTable
+from services.proxy.view import PREFIXES, Records
+from store.base import KV
 
 from .common import vm_rss_kib
 from .svc_e2e_load import calc_bulk_service

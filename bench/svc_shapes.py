@@ -3,7 +3,7 @@
 Both shapes serve the same Services: N ClusterIP Services (TCP 80, Cluster policy) with
 ``ENDPOINTS`` backends each, off-cluster clients and hairpin traffic masqueraded.
 
-- pycni: the real proxy pass (``cni.proxy``) over the store records pycnid would hold
+- pycni: the real proxy pass (``services.proxy``) over the store records pycnid would hold
   (``build_records``), each Service selecting its 5 endpoints by label; ``build_model`` is
   the same Services as a model for the unit tests;
 - kube-proxy: SVC-NOTES §1.2-1.3 / §3.5 layout A, generated here: per service port one
@@ -21,10 +21,10 @@ import hashlib
 import ipaddress
 from dataclasses import replace
 
-from cni.proxy.model import Backend, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
-from cni.proxy.view import Records
-from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
-from ipam.store.base import KV
+from services.proxy.model import Backend, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
+from services.proxy.view import Records
+from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
+from store.base import KV
 
 ENDPOINTS = 5
 NODES = 100

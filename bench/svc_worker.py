@@ -18,11 +18,11 @@ import os
 import sys
 import time
 
-from cni.net import nft as nft_mod
-from cni.net.nft import Nft
-from cni.proxy.table import ServiceTable, TablePlan
-from cni.proxy.sync import calc_plan, paused_gc
-from cni.proxy.view import Records
+from kernel import nft as nft_mod
+from kernel.nft import Nft
+from services.proxy.table import ServiceTable, TablePlan
+from services.proxy.sync import calc_plan, paused_gc
+from services.proxy.view import Records
 
 from . import svc_shapes as shapes
 from .common import vm_rss_kib
@@ -49,7 +49,7 @@ def timed(fn, *args) -> tuple[object, float]:
 
 
 def sync_pycni(records: Records, table: ServiceTable | None) -> TablePlan:
-    """What pycnid's proxy plans on a pass (cni/proxy/sync.py): the dirty Services' views
+    """What pycnid's proxy plans on a pass (services/proxy/sync.py): the dirty Services' views
     from its records (all of them without a table), then the table's plan."""
     return calc_plan(records, shapes.NODE.node, 4, LOCAL, table, records.take_dirty())
 

@@ -6,12 +6,12 @@ DESIGN.md "Store layout" (this module is the one place keys, codecs and shared d
     /pycni/v1/blocks/<pool>/<block-cidr>         affinity node, allocations {ip: handle id}
     /pycni/v1/handles/<network>/<cid>/<ifname>   the IPs held by one attachment + attributes
     /pycni/v1/affinity/<node>/<pool>/<block-cidr>  index: "this node claimed that block"
-    /pycni/v1/nodes/<node>, heartbeats/<node>    node records (overlay fields: ``ipam.nodes.record``)
-                                                 and their leases (``ipam.nodes``)
+    /pycni/v1/nodes/<node>, heartbeats/<node>    node records (overlay fields: ``nodes.record``)
+                                                 and their leases (``nodes``)
     /pycni/v1/handles/_vtep/<node>/<device>.v4   a node's VTEP address (a handle like any other)
     /pycni/v1/reaper/suspects/<node>             a node the reaper saw without heartbeat
     /pycni/v1/meta/pools                         bumped by every pool add and rm
-    /pycni/v1/services/<ns>/<name>               Services (``ipam.services.record``)
+    /pycni/v1/services/<ns>/<name>               Services (``services.record``)
     /pycni/v1/endpoints/<ns>/<pod>/<ifname>      a Pod's attachment as a Service endpoint
     /pycni/v1/serviceips/<ip>, nodeports/<proto>/<port>  index: "ns/name" holds it
     /pycni/v1/meta/services                      the service CIDRs and the nodePort range
@@ -32,7 +32,7 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from cni.spec.errors import InternalError
-from ipam.store.base import PREFIX
+from store.base import PREFIX
 
 IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
 POOLS = f"{PREFIX}pools/"

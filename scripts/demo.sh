@@ -74,7 +74,7 @@ cni_net() {  # cni_net VERB POD: `pycni net VERB` (cnitool-style) in the pod's n
     read -r node dir network args <<<"${POD_HOME[$2]}"
     ip netns exec "$node" env NETCONFPATH="$dir/net.d" CNI_PATH="$WORK/bin:/usr/lib/cni" \
         CNI_CACHE_DIR="$dir/cache" CNI_ARGS="$args" \
-        "$PYTHON" -m ipam.cli net "$1" "$network" "/var/run/netns/$2"
+        "$PYTHON" -m cli net "$1" "$network" "/var/run/netns/$2"
 }
 attach() {  # attach POD: ADD, the result in $WORK/POD.json
     ATTACHED[$1]=1  # before the ADD: a failed or interrupted ADD is DELeted too
@@ -167,7 +167,7 @@ demo_single_node() {
 
     step "Starting pycnid in the node namespace (embedded SQLite store)"
     start_daemon pycnid "$WORK/pycnid.log" "$node" \
-        "$PYTHON" -m ipam.daemon.main --config "$WORK/pycnid.json"
+        "$PYTHON" -m pycnid.main --config "$WORK/pycnid.json"
     wait_socket "$LAST_PID" "$WORK/pycnid.sock"
     info "pycnid pid $LAST_PID serving $WORK/pycnid.sock"
 

@@ -81,14 +81,14 @@ start_etcd() {
 start_node_pycnid() {  # start_node_pycnid NODE: its pycnid started (no wait)
     local dir=$WORK/$1
     start_daemon "pycnid on $1" "$dir/pycnid.log" "$TAG-$1" \
-        "$PYTHON" -m ipam.daemon.main --config "$dir/pycnid.json"
+        "$PYTHON" -m pycnid.main --config "$dir/pycnid.json"
     NODE_PID[$1]=$LAST_PID
 }
 
 pycni_on() {  # pycni_on NODE ARGS...: the `pycni` CLI in NODE's namespace, on its pycnid's config
     local node=$1
     shift
-    ip netns exec "$TAG-$node" "$PYTHON" -m ipam.cli "$@" --config "$WORK/$node/pycnid.json"
+    ip netns exec "$TAG-$node" "$PYTHON" -m cli "$@" --config "$WORK/$node/pycnid.json"
 }
 
 wait_overlay_route() {  # wait_overlay_route NODE IP: until NODE routes IP through the VXLAN device

@@ -2,10 +2,10 @@
 ADD/CHECK/DEL/GC/STATUS over a list. Standard library only (plus `cni.spec`)."""
 from __future__ import annotations
 
-from .chain import Runtime
-from .conflist import NetworkConfigList, PluginConf, load_network_conf
-from .errors import PluginFailed
-from .inject import RuntimeConf
+from cni.runtime.chain import Runtime
+from cni.runtime.conflist import NetworkConfigList, PluginConf, load_network_conf
+from cni.runtime.errors import PluginFailed
+from cni.runtime.inject import RuntimeConf
 
 __all__ = ["Runtime", "RuntimeConf", "NetworkConfigList", "PluginConf", "PluginFailed",
            "load_network_conf"]

@@ -20,11 +20,11 @@ from cni.spec.errors import CNIError, IncompatibleVersion, InvalidConfig, Invali
     IOFailure, UnknownContainer
 from cni.spec.versions import parse_version
 
-from . import cache
-from .conflist import NetworkConfigList, PluginConf
-from .errors import PluginFailed, join_errors
-from .inject import RuntimeConf, build_gc_config, build_one_config, build_status_config
-from .invoke import Invocation, decode_result, exec_plugin, find_in_path
+from cni.runtime import cache
+from cni.runtime.conflist import NetworkConfigList, PluginConf
+from cni.runtime.errors import PluginFailed, join_errors
+from cni.runtime.inject import RuntimeConf, build_gc_config, build_one_config, build_status_config
+from cni.runtime.invoke import Invocation, decode_result, exec_plugin, find_in_path
 
 log = logging.getLogger("pycni.runtime")
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .conflist import PluginConf
+from cni.runtime.conflist import PluginConf
 
 GC_KEYS = ("cni.dev/valid-attachments", "cni.dev/attachments")
 

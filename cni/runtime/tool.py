@@ -16,12 +16,12 @@ from typing import IO, Any, Mapping
 
 from cni.spec.errors import CNIError, DecodingFailure, InvalidEnvironment
 
-from .cache import DEFAULT_CACHE_DIR
-from .chain import Runtime
-from .conflist import NetworkConfigList, load_network_conf
-from .errors import JoinedErrors, PluginFailed
-from .invoke import PluginNotFound
-from .inject import RuntimeConf
+from cni.runtime.cache import DEFAULT_CACHE_DIR
+from cni.runtime.chain import Runtime
+from cni.runtime.conflist import NetworkConfigList, load_network_conf
+from cni.runtime.errors import JoinedErrors, PluginFailed
+from cni.runtime.invoke import PluginNotFound
+from cni.runtime.inject import RuntimeConf
 
 DEFAULT_NET_DIR = "/etc/cni/net.d"
 DEFAULT_IFNAME = "eth0"

@@ -1,6 +1,6 @@
 """CNI errors, each carrying its spec code from where it is raised.
 
-They become the spec's JSON exactly once: in the daemon's reply (``ipam.daemon.server``) or in
+They become the spec's JSON exactly once: in the daemon's reply (``pycnid.server``) or in
 the executable (``cni.exe``).
 """
 from __future__ import annotations

@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import envcheck
-from .envcheck import ID_PATTERN, valid_id
-from .errors import BY_CODE, DecodingFailure, InvalidConfig, InvalidEnvironment
-from .versions import validate_version
+from cni.spec import envcheck
+from cni.spec.envcheck import ID_PATTERN, valid_id
+from cni.spec.errors import BY_CODE, DecodingFailure, InvalidConfig, InvalidEnvironment
+from cni.spec.versions import validate_version
 
 # Far above any real netconf (a conflist plugin with prevResult nests ~6 levels) and far below
 # what would exhaust Python's recursion limit in the code that reads it.

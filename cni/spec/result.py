@@ -9,8 +9,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Callable
 
-from .errors import DecodingFailure
-from .versions import SUPPORTED, parse_version
+from cni.spec.errors import DecodingFailure
+from cni.spec.versions import SUPPORTED, parse_version
 
 IFACE_KEYS_1_1 = ("name", "mac", "mtu", "sandbox", "socketPath", "pciID")
 IFACE_KEYS_OLD = ("name", "mac", "sandbox")

@@ -1,7 +1,7 @@
 """Which CNI spec versions pycni speaks, and what each one allows."""
 from __future__ import annotations
 
-from .errors import DecodingFailure, IncompatibleVersion
+from cni.spec.errors import DecodingFailure, IncompatibleVersion
 
 CURRENT = "1.1.0"
 SUPPORTED = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ipam.records import AffinityRecord, BlockRecord, HandleRecord, encode
-from ipam.store.base import Compare, Delete, Op, Put
+from store.base import Compare, Delete, Op, Put
 
 MAX_TXN_OPS = 120  # etcd's default --max-txn-ops is 128
 

@@ -10,7 +10,7 @@ from typing import Iterable
 
 from ipam.alloc.allocator import Pool
 from ipam.alloc.plan import Plan
-from ipam.alloc.poolcache import PoolCache, PoolState
+from ipam.alloc.pool_cache import PoolCache, PoolState
 from ipam.records import HANDLES, BlockRecord, HandleId, HandleRecord, block_key
 
 

@@ -20,7 +20,7 @@ from ipam.alloc.plan_view import PlanReads, PlanView
 from ipam.alloc.policy import CLAIM, Choice, choose_address
 from ipam.alloc.selection import (Selection, assign_requested, missing_gateway, select_by_labels,
                                   select_by_name)
-from ipam.alloc.poolcache import PoolCache, PoolState, describe_blocks
+from ipam.alloc.pool_cache import PoolCache, PoolState, describe_blocks
 from ipam.records import (BlockRecord, HandleId, HandleRecord, LeasedIP, affinity_key, block_key,
                           pool_key)
 

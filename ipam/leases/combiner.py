@@ -22,7 +22,7 @@ from typing import Any, Callable, Generic, TypeVar
 
 from cni.spec.errors import TryAgainLater
 from ipam.alloc.plan import MAX_TXN_OPS, Plan
-from ipam.store.cas import LOST, Lost, Retry, run_cas
+from store.cas import LOST, Lost, Retry, run_cas
 
 T = TypeVar("T")
 BACKOFF_CAP = 0.05

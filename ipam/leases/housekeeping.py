@@ -6,7 +6,7 @@ period (``LeaseService.return_empty_blocks``: one txn comparing each block and i
 index entry, so a block that got an allocation meanwhile is kept) and re-reads its view of the
 pools. While an ADD's txn has an unknown outcome (the store failed mid-call), it looks every
 0.5 s whether it landed (``LeaseService.resolve_in_doubt``). A failing store is logged and
-tried again next time (``ipam/loop.py``); the loop never dies of it.
+tried again next time (``common/loop.py``); the loop never dies of it.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from ipam.leases.service import LeaseService
-from ipam.loop import FOREVER, Errors, Loop, Periodic
+from common.loop import FOREVER, Errors, Loop, Periodic
 
 log = logging.getLogger("pycnid.ipam")
 DOUBT_POLL = 0.5

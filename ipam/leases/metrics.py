@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.metrics import Labels, labels
-from ipam.loop import Periodic
+from common.metrics import Labels, labels
+from common.loop import Periodic
 from ipam.alloc.pool_settings import PoolInvalid
 from ipam.alloc.pool_spec import PoolSpec, spec_from_record
 from ipam.alloc.usage import calc_pool_usage
 from ipam.records import BLOCKS, POOLS, BlockRecord, CorruptRecord, decode
-from ipam.store.base import KV, Store
+from store.base import KV, Store
 
 ADDRESS_STATES = {"in_use": "used", "free": "free", "cooling": "cooling",
                   "borrowed": "borrowed"}

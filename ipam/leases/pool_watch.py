@@ -24,10 +24,10 @@ from typing import Any, Callable, Sequence
 from cni.spec.errors import CNIError
 from ipam.alloc.allocator import pool_from_record
 from ipam.leases.service import LeaseService
-from ipam.alloc.poolcache import PoolCache
-from ipam.loop import Backoff, Errors, Loop
+from ipam.alloc.pool_cache import PoolCache
+from common.loop import Backoff, Errors, Loop
 from ipam.records import POOLS, decode
-from ipam.store.base import KV
+from store.base import KV
 
 log = logging.getLogger("pycnid.ipam")
 RETRY_MIN, RETRY_MAX = 0.2, 2.0

@@ -6,7 +6,7 @@ or absent for a claim, its affinity index entry, each pool record), so a dual-st
 all-or-nothing and no address is ever in two handles, on any number of nodes. The node's own
 blocks live in memory (``PoolCache``), so the common ADD and DEL need no read before the txn.
 A lost compare re-reads the compared keys and plans again, with bounded jittered backoff
-(``ipam/store/cas.py``, in the combiner).
+(``store/cas.py``, in the combiner).
 Local requests are combined (``Combiner``): concurrent ADDs/DELs of one node share a txn, so
 conflicts only come from other writers (other nodes, the CLI).
 
@@ -28,10 +28,10 @@ from ipam.alloc.plan import Plan
 from ipam.alloc.plan_view import PlanView
 from ipam.alloc.planner import Planner, exhausted
 from ipam.alloc.policy import choose_address
-from ipam.alloc.poolcache import PoolCache
+from ipam.alloc.pool_cache import PoolCache
 from ipam.records import DEFAULT_BLOCK_GRACE, HANDLES, HandleId, HandleRecord, handles_prefix
 from ipam.alloc.selection import RangeSets, Selection, as_selection
-from ipam.store.base import Store
+from store.base import Store
 
 log = logging.getLogger("pycnid.ipam")
 T = TypeVar("T")

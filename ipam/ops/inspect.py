@@ -15,7 +15,7 @@ from ipam.alloc.pool_settings import PoolInvalid
 from ipam.alloc.pool_spec import PoolSpec, spec_from_record
 from ipam.records import (AFFINITY, BLOCKS, HANDLES, HEARTBEATS, NODES, POOLS, BlockRecord,
                           CorruptRecord, HandleRecord, LeasedIP, decode, is_buffer_handle)
-from ipam.store.base import KV
+from store.base import KV
 
 HandleIP = LeasedIP  # an address a handle lists
 

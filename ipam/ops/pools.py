@@ -25,8 +25,8 @@ from ipam.ops.repair import read_snapshot
 from ipam.records import POOLS, BlockRecord, CorruptRecord, block_affinity_key, \
     blocks_prefix, decode, encode, is_buffer_handle, pool_key
 from ipam.records import POOLS_MARKER as MARKER
-from ipam.store.base import KV, Compare, Delete, Put, Store
-from ipam.store.cas import LOST, Lost, Retry, run_cas
+from store.base import KV, Compare, Delete, Put, Store
+from store.cas import LOST, Lost, Retry, run_cas
 
 MAX_ATTEMPTS = 5
 RETRY = Retry(MAX_ATTEMPTS, base=0.02, linear=True)  # 20 ms, 40 ms ... between attempts

@@ -16,7 +16,7 @@ from ipam.ops.inspect import Snapshot
 from ipam.ops.repair import (Change, Current, Skip, apply_with_retry, put_or_delete_handle,
                              read_snapshot)
 from ipam.records import handle_key
-from ipam.store.base import Store
+from store.base import Store
 
 CHUNK = 100  # etcd allows 128 ops per txn
 

@@ -17,8 +17,8 @@ from ipam.ops.edits import (block_at, block_with, block_without, handle_at, hand
 from ipam.ops.inspect import Snapshot, parse_snapshot
 from ipam.records import (BLOCKS, AffinityRecord, BlockRecord, CorruptRecord, HandleRecord,
                           block_affinity_key, decode, handle_key, is_buffer_handle, pool_key)
-from ipam.store.base import PREFIX, Compare, Delete, Put, Store
-from ipam.store.cas import LOST, Lost, Retry, run_cas
+from store.base import PREFIX, Compare, Delete, Put, Store
+from store.cas import LOST, Lost, Retry, run_cas
 
 MAX_ATTEMPTS = 5
 RETRY = Retry(MAX_ATTEMPTS, base=0.01, linear=True)  # 10 ms, 20 ms ... between attempts

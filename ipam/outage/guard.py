@@ -32,14 +32,14 @@ from typing import Any, Callable, Mapping
 
 from cni.spec.errors import CNIError, TryAgainLater
 from ipam.leases.service import LeaseService
-from ipam.loop import Errors, Loop
+from common.loop import Errors, Loop
 from ipam.outage.calc import Names, calc_pool_names, handle_dict
 from ipam.outage.files import OutageFiles
 from ipam.outage.store import StoreUnreachable
 from ipam.outage.writeback import REFILL_PAUSE, WriteBack
 from ipam.records import HandleId, HandleRecord, LeasedIP
 from ipam.alloc.selection import Selection
-from ipam.store.deadline import call_budget
+from store.deadline import call_budget
 
 log = logging.getLogger("pycnid.outage")
 Commit = Callable[[], tuple[HandleRecord, bool]]
@@ -76,7 +76,7 @@ class OutageGuard(WriteBack):
 
     def _counters(self, metrics: Any) -> Any:
         if metrics is None:
-            from ipam.metrics import Registry
+            from common.metrics import Registry
             metrics = Registry()
         self.served = metrics.counter("pycni_ipam_outage_served_total",
                                       "ADDs answered from the outage buffer")

@@ -6,7 +6,7 @@ as ``StoreUnreachable`` (still code 11) and makes the store *suspect*: ``on_susp
 a ``status()`` probe at once. Only a failed probe marks ``Reachability`` down, so one call that
 missed its budget on a busy but healthy etcd does not divert every request; any call that
 succeeds marks the store up again. While it is down, calls made on
-behalf of a CNI request (a thread inside ``ipam.store.deadline.call_budget``) fail at once
+behalf of a CNI request (a thread inside ``store.deadline.call_budget``) fail at once
 without touching the store, so only the first ADD of an outage waits for a timeout (the other
 threads, e.g. the reconciler's probe, still ask the store).
 """
@@ -17,8 +17,8 @@ import time
 from typing import Any, Callable, Sequence, TypeVar
 
 from cni.spec.errors import NotAvailable, TryAgainLater
-from ipam.store import deadline
-from ipam.store.base import KV, Compare, Op, Store, TxnResult
+from store import deadline
+from store.base import KV, Compare, Op, Store, TxnResult
 
 T = TypeVar("T")
 DOWN_HOLD = 10.0  # a down mark expires by itself, should nobody probe the store again

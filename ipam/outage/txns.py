@@ -23,7 +23,7 @@ from ipam.alloc.plan import Plan
 from ipam.alloc.planner import Planner
 from ipam.records import (BUFFER_NETWORK, BlockRecord, HandleId, HandleRecord, LeasedIP,
                           affinity_key, block_key, handles_prefix)
-from ipam.store.base import Store
+from store.base import Store
 
 BUFFER_ROLE = "outage-buffer"
 

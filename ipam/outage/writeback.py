@@ -2,7 +2,7 @@
 reconciler that writes the journal back and keeps the buffers full once the store answers.
 
 ``WriteBack`` is the part of ``OutageGuard`` (``ipam/outage/guard.py``, the ADD/DEL path) that
-runs on the guard's loop (``ipam/loop.py``, thread ``ipam-outage``): a step probes the store
+runs on the guard's loop (``common/loop.py``, thread ``ipam-outage``): a step probes the store
 (at once after a failed call, then every 0.5 s while it stays down or entries wait, else every
 5 s); once it answers, the journal is replayed in order (one txn per entry), the snapshot
 rewritten, then the journal shortened, and the buffers refilled. A failing probe or write-back

@@ -105,7 +105,7 @@ def interleave(nodes: list[ClusterNode], command: str, count: int,
 def pycni_ipam_cli(node: ClusterNode, *args: str,
                    timeout: float = 60) -> subprocess.CompletedProcess:
     """`pycni ipam ARGS` run inside the node's namespace with its daemon's config."""
-    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m", "ipam.cli", "ipam",
+    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m", "cli", "ipam",
            *args, "--config", os.path.join(node.daemon.workdir, "pycnid.json")]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": REPO})

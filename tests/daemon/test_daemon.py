@@ -118,7 +118,7 @@ def test_second_daemon_on_the_same_socket_refuses_to_start(pycnid, tmp_path) -> 
     """In the node netns with a state dir of its own (never the machine's /var/lib/pycni)."""
     config = tmp_path / "second.json"
     config.write_text(json.dumps({**daemon_config(str(tmp_path)), "socket": pycnid.socket}))
-    proc = pycnid.node.run([sys.executable, "-m", "ipam.daemon.main", "--config", str(config)],
+    proc = pycnid.node.run([sys.executable, "-m", "pycnid.main", "--config", str(config)],
                            check=False, timeout=30, cwd=os.path.dirname(os.path.dirname(
                                os.path.dirname(os.path.abspath(__file__)))))
     assert proc.returncode != 0 and "already serving" in proc.stderr

@@ -142,7 +142,7 @@ def start_on(node, workdir: str, socket_path: str) -> subprocess.CompletedProces
         json.dump(daemon_config(workdir) | {"socket": socket_path}, fh)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return subprocess.run(["ip", "netns", "exec", node.name, sys.executable, "-m",
-                           "ipam.daemon.main", "--config", cfg], capture_output=True, text=True,
+                           "pycnid.main", "--config", cfg], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONPATH": root})
 
 

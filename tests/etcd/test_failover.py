@@ -6,7 +6,7 @@ import time
 import pytest
 
 from cni.spec.errors import NotAvailable, TryAgainLater
-from ipam.store.base import Compare, Put
+from store.base import Compare, Put
 from tests.fixtures.etcd import EtcdServer, free_port
 
 pytestmark = pytest.mark.etcd

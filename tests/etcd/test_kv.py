@@ -6,8 +6,8 @@ import threading
 import pytest
 
 from cni.spec.errors import InternalError, InvalidConfig
-from ipam.store.base import Compare, Delete, Put
-from ipam.store.etcd import EtcdStore
+from store.base import Compare, Delete, Put
+from store.etcd import EtcdStore
 
 pytestmark = pytest.mark.etcd
 
@@ -126,8 +126,8 @@ def test_bad_config_is_invalid_config(endpoints, kw, fragment):
 
 
 def test_from_config_passes_options(etcd_shared):
-    from ipam.daemon.config import parse_daemon_config
-    from ipam.store import open_store
+    from pycnid.config import parse_daemon_config
+    from store import open_store
 
     config = parse_daemon_config({"store": {"type": "etcd", "endpoints": etcd_shared.endpoints,
                                             "requestTimeout": 1.5, "statusTimeout": 0.5}})

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from ipam.store.base import Put
+from store.base import Put
 from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.etcd

@@ -7,7 +7,7 @@ import tempfile
 import pytest
 
 from cni.spec.errors import NotAvailable, TryAgainLater
-from ipam.store.base import Compare, Put
+from store.base import Compare, Put
 from tests.fixtures.etcd import make_tls
 
 pytestmark = pytest.mark.etcd

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ipam.store.base import Delete, Put
-from ipam.store.etcd_watch import WatchUpdate
+from store.base import Delete, Put
+from store.etcd_watch import WatchUpdate
 
 pytestmark = pytest.mark.etcd
 

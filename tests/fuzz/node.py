@@ -19,7 +19,7 @@ from typing import Callable
 from hypothesis import event
 
 from ipam.records import ENDPOINTS, HANDLES
-from ipam.store.sqlite import SqliteStore
+from store.sqlite import SqliteStore
 from tests.fixtures.bridge import host_local_ipam, masq_elements, pycni_ipam
 from tests.fixtures.daemon import Pycnid, daemon_config, send_frame
 from tests.fixtures.netns import Netns, new_netns

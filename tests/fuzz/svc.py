@@ -15,8 +15,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ipam.services.record import EndpointRecord
-from ipam.store.base import Put
+from services.record import EndpointRecord
+from store.base import Put
 
 from .node import FuzzNode
 from .strategies import result_in

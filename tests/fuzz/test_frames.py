@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from cni.spec import wire
-from ipam.daemon import server
+from pycnid import server
 
 from .budget import cases
 from .node import FuzzNode

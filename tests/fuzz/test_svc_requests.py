@@ -20,7 +20,7 @@ from cni.spec.errors import CNIError
 from cni.spec.request import MAX_DEPTH, decode_json
 from cni.spec.result import canonical, render
 from ipam.records import ENDPOINTS
-from ipam.services.record import EndpointRecord
+from services.record import EndpointRecord
 
 from .budget import cases
 from .node import FuzzNode, State, new_cid

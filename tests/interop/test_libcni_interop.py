@@ -49,8 +49,8 @@ def daemon_socket(request, *modules: str) -> str:
 
 
 def modules_for(*kinds: str) -> tuple[str, ...]:
-    wanted = {"pycni-bridge": ("cni.plugins.bridge", "cni.plugins.ipam"),
-              "pycni-ipam": ("cni.plugins.ipam",), "pycni-svc": ("cni.plugins.svc",)}
+    wanted = {"pycni-bridge": ("plugins.bridge.plugin", "plugins.ipam.plugin"),
+              "pycni-ipam": ("plugins.ipam.plugin",), "pycni-svc": ("plugins.svc.plugin",)}
     return tuple(dict.fromkeys(m for k in kinds for m in wanted.get(k, ())))
 
 

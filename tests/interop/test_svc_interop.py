@@ -21,8 +21,8 @@ import pytest
 
 from cni.runtime.tool import container_id_for
 from ipam.records import ENDPOINTS, handles_prefix
-from ipam.services.record import EndpointRecord, endpoint_key
-from ipam.store.sqlite import SqliteStore
+from services.record import EndpointRecord, endpoint_key
+from store.sqlite import SqliteStore
 from tests.fixtures.cnirun import REPO, assert_host_port_reaches, cache_entry_path, \
     ipv4_only_tools_path, link_client, pod_ipv4, write_network
 from .test_libcni_interop import HOST_PORT, PORT_MAPPINGS, RUNTIMES, daemon_socket, main_conf, \

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from ipam.store.sqlite import SqliteStore
+from store.sqlite import SqliteStore
 from tests.fixtures.etcd import etcd_shared, wipe_all_keys  # noqa: F401
 
 
@@ -37,7 +37,7 @@ def store(request, store_kind) -> Iterator:
     if store_kind == "sqlite":
         s = SqliteStore(request.getfixturevalue("sqlite_path"))
     else:
-        from ipam.store.etcd import EtcdStore
+        from store.etcd import EtcdStore
 
         s = EtcdStore(request.getfixturevalue("etcd_endpoints").split(","))
     yield s

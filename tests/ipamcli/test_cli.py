@@ -8,7 +8,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from ipam.cli import cli
+from cli import cli
 from tests.fixtures.ipam_contents import Contents, block_key
 
 P = "/pycni/v1/"

@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from ipam.alloc.selection import Selection
-from ipam.cli import cli
+from cli import cli
 from ipam.leases.service import LeaseService
-from ipam.nodes.liveness import Liveness, write_node
-from ipam.nodes.record import NodeRecord, OverlayInfo, heartbeat_key, node_key
+from nodes.liveness import Liveness, write_node
+from nodes.record import NodeRecord, OverlayInfo, heartbeat_key, node_key
 from ipam.records import AFFINITY, HANDLES, HandleId
-from ipam.store.base import Put
+from store.base import Put
 
 POOLS = Selection("net", pools=("tiny",))
 ROW_KEYS = {"name", "record", "address", "labels", "startedAt", "overlay", "blockCount",
@@ -150,7 +150,7 @@ def test_rm_is_refused_while_the_heartbeat_lives_unless_forced(node, store, clus
 def test_show_from_a_node_namespace_reports_direct_or_the_gateway(netns_factory, sqlite_path):
     """The real command, run inside a namespace: a host-gw peer on its subnet is "direct", one
     behind its default route is named with the gateway."""
-    from ipam.store.sqlite import SqliteStore
+    from store.sqlite import SqliteStore
 
     ns = netns_factory("node")
     ns.run("ip link add u0 type veth && ip addr add 192.168.88.1/24 dev u0 && "
@@ -162,7 +162,7 @@ def test_show_from_a_node_namespace_reports_direct_or_the_gateway(netns_factory,
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
     def show(name: str) -> dict:
-        out = ns.run([sys.executable, "-m", "ipam.cli", "node", "show", name, "--store-path",
+        out = ns.run([sys.executable, "-m", "cli", "node", "show", name, "--store-path",
                       sqlite_path, "-o", "json"], env={**os.environ, "PYTHONPATH": repo})
         return json.loads(out.stdout)["node"]
 

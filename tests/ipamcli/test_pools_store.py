@@ -55,8 +55,8 @@ def test_add_refuses_duplicates_and_overlaps(store):
 
 def test_concurrent_adds_of_overlapping_pools_one_wins(store_kind, request):
     """Two operators at once: the marker key makes the loser re-read and see the winner."""
-    from ipam.store.etcd import EtcdStore
-    from ipam.store.sqlite import SqliteStore
+    from store.etcd import EtcdStore
+    from store.sqlite import SqliteStore
 
     def open_one():
         if store_kind == "sqlite":

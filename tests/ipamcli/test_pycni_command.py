@@ -21,7 +21,7 @@ P = "/pycni/v1/"
 def pycni_command() -> list[str]:
     """The installed console script (importing this tree); else the same entry point."""
     exe = shutil.which("pycni")
-    return [exe] if exe else [sys.executable, "-m", "ipam.cli"]
+    return [exe] if exe else [sys.executable, "-m", "cli"]
 
 
 def pycni(*args: str, code: int = 0, env: dict | None = None, timeout: float = 60):

@@ -9,7 +9,7 @@ from cni.spec.errors import AddressConflict, InvalidConfig
 from ipam.ops.check import find_problems
 from ipam.ops.release import release_ip
 from ipam.ops.repair import apply_fix, read_snapshot
-from ipam.store.base import Put
+from store.base import Put
 from tests.fixtures.ipam_contents import Contents, affinity_key, block_key
 
 P = "/pycni/v1/"

@@ -12,9 +12,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from ipam.cli import cli
-from ipam.services.record import EndpointRecord
-from ipam.store.base import Put
+from cli import cli
+from services.record import EndpointRecord
+from store.base import Put
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -126,7 +126,7 @@ def test_rm_frees_what_the_service_held(configured, store):
 
 def test_concurrent_creates_never_share_a_vip(configured, store_args):
     env = {**os.environ, "PYTHONPATH": ROOT}
-    procs = [subprocess.Popen([sys.executable, "-m", "ipam.cli", "svc", "create", f"ns/s{i}",
+    procs = [subprocess.Popen([sys.executable, "-m", "cli", "svc", "create", f"ns/s{i}",
                                "--type", "NodePort", "--port", "80", *store_args, "-o", "json"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
              for i in range(8)]

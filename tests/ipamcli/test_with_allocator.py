@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from ipam.cli import cli
+from cli import cli
 from ipam.leases.service import LeaseService
 from ipam.records import HandleId
 from ipam.alloc.selection import Selection

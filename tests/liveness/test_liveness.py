@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from ipam.nodes.liveness import (Liveness, NodeRecord, heartbeat_alive, heartbeat_key, node_key,
+from nodes.liveness import (Liveness, NodeRecord, heartbeat_alive, heartbeat_key, node_key,
                            supports_leases)
-from ipam.nodes.options import parse_node_options
-from ipam.store.sqlite import SqliteStore
+from nodes.options import parse_node_options
+from store.sqlite import SqliteStore
 from cni.spec.errors import InvalidConfig
 from tests.fixtures.waiting import wait_for
 

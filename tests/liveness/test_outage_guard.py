@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cni.plugins.ipam_config import parse_ipam_config
+from plugins.ipam.config import parse_ipam_config
 from cni.spec.errors import NotAvailable, TryAgainLater
 from ipam.leases.service import LeaseService
 from ipam.outage.guard import OutageGuard
@@ -18,7 +18,7 @@ from ipam.outage.files import OutageFiles
 from ipam.outage.store import TrackedStore
 from ipam.outage.txns import read_buffers
 from ipam.records import BlockRecord, HandleId, HandleRecord, blocks_prefix
-from ipam.store.etcd import EtcdStore
+from store.etcd import EtcdStore
 
 pytestmark = pytest.mark.etcd
 CONF = {"cniVersion": "1.1.0", "name": "gnet", "type": "ptp",

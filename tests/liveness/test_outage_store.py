@@ -11,7 +11,7 @@ import pytest
 
 from cni.spec.errors import NotAvailable, TryAgainLater
 from ipam.outage.store import Reachability, StoreUnreachable, TrackedStore
-from ipam.store.deadline import bound, call_budget, current_budget, in_request
+from store.deadline import bound, call_budget, current_budget, in_request
 
 pytestmark = pytest.mark.etcd
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from ipam.nodes.liveness import Liveness, NodeRecord, heartbeat_key, node_key, write_node
-from ipam.nodes.reaper import NodeIsAlive, reap_dead_nodes, release_node, suspect_key
+from nodes.liveness import Liveness, NodeRecord, heartbeat_key, node_key, write_node
+from nodes.reaper import NodeIsAlive, reap_dead_nodes, release_node, suspect_key
 from ipam.records import affinity_prefix
-from ipam.store.base import Compare, Put
+from store.base import Compare, Put
 from tests.fixtures.liveness import allocations, blocks_of, handles_of, seed_lease, seed_pool
 
 pytestmark = pytest.mark.etcd
@@ -119,7 +119,7 @@ def test_a_heartbeat_reappearing_mid_reclamation_stops_it(cluster):
 
 
 def test_the_reaper_never_acts_on_a_store_without_heartbeats(tmp_path):
-    from ipam.store.sqlite import SqliteStore
+    from store.sqlite import SqliteStore
 
     sqlite = SqliteStore(str(tmp_path / "store.db"))
     try:

@@ -57,8 +57,8 @@ def test_dual_stack(bridge_node, netns_factory):
 
 
 def test_nft_refuses_to_run_inside_a_pod_netns(netns_factory):
-    from cni.net.nft import Nft, WrongNetns
-    from cni.net.ns import entered
+    from kernel.nft import Nft, WrongNetns
+    from kernel.ns import entered
 
     pod = netns_factory("pod")
     nft = Nft()  # bound to this thread's netns; nothing is run in it

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from ipam.records import blocks_prefix
-from ipam.store.sqlite import SqliteStore
+from store.sqlite import SqliteStore
 from tests.cluster.load import pycni_ipam_cli
 from tests.fixtures.bridge import BridgeNode, bridge_node, new_cid  # noqa: F401
 from tests.fixtures.cluster import make_cluster  # noqa: F401
@@ -40,7 +40,7 @@ def cluster_conf(pool: str, name: str = "gwnet") -> dict:
 
 
 def pool_add_sqlite(store_path: str, *args: str) -> None:
-    out = subprocess.run([sys.executable, "-m", "ipam.cli", "ipam", "pool", "add", *args,
+    out = subprocess.run([sys.executable, "-m", "cli", "ipam", "pool", "add", *args,
                           "--store-path", store_path], capture_output=True, text=True,
                          timeout=60, env={**os.environ, "PYTHONPATH": REPO})
     assert out.returncode == 0, out.stdout + out.stderr
@@ -154,7 +154,7 @@ def test_a_stale_gateway_on_the_bridge_is_never_a_pods_address(bridge_node, pycn
     conf = cluster_conf("moved", name="movednet")
     bridge_node.add(conf, netns_factory("pod"))
     assert "10.129.9.2" in bridge_ips(bridge_node.node)
-    out = subprocess.run([sys.executable, "-m", "ipam.cli", "ipam", "pool", "set", "moved",
+    out = subprocess.run([sys.executable, "-m", "cli", "ipam", "pool", "set", "moved",
                           "--remove-exclusion", "10.129.9.1", "--store-path",
                           bridge_node.store_path], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": REPO})

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from cni.net.ns import entered
+from kernel.ns import entered
 from tests.fixtures.bridge import (bridge_conf, bridge_node, ip_of, masq_elements,  # noqa: F401
                                    pycni_ipam)
 

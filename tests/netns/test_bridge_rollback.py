@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cni.plugins.bridge import ADD_STEPS
+from plugins.bridge.plugin import ADD_STEPS
 from tests.fixtures.bridge import (GATEWAY, bridge_conf, bridge_node, container_links,  # noqa: F401
                                    new_cid, pycni_ipam)
 

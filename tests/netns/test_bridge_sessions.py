@@ -1,4 +1,4 @@
-"""The node netlink sessions pycni-bridge reuses per pycnid worker thread (cni.net.session):
+"""The node netlink sessions pycni-bridge reuses per pycnid worker thread (kernel.session):
 reused on one thread, never shared between threads, remade after a failure that is not a
 kernel answer, bound to the netns they were made in, and closed at shutdown."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from pyroute2.netlink.exceptions import NetlinkError
 
-from cni.net.ns import entered
-from cni.net.session import NodeSessions
+from kernel.ns import entered
+from kernel.session import NodeSessions
 from cni.spec.errors import InvalidConfig
 
 
@@ -23,7 +23,7 @@ def in_netns(path: str, fn):
     def body() -> None:
         fd = os.open(path, os.O_RDONLY)
         try:
-            from cni.net.ns import setns
+            from kernel.ns import setns
             setns(fd)
             out["value"] = fn()
         except BaseException as exc:  # handed to the test thread

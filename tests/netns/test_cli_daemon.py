@@ -32,7 +32,7 @@ def wait_for_socket(path: str, proc: subprocess.Popen, timeout: float = 15.0) ->
 
 
 def test_pycni_daemon_serves_and_stops_on_sigterm(node, netns_factory, tmp_path, cni_path):
-    if importlib.util.find_spec("cni.plugins.ipam") is None:
+    if importlib.util.find_spec("plugins.ipam.plugin") is None:
         pytest.skip("pycni-ipam has not landed yet")
     workdir = str(tmp_path / "daemon")
     os.makedirs(workdir)
@@ -41,7 +41,7 @@ def test_pycni_daemon_serves_and_stops_on_sigterm(node, netns_factory, tmp_path,
     with open(config_file, "w") as fh:
         json.dump(config, fh)
     log = open(os.path.join(workdir, "log"), "wb")
-    proc = subprocess.Popen([IP, "netns", "exec", node.name, sys.executable, "-m", "ipam.cli",
+    proc = subprocess.Popen([IP, "netns", "exec", node.name, sys.executable, "-m", "cli",
                              "daemon", "--config", config_file],
                             env={**os.environ, "PYTHONPATH": REPO}, stdout=log, stderr=log)
     try:

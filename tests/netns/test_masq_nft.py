@@ -8,7 +8,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from cni.plugins.masq_rules import (SET_TYPES, TABLE, elements_for, is_legacy, parse_elements,
+from masq.rules import (SET_TYPES, TABLE, elements_for, is_legacy, parse_elements,
                                     render_add, render_table)
 
 pytestmark = pytest.mark.netns

@@ -9,13 +9,13 @@ from ipaddress import ip_address, ip_network
 import pytest
 from pyroute2 import IPRoute
 
-from cni.net.link import LinkError
-from cni.net.monitor import DELLINK, DELNEIGH, DELROUTE, NEWLINK, NetlinkMonitor
-from cni.net.neigh import (AF_BRIDGE, Fdb, Neigh, append_fdb, delete_fdb, delete_neigh,
+from kernel.link import LinkError
+from kernel.monitor import DELLINK, DELNEIGH, DELROUTE, NEWLINK, NetlinkMonitor
+from kernel.neigh import (AF_BRIDGE, Fdb, Neigh, append_fdb, delete_fdb, delete_neigh,
                            list_fdb, list_neighs, replace_neigh)
-from cni.net.ns import entered
-from cni.net.route import (RTPROT_PYCNI, Route, delete_route, list_proto_routes, replace_route)
-from cni.net.vxlan import VxlanSpec, ensure_vxlan, read_vxlan
+from kernel.ns import entered
+from kernel.route import (RTPROT_PYCNI, Route, delete_route, list_proto_routes, replace_route)
+from kernel.vxlan import VxlanSpec, ensure_vxlan, read_vxlan
 from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.netns

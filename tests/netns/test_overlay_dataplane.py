@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from pyroute2 import IPRoute
 
-from cni.net.ns import entered
-from cni.net.vxlan import VxlanSpec, ensure_vxlan
-from cni.overlay.dataplane import apply_diff, read_actual
-from cni.overlay.model import Entries, FdbEntry, NeighEntry, ProxyEntry, RouteEntry
+from kernel.ns import entered
+from kernel.vxlan import VxlanSpec, ensure_vxlan
+from overlay.dataplane import apply_diff, read_actual
+from overlay.model import Entries, FdbEntry, NeighEntry, ProxyEntry, RouteEntry
 
 pytestmark = pytest.mark.netns
 MACS = ["66:00:00:00:00:01", "66:00:00:00:00:02", "66:00:00:00:00:03"]

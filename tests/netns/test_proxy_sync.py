@@ -26,15 +26,15 @@ from typing import Any, Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cni.proxy.model import PROTOCOLS, ProxyModel, ProxyPort, ProxyService, ServicePortView
-from cni.proxy.render import FAMILY, TABLE, is_shape_chain
-from cni.proxy.table import ServiceTable, group_views
-from cni.proxy.sync import POLL, calc_plan
-from cni.proxy.view import PREFIXES, Records
+from services.proxy.model import PROTOCOLS, ProxyModel, ProxyPort, ProxyService, ServicePortView
+from services.proxy.render import FAMILY, TABLE, is_shape_chain
+from services.proxy.table import ServiceTable, group_views
+from services.proxy.sync import POLL, calc_plan
+from services.proxy.view import PREFIXES, Records
 from ipam.records import SERVICES_META, encode, pool_key
-from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
-from ipam.store.base import Delete, Put
-from ipam.store.sqlite import SqliteStore
+from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
+from store.base import Delete, Put
+from store.sqlite import SqliteStore
 from tests.fixtures.netns import Netns, new_netns
 from tests.fixtures.svc_model import NODE, NODE6, be
 from tests.fixtures.waiting import wait_for
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
 KEPT_CONTEXT = """
 import json, sys
-from cni.net.nft import Nft, NftError
+from kernel.nft import Nft, NftError
 nft = Nft()
 print(json.dumps(nft.engine), flush=True)
 for line in sys.stdin:
@@ -220,9 +220,9 @@ def test_a_gone_affinity_shape_takes_its_index_objects_with_it(kept):
 
 PROXY = """
 import json, sys, time
-from cni.proxy.sync import ProxySync
-from ipam.metrics import Registry
-from ipam.store.sqlite import SqliteStore
+from services.proxy.sync import ProxySync
+from common.metrics import Registry
+from store.sqlite import SqliteStore
 sync = ProxySync("n1", SqliteStore(sys.argv[1]), Registry(), float(sys.argv[2])).start()
 for line in sys.stdin:
     if line.strip() == "wake":  # what an etcd watch does on a change (SQLite has none)
@@ -239,7 +239,7 @@ LOCAL = "192.168.0.2"
 
 
 class Proxy:
-    """pycnid's ProxySync (as cni/proxy/setup.py starts it) in a process inside ``ns``."""
+    """pycnid's ProxySync (as services/proxy/setup.py starts it) in a process inside ``ns``."""
 
     def __init__(self, ns: Netns, db: Path, resync: float) -> None:
         self.proc = subprocess.Popen(["ip", "netns", "exec", ns.name, sys.executable, "-c", PROXY,

@@ -11,9 +11,9 @@ import pytest
 
 from cni.runtime.tool import container_id_for
 from ipam.records import ENDPOINTS, PREFIX
-from ipam.services.record import EndpointRecord
-from ipam.store.base import Put
-from ipam.store.sqlite import SqliteStore
+from services.record import EndpointRecord
+from store.base import Put
+from store.sqlite import SqliteStore
 from tests.fixtures.cnirun import (Runner, cache_entry_path, ipv4_only_tools_path, pod_ipv4,
                                    write_network)
 from tests.fixtures.plugins import run_plugin

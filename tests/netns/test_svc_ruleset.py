@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from cni.proxy.elements import calc_elements
-from cni.proxy.table import render_transaction
-from cni.proxy.model import ProxyModel, ProxyPort, ProxyService
-from cni.proxy.render import BACKENDS_MAPS
-from cni.proxy.trace import explain
+from services.proxy.elements import calc_elements
+from services.proxy.table import render_transaction
+from services.proxy.model import ProxyModel, ProxyPort, ProxyService
+from services.proxy.render import BACKENDS_MAPS
+from services.proxy.trace import explain
 from tests.fixtures.svc_model import EMPTY, NODE, NODE6, WEB, be, view
 from tests.fixtures.echo import WHOAMI_SERVER
 
@@ -66,7 +66,7 @@ for _ in range(100):
 """
 NFT_KEPT_CONTEXT = """
 import sys
-from cni.net.nft import Nft
+from kernel.nft import Nft
 nft = Nft()
 print(nft.engine)
 for path in sys.argv[1:]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyroute2 import IPRoute
 
-from cni.overlay.underlay import (Underlay, calc_overlay_mtu, check_direct, default_underlay,
+from overlay.underlay import (Underlay, calc_overlay_mtu, check_direct, default_underlay,
                                   device_mtu, device_of, resolve_underlay)
 from cni.spec.errors import InvalidConfig
 

@@ -141,7 +141,7 @@ def tcp_transfer(src: Pod, dst: Pod, size: int, port: int = 5201) -> tuple[str, 
 
 def pycni_cli(node: ClusterNode, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """`pycni ARGS` run inside the node's namespace with its daemon's config."""
-    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m", "ipam.cli", *args,
+    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m", "cli", *args,
            "--config", os.path.join(node.daemon.workdir, "pycnid.json")]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": REPO})

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from ipam.services.record import EndpointRecord
+from services.record import EndpointRecord
 from tests.fixtures.echo import WHOAMI_SERVER
 from tests.fixtures.waiting import wait_for
 from .pods import OverlayCluster, Pod, pycni_cli, python_in

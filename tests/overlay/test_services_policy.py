@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from ipam.services.record import EndpointRecord
+from services.record import EndpointRecord
 from tests.fixtures.bridge import ip_of
 from tests.fixtures.waiting import wait_for
 from .pods import pod_conf, python_in

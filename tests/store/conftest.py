@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from ipam.store.etcd import EtcdStore
-from ipam.store.sqlite import SqliteStore
+from store.etcd import EtcdStore
+from store.sqlite import SqliteStore
 from tests.fixtures.etcd import EtcdServer
 
 STORES = ["sqlite", pytest.param("etcd", marks=pytest.mark.etcd)]

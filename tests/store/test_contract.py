@@ -1,4 +1,4 @@
-"""The Store contract (ipam/store/base.py): every implementation must pass all of it.
+"""The Store contract (store/base.py): every implementation must pass all of it.
 
 Runs against each `store` param of conftest.py (SQLite; etcd on a real server). Tests only
 use keys under their own `ns` prefix and never assume they are the only writer of the
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from ipam.store.base import KV, Compare, Delete, Put, TxnResult
+from store.base import KV, Compare, Delete, Put, TxnResult
 
 
 def put(store, key: str, value: bytes, rev: int | None = None) -> TxnResult:

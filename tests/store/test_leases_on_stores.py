@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from cni.plugins.ipam_config import parse_ipam_config
+from plugins.ipam.config import parse_ipam_config
 from ipam.leases.service import LeaseService
 from ipam.records import HandleId
 

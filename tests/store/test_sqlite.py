@@ -6,8 +6,8 @@ import os
 import pytest
 
 from cni.spec.errors import NotAvailable, TryAgainLater
-from ipam.store.base import Compare, Put
-from ipam.store.sqlite import SqliteStore, prefix_end
+from store.base import Compare, Put
+from store.sqlite import SqliteStore, prefix_end
 
 
 def test_prefix_end_bounds_a_byte_prefix():

@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from cni.plugins.ipam_config import parse_ipam_config
+from plugins.ipam.config import parse_ipam_config
 from cni.spec.errors import AddressConflict, AddressExhausted, NotAvailable
 from ipam.leases.service import LeaseService
 from ipam.records import BlockRecord, HandleId, block_key, decode, encode, pool_key
-from ipam.store.base import Compare, Put
-from ipam.store.sqlite import SqliteStore
+from store.base import Compare, Put
+from store.sqlite import SqliteStore
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from bench import svc_e2e, svc_e2e_load as load
 from ipam.records import ENDPOINTS, SERVICE_IPS, SERVICES
-from ipam.services.record import EndpointRecord, ServiceRecord
-from ipam.services.selectors import calc_endpoints
+from services.record import EndpointRecord, ServiceRecord
+from services.selectors import calc_endpoints
 
 CIDR = ipaddress.ip_network(svc_e2e.CIDR)
 CREATE_VIPS = ipaddress.ip_network("10.96.255.0/24")

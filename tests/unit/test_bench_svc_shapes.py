@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings, strategies as st
 
 from bench import svc_shapes as shapes
-from cni.proxy.table import render_transaction
+from services.proxy.table import render_transaction
 
 sizes = st.integers(min_value=1, max_value=120)
 

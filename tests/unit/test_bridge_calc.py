@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from cni.plugins.bridge_calc import (bridge_addresses, calc_bridge_conflicts, calc_ips,
+from plugins.bridge.calc import (bridge_addresses, calc_bridge_conflicts, calc_ips,
                                      calc_routes, family_gateways, masq_pairs, route_specs)
-from cni.plugins.bridge_names import (Attachment, network_hash, tag_in_network, tag_of_alias)
+from common.attachment import (Attachment, network_hash, tag_in_network, tag_of_alias)
 
 V4 = {"address": "10.22.0.5/24"}
 V6 = {"address": "fd00::5/64", "gateway": "fd00::1"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cni.plugins.bridge_config import DEFAULT_BRIDGE, parse_bridge_config
+from plugins.bridge.config import DEFAULT_BRIDGE, parse_bridge_config
 from cni.spec.errors import CNIError, InvalidConfig, UnsupportedField
 from cni.spec.request import Env, Request
 

@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from cni.net.nft import NftError
-from cni.plugins.masq import Masquerader
-from cni.plugins.masq_rules import SET_TYPES
+from kernel.nft import NftError
+from masq.table import Masquerader
+from masq.rules import SET_TYPES
 from cni.spec.errors import AddressConflict
 
 ELEMENT = re.compile(r'^(add|delete) element inet pycni-masq (\w+) \{ (.+?)(?: comment "(.*)")? \}$')

@@ -1,4 +1,4 @@
-"""The one compare-and-swap retry (ipam/store/cas.py): attempts, backoff bounds, jitter, the
+"""The one compare-and-swap retry (store/cas.py): attempts, backoff bounds, jitter, the
 error on giving up and the conflict/retry callbacks."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cni.spec.errors import TryAgainLater
-from ipam.store.cas import LOST, Retry, run_cas
+from store.cas import LOST, Retry, run_cas
 
 
 def lose(times: int, value: object = "done"):

@@ -1,8 +1,8 @@
 """Every example under conf/ is accepted by the parsers pycnid and the plugins really use.
 
-Daemon configs (*.json): ``parse_daemon_config``, the node options (``ipam/nodes/options.py``),
-the IPAM's daemon options (``cni/plugins/ipam_config.py``) and, for an etcd store, the etcd
-options (``ipam/store/etcd_conn.py``). Conflists: the runtime's conflist parser, then each
+Daemon configs (*.json): ``parse_daemon_config``, the node options (``nodes/options.py``),
+the IPAM's daemon options (``plugins/ipam/config.py``) and, for an etcd store, the etcd
+options (``store/etcd_conn.py``). Conflists: the runtime's conflist parser, then each
 plugin object through ``parse_bridge_config`` / ``parse_ipam_config``. A file of an unknown
 kind fails, so a new example cannot slip in untested.
 """
@@ -13,16 +13,16 @@ import os
 
 import pytest
 
-from cni.overlay.config import DEFAULT_RESYNC, DEFAULT_VNI, DEFAULT_VXLAN_PORT, parse_overlay_config
+from overlay.config import DEFAULT_RESYNC, DEFAULT_VNI, DEFAULT_VXLAN_PORT, parse_overlay_config
 
-from cni.plugins.bridge_config import parse_bridge_config
-from cni.plugins.ipam_config import DaemonOptions, parse_daemon_options, parse_ipam_config
-from cni.plugins.svc_args import parse_labels, parse_ports
+from plugins.bridge.config import parse_bridge_config
+from plugins.ipam.config import DaemonOptions, parse_daemon_options, parse_ipam_config
+from plugins.svc.args import parse_labels, parse_ports
 from cni.runtime.conflist import conflist_from_bytes
 from cni.spec.request import Env, Request
-from ipam.daemon.config import parse_daemon_config
-from ipam.nodes.options import NodeOptions, parse_node_options
-from ipam.store.etcd_conn import EtcdOptions, parse_options
+from pycnid.config import parse_daemon_config
+from nodes.options import NodeOptions, parse_node_options
+from store.etcd_conn import EtcdOptions, parse_options
 
 CONF = os.path.join(os.path.dirname(__file__), "..", "..", "conf")
 FILES = sorted(os.listdir(CONF))

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cni.spec.errors import InvalidConfig
-from ipam.daemon.config import parse_daemon_config
+from pycnid.config import parse_daemon_config
 
 VALUES = st.recursive(st.none() | st.booleans() | st.integers(-5, 5000) | st.floats()
                       | st.text(max_size=8),

@@ -1,4 +1,4 @@
-"""pycnid's start-up wiring (ipam/daemon/wiring.py) on a real SqliteStore: the store and the
+"""pycnid's start-up wiring (pycnid/wiring.py) on a real SqliteStore: the store and the
 node's services open in a fixed order, each stop registered as it starts and run in reverse;
 handlers get one typed Services; plugins/base.py does not import the daemon."""
 from __future__ import annotations
@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from cni.plugins.base import Services
+from plugins.base import Services
 from cni.spec.errors import InvalidConfig
-from ipam.daemon.config import parse_daemon_config
-from ipam.metrics import Registry
-from ipam.daemon.wiring import PLUGINS, Lifecycle, build_plugins, wire_node
+from pycnid.config import parse_daemon_config
+from common.metrics import Registry
+from pycnid.wiring import PLUGINS, Lifecycle, build_plugins, wire_node
 
 
 def sqlite_config(tmp_path, **extra):
@@ -89,8 +89,8 @@ def test_every_handler_of_this_build_is_created_and_closed_at_shutdown(tmp_path)
 
 
 def test_the_plugin_side_does_not_import_the_daemon():
-    code = ("import sys, cni.plugins.base, cni.plugins.ipam\n"
-            "print(sorted(m for m in sys.modules if m.startswith('ipam.daemon')))")
+    code = ("import sys, plugins.base, plugins.ipam.plugin\n"
+            "print(sorted(m for m in sys.modules if m.startswith('pycnid')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"

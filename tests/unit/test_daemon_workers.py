@@ -12,9 +12,9 @@ import pytest
 
 from cni.spec import wire
 from cni.spec.errors import InvalidConfig
-from ipam.daemon.config import parse_daemon_config
-from ipam.daemon.server import PluginServer
-from ipam.daemon.workers import WorkerPool
+from pycnid.config import parse_daemon_config
+from pycnid.server import PluginServer
+from pycnid.workers import WorkerPool
 from tests.fixtures.waiting import wait_for
 
 

@@ -2,7 +2,7 @@
 
 A grep over the source (its syntax tree, so docstrings and comments do not count): the key
 layout and the codecs live in ``ipam/records.py``; the operator tools (``ipam.ops``,
-``ipam.cli``) and pycnid import them instead of writing their own. And the layers below the
+``cli``) and pycnid import them instead of writing their own. And the layers below the
 operator tools never import them (usage counting sits in ``ipam.alloc.usage`` for that).
 """
 from __future__ import annotations

@@ -12,14 +12,14 @@ from types import SimpleNamespace
 
 from hypothesis import given, settings, strategies as st
 
-from cni.overlay.config import parse_overlay_config
-from cni.plugins.bridge_config import parse_bridge_config
-from cni.plugins.bridge_overlay import fit_to_node
-from cni.plugins.ipam_config import parse_ipam_config
-from cni.proxy.setup import parse_proxy_config
+from overlay.config import parse_overlay_config
+from plugins.bridge.config import parse_bridge_config
+from plugins.bridge.overlay import fit_to_node
+from plugins.ipam.config import parse_ipam_config
+from services.proxy.setup import parse_proxy_config
 from cni.runtime.conflist import conflist_from_bytes
 from cni.spec.request import Env, Request
-from ipam.daemon.config import parse_daemon_config
+from pycnid.config import parse_daemon_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONF = os.path.join(REPO, "conf")

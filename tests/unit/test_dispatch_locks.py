@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ipam.daemon.dispatch import AttachmentLocks
+from pycnid.dispatch import AttachmentLocks
 
 
 def run_threads(targets) -> None:

@@ -93,4 +93,4 @@ def test_foreign_detects_a_third_party_module():
     """The check itself must catch what it is for (guards against an always-empty list)."""
     assert foreign({"os", "json", "cni.exe", "pyroute2", "pyroute2.iproute"}) == [
         "pyroute2", "pyroute2.iproute"]
-    assert foreign({"cni.plugins.bridge"}) == ["cni.plugins.bridge"]
+    assert foreign({"plugins.bridge.plugin"}) == ["plugins.bridge.plugin"]

@@ -13,15 +13,15 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from cni.plugins.bridge_calc import calc_ips, calc_pod_on_bridge
-from cni.plugins.ipam_config import cached_ipam_config, parse_ipam_config
+from plugins.bridge.calc import calc_ips, calc_pod_on_bridge
+from plugins.ipam.config import cached_ipam_config, parse_ipam_config
 from cni.spec.errors import AddressExhausted, InvalidConfig
 from ipam.leases.service import LeaseService
 from ipam.alloc.pool_settings import PoolInvalid
 from ipam.alloc.pool_spec import make_pool
 from ipam.records import HandleId
 from ipam.alloc.selection import Selection
-from ipam.store.sqlite import SqliteStore
+from store.sqlite import SqliteStore
 from tests.fixtures.ipam_pools import put_pool
 
 PROPERTY = settings(max_examples=40, deadline=None,

@@ -6,8 +6,8 @@ import ipaddress
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cni.plugins.ipam_config import parse_ipam_config
-from cni.plugins.ipam_requested import parse_requested_ips, requested_by_set
+from plugins.ipam.config import parse_ipam_config
+from plugins.ipam.requested import parse_requested_ips, requested_by_set
 from cni.spec.errors import InvalidConfig
 
 
@@ -130,7 +130,7 @@ def test_ip_ranges_capability_wins_over_named_pools():
 
 
 def test_daemon_options_labels_and_housekeeping():
-    from cni.plugins.ipam_config import parse_daemon_options
+    from plugins.ipam.config import parse_daemon_options
     opts = parse_daemon_options({"nodeLabels": {"zone": "a"},
                                  "ipam": {"blockReturnGrace": 60, "bufferSize": 8}})
     assert opts.labels == {"zone": "a"} and opts.block_grace == 60.0

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from cni.plugins import ipam_config
-from cni.plugins.ipam import render_result
-from cni.plugins.ipam_config import cached_ipam_config
+from plugins.ipam import config as ipam_config
+from plugins.ipam.plugin import render_result
+from plugins.ipam.config import cached_ipam_config
 from cni.spec.errors import InvalidConfig
 from ipam.records import HandleId, HandleRecord
 

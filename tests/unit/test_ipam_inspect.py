@@ -8,7 +8,7 @@ import pytest
 from ipam.ops.inspect import parse_snapshot
 from ipam.ops.check import Fix, find_problems
 from ipam.ops.show import report_handle, report_ip, report_overview
-from ipam.store.base import KV
+from store.base import KV
 from tests.fixtures.ipam_contents import Contents, affinity_key, block_key
 
 NOW = 1_700_000_000.0

@@ -5,14 +5,14 @@ import json
 
 import pytest
 
-from cni.plugins import ipam as ipam_plugin
-from cni.plugins.base import InjectedFault
-from cni.plugins.delegate import delegate
+from plugins.ipam import plugin as ipam_plugin
+from plugins.base import InjectedFault
+from plugins.bridge.delegate import delegate
 from cni.spec.errors import CheckFailed, NotAvailable
 from cni.spec.request import Request, parse_config, parse_env
-from ipam.daemon.config import parse_daemon_config
-from ipam.metrics import Registry
-from ipam.daemon.wiring import Lifecycle, wire_node
+from pycnid.config import parse_daemon_config
+from common.metrics import Registry
+from pycnid.wiring import Lifecycle, wire_node
 
 
 @pytest.fixture

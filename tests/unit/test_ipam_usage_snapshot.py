@@ -1,7 +1,7 @@
 """The store-backed IPAM gauges come from the last good snapshot (issue 6 §6): a scrape never
 calls the store, so a store that hangs or fails leaves the scrape as fast as ever, with the old
 figures, their age and the failure gauge. A real SqliteStore behind a switchable fault (the
-store is the slow edge a unit test may fake); the refresh thread is ipam/loop.py."""
+store is the slow edge a unit test may fake); the refresh thread is common/loop.py."""
 from __future__ import annotations
 
 import logging
@@ -10,13 +10,13 @@ import threading
 import pytest
 from hypothesis import example, given, strategies as st
 
-from cni.plugins.ipam_config import parse_daemon_options
+from plugins.ipam.config import parse_daemon_options
 from cni.spec.errors import InvalidConfig, TryAgainLater
-from ipam.metrics import Registry
-from ipam.daemon.wiring import Lifecycle
-from ipam.loop import Periodic
+from common.metrics import Registry
+from pycnid.wiring import Lifecycle
+from common.loop import Periodic
 from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
-from ipam.store.sqlite import SqliteStore
+from store.sqlite import SqliteStore
 from tests.fixtures.ipam_pools import put_pool
 from tests.fixtures.waiting import wait_for
 

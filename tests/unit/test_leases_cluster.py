@@ -14,7 +14,7 @@ from cni.spec.errors import AddressConflict, AddressExhausted, InvalidConfig, Tr
 from ipam.leases.service import LeaseService
 from ipam.records import (BlockRecord, HandleId, affinity_key, block_key, blocks_prefix)
 from ipam.alloc.selection import Selection
-from ipam.store.sqlite import SqliteStore
+from store.sqlite import SqliteStore
 from tests.fixtures.ipam_pools import Clock, edit_pool, put_pool
 
 

@@ -1,4 +1,4 @@
-"""The one background loop (ipam/loop.py): prompt stop, errors counted and logged once per
+"""The one background loop (common/loop.py): prompt stop, errors counted and logged once per
 failing stretch (a bug with its stack), the owner's wake event, and doubling backoff."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 from hypothesis import given, settings, strategies as st
 
 from cni.spec.errors import TryAgainLater
-from ipam.metrics import Registry
-from ipam.loop import FOREVER, Backoff, Errors, Loop, Periodic
+from common.metrics import Registry
+from common.loop import FOREVER, Backoff, Errors, Loop, Periodic
 from tests.fixtures.waiting import wait_for
 
 GUARD = 5.0

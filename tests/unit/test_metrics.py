@@ -7,8 +7,8 @@ import struct
 import threading
 import urllib.request
 
-from ipam.daemon.metrics_server import MetricsServer
-from ipam.metrics import Registry, labels
+from pycnid.metrics_server import MetricsServer
+from common.metrics import Registry, labels
 from tests.fixtures.waiting import wait_for
 
 

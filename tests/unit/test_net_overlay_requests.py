@@ -14,12 +14,12 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.ndmsg import ndmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-from cni.net.monitor import DELLINK, DELNEIGH, DELROUTE, summary_of
-from cni.net.neigh import (AF_BRIDGE, NUD_PERMANENT, Fdb, Neigh, fdb_of, fdb_request, neigh_of,
+from kernel.monitor import DELLINK, DELNEIGH, DELROUTE, summary_of
+from kernel.neigh import (AF_BRIDGE, NUD_PERMANENT, Fdb, Neigh, fdb_of, fdb_request, neigh_of,
                            neigh_request)
-from cni.net.route import (MAIN_TABLE, RTNH_F_ONLINK, RTPROT_PYCNI, Route, proto_routes_of,
+from kernel.route import (MAIN_TABLE, RTNH_F_ONLINK, RTPROT_PYCNI, Route, proto_routes_of,
                            route_request)
-from cni.net.vxlan import VxlanSpec, calc_vxlan_plan, vxlan_of, vxlan_request
+from kernel.vxlan import VxlanSpec, calc_vxlan_plan, vxlan_of, vxlan_request
 
 MACS = st.binary(min_size=6, max_size=6).map(
     lambda raw: ":".join(f"{b:02x}" for b in bytes([raw[0] & 0xFE | 0x02]) + raw[1:]))

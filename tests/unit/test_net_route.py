@@ -1,4 +1,4 @@
-"""Shaping a route request (pure): what cni.net.route sends for a Route."""
+"""Shaping a route request (pure): what kernel.route sends for a Route."""
 from __future__ import annotations
 
 import ipaddress
@@ -6,7 +6,7 @@ import socket
 
 from hypothesis import given, strategies as st
 
-from cni.net.route import Route, route_request
+from kernel.route import Route, route_request
 
 
 def test_default_route_on_its_device():

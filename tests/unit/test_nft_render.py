@@ -11,7 +11,7 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
-from cni.plugins.masq_rules import (Element, elements_for, ifname_literal, is_legacy, key_text,
+from masq.rules import (Element, elements_for, ifname_literal, is_legacy, key_text,
                                     migrate_elements, parse_elements, render_add, render_delete,
                                     render_migration, render_table)
 from cni.spec.errors import InvalidConfig

@@ -1,4 +1,4 @@
-"""`pycni node`'s heartbeat parser and health column (ipam.ops.nodes), over generated input:
+"""`pycni node`'s heartbeat parser and health column (nodes.ops), over generated input:
 any stored heartbeat bytes give a health, never an exception."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 
 from hypothesis import given, strategies as st
 
-from ipam.nodes.record import heartbeat_key
-from ipam.ops.nodes import Beat, calc_health, parse_heartbeat
+from nodes.record import heartbeat_key
+from nodes.ops import Beat, calc_health, parse_heartbeat
 from ipam.records import encode
-from ipam.store.base import KV
+from store.base import KV
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
                            lambda inner: st.lists(inner, max_size=3)

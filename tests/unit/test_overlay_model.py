@@ -13,17 +13,17 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cni.overlay.config import OverlayConfig, calc_vtep_mac, parse_overlay_config
-from cni.overlay.firewall import render_table
-from cni.overlay.model import Local, Peer, RouteEntry, calc_desired, host_net
-from cni.overlay.registry import Registry
-from cni.plugins.bridge_config import parse_bridge_config
-from cni.plugins.bridge_overlay import fit_to_node
+from overlay.config import OverlayConfig, calc_vtep_mac, parse_overlay_config
+from overlay.firewall import render_table
+from overlay.model import Local, Peer, RouteEntry, calc_desired, host_net
+from overlay.registry import Registry
+from plugins.bridge.config import parse_bridge_config
+from plugins.bridge.overlay import fit_to_node
 from cni.spec.errors import InvalidConfig
 from cni.spec.request import Env, Request
-from ipam.nodes.record import NodeRecord, OverlayInfo, node_key
+from nodes.record import NodeRecord, OverlayInfo, node_key
 from ipam.records import BlockRecord, CorruptRecord, affinity_key, block_key
-from ipam.store.base import KV
+from store.base import KV
 
 NODES = [f"n{i}" for i in range(5)]
 BLOCKS = [f"10.40.{i}.0/26" for i in range(8)] + [f"fd40::{i:x}00/120" for i in range(4)]

@@ -3,10 +3,10 @@ SQLite store: puts, deletes, snapshots replacing the set, corrupt records, stale
 from __future__ import annotations
 
 from ipam.leases.pool_watch import apply_delete, apply_put, apply_snapshot, supports_watch
-from ipam.alloc.poolcache import PoolCache
+from ipam.alloc.pool_cache import PoolCache
 from ipam.records import POOLS, encode
-from ipam.store.base import KV
-from ipam.store.sqlite import SqliteStore
+from store.base import KV
+from store.sqlite import SqliteStore
 
 
 def record(name: str, cidr: str, disabled: bool = False) -> dict:

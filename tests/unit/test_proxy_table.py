@@ -1,5 +1,5 @@
-"""The proxy's incremental table (cni/proxy/table.py) with the records' dirty tracking
-(cni/proxy/view.py) against a full render, on generated runs of store events.
+"""The proxy's incremental table (services/proxy/table.py) with the records' dirty tracking
+(services/proxy/view.py) against a full render, on generated runs of store events.
 
 The invariant pycnid relies on: after any run of Service and endpoint puts and deletes,
 each applied as one pass of only the dirty Services, the table holds exactly what a full
@@ -13,12 +13,12 @@ import re
 
 from hypothesis import given, settings, strategies as st
 
-from cni.proxy.render import TABLE
-from cni.proxy.sync import calc_plan
-from cni.proxy.table import ServiceTable
-from cni.proxy.view import Records
+from services.proxy.render import TABLE
+from services.proxy.sync import calc_plan
+from services.proxy.table import ServiceTable
+from services.proxy.view import Records
 from ipam.records import SERVICES, SERVICES_META, encode, pool_key
-from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
+from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from tests.unit.test_proxy_view import kv
 
 NAMES = "abcd"

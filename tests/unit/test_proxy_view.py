@@ -1,4 +1,4 @@
-"""The store's Service records as the proxy's model (cni/proxy/view.py), the UDP conntrack
+"""The store's Service records as the proxy's model (services/proxy/view.py), the UDP conntrack
 cleanup's pure parts, and `pycni svc trace` over a real SQLite store.
 
 Generated clusters of Services and endpoints keep the view's invariants: a backend is an
@@ -13,17 +13,17 @@ import tempfile
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cni.proxy.conntrack import calc_checks, calc_stale, calc_udp_serving, parse_flows
-from cni.proxy.setup import parse_proxy_config
-from cni.proxy.view import Records, calc_model, calc_node_ips
+from services.proxy.conntrack import calc_checks, calc_stale, calc_udp_serving, parse_flows
+from services.proxy.setup import parse_proxy_config
+from services.proxy.view import Records, calc_model, calc_node_ips
 from cni.spec.errors import InvalidConfig
-from ipam.nodes.record import NodeRecord
-from ipam.ops.services import create, set_settings
-from ipam.ops.svc_trace import parse_endpoint, parse_target, trace
+from nodes.record import NodeRecord
+from services.ops.edit import create, set_settings
+from services.ops.trace import parse_endpoint, parse_target, trace
 from ipam.records import ENDPOINTS, NODES, SERVICE_IPS, SERVICES_META, encode, pool_key
-from ipam.services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
-from ipam.store.base import KV, Put
-from ipam.store.sqlite import SqliteStore
+from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
+from store.base import KV, Put
+from store.sqlite import SqliteStore
 
 NODES_ = ("n1", "n2")
 LABELS = st.dictionaries(st.sampled_from(["app", "tier"]), st.sampled_from(["a", "b"]),

@@ -100,7 +100,7 @@ def tool(tmp_path):
         environ = {"PATH": os.environ["PATH"], "PYTHONPATH": REPO, "CNI_PATH": bin_dir,
                    "NETCONFPATH": str(tmp_path / "net.d"),
                    "CNI_CACHE_DIR": str(tmp_path / "cache"), **env}
-        return subprocess.run([sys.executable, "-m", "ipam.cli", "net", *args], env=environ,
+        return subprocess.run([sys.executable, "-m", "cli", "net", *args], env=environ,
                               capture_output=True, text=True, timeout=60)
 
     run.calls = lambda: read_calls(log)
@@ -153,7 +153,7 @@ def test_cli_unknown_network(tool):
 def test_pycni_group_discovers_command_modules_lazily():
     from click.testing import CliRunner
 
-    from ipam.cli import cli, command_modules
+    from cli import cli, command_modules
 
     assert {"net", "daemon"} <= set(command_modules())
     out = CliRunner().invoke(cli, ["--help"])

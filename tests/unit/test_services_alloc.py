@@ -12,11 +12,11 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from cni.spec.errors import AddressExhausted, InvalidConfig
-from ipam.ops.services import change, create, remove, set_settings
+from services.ops.edit import change, create, remove, set_settings
 from ipam.records import NODE_PORTS, SERVICE_IPS
-from ipam.services.allocate import ServiceConflict, ServiceNotFound, create_service
-from ipam.services.record import ServiceRecord
-from ipam.store.sqlite import SqliteStore
+from services.allocate import ServiceConflict, ServiceNotFound, create_service
+from services.record import ServiceRecord
+from store.sqlite import SqliteStore
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g"]
 VIPS = ["10.96.0.1", "10.96.0.3", "fd00:96::2"]

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.cli._ipam_cmd import Failed
-from ipam.cli.svc import parse_port
+from cli.command import Failed
+from cli.svc import parse_port
 from ipam.records import CorruptRecord
-from ipam.services.record import (EndpointRecord, ServicePort, ServiceRecord, ServiceSettings,
+from services.record import (EndpointRecord, ServicePort, ServiceRecord, ServiceSettings,
                                   service_key)
-from ipam.services.selectors import calc_endpoints, matches
-from ipam.services.validate import SPEC_FIELDS, validate_service, validate_settings
+from services.selectors import calc_endpoints, matches
+from services.validate import SPEC_FIELDS, validate_service, validate_settings
 
 SETTINGS = settings(max_examples=400, deadline=None, database=None)
 CONFIG = ServiceSettings(("10.96.0.0/24", "fd00:96::/120"), (30000, 30100))

@@ -14,15 +14,15 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cni.plugins.base import Faults
-from cni.plugins.svc import SvcPlugin
-from cni.plugins.svc_args import calc_ips, parse_labels, parse_ports, validate_identity
+from plugins.base import Faults
+from plugins.svc.plugin import SvcPlugin
+from plugins.svc.args import calc_ips, parse_labels, parse_ports, validate_identity
 from cni.spec.errors import CheckFailed, CNIError, InvalidConfig
 from cni.spec.request import Env, Request
 from cni.spec.result import canonical
 from ipam.records import ENDPOINTS
-from ipam.services.record import EndpointRecord
-from ipam.store.sqlite import SqliteStore
+from services.record import EndpointRecord
+from store.sqlite import SqliteStore
 
 PREV = {"cniVersion": "1.1.0",
         "interfaces": [{"name": "veth1"}, {"name": "eth0", "sandbox": "/run/netns/p"}],

@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cni.proxy.elements import calc_elements, calc_entries
-from cni.proxy.table import render_transaction
-from cni.proxy.model import PROTOCOLS, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
-from cni.proxy.render import BACKENDS_MAPS, backends_map
-from cni.proxy.trace import explain
+from services.proxy.elements import calc_elements, calc_entries
+from services.proxy.table import render_transaction
+from services.proxy.model import PROTOCOLS, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
+from services.proxy.render import BACKENDS_MAPS, backends_map
+from services.proxy.trace import explain
 from cni.spec.errors import InvalidConfig
 from tests.fixtures.svc_model import MODEL, MODEL6, NODE, be
 from tests.fixtures.golden import GOLDEN, golden  # noqa: F401

@@ -10,18 +10,18 @@ import ipaddress
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from cni.proxy import conntrack
-from cni.proxy.model import Backend, NodeView, ProxyModel, ProxyPort, ProxyService, \
+from services.proxy import conntrack
+from services.proxy.model import Backend, NodeView, ProxyModel, ProxyPort, ProxyService, \
     ServicePortView
-from cni.proxy.sync import calc_plan
-from cni.proxy.table import ServiceTable
+from services.proxy.sync import calc_plan
+from services.proxy.table import ServiceTable
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.ops.services import create, list_services, remove, set_settings
+from services.ops.edit import create, list_services, remove, set_settings
 from ipam.records import SERVICES, SERVICES_META, encode
-from ipam.services.record import ServicePort, ServiceRecord, ServiceSettings
-from ipam.services.validate import validate_service
-from ipam.store.base import Put
-from ipam.store.sqlite import SqliteStore
+from services.record import ServicePort, ServiceRecord, ServiceSettings
+from services.validate import validate_service
+from store.base import Put
+from store.sqlite import SqliteStore
 from tests.unit.test_proxy_table import base_records
 from tests.unit.test_proxy_view import kv
 

@@ -1,4 +1,4 @@
-"""The underlay's pure choices (cni.overlay.underlay) over generated routes and addresses:
+"""The underlay's pure choices (overlay.underlay) over generated routes and addresses:
 what the netlink side reads is only ever chosen by these."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 from hypothesis import given, strategies as st
 
-from cni.overlay.underlay import (IFA_F_SECONDARY, MAIN_TABLE, MIN_MTU, OVERHEAD, RTN_LOCAL,
+from overlay.underlay import (IFA_F_SECONDARY, MAIN_TABLE, MIN_MTU, OVERHEAD, RTN_LOCAL,
                                   RTN_UNICAST, UNUSABLE, AddrFacts, RouteFacts,
                                   calc_direct_reason, calc_overlay_mtu, pick_default_route,
                                   pick_primary_address)

@@ -1,7 +1,7 @@
 """WatchedPrefixes over a store without watches (SQLite): generated runs of txns and
 ``ensure`` calls keep the view equal to the store's prefixes after every ``ensure``, and the
 store is read again exactly when its revision moved (a txn that changes nothing, such as the
-delete of an absent key, does not move it) (ipam/store/watched.py)."""
+delete of an absent key, does not move it) (store/watched.py)."""
 from __future__ import annotations
 
 import tempfile
@@ -9,9 +9,9 @@ import threading
 
 from hypothesis import given, settings, strategies as st
 
-from ipam.store.base import Delete, Put
-from ipam.store.sqlite import SqliteStore
-from ipam.store.watched import WatchedPrefixes
+from store.base import Delete, Put
+from store.sqlite import SqliteStore
+from store.watched import WatchedPrefixes
 
 PREFIXES = ("/a/", "/b/")
 KEYS = st.sampled_from([f"{p}{k}" for p in PREFIXES for k in "xyz"] + ["/c/x"])

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from cni.spec import wire
 from cni.spec.delconf import DEL_KEYS, netconf_for_del
 from cni.spec.errors import InvalidConfig
-from ipam.daemon.config import parse_daemon_config
-from ipam.daemon.server import prepare_socket_path
+from pycnid.config import parse_daemon_config
+from pycnid.server import prepare_socket_path
 
 ENV = st.dictionaries(st.text("CNI_ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=1, max_size=12),
                       st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=30),

@@ -1,3 +1,0 @@
-from ipam.cli import main
-
-main()

@@ -1,0 +1,100 @@
+"""What every plugin handler offers the daemon, and the services the daemon lends it.
+
+pycnid builds one ``Services`` at start-up (``pycnid/wiring.py``): the store and the
+node's services are open and started before any handler exists, so a handler only reads
+typed fields. The metrics registry is the daemon's; handlers see it through ``MetricsRegistry``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
+
+from cni.spec.errors import InternalError
+from cni.spec.request import Request
+
+if TYPE_CHECKING:
+    from overlay.device import NodeEnd
+    from ipam.leases.service import LeaseService
+    from nodes.context import NodeServices
+    from store.base import Store
+
+GaugeValues = Mapping[tuple[tuple[str, str], ...], float]  # label pairs (sorted) -> value
+
+
+class Plugin(Protocol):
+    """One plugin type. ADD returns a canonical (1.1.0-shaped) result; the rest return None."""
+
+    def add(self, req: Request) -> dict: ...
+
+    def delete(self, req: Request) -> None: ...
+
+    def check(self, req: Request) -> None: ...
+
+    def status(self, req: Request) -> None: ...
+
+    def gc(self, req: Request) -> None: ...
+
+    def close(self) -> None:
+        """Release what the handler holds itself (pycnid's shutdown, in reverse order)."""
+
+
+class Counter(Protocol):
+    def inc(self, amount: float = 1.0, **labels: str) -> None: ...
+
+
+class Gauge(Protocol):
+    def set(self, value: float, **labels: str) -> None: ...
+
+
+class Histogram(Protocol):
+    def observe(self, value: float, **labels: str) -> None: ...
+
+
+class MetricsRegistry(Protocol):
+    """What handlers need from pycnid's registry (``common.metrics.Registry``)."""
+
+    def counter(self, name: str, help_text: str) -> Counter: ...
+
+    def gauge(self, name: str, help_text: str,
+              collect: Callable[[], GaugeValues] | None = None) -> Gauge: ...
+
+    def histogram(self, name: str, help_text: str) -> Histogram: ...
+
+
+class InjectedFault(InternalError):
+    """Raised at a named step when a test asked for it (daemon started with fault injection)."""
+
+
+@dataclass
+class Faults:
+    """Test-only fault hook: fail the step named by CNI_ARGS `PYCNI_FAULT=<step>`.
+
+    Active only when pycnid runs with `faultInjection: true`; steps are listed so tests can
+    fail each in turn (`steps_seen` records which points a request passed).
+    """
+
+    enabled: bool = False
+    steps_seen: list[str] = field(default_factory=list)
+
+    def point(self, req: Request, step: str) -> None:
+        if not self.enabled:
+            return
+        self.steps_seen.append(step)
+        if req.env.args.get("PYCNI_FAULT") == step:
+            raise InjectedFault(f"injected fault at step {step!r}")
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the daemon lends to plugin handlers: who this node is, test faults, the metrics
+    registry, the store and the node's services on it, and the other handlers (the bridge
+    delegates to IPAM in-process; pycnid fills ``plugins`` once every handler exists)."""
+
+    node_name: str
+    faults: Faults
+    metrics: MetricsRegistry
+    store: Store
+    leases: LeaseService
+    node: NodeServices
+    plugins: dict[str, Plugin] = field(default_factory=dict)
+    overlay: "NodeEnd | None" = None  # the node's overlay end (backend, MTU), if it runs one

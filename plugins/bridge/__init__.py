@@ -1,0 +1,1 @@
+"""pycni-bridge: the handler and its named ADD steps."""

@@ -1,0 +1,1 @@
+"""pycni-ipam: netconf ranges, requested IPs, the handler over the lease service."""

@@ -1,0 +1,1 @@
+"""pycni-svc: publishes a Pod attachment as a Service endpoint."""

@@ -1,0 +1,143 @@
+"""pycnid's start-up wiring: the store, the node's services on it, then the plugin handlers.
+
+``wire_node`` runs once, in this order, and puts each stop on the shutdown list as soon as the
+thing it stops is running (pycnid runs that list in reverse, also after a failed start-up):
+
+1. the store (``store.close``);
+2. ``setup_node``: the node announces itself (liveness, ``nodes/liveness.py``) and, for a
+   store with leases (etcd), starts the periodic reaper and wraps the store in a
+   ``TrackedStore`` for the lease service;
+3. the lease service, and ``setup_guard``: the outage guard around it (etcd only; started,
+   it replays a leftover journal);
+4. the IPAM metrics (their refresh thread when an endpoint serves them), housekeeping, and the
+   pool watch (etcd: pool changes reach the cache at once);
+5. the overlay (``overlay/setup.py``), when the config has an ``overlay`` section: it
+   leases its VTEP addresses through the lease service and publishes them in the node record.
+6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true.
+
+``build_plugins`` then creates every handler this build has, with the one typed ``Services``.
+A plugin name pycnid has no handler for is not guessed at here: the dispatcher answers it,
+code 7 "pycnid serves no plugin '<name>'".
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from plugins.bridge import plugin as bridge
+from plugins.ipam import plugin as ipam
+from plugins.svc import plugin as svc
+from plugins.base import Faults, MetricsRegistry, Plugin, Services
+from overlay.setup import start_overlay
+from services.proxy.setup import start_proxy
+from plugins.ipam.config import parse_daemon_options
+from ipam.leases.housekeeping import Housekeeping
+from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
+from ipam.leases.pool_watch import PoolWatch, start_pool_watch
+from ipam.leases.service import LeaseService
+from nodes.liveness import Liveness, supports_leases
+from nodes.record import NodeRecord
+from nodes.options import parse_node_options
+from nodes.reaper import ReaperLoop
+from nodes.context import NodeServices, reaper_metrics
+from ipam.outage.files import OutageFiles
+from ipam.outage.guard import OutageGuard
+from ipam.outage.store import TrackedStore
+from store import open_store
+from store.base import Store
+from pycnid.config import DaemonConfig
+
+log = logging.getLogger("pycnid")
+
+# plugin name (as the executable sends it) -> the handler's constructor
+PLUGINS: dict[str, Callable[[Services], Plugin]] = {"ipam": ipam.create, "bridge": bridge.create,
+                                                    "svc": svc.create}
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """Who this node is, pycnid's metrics registry, and the stops to run at shutdown."""
+
+    node_name: str
+    metrics: MetricsRegistry
+    on_shutdown: list[Callable[[], None]] = field(default_factory=list)
+
+    def shut_down(self) -> None:
+        """Run every stop, last registered first; one that fails is logged, the rest run."""
+        for stop in reversed(self.on_shutdown):
+            try:
+                stop()
+            except Exception:
+                log.exception("shutdown hook failed")
+
+
+@dataclass(frozen=True)
+class WiredNode:
+    """What ``wire_node`` started: the handlers' ``Services`` and the loops behind them."""
+
+    services: Services
+    ipam_metrics: IpamMetrics
+    housekeeping: Housekeeping
+    pool_watch: PoolWatch | None
+
+
+def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
+    """Open the store and start the node's services on it (the order is the module's doc)."""
+    store = open_store(config.store)
+    life.on_shutdown.append(store.close)
+    options = parse_daemon_options(config.raw or {})
+    node = setup_node(life, config, store)  # liveness, reaper; node.store is tracked
+    leases = LeaseService(node.store, life.node_name, labels=options.labels,
+                          block_grace=options.block_grace)
+    setup_guard(node, life, config, leases)
+    serve = bool(config.metrics_address)  # no endpoint: nothing reads them
+    ipam_metrics = start_ipam_metrics(life, store, leases, options.metrics_interval, serve=serve)
+    housekeeping = Housekeeping(leases, options.housekeeping_interval, life.metrics).start()
+    life.on_shutdown.append(housekeeping.stop)
+    watch = start_pool_watch(life, store, leases)
+    overlay = start_overlay(config.raw or {}, life.node_name, store, leases, node.liveness,
+                            life.metrics, life.on_shutdown)
+    start_proxy(config.raw or {}, life.node_name, store, life.metrics, life.on_shutdown)
+    services = Services(life.node_name, Faults(config.fault_injection), life.metrics,
+                        store, leases, node, overlay=overlay)
+    return WiredNode(services, ipam_metrics, housekeeping, watch)
+
+
+def build_plugins(services: Services, life: Lifecycle) -> dict[str, Plugin]:
+    """Every handler of ``PLUGINS``, into ``services.plugins``; each one's close at shutdown."""
+    for name, create in PLUGINS.items():
+        plugin = create(services)
+        life.on_shutdown.append(plugin.close)
+        services.plugins[name] = plugin
+    return services.plugins
+
+
+def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeServices:
+    endpoints = tuple(config.store.endpoints) if config.store.type == "etcd" else ()
+    options = parse_node_options(config.raw or {}, endpoints)
+    record = NodeRecord(life.node_name, options.address, options.labels, time.time())
+    liveness = Liveness(store, record, options.heartbeat_ttl).start()
+    life.on_shutdown.append(liveness.stop)
+    if not supports_leases(store):
+        return NodeServices(options, store, store, liveness)
+    node = NodeServices(options, store, TrackedStore(store), liveness,
+                        metrics=reaper_metrics(life.metrics))
+    node.reaper = ReaperLoop(store, life.node_name, options.reap_grace,
+                             options.reap_interval, on_pass=node.count,
+                             registry=life.metrics).start()
+    life.on_shutdown.append(node.reaper.stop)
+    return node
+
+
+def setup_guard(node: NodeServices, life: Lifecycle, config: DaemonConfig,
+                leases: LeaseService) -> None:
+    """The outage guard for the lease service (started: it replays a leftover journal)."""
+    if not isinstance(node.store, TrackedStore):
+        return
+    files = OutageFiles(config.state_dir, life.node_name)
+    node.guard = OutageGuard(leases, files, size=node.options.buffer_size,
+                             budget=node.options.add_budget, metrics=life.metrics)
+    node.guard.load().start()
+    life.on_shutdown.append(node.guard.stop)

@@ -1,0 +1,76 @@
+"""`pycni svc trace`: what a node's Service table does with one packet, from the store.
+
+The model is the proxy's own (``services.proxy.view.calc_model`` over the same prefixes pycnid
+watches), so the answer is what that node programs, not a second reading of the records. A
+node other than the one asking is known by its node record: its NodePorts answer on the
+record's address (the proxy on the node also answers on its other global addresses).
+"""
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from services.proxy.model import PROTOCOLS, IPAddress
+from services.proxy.trace import explain, render_answer
+from services.proxy.view import PREFIXES, Records, calc_model
+from cni.spec.errors import InvalidConfig
+from store.base import Store
+
+
+def parse_endpoint(text: str, option: str, need_port: bool) -> tuple[IPAddress, int]:
+    """``IP``, ``IP:PORT``, ``[IPv6]:PORT`` or a bare IPv6 address (port 0: any)."""
+    host, port = text, ""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else rest
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    try:
+        ip = ipaddress.ip_address(host)
+        number = int(port) if port else 0
+    except ValueError:
+        why = "a port is a number (a Service port's name is not traced)" if port and \
+            not port.isdigit() else "IP[:PORT] is expected"
+        raise InvalidConfig(f"invalid {option} {text!r}: {why}") from None
+    if not 0 <= number < 65536 or (need_port and not number):
+        raise InvalidConfig(f"invalid {option} {text!r}: a port 1-65535 is expected")
+    return ip, number
+
+
+def parse_target(text: str) -> tuple[IPAddress, int, str]:
+    """``VIP:PORT/PROTO`` (the protocol defaults to tcp)."""
+    address, _, proto = text.partition("/")
+    proto = (proto or "tcp").lower()
+    if proto not in PROTOCOLS:
+        raise InvalidConfig(f"invalid --to {text!r}: the protocol is one of "
+                            f"{', '.join(PROTOCOLS)}")
+    ip, port = parse_endpoint(address, "--to", need_port=True)
+    return ip, port, proto
+
+
+def read_records(store: Store) -> Records:
+    records = Records()
+    for prefix in PREFIXES:
+        records.replace_all(store.range(prefix), prefix)
+    return records
+
+
+def trace(store: Store, node: str, source: str, target: str) -> dict[str, Any]:
+    """The answer of ``node``'s table for a packet from ``source`` to ``target``."""
+    src_ip, src_port = parse_endpoint(source, "--from", need_port=False)
+    dst_ip, dst_port, proto = parse_target(target)
+    if src_ip.version != dst_ip.version:
+        raise InvalidConfig("invalid --from: not the family of --to")
+    records = read_records(store)
+    if node not in records.nodes:
+        raise InvalidConfig(f"invalid --node {node!r}: no node record of that name",
+                            "pycni node ls lists the nodes")
+    model = calc_model(records, node, dst_ip.version)
+    answer = explain(model, model.node, src_ip, src_port, dst_ip, dst_port, proto)
+    host = f"[{dst_ip}]" if dst_ip.version == 6 else str(dst_ip)
+    return {"node": node, "from": source, "to": f"{host}:{dst_port}/{proto}",
+            "answer": answer.to_dict(), "text": render_answer(answer)}
+
+
+def render_trace(doc: dict) -> str:
+    return f"on {doc['node']}, {doc['from']} -> {doc['to']}\n{doc['text']}"

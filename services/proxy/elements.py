@@ -1,0 +1,140 @@
+"""A model's map and set elements and the shapes (shared chains) they point at (pure).
+
+Per Service: ``calc_service_parts`` is what ``table.py`` keeps for each Service and diffs when
+it changes. A full render (``render_full_script``: at start or after a failed transaction)
+rewrites the static chains and flushes every data map, but not the ``sticky-i`` sets: a
+resync keeps clients' affinity. A full render of 10k Services is ~70k elements, so the
+per-element work here is kept to building tuples and strings (addresses are formatted once).
+"""
+from __future__ import annotations
+
+import operator
+import socket
+from typing import Iterable
+
+from services.proxy.model import Backend, IPAddress, ProxyModel, ServicePortView
+from services.proxy.render import (DATA_MAPS, DATA_SETS, FAMILY, PREFIX, TABLE, Element, Shape, backends_map, calc_index_objects, calc_shape_chains, render_shape, render_skeleton)
+
+REJECT, DROP = "goto reject-chain", "drop"
+
+
+def calc_entries(view: ServicePortView, model: ProxyModel) -> list[tuple[str, str, bool]]:
+    """(entry kind, nft key, external?) of every way a packet reaches this service port."""
+    proto, port, svc = view.port.protocol, view.port.port, view.service
+    entries = [("vip", f"{_text(ip)} . {proto} . {port}", False)
+               for ip in _family(svc.vips, model)]
+    entries += [("vip", f"{_text(ip)} . {proto} . {port}", True)
+                for ip in _family(svc.external_ips, model)]
+    if view.port.node_port is not None and model.node.node_ips:
+        entries.append(("np", f"{proto} . {view.port.node_port}", True))
+    return entries
+
+
+def _family(ips: Iterable, model: ProxyModel) -> list:
+    return [ip for ip in ips if ip.version == model.family]
+
+
+def _text(ip: IPAddress) -> str:
+    """An address as nft text by the C formatter: ``str()`` formats in Python and was the
+    costliest step per element."""
+    return socket.inet_ntop(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, ip.packed)
+
+
+def calc_shape(view: ServicePortView, entry: str, count: int) -> Shape:
+    timeout = view.service.affinity_timeout
+    return Shape(entry, "aff" if timeout else "lb", count, timeout or 0)
+
+
+def calc_port_parts(view: ServicePortView, model: ProxyModel) -> tuple[list[Element], set[Shape]]:
+    """Every element one service port contributes (dispatch, backends, masquerade, checks)
+    and the shapes its dispatch elements point at."""
+    elements: list[Element] = []
+    shapes: set[Shape] = set()
+    for entry, key, external in calc_entries(view, model):
+        backends = view.calc_backends(external)
+        if external and not view.service.external_local:
+            elements.append(Element(MASQ_SET[entry], key))
+        if not backends:
+            verdict = DROP if view.backends and view.is_local_policy(external) else REJECT
+            elements.append(Element(NO_ENDPOINTS[entry], key, verdict))
+            continue
+        shape = calc_shape(view, entry, len(backends))
+        shapes.add(shape)
+        elements += _dispatch_elements(view, entry, key, shape, backends)
+    return elements, shapes
+
+
+MASQ_SET = {"vip": "external-masq", "np": "nodeport-masq"}  # ClusterIPs: @service-vips
+NO_ENDPOINTS = {"vip": "no-endpoints", "np": "no-endpoint-nodeports"}
+DISPATCH = {"vip": "service-ips", "np": "service-nodeports"}
+
+
+def _dispatch_elements(view: ServicePortView, entry: str, key: str, shape: Shape,
+                       backends: tuple[Backend, ...]) -> list[Element]:
+    out = [Element(DISPATCH[entry], key, f"goto {shape.chain}")]
+    data, slot = backends_map(entry, view.port.protocol), f"{PREFIX[entry]}slot-"
+    for i, b in enumerate(backends):
+        dest = f"{_text(b.ip)} . {b.port}"
+        out.append(Element(data, f"{key} . {i}", dest))
+        if shape.kind == "aff":
+            out.append(Element(f"{slot}{i}", key, dest))
+    return out
+
+
+def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset[Shape]]:
+    """The elements and shapes of the port views of ``model`` (one Service's, for the table;
+    node-wide sets aside). A hairpin element is only needed for a local backend: a Pod
+    reaching itself through its Service is DNATed on its own node."""
+    elements: list[Element] = []
+    shapes: set[Shape] = set()
+    for view in model.ports:
+        port_elements, port_shapes = calc_port_parts(view, model)
+        elements += port_elements
+        shapes |= port_shapes
+        elements += [Element("service-vips", _text(ip)) for ip in _family(view.service.vips, model)]
+        elements += [Element("hairpin", f"{text} . {text}") for b in view.backends
+                     if b.local and b.ip.version == model.family and (text := _text(b.ip))]
+    return frozenset(elements), frozenset(shapes)
+
+
+def calc_node_elements(model: ProxyModel) -> frozenset[Element]:
+    """The node-wide sets: cluster CIDRs, service CIDRs, NodePort addresses."""
+    node = model.node
+    out = {Element("cluster-cidrs", str(n)) for n in _family(node.cluster_cidrs, model)}
+    out |= {Element("service-cidrs", str(n)) for n in _family(node.service_cidrs, model)}
+    out |= {Element("nodeport-ips", _text(ip)) for ip in _family(node.node_ips, model)}
+    return frozenset(out)
+
+
+def calc_elements(model: ProxyModel) -> frozenset[Element]:
+    """All elements of a model: its Services' and the node-wide sets."""
+    return calc_service_parts(model)[0] | calc_node_elements(model)
+
+
+def render_elements(family: int, verb: str, elements: Iterable[Element]) -> str:
+    """One ``add|delete element`` command per named set or map, elements sorted by key (in C:
+    a full render sorts ~70k of them)."""
+    by_name: dict[str, list[Element]] = {}
+    for el in elements:
+        by_name.setdefault(el.name, []).append(el)
+    t = f"{FAMILY[family]} {TABLE}"
+    return "".join(f"{verb} element {t} {name} {{ {_render_sorted(by_name[name])} }}\n"
+                   for name in sorted(by_name))
+
+
+def _render_sorted(elements: list[Element]) -> str:
+    elements.sort(key=_KEY)
+    return ", ".join([k if v is None else f"{k} : {v}" for _, k, v in elements])
+
+
+_KEY = operator.itemgetter(1)
+
+
+def render_full_script(family: int, shapes: Iterable[Shape], elements: Iterable[Element]) -> str:
+    """Start or resync: skeleton, every shape, data maps flushed and refilled."""
+    t, shapes = f"{FAMILY[family]} {TABLE}", sorted(shapes)
+    slots = sorted(o for o in calc_index_objects(calc_shape_chains(shapes)) if "slot-" in o)
+    flushes = [f"flush set {t} {n}\n" for n in DATA_SETS]
+    flushes += [f"flush map {t} {n}\n" for n in (*DATA_MAPS, *slots)]
+    return (render_skeleton(family) + "".join(render_shape(family, s) for s in shapes)
+            + "".join(flushes) + render_elements(family, "add", elements))

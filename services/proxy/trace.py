@@ -1,0 +1,116 @@
+"""Explain what a packet meets in the proxy's table, from the same model the renderer reads.
+
+The walk follows the ruleset's order: masquerade marks, then the ``service-ips`` dispatch
+(ClusterIP, then externalIP), the NodePort dispatch, and last the filter checks (no endpoints,
+unknown port of a known VIP, unallocated service address). Entries and backends come from
+``calc_entries`` / ``calc_backends``, the functions that render the elements.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from services.proxy.elements import calc_entries
+from services.proxy.model import Backend, IPAddress, NodeView, ProxyModel, ServicePortView
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One backend the packet may go to, its probability and whether its source is masqueraded."""
+
+    ip: str
+    port: int
+    node: str
+    probability: float
+    masquerade: bool
+    why: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the table does with the packet: entry matched, verdict, choices, reasons."""
+
+    entry: str  # ClusterIP | externalIP | NodePort | none
+    verdict: str  # dnat | reject | drop | accept (not a Service)
+    service: str | None = None
+    reason: str = ""
+    sticky: bool = False
+    affinity_timeout: int | None = None
+    choices: tuple[Choice, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def explain(model: ProxyModel, node: NodeView, src_ip: IPAddress, src_port: int,
+            dst_ip: IPAddress, dst_port: int, proto: str) -> Answer:
+    """The tracer: ``node`` is the node whose table is asked (its NodePort addresses)."""
+    model = ProxyModel(model.family, node, model.ports)
+    for view in model.ports:
+        if view.port.protocol != proto:
+            continue
+        for entry, key, external in calc_entries(view, model):
+            if _matches(entry, key, view, dst_ip, dst_port, model):
+                return _answer(view, entry, external, src_ip, model)
+    return _miss(model, dst_ip)
+
+
+def _matches(entry: str, key: str, view: ServicePortView, dst_ip: IPAddress, dst_port: int,
+             model: ProxyModel) -> bool:
+    if entry == "np":
+        return dst_ip in model.node.node_ips and dst_port == view.port.node_port
+    return key.split(" . ")[0] == str(dst_ip) and dst_port == view.port.port
+
+
+def _label(view: ServicePortView, entry: str, external: bool) -> str:
+    return "NodePort" if entry == "np" else ("externalIP" if external else "ClusterIP")
+
+
+def _answer(view: ServicePortView, entry: str, external: bool, src_ip: IPAddress,
+            model: ProxyModel) -> Answer:
+    name = f"{view.service.namespace}/{view.service.name}:{view.port.name or view.port.port}"
+    label, backends = _label(view, entry, external), view.calc_backends(external)
+    if not backends:
+        return _no_backends(view, label, name, external)
+    timeout = view.service.affinity_timeout
+    choices = tuple(_choice(b, 1 / len(backends), view, external, src_ip, model) for b in backends)
+    return Answer(label, "dnat", name, "", bool(timeout), timeout, choices)
+
+
+def _no_backends(view: ServicePortView, label: str, name: str, external: bool) -> Answer:
+    if view.backends and view.is_local_policy(external):
+        policy = "externalTrafficPolicy" if external else "internalTrafficPolicy"
+        return Answer(label, "drop", name, f"{policy} Local and no endpoint on this node")
+    return Answer(label, "reject", name, "no endpoints")
+
+
+def _choice(b: Backend, p: float, view: ServicePortView, external: bool, src_ip: IPAddress,
+            model: ProxyModel) -> Choice:
+    why = []
+    if b.ip == src_ip:
+        why.append("hairpin: the client is this endpoint")
+    if external and not view.service.external_local:
+        why.append("external traffic under Cluster policy")
+    if not external and not any(src_ip in n for n in model.node.cluster_cidrs):
+        why.append("client outside the cluster CIDRs")
+    return Choice(str(b.ip), b.port, b.node, p, bool(why), tuple(why))
+
+
+def _miss(model: ProxyModel, dst_ip: IPAddress) -> Answer:
+    if any(dst_ip in view.service.vips for view in model.ports):
+        return Answer("none", "reject", None, "unknown port of a known Service IP")
+    if any(dst_ip in n for n in model.node.service_cidrs if n.version == dst_ip.version):
+        return Answer("none", "drop", None, "unallocated address of a service CIDR")
+    return Answer("none", "accept", None, "not a Service address")
+
+
+def render_answer(a: Answer) -> str:
+    """The readable form for `pycni svc trace`."""
+    head = f"{a.entry} {a.service or ''}".strip()
+    lines = [f"{head}: {a.verdict}" + (f" ({a.reason})" if a.reason else "")]
+    if a.sticky:
+        lines.append(f"  ClientIP affinity: sticky for {a.affinity_timeout}s after the first choice")
+    for c in a.choices:
+        masq = "masquerade: " + "; ".join(c.why) if c.masquerade else "client IP kept"
+        lines.append(f"  -> {c.ip}:{c.port} on {c.node}  p={c.probability:.3f}  {masq}")
+    return "\n".join(lines) + "\n"

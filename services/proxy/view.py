@@ -1,0 +1,312 @@
+"""The store's Service records as the proxy's model for one node and one family (pure).
+
+``Records`` is what the proxy keeps from the store (services, endpoints, cluster pools, service
+settings, node records), fed by watch events or a re-read; ``calc_model`` turns it into the
+``ProxyModel`` the renderer and the tracer read. The proxy in pycnid and ``pycni svc trace``
+both call ``calc_model``, so the tracer explains the very table a node programs. A record that
+cannot be read, or a Service the model refuses, is skipped (and logged once by the caller's
+``Records``): one bad record must not take every other Service down.
+"""
+from __future__ import annotations
+
+import functools
+import ipaddress
+import logging
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from cni.spec.errors import CNIError
+from nodes.record import NodeRecord
+from ipam.records import (ENDPOINTS, NODES, POOLS, SERVICES, SERVICES_META, CorruptRecord,
+                          decode)
+from services.record import EndpointRecord, ServiceRecord, ServiceSettings
+from services.selectors import calc_served_ports, matches
+from store.base import KV
+from services.proxy.model import (LOOPBACK, Backend, IPAddress, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView)
+
+log = logging.getLogger("pycnid.proxy")
+PREFIXES = (SERVICES, ENDPOINTS, POOLS, SERVICES_META, NODES)
+EXTERNAL_TYPES = ("NodePort", "LoadBalancer")
+
+
+LabelKey = tuple[str, str, str]  # (namespace, label, value)
+
+
+@dataclass
+class Records:
+    """The store's records the proxy reads, by key, with two indexes so that a change costs
+    what it touches: endpoints by label (a selector's endpoints are an intersection, not a
+    scan) and Services by selector pair (an endpoint's change dirties only the Services that
+    select it). ``dirty`` collects the Service keys whose views may have changed."""
+
+    services: dict[str, ServiceRecord] = field(default_factory=dict)
+    endpoints: dict[str, EndpointRecord] = field(default_factory=dict)
+    pools: dict[str, str] = field(default_factory=dict)  # cluster pool key -> CIDR
+    settings: ServiceSettings | None = None
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    bad: set[str] = field(default_factory=set)
+    labelled: dict[LabelKey, set[str]] = field(default_factory=dict)  # -> endpoint keys
+    selecting: dict[LabelKey, set[str]] = field(default_factory=dict)  # -> Service keys
+    addresses: dict[str, tuple[IPAddress, ...]] = field(default_factory=dict)  # endpoint key ->
+    dirty: set[str] = field(default_factory=set)
+    vips: Counter = field(default_factory=Counter)  # family -> ClusterIPs of that family
+
+    def apply(self, kv: KV, deleted: bool = False) -> None:
+        """One put or delete (an unreadable record is logged once and left out)."""
+        try:
+            self._apply(kv, deleted)
+            self.bad.discard(kv.key)
+        except (CorruptRecord, ValueError) as exc:
+            self._forget(kv.key)
+            if kv.key not in self.bad:
+                log.warning("proxy: ignoring %s: %s", kv.key, exc)
+                self.bad.add(kv.key)
+
+    def _apply(self, kv: KV, deleted: bool) -> None:
+        if deleted:
+            return self._forget(kv.key)
+        if kv.key.startswith(SERVICES):
+            self._put_service(kv.key, ServiceRecord.from_bytes(kv.key, kv.value))
+        elif kv.key.startswith(ENDPOINTS):
+            self._put_endpoint(kv.key, EndpointRecord.from_bytes(kv.key, kv.value))
+        elif kv.key.startswith(POOLS):
+            self._apply_pool(kv)
+        elif kv.key == SERVICES_META:
+            self.settings = ServiceSettings.from_bytes(kv.key, kv.value)
+        elif kv.key.startswith(NODES):
+            self.nodes[kv.key[len(NODES):]] = NodeRecord.from_bytes(kv.key, kv.value)
+
+    def _put_service(self, key: str, record: ServiceRecord | None) -> None:
+        old = self.services.pop(key, None)
+        if old is not None:
+            _unindex(self.selecting, _pairs(old.namespace, old.selector), key)
+            self.vips.subtract(_families(old.cluster_ips))
+        if record is not None:
+            self.services[key] = record
+            _index(self.selecting, _pairs(record.namespace, record.selector), key)
+            self.vips.update(_families(record.cluster_ips))
+        if old != record:
+            self.dirty.add(key)
+
+    def _put_endpoint(self, key: str, record: EndpointRecord | None) -> None:
+        """Addresses are parsed here, once per record: a bad one makes the record unreadable
+        (``apply`` leaves it out), and a full render does not parse 50k of them again."""
+        addresses = tuple(_parse_ip(text) for text in record.ips) if record else ()
+        old = self.endpoints.pop(key, None)
+        self.addresses.pop(key, None)
+        if old is not None:
+            _unindex(self.labelled, _pairs(old.namespace, old.labels), key)
+        if record is not None:
+            self.endpoints[key], self.addresses[key] = record, addresses
+            _index(self.labelled, _pairs(record.namespace, record.labels), key)
+        if old != record:
+            self.dirty |= self._selecting(old) | self._selecting(record)
+
+    def _selecting(self, endpoint: EndpointRecord | None) -> set[str]:
+        """The Services whose selector picks ``endpoint``."""
+        if endpoint is None:
+            return set()
+        keys = set().union(*(self.selecting.get(p, ()) for p in
+                             _pairs(endpoint.namespace, endpoint.labels)))
+        return {k for k in keys if matches(self.services[k].selector, endpoint.labels)}
+
+    def selected(self, service: ServiceRecord) -> list[tuple[EndpointRecord, tuple]]:
+        """The endpoints ``service``'s selector picks, by key (an index intersection), each
+        with its parsed addresses."""
+        pairs = _pairs(service.namespace, service.selector)
+        if not pairs:
+            return []
+        found = set.intersection(*(self.labelled.get(p, set()) for p in pairs))
+        return [(self.endpoints[k], self.addresses[k]) for k in sorted(found)]
+
+    def _apply_pool(self, kv: KV) -> None:
+        """A cluster pool's CIDR; a pool a netconf defined is not the cluster's."""
+        record = decode(kv.key, kv.value)
+        self.pools.pop(kv.key, None)
+        if record.get("source") != "netconf" and record.get("cidr"):
+            self.pools[kv.key] = str(ipaddress.ip_network(str(record["cidr"])))
+
+    def _forget(self, key: str) -> None:
+        if key in self.services:
+            self._put_service(key, None)
+        if key in self.endpoints:
+            self._put_endpoint(key, None)
+        self.pools.pop(key, None)
+        if key == SERVICES_META:
+            self.settings = None
+        if key.startswith(NODES):
+            self.nodes.pop(key[len(NODES):], None)
+
+    def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
+        """A snapshot of one prefix replaces what was known under it; a record that did not
+        change dirties nothing (SQLite re-reads every prefix each pass)."""
+        kvs = list(kvs)
+        present = {kv.key for kv in kvs}
+        known = [k for table in (self.services, self.endpoints, self.pools) for k in table]
+        for key in [k for k in known if k.startswith(prefix) and k not in present]:
+            self._forget(key)
+        if prefix == SERVICES_META and SERVICES_META not in present:
+            self.settings = None
+        if prefix == NODES:
+            self.nodes = {k: v for k, v in self.nodes.items() if NODES + k in present}
+        for kv in kvs:
+            self.apply(kv)
+
+    def wants(self, family: int) -> bool:
+        """A family's table is made once a service CIDR or a ClusterIP of it exists (known
+        without building any view: a family without a table is asked on every pass)."""
+        cidrs = self.settings.cidrs if self.settings else ()
+        return self.vips[family] > 0 or any(_family_of(c) == family for c in cidrs)
+
+    def take_dirty(self) -> set[str]:
+        """The Service keys changed since the last call (and forget them)."""
+        dirty, self.dirty = self.dirty, set()
+        return dirty
+
+
+def _family_of(text: str) -> int:
+    return 6 if ":" in text else 4
+
+
+def _families(ips: Iterable[str]) -> list[int]:
+    return [_family_of(ip) for ip in ips]
+
+
+def _pairs(namespace: str, labels: Mapping[str, str]) -> list[LabelKey]:
+    return [(namespace, k, v) for k, v in labels.items()]
+
+
+def _index(index: dict[LabelKey, set[str]], pairs: Iterable[LabelKey], key: str) -> None:
+    for pair in pairs:
+        index.setdefault(pair, set()).add(key)
+
+
+def _unindex(index: dict[LabelKey, set[str]], pairs: Iterable[LabelKey], key: str) -> None:
+    for pair in pairs:
+        keys = index.get(pair)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del index[pair]
+
+
+def calc_node_ips(family: int, record_address: str, local: Iterable[str],
+                  cluster_cidrs: Iterable[str]) -> tuple[IPAddress, ...]:
+    """Where NodePorts answer: the node record's address and the node's other addresses of
+    ``family``, never loopback, link-local nor a Pod pool's (a bridge gateway is no node IP)."""
+    pools = [ipaddress.ip_network(c) for c in cluster_cidrs]
+    found = set()
+    for text in (record_address, *local):
+        try:
+            ip = ipaddress.ip_address(text.split("/")[0]) if text else None
+        except ValueError:
+            continue
+        if ip is None or ip.version != family or ip in LOOPBACK[family] or ip.is_link_local:
+            continue
+        if not any(ip in p for p in pools if p.version == family):
+            found.add(ip)
+    return tuple(sorted(found))
+
+
+def calc_node_view(records: Records, node: str, family: int,
+                   local: Iterable[str] = ()) -> NodeView:
+    record = records.nodes.get(node)
+    pools = sorted(set(records.pools.values()))
+    cidrs = records.settings.cidrs if records.settings else ()
+    return NodeView(node, calc_node_ips(family, record.address if record else "", local, pools),
+                    _nets(pools, family), _nets(cidrs, family))
+
+
+def _nets(cidrs: Iterable[str], family: int) -> tuple:
+    nets = {ipaddress.ip_network(c) for c in cidrs}
+    return tuple(sorted(n for n in nets if n.version == family))
+
+
+def calc_model(records: Records, node: str, family: int, local: Iterable[str] = ()) -> ProxyModel:
+    """The table ``node`` programs for ``family`` (``local``: its own addresses, if known)."""
+    views = [v for key in sorted(records.services)
+             for v in calc_service_views(records, key, node, family)]
+    return ProxyModel(family, calc_node_view(records, node, family, local), tuple(views))
+
+
+def calc_changes(records: Records, node: str, family: int, local: Iterable[str],
+                 keys: Iterable[str]) -> tuple[NodeView, dict[str, tuple[ServicePortView, ...]]]:
+    """What a sync hands the table: the node's view and the views of Services ``keys``
+    (the dirty ones, or every Service for a full render; ``()`` for one that is gone)."""
+    return (calc_node_view(records, node, family, local),
+            {key: calc_service_views(records, key, node, family) for key in keys})
+
+
+def calc_service_views(records: Records, key: str, node: str,
+                       family: int) -> tuple[ServicePortView, ...]:
+    """One Service's port views for ``family`` (none: gone, no VIP of it, or refused)."""
+    record = records.services.get(key)
+    if record is None:
+        return ()
+    try:
+        return tuple(calc_port_views(record, records.selected(record), node, family))
+    except (CNIError, ValueError) as exc:
+        log.warning("proxy: Service %s left out: %s", key, exc)
+        return ()
+
+
+def calc_service(record: ServiceRecord, family: int) -> ProxyService:
+    external = record.type in EXTERNAL_TYPES
+    ports = tuple(ProxyPort(p.name, p.protocol.lower(), p.port,
+                            p.node_port if external and p.node_port else None)
+                  for p in record.ports)
+    timeout = record.timeout_seconds if record.session_affinity == "ClientIP" else None
+    return ProxyService(record.namespace, record.name, _ips(record.cluster_ips, family),
+                        _ips(record.external_ips, family), ports, timeout,
+                        record.external_traffic_policy == "Local",
+                        record.internal_traffic_policy == "Local")
+
+
+def _ips(texts: Iterable[str], family: int) -> tuple[IPAddress, ...]:
+    """Addresses of ``family`` (an endpoint's may carry its prefix length)."""
+    return tuple([ip for ip in map(_parse_ip, texts) if ip.version == family])
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _parse_ip(text: str) -> IPAddress:
+    """Parsing is most of a full render's model cost (50k endpoint addresses at 10k Services):
+    each address text is parsed once while it stays in use, by the C parser (``inet_pton``,
+    which takes exactly the forms ``ipaddress`` does, scope ids aside)."""
+    addr = text.split("/")[0]
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    try:
+        packed = socket.inet_pton(family, addr)
+    except OSError:
+        raise ValueError(f"{addr!r} is not an IP address") from None
+    return ipaddress.ip_address(packed)
+
+
+def calc_fixed_ports(record: ServiceRecord) -> dict[str, int] | None:
+    """{port label: targetPort} when no targetPort is a name (None otherwise)."""
+    if any(isinstance(p.target_port, str) for p in record.ports):
+        return None
+    return {p.name or str(p.port): p.target_port for p in record.ports}
+
+
+def calc_port_views(record: ServiceRecord,
+                    endpoints: list[tuple[EndpointRecord, tuple[IPAddress, ...]]], node: str,
+                    family: int) -> list[ServicePortView]:
+    """One view per port of a Service with a VIP of ``family`` (none: not in this table);
+    ``endpoints`` are those its selector picks (``Records.selected``), with their addresses."""
+    service = calc_service(record, family)
+    if not service.vips:
+        return []
+    fixed = calc_fixed_ports(record)  # numeric targetPorts: the same for every endpoint
+    picked = [(e, [ip for ip in ips if ip.version == family],
+               fixed if fixed is not None else calc_served_ports(record, e))
+              for e, ips in endpoints]
+    views = []
+    for port, spec in zip(service.ports, record.ports):
+        label = spec.name or str(spec.port)
+        backends = {(int(ip), ports[label], e.node): ip for e, ips, ports in picked
+                    if label in ports for ip in ips}
+        views.append(ServicePortView(service, port, tuple(
+            Backend(ip, p, n, n == node) for (_, p, n), ip in sorted(backends.items()))))
+    return views

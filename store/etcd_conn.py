@@ -1,0 +1,241 @@
+"""One connection to an etcd cluster: every endpoint, fast failover, short deadlines, mTLS.
+
+Built on etcd-sdk-python (``pyetcd``): its ``Endpoint`` (one gRPC channel per member, failure
+tracking with ``time_retry``) and ``MultiEndpointEtcd3Client`` (use the current member, else the
+next one not recently failed), plus the generated stubs in ``pyetcd.etcdrpc``. What pyetcd does
+not give (IPAM-NOTES §7) lives here: a per-call timeout *and* an overall deadline across
+members, a short ``time_retry`` (its default keeps a member "failed" for 300 s), gRPC reconnect
+backoff capped at 1 s (gRPC's default grows to 120 s), and every gRPC error turned into a CNI
+error naming the endpoints.
+
+A retried write is safe because every pycni write compares revisions: if the first attempt was
+applied before its member died, the retry's compares fail and the caller re-reads, exactly as
+after any conflict.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+from urllib.parse import urlsplit
+
+import grpc
+from pyetcd import Endpoint, MultiEndpointEtcd3Client, etcdrpc
+from pyetcd.exceptions import NoServerAvailableError
+
+from cni.spec.errors import CNIError, InternalError, InvalidConfig, TryAgainLater
+
+from store.deadline import bound
+
+T = TypeVar("T")
+log = logging.getLogger("pycnid.store.etcd")
+
+#: gRPC codes after which another member may succeed (a member without quorum answers
+#: UNKNOWN "context deadline exceeded" to a linearizable read).
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                       grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED,
+                       grpc.StatusCode.UNKNOWN})
+
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.keepalive_time_ms", 10_000),      # etcd refuses pings more often than every 5 s
+    ("grpc.keepalive_timeout_ms", 5_000),    # a frozen member's watch stream ends in ~15 s
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+]
+
+
+@dataclass(frozen=True)
+class EtcdOptions:
+    """The etcd part of pycnid's config; timeouts in seconds."""
+
+    endpoints: tuple[str, ...]
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    call_timeout: float = 1.0      # one RPC on one member
+    request_timeout: float = 2.5   # one store call, across members and retries
+    status_timeout: float = 0.8    # STATUS must answer fast
+    endpoint_retry: float = 1.0    # a failed member is skipped this long
+    server_name: str | None = None  # TLS name to verify instead of the endpoint's host
+
+
+OPTION_KEYS = {"callTimeout": "call_timeout", "requestTimeout": "request_timeout",
+               "statusTimeout": "status_timeout", "endpointRetry": "endpoint_retry"}
+
+
+def parse_options(endpoints: Sequence[str], ca: str | None, cert: str | None,
+                  key: str | None, extra: Mapping[str, Any] | None) -> EtcdOptions:
+    """Validate the daemon config's etcd settings (InvalidConfig naming the bad key)."""
+    timeouts = {attr: validate_seconds(name, (extra or {})[name])
+                for name, attr in OPTION_KEYS.items() if name in (extra or {})}
+    server_name = (extra or {}).get("tlsServerName")
+    opts = EtcdOptions(tuple(endpoints), ca, cert, key, server_name=server_name, **timeouts)
+    validate_endpoints(opts)
+    return opts
+
+
+def validate_seconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 60:
+        raise InvalidConfig(f"invalid daemon config key 'store.{name}'",
+                            f"expected seconds between 0 and 60, got {value!r}")
+    return float(value)
+
+
+def validate_endpoints(opts: EtcdOptions) -> None:
+    if not opts.endpoints:
+        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
+                            "an etcd store needs at least one endpoint")
+    schemes = {parse_endpoint(url)[0] for url in opts.endpoints}
+    if len(schemes) > 1:
+        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
+                            "mixes http:// and https:// endpoints")
+    if bool(opts.cert) != bool(opts.key):
+        raise InvalidConfig("invalid daemon config key 'store.cert'",
+                            "a client certificate needs both 'cert' and 'key'")
+    if schemes == {"http"} and (opts.ca or opts.cert):
+        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
+                            "TLS files are set but the endpoints are http://, use https://")
+
+
+def parse_endpoint(url: str) -> tuple[str, str, int]:
+    """``"https://10.0.0.1:2379"`` -> ``("https", "10.0.0.1", 2379)`` (IPv6 kept in brackets)."""
+    parts = urlsplit(str(url))
+    try:
+        port = parts.port or 2379
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port <= 0 \
+            or parts.path not in ("", "/"):
+        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
+                            f"{url!r} is not http(s)://host:port")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return parts.scheme, host, port
+
+
+def read_file(what: str, path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise InvalidConfig(f"invalid daemon config key 'store.{what}'",
+                            f"cannot read {path}: {exc.strerror}") from None
+
+
+def build_credentials(opts: EtcdOptions) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(read_file("ca", opts.ca), read_file("key", opts.key),
+                                        read_file("cert", opts.cert))
+
+
+def build_endpoints(opts: EtcdOptions) -> list[Endpoint]:
+    secure = parse_endpoint(opts.endpoints[0])[0] == "https"
+    creds = build_credentials(opts) if secure else None
+    channel_opts = list(CHANNEL_OPTIONS)
+    if opts.server_name:
+        channel_opts.append(("grpc.ssl_target_name_override", opts.server_name))
+    endpoints = []
+    for url in opts.endpoints:
+        _, host, port = parse_endpoint(url)
+        endpoints.append(Endpoint(host, port, secure=secure, creds=creds,
+                                  time_retry=opts.endpoint_retry, opts=channel_opts))
+    return endpoints
+
+
+class Stubs:
+    """The gRPC stubs bound to one member's channel."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.kv = etcdrpc.KVStub(channel)
+        self.lease = etcdrpc.LeaseStub(channel)
+        self.maintenance = etcdrpc.MaintenanceStub(channel)
+        self.watch = etcdrpc.WatchStub(channel)
+
+
+class Connection:
+    """Runs RPCs against the cluster with failover and a deadline; errors come out as CNI errors."""
+
+    def __init__(self, opts: EtcdOptions) -> None:
+        self.opts = opts
+        self.label = ",".join(opts.endpoints)
+        self._client = MultiEndpointEtcd3Client(build_endpoints(opts), failover=True)
+        self._stubs: dict[str, Stubs] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def pick(self) -> tuple[Endpoint, Stubs]:
+        """The member to use now (raises NoServerAvailableError when all failed recently)."""
+        with self._lock:
+            if self._closed:
+                raise TryAgainLater(f"etcd store {self.label} is closed")
+            channel = self._client.channel
+            endpoint = self._client.endpoint_in_use
+            stubs = self._stubs.get(endpoint.netloc)
+            if stubs is None:
+                stubs = self._stubs[endpoint.netloc] = Stubs(channel)
+            return endpoint, stubs
+
+    def call(self, rpc: Callable[[Stubs, float], T], budget: float | None = None,
+             what: str = "request") -> T:
+        """``rpc(stubs, timeout)`` on a healthy member, failing over until ``budget`` is spent."""
+        # a CNI request's cap on each store call (store.deadline), if any
+        deadline = time.monotonic() + bound(budget or self.opts.request_timeout)
+        last_error = "no member answered"
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                endpoint, stubs = self.pick()
+            except NoServerAvailableError:
+                time.sleep(min(self.wait_for_retry(), remaining))
+                continue
+            try:
+                return rpc(stubs, min(self.opts.call_timeout, remaining))
+            except grpc.RpcError as exc:
+                last_error = f"{endpoint.netloc}: {describe_rpc_error(exc)}"
+                if exc.code() not in RETRYABLE:
+                    raise translate_rpc_error(exc, self.label, what) from None
+                log.debug("etcd %s failed, trying another member: %s", what, last_error)
+                endpoint.fail()
+            except ValueError as exc:  # gRPC refuses calls on a channel closed under us
+                last_error = f"{endpoint.netloc}: {exc}"
+                if self._closed:
+                    raise TryAgainLater(f"etcd store {self.label} is closed") from None
+                endpoint.fail()
+        raise TryAgainLater(f"etcd at {self.label} is unreachable or without quorum"
+                            f" ({what} not served)", last_error)
+
+    def wait_for_retry(self) -> float:
+        """Seconds until the first failed member may be tried again (at least 10 ms)."""
+        now = time.time()
+        waits = [ep.last_failed + ep.time_retry - now for ep in self._client.endpoints.values()]
+        return max(0.01, min(waits, default=0.01))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for endpoint in self._client.endpoints.values():
+            endpoint.close()
+
+
+def describe_rpc_error(exc: grpc.RpcError) -> str:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return f"{code.name if code else 'ERROR'} {details}"
+
+
+def translate_rpc_error(exc: grpc.RpcError, label: str, what: str) -> CNIError:
+    """A gRPC error no other member can fix, as the CNI error that says what to do."""
+    code, detail = exc.code(), describe_rpc_error(exc)
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return InvalidConfig(f"etcd at {label} refused pycnid's credentials", detail)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return TryAgainLater(f"etcd at {label} is out of space or overloaded", detail)
+    if code in RETRYABLE:
+        return TryAgainLater(f"etcd at {label} is unreachable ({what} not served)", detail)
+    return InternalError(f"etcd at {label} rejected the {what}", detail)
