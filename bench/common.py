@@ -5,6 +5,7 @@ so `Sandbox.close()` removes all of it, also after a failure or SIGTERM. Nothing
 the machine's root network namespace: bridges, veths and masquerade rules are made only inside
 the "node" namespaces, by the plugins.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE_BIN = "/usr/lib/cni"
@@ -36,32 +38,47 @@ def percentile(values: list[float], pct: float) -> float:
 
 def report_header(config: dict) -> dict:
     """The start of every benchmark's JSON report: when, on what machine, with what config."""
-    return {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                        "kernel": platform.release(),
-                        "loadavg_start": round(os.getloadavg()[0], 1)},
-            "config": config}
+    return {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+            "loadavg_start": round(os.getloadavg()[0], 1),
+        },
+        "config": config,
+    }
 
 
 Line = tuple[str, str, str, str, str, str]  # label, pycni, reference, ratio, goal, result
 
 
-def render_goal_table(name: str, report: dict, sections: list[tuple[str, list[Line]]],
-                      reference: str, widths: tuple[int, int] = (14, 14)) -> str:
+def render_goal_table(
+    name: str,
+    report: dict,
+    sections: list[tuple[str, list[Line]]],
+    reference: str,
+    widths: tuple[int, int] = (14, 14),
+) -> str:
     """A benchmark's summary: the machine line, then per section its lines of pycni against
     ``reference``, the ratio, the goal and PASS/MISS."""
     machine = report["machine"]
     width = max(len(line[0]) for _, lines in sections for line in lines) + 2
     ours, theirs = widths
-    out = [f"pycni {name}  {report['when']}  {machine['cores']} cores  Python "
-           f"{machine['python']}  kernel {machine['kernel']}  load average "
-           f"{machine['loadavg_start']} -> {machine['loadavg_end']}", "",
-           f"{'':{width}}{'pycni':>{ours}}{reference:>{theirs}}{'ratio':>8}{'goal':>10}  result",
-           "-" * (width + ours + theirs + 26)]
+    out = [
+        f"pycni {name}  {report['when']}  {machine['cores']} cores  Python "
+        f"{machine['python']}  kernel {machine['kernel']}  load average "
+        f"{machine['loadavg_start']} -> {machine['loadavg_end']}",
+        "",
+        f"{'':{width}}{'pycni':>{ours}}{reference:>{theirs}}{'ratio':>8}{'goal':>10}  result",
+        "-" * (width + ours + theirs + 26),
+    ]
     for title, lines in sections:
         out.append(f"[{title}]")
-        out.extend(f"{a:{width}}{b:>{ours}}{c:>{theirs}}{d:>8}{e:>10}  {f}".rstrip()
-                   for a, b, c, d, e, f in lines)
+        out.extend(
+            f"{a:{width}}{b:>{ours}}{c:>{theirs}}{d:>8}{e:>10}  {f}".rstrip()
+            for a, b, c, d, e, f in lines
+        )
     return "\n".join(out)
 
 
@@ -79,8 +96,12 @@ def finish_report(report: dict, started: float, directory: str, name: str) -> st
     return path
 
 
-def run_sandboxed(name: str, args: Any, measure: Callable[[Any, "Sandbox", str, dict], list],
-                  render: Callable[[dict, list], str]) -> int:
+def run_sandboxed(
+    name: str,
+    args: Any,
+    measure: Callable[[Any, Sandbox, str, dict], list],
+    render: Callable[[dict, list], str],
+) -> int:
     """A bench's main: root check, report header, ``measure(args, box, cni_bin, report)`` in
     a Sandbox with pycni's launchers written (it returns the table's sections), the report
     saved as ``name`` and printed."""
@@ -114,7 +135,7 @@ class Sandbox:
     namespaces: list[str] = field(default_factory=list)
     processes: list[subprocess.Popen] = field(default_factory=list)
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         signal.signal(signal.SIGTERM, _raise_exit)
         signal.signal(signal.SIGHUP, _raise_exit)
         return self
@@ -175,28 +196,40 @@ def write_launchers(dest: str) -> str:
     return dest
 
 
-def start_pycnid(box: Sandbox, node: str, tag: str = "",
-                 log_level: str = "info") -> tuple[subprocess.Popen, str]:
+def start_pycnid(
+    box: Sandbox, node: str, tag: str = "", log_level: str = "info"
+) -> tuple[subprocess.Popen, str]:
     """pycnid inside the node namespace with an embedded SQLite store; returns (proc, socket)."""
     state = os.path.join(box.workdir, f"pycnid{tag}")
     os.makedirs(state, exist_ok=True)
     sock = os.path.join(state, "pycnid.sock")
-    config = {"socket": sock, "nodeName": "bench-node", "stateDir": state, "logLevel": log_level,
-              "store": {"type": "sqlite", "path": os.path.join(state, "store.db")}}
+    config = {
+        "socket": sock,
+        "nodeName": "bench-node",
+        "stateDir": state,
+        "logLevel": log_level,
+        "store": {"type": "sqlite", "path": os.path.join(state, "store.db")},
+    }
     path = os.path.join(state, "pycnid.json")
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(config, fh)
     log = open(os.path.join(state, "pycnid.log"), "ab")
-    proc = subprocess.Popen(["ip", "netns", "exec", node, sys.executable, "-m", "pycnid.main",
-                             "--config", path], stdout=subprocess.DEVNULL, stderr=log,
-                            env=python_env(), cwd=REPO)
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", node, sys.executable, "-m", "pycnid.main", "--config", path],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        env=python_env(),
+        cwd=REPO,
+    )
     log.close()
     box.processes.append(proc)
     wait_for_socket(proc, sock, os.path.join(state, "pycnid.log"))
     return proc, sock
 
 
-def wait_for_socket(proc: subprocess.Popen, path: str, log_path: str, timeout: float = 20.0) -> None:
+def wait_for_socket(
+    proc: subprocess.Popen, path: str, log_path: str, timeout: float = 20.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -231,21 +264,36 @@ def vm_rss_kib(pid: int) -> int | None:
 
 def bridge_config(name: str, plugin: str, ipam: dict, masq: bool, **extra) -> dict:
     """The same network shape for both sides (example-conflist features)."""
-    return {"cniVersion": CNI_VERSION, "name": name, "type": plugin, "bridge": "cnibench0",
-            "isGateway": True, "ipMasq": masq, "ipam": ipam, **extra}
+    return {
+        "cniVersion": CNI_VERSION,
+        "name": name,
+        "type": plugin,
+        "bridge": "cnibench0",
+        "isGateway": True,
+        "ipMasq": masq,
+        "ipam": ipam,
+        **extra,
+    }
 
 
 def pycni_config(masq: bool) -> dict:
     """No `daemonSocket` key: as on a real node, the plugin finds pycnid at the default path
     (here $PYCNI_SOCKET), without parsing the netconf itself."""
-    ipam = {"type": "pycni-ipam", "ranges": [[{"subnet": "10.66.0.0/16"}]],
-            "routes": [{"dst": "0.0.0.0/0"}]}
+    ipam = {
+        "type": "pycni-ipam",
+        "ranges": [[{"subnet": "10.66.0.0/16"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+    }
     return bridge_config("bench-pycni", "pycni-bridge", ipam, masq)
 
 
 def reference_config(data_dir: str, masq: bool) -> dict:
-    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.67.0.0/16"}]],
-            "routes": [{"dst": "0.0.0.0/0"}], "dataDir": data_dir}
+    ipam = {
+        "type": "host-local",
+        "ranges": [[{"subnet": "10.67.0.0/16"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": data_dir,
+    }
     return bridge_config("bench-ref", "bridge", ipam, masq)
 
 

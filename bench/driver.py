@@ -10,6 +10,7 @@ time covers all ADDs (resp. DELs) at the given concurrency. CPU seconds per phas
 processes with their children, and pycnid's own) are a figure that the machine's other load
 barely distorts.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,14 @@ def brief(text: str) -> str:
 
 
 def invoke(spec: dict, command: str, netns: str, stdin: bytes) -> tuple[float, int, str]:
-    env = {**spec["env"], "CNI_COMMAND": command, "CNI_NETNS": netns,
-           "CNI_CONTAINERID": "bench-" + os.path.basename(netns),
-           "CNI_IFNAME": spec.get("ifname", "eth0"), "CNI_ARGS": ""}
+    env = {
+        **spec["env"],
+        "CNI_COMMAND": command,
+        "CNI_NETNS": netns,
+        "CNI_CONTAINERID": "bench-" + os.path.basename(netns),
+        "CNI_IFNAME": spec.get("ifname", "eth0"),
+        "CNI_ARGS": "",
+    }
     start = time.perf_counter()
     proc = subprocess.run([spec["binary"]], input=stdin, env=env, capture_output=True)
     elapsed = time.perf_counter() - start
@@ -86,13 +92,21 @@ def run(spec: dict) -> dict:
     errors += [f"ADD: {err}" for _, _, err in adds if err]
     errors += [f"DEL: {err}" for _, err in dels if err]
     ips = [ip["address"] for _, res, _ in adds if res for ip in res.get("ips", [])]
-    return {"add": [t for t, res, _ in adds if res is not None],
-            "del": [t for t, err in dels if not err],
-            "add_wall": add_wall, "del_wall": del_wall, "pods": len(pods),
-            "add_cpu": cpu1[0] - cpu0[0], "add_daemon_cpu": cpu1[1] - cpu0[1],
-            "del_cpu": cpu2[0] - cpu1[0], "del_daemon_cpu": cpu2[1] - cpu1[1],
-            "unique_ips": len(set(ips)), "ips": len(ips), "errors": errors[:5],
-            "error_count": len(errors)}
+    return {
+        "add": [t for t, res, _ in adds if res is not None],
+        "del": [t for t, err in dels if not err],
+        "add_wall": add_wall,
+        "del_wall": del_wall,
+        "pods": len(pods),
+        "add_cpu": cpu1[0] - cpu0[0],
+        "add_daemon_cpu": cpu1[1] - cpu0[1],
+        "del_cpu": cpu2[0] - cpu1[0],
+        "del_daemon_cpu": cpu2[1] - cpu1[1],
+        "unique_ips": len(set(ips)),
+        "ips": len(ips),
+        "errors": errors[:5],
+        "error_count": len(errors),
+    }
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ Every etcd here is a throw-away member in a temp dir (tests/fixtures/etcd.py), r
 
     python3 -m bench.etcd_txn [--ops N] [--json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,8 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Callable
 
 from store.base import Compare, Put
 from store.etcd import EtcdStore
@@ -45,8 +46,13 @@ def measure_latency(store: EtcdStore, ops: int) -> dict:
         cas_once(store, key, rev)
     cas = time_ms(lambda: cas_once(store, key, rev), ops)
     get = time_ms(lambda: store.get(key), ops)
-    return {"cas_p50_ms": percentile(cas, 50), "cas_p99_ms": percentile(cas, 99),
-            "get_p50_ms": percentile(get, 50), "get_p99_ms": percentile(get, 99), "n": ops}
+    return {
+        "cas_p50_ms": percentile(cas, 50),
+        "cas_p99_ms": percentile(cas, 99),
+        "get_p50_ms": percentile(get, 50),
+        "get_p99_ms": percentile(get, 99),
+        "n": ops,
+    }
 
 
 def contended_worker(store: EtcdStore, key: str, commits: int, conflicts: list) -> None:
@@ -63,9 +69,13 @@ def contended_worker(store: EtcdStore, key: str, commits: int, conflicts: list) 
 def measure_throughput(store: EtcdStore, threads: int, commits: int, shared: bool) -> dict:
     conflicts: list = []
     keys = [f"/bench/tp/{'shared' if shared else i}-{time.monotonic_ns()}" for i in range(threads)]
-    workers = [threading.Thread(target=contended_worker,
-                                args=(store, keys[0] if shared else keys[i], commits, conflicts))
-               for i in range(threads)]
+    workers = [
+        threading.Thread(
+            target=contended_worker,
+            args=(store, keys[0] if shared else keys[i], commits, conflicts),
+        )
+        for i in range(threads)
+    ]
     start = time.perf_counter()
     for w in workers:
         w.start()
@@ -74,8 +84,11 @@ def measure_throughput(store: EtcdStore, threads: int, commits: int, shared: boo
     elapsed = time.perf_counter() - start
     if shared:
         assert store.get(keys[0]).value == str(threads * commits).encode()  # no lost update
-    return {"commits_per_s": threads * commits / elapsed, "conflicts": len(conflicts),
-            "threads": threads}
+    return {
+        "commits_per_s": threads * commits / elapsed,
+        "conflicts": len(conflicts),
+        "threads": threads,
+    }
 
 
 def run(ops: int) -> dict:
@@ -93,8 +106,9 @@ def run(ops: int) -> dict:
         stack.callback(shutil.rmtree, certdir, True)
         tls = EtcdServer("benchtls", tls=make_tls(certdir))
         stack.callback(tls.cleanup)
-        tstore = EtcdStore(tls.start().endpoints, ca=tls.tls.ca, cert=tls.tls.client_cert,
-                           key=tls.tls.client_key)
+        tstore = EtcdStore(
+            tls.start().endpoints, ca=tls.tls.ca, cert=tls.tls.client_cert, key=tls.tls.client_key
+        )
         stack.callback(tstore.close)
         results["mtls"] = measure_latency(tstore, ops)
 
@@ -110,12 +124,16 @@ def render(results: dict) -> str:
     lines = [f"{'etcd 3.4 loopback':<24}{'CAS p50':>9}{'CAS p99':>9}{'get p50':>9}{'get p99':>9}"]
     for name in ("plain", "mtls", "cluster3"):
         r = results[name]
-        lines.append(f"{name:<24}{r['cas_p50_ms']:>7.2f}ms{r['cas_p99_ms']:>7.2f}ms"
-                     f"{r['get_p50_ms']:>7.2f}ms{r['get_p99_ms']:>7.2f}ms")
+        lines.append(
+            f"{name:<24}{r['cas_p50_ms']:>7.2f}ms{r['cas_p99_ms']:>7.2f}ms"
+            f"{r['get_p50_ms']:>7.2f}ms{r['get_p99_ms']:>7.2f}ms"
+        )
     for name in ("contended_8_threads", "independent_8_threads"):
         r = results[name]
-        lines.append(f"{name:<24}{r['commits_per_s']:>8.0f} commits/s"
-                     f" ({r['conflicts']} CAS conflicts retried)")
+        lines.append(
+            f"{name:<24}{r['commits_per_s']:>8.0f} commits/s"
+            f" ({r['conflicts']} CAS conflicts retried)"
+        )
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ PASS/MISS and writes JSON to bench/results/ipam-<time>.json (and ipam-latest.jso
 ``--profile DIR`` a py-spy (if installed) flame of each pycnid and a cProfile of one lease
 worker are written to DIR. Nothing here touches the root network namespace.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,27 +41,42 @@ from .common import REPO, percentile, write_launchers
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 GOAL_RATE = 1000.0
 GOAL_P99_MS = 10.0
+
+
 def netconf(index: int) -> dict:
     """Round ``index``'s network: a pool of its own, so every round starts from the same state."""
-    return {"cniVersion": "1.1.0", "name": f"bench-{index}", "type": "ptp",
-            "ipam": {"type": "pycni-ipam",
-                     "ranges": [[{"subnet": f"10.{200 + index}.0.0/16", "blockSize": 26}]]}}
+    return {
+        "cniVersion": "1.1.0",
+        "name": f"bench-{index}",
+        "type": "ptp",
+        "ipam": {
+            "type": "pycni-ipam",
+            "ranges": [[{"subnet": f"10.{200 + index}.0.0/16", "blockSize": 26}]],
+        },
+    }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench.ipam_alloc", description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1000, help="ADDs per node (lease, socket)")
     parser.add_argument("--exe-count", type=int, default=150, help="ADDs per node (exe)")
-    parser.add_argument("--concurrency", default="1,4",
-                        help="calls in flight per node; a comma list runs each")
+    parser.add_argument(
+        "--concurrency", default="1,4", help="calls in flight per node; a comma list runs each"
+    )
     parser.add_argument("--modes", default="lease,socket,exe")
     parser.add_argument("--profile", default=None, help="write profiles to this directory")
     return parser.parse_args(argv)
 
 
-def start_worker(node: ClusterNode, mode: str, spec: dict, profile: str | None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "bench.ipam_worker", json.dumps({**spec, "mode": mode,
-                                                                   "node": node.name})]
+def start_worker(
+    node: ClusterNode, mode: str, spec: dict, profile: str | None
+) -> subprocess.Popen:
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.ipam_worker",
+        json.dumps({**spec, "mode": mode, "node": node.name}),
+    ]
     if profile and mode == "lease" and node.name == "node1":
         cmd[1:1] = ["-m", "cProfile", "-o", os.path.join(profile, f"lease-{node.name}.prof")]
     if mode == "lease":  # reaches etcd on the underlay like pycnid does
@@ -68,8 +84,14 @@ def start_worker(node: ClusterNode, mode: str, spec: dict, profile: str | None) 
     elif mode in ("socket", "exe"):
         spec_env = {"socket": node.socket, "netns": node.pod.path}
         cmd[-1] = json.dumps({**json.loads(cmd[-1]), **spec_env})
-    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+    return subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=REPO,
+    )
 
 
 def expect(proc: subprocess.Popen, word: str) -> None:
@@ -87,8 +109,9 @@ def go(procs: list[subprocess.Popen]) -> None:
         proc.stdin.flush()
 
 
-def run_round(cluster: Cluster, nodes: list[ClusterNode], mode: str, spec: dict,
-              profile: str | None) -> dict:
+def run_round(
+    cluster: Cluster, nodes: list[ClusterNode], mode: str, spec: dict, profile: str | None
+) -> dict:
     """All nodes' workers warm up, ADD at once, then DEL at once; aggregate their figures,
     with the CPU seconds each party spent in the ADD phase (load-independent)."""
     procs = [start_worker(node, mode, spec, profile) for node in nodes]
@@ -99,8 +122,12 @@ def run_round(cluster: Cluster, nodes: list[ClusterNode], mode: str, spec: dict,
         for proc in procs:
             expect(proc, "ready")
         if profile and mode == "socket":
-            spies = [py_spy(node, profile,
-                                 f"{spec.get('tag', mode)}-{len(nodes)}n-{spec['concurrency']}") for node in nodes]
+            spies = [
+                py_spy(
+                    node, profile, f"{spec.get('tag', mode)}-{len(nodes)}n-{spec['concurrency']}"
+                )
+                for node in nodes
+            ]
         cpu = (proc_cpu(daemons), proc_cpu(etcd))
         go(procs)
         for proc in procs:
@@ -124,8 +151,11 @@ def run_round(cluster: Cluster, nodes: list[ClusterNode], mode: str, spec: dict,
     figures = {phase: aggregate([r[phase] for r in results]) for phase in ("add", "del")}
     adds = figures["add"]["n"] or 1
     client = sum(r["add"]["client_cpu"] for r in results)
-    figures["cpu_ms_per_add"] = {"client": 1000 * client / adds, "pycnid": 1000 * cpu[0] / adds,
-                                 "etcd": 1000 * cpu[1] / adds}
+    figures["cpu_ms_per_add"] = {
+        "client": 1000 * client / adds,
+        "pycnid": 1000 * cpu[0] / adds,
+        "etcd": 1000 * cpu[1] / adds,
+    }
     return figures
 
 
@@ -147,10 +177,15 @@ def aggregate(parts: list[dict]) -> dict:
     start = min(p["started"] for p in parts)
     end = max(p["started"] + p["wall"] for p in parts)
     errors = sum(p["error_count"] for p in parts)
-    return {"n": len(samples), "rate": (len(samples) - errors) / (end - start),
-            "p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
-            "max_ms": max(samples), "errors": errors,
-            "first_errors": [e for p in parts for e in p["errors"]][:5]}
+    return {
+        "n": len(samples),
+        "rate": (len(samples) - errors) / (end - start),
+        "p50_ms": percentile(samples, 50),
+        "p99_ms": percentile(samples, 99),
+        "max_ms": max(samples),
+        "errors": errors,
+        "first_errors": [e for p in parts for e in p["errors"]][:5],
+    }
 
 
 def py_spy(node: ClusterNode, profile: str, tag: str) -> subprocess.Popen:
@@ -159,10 +194,26 @@ def py_spy(node: ClusterNode, profile: str, tag: str) -> subprocess.Popen:
     if spy is None or node.daemon.proc is None:
         return subprocess.Popen(["true"])
     out = os.path.join(profile, f"pycnid-{node.name}-{tag}.txt")
-    return subprocess.Popen([spy, "record", "--pid", str(node.daemon.proc.pid), "--duration",
-                             "3", "--rate", "250", "--gil", "--format", "raw", "--output", out,
-                             "--nonblocking"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            spy,
+            "record",
+            "--pid",
+            str(node.daemon.proc.pid),
+            "--duration",
+            "3",
+            "--rate",
+            "250",
+            "--gil",
+            "--format",
+            "raw",
+            "--output",
+            out,
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def verdict(add: dict) -> str:
@@ -171,16 +222,20 @@ def verdict(add: dict) -> str:
 
 
 def render(rows: list[tuple[str, str, dict]]) -> str:
-    head = (f"{'path':<12} {'nodes':>5} {'inflt':>5} {'ADD/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-            f"{'max ms':>8} {'DEL/s':>8} {'errors':>6} {'CPU ms/ADD cli+d+etcd':>22}  "
-            f"goal >= {GOAL_RATE:.0f}/s, p99 <= {GOAL_P99_MS:g} ms")
+    head = (
+        f"{'path':<12} {'nodes':>5} {'inflt':>5} {'ADD/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'max ms':>8} {'DEL/s':>8} {'errors':>6} {'CPU ms/ADD cli+d+etcd':>22}  "
+        f"goal >= {GOAL_RATE:.0f}/s, p99 <= {GOAL_P99_MS:g} ms"
+    )
     lines = [head, "-" * len(head)]
     for mode, nodes, fig in rows:
         add, dele = fig["add"], fig["del"]
-        lines.append(f"{mode:<12} {nodes:>5} {fig['concurrency']:>5} {add['rate']:>8.0f} "
-                     f"{add['p50_ms']:>8.2f} {add['p99_ms']:>8.2f} {add['max_ms']:>8.1f} "
-                     f"{dele['rate']:>8.0f} {add['errors'] + dele['errors']:>6} "
-                     f"{render_cpu(fig['cpu_ms_per_add']):>22}  {verdict(add)}")
+        lines.append(
+            f"{mode:<12} {nodes:>5} {fig['concurrency']:>5} {add['rate']:>8.0f} "
+            f"{add['p50_ms']:>8.2f} {add['p99_ms']:>8.2f} {add['max_ms']:>8.1f} "
+            f"{dele['rate']:>8.0f} {add['errors'] + dele['errors']:>6} "
+            f"{render_cpu(fig['cpu_ms_per_add']):>22}  {verdict(add)}"
+        )
     return "\n".join(lines)
 
 
@@ -198,8 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     load_before = os.getloadavg()[0]
     if load_before > (os.cpu_count() or 1):
-        print(f"warning: load average {load_before:.1f} on {os.cpu_count()} cores before the "
-              "run; other work on this machine skews every figure", flush=True)
+        print(
+            f"warning: load average {load_before:.1f} on {os.cpu_count()} cores before the "
+            "run; other work on this machine skews every figure",
+            flush=True,
+        )
     cluster = Cluster.create(1)
     rows: list[tuple[str, str, dict]] = []
     try:
@@ -207,23 +265,38 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(3):
             cluster.add_node(logLevel="warning", faultInjection=False)
         spec = {"endpoints": cluster.etcd.endpoints, "cni_bin": cni_bin}
-        rounds = [(mode, nodes, concurrency) for mode in modes
-                  for concurrency in [int(c) for c in str(args.concurrency).split(",") if c]
-                  for nodes in (1, 3)]
+        rounds = [
+            (mode, nodes, concurrency)
+            for mode in modes
+            for concurrency in [int(c) for c in str(args.concurrency).split(",") if c]
+            for nodes in (1, 3)
+        ]
         if "socket" in modes:  # again on the first socket round's pool, every address cooling
             rounds.append(("socket+churn", 1, 1))
         for index, (mode, nodes, concurrency) in enumerate(rounds):
             base = mode.split("+")[0]
-            pool = index if mode == base else next(i for i, r in enumerate(rounds)
-                                                   if r[0] == base and r[1] == 1)
+            pool = (
+                index
+                if mode == base
+                else next(i for i, r in enumerate(rounds) if r[0] == base and r[1] == 1)
+            )
             count = args.exe_count if mode == "exe" else args.count
             if mode != base:  # the restart drops what pycnid learnt in memory
                 cluster.nodes[0].daemon.stop()
                 cluster.nodes[0].daemon.start()
-            figures = run_round(cluster, cluster.nodes[:nodes], base,
-                                {**spec, "netconf": netconf(pool), "count": count,
-                                 "concurrency": concurrency, "tag": mode.replace("+", "")},
-                                args.profile)
+            figures = run_round(
+                cluster,
+                cluster.nodes[:nodes],
+                base,
+                {
+                    **spec,
+                    "netconf": netconf(pool),
+                    "count": count,
+                    "concurrency": concurrency,
+                    "tag": mode.replace("+", ""),
+                },
+                args.profile,
+            )
             rows.append((mode, str(nodes), {**figures, "concurrency": concurrency}))
             print(render(rows[-1:]).splitlines()[-1], flush=True)
     finally:
@@ -235,18 +308,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write_results(args: argparse.Namespace, rows: list, seconds: float,
-                  load_before: float) -> None:
+def write_results(
+    args: argparse.Namespace, rows: list, seconds: float, load_before: float
+) -> None:
     os.makedirs(RESULTS_DIR, exist_ok=True)
-    data = {"goal": {"rate": GOAL_RATE, "p99_ms": GOAL_P99_MS},
-            "config": {"count": args.count, "exe_count": args.exe_count,
-                       "concurrency": args.concurrency},
-            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                        "kernel": platform.release(), "loadavg_before": round(load_before, 2),
-                        "loadavg_after": round(os.getloadavg()[0], 2)},
-            "seconds": round(seconds, 1),
-            "rows": [{"path": mode, "nodes": int(nodes), "verdict": verdict(fig["add"]), **fig}
-                     for mode, nodes, fig in rows]}
+    data = {
+        "goal": {"rate": GOAL_RATE, "p99_ms": GOAL_P99_MS},
+        "config": {
+            "count": args.count,
+            "exe_count": args.exe_count,
+            "concurrency": args.concurrency,
+        },
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+            "loadavg_before": round(load_before, 2),
+            "loadavg_after": round(os.getloadavg()[0], 2),
+        },
+        "seconds": round(seconds, 1),
+        "rows": [
+            {"path": mode, "nodes": int(nodes), "verdict": verdict(fig["add"]), **fig}
+            for mode, nodes, fig in rows
+        ],
+    }
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     for name in (f"ipam-{stamp}.json", "ipam-latest.json"):
         with open(os.path.join(RESULTS_DIR, name), "w", encoding="utf-8") as fh:

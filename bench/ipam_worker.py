@@ -14,6 +14,7 @@ Protocol: prints "ready" once warmed up (channels open, pool cached, first block
 waits for a line on stdin; runs the ADDs, prints "added" and waits for a line again (so nodes
 never DEL while another still ADDs); runs the DELs, prints one JSON line of results, exits.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,17 +24,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 Op = Callable[[str], str | None]  # cid -> None (ok) or an error text
 
 
 def lease_ops(spec: dict) -> tuple[Op, Op, Callable[[], None]]:
-    from plugins.ipam.config import parse_ipam_config
     from cni.spec.errors import CNIError
     from ipam.leases.service import LeaseService
     from ipam.records import HandleId
+    from plugins.ipam.config import parse_ipam_config
     from store.etcd import EtcdStore
 
     store = EtcdStore(spec["endpoints"])
@@ -59,10 +60,16 @@ def lease_ops(spec: dict) -> tuple[Op, Op, Callable[[], None]]:
 
 
 def cni_env(spec: dict, command: str, cid: str) -> dict[str, str]:
-    return {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_IFNAME": "eth0",
-            "CNI_NETNS": spec["netns"] if command == "ADD" else "", "CNI_ARGS": "",
-            "CNI_PATH": spec["cni_bin"], "PYCNI_SOCKET": spec["socket"],
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    return {
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": cid,
+        "CNI_IFNAME": "eth0",
+        "CNI_NETNS": spec["netns"] if command == "ADD" else "",
+        "CNI_ARGS": "",
+        "CNI_PATH": spec["cni_bin"],
+        "PYCNI_SOCKET": spec["socket"],
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
 
 
 def socket_ops(spec: dict) -> tuple[Op, Op, Callable[[], None]]:
@@ -82,8 +89,9 @@ def exe_ops(spec: dict) -> tuple[Op, Op, Callable[[], None]]:
     binary = os.path.join(spec["cni_bin"], "pycni-ipam")
 
     def call(command: str, cid: str) -> str | None:
-        proc = subprocess.run([binary], input=stdin, env=cni_env(spec, command, cid),
-                              capture_output=True, timeout=90)
+        proc = subprocess.run(
+            [binary], input=stdin, env=cni_env(spec, command, cid), capture_output=True, timeout=90
+        )
         return None if proc.returncode == 0 else proc.stdout.decode().strip()
 
     return (lambda cid: call("ADD", cid)), (lambda cid: call("DEL", cid)), (lambda: None)
@@ -110,9 +118,14 @@ def timed_batch(op: Op, cids: list[str], concurrency: int) -> dict:
     started, cpu = time.perf_counter(), cpu_seconds()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         list(pool.map(one, cids))
-    return {"ms": samples, "wall": time.perf_counter() - started, "errors": errors[:20],
-            "error_count": len(errors), "started": time.time() - (time.perf_counter() - started),
-            "client_cpu": cpu_seconds() - cpu}
+    return {
+        "ms": samples,
+        "wall": time.perf_counter() - started,
+        "errors": errors[:20],
+        "error_count": len(errors),
+        "started": time.time() - (time.perf_counter() - started),
+        "client_cpu": cpu_seconds() - cpu,
+    }
 
 
 def cpu_seconds() -> float:

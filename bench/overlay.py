@@ -13,6 +13,7 @@ Prints a table (goal and PASS/MISS per line) and writes JSON to bench/results/ (
 .json and overlay-latest.json). Only namespaces this run creates are touched. Never used as
 timed assertions in the test suite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ import os
 import sys
 
 from . import overlay_converge, overlay_resync, overlay_throughput
-from .common import (REPO, Line, Sandbox, render_goal_table, run_sandboxed)
+from .common import REPO, Line, Sandbox, render_goal_table, run_sandboxed
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 PARTS = ("throughput", "convergence", "resync")
@@ -32,8 +33,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=3.0, help="iperf3 -t")
     parser.add_argument("--nodes", type=int, default=20, help="node namespaces (convergence)")
     parser.add_argument("--rounds", type=int, default=5, help="join + leave rounds")
-    parser.add_argument("--settle", type=float, default=10.0,
-                        help="seconds the cluster settles before the rounds")
+    parser.add_argument(
+        "--settle", type=float, default=10.0, help="seconds the cluster settles before the rounds"
+    )
     parser.add_argument("--peers", type=int, default=1000, help="synthetic peers (resync)")
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--results-dir", default=RESULTS_DIR)
@@ -56,26 +58,45 @@ def throughput_lines(tp: dict) -> list[Line]:
     lines = []
     for backend, r in tp.items():
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else ""
-        lines.append((f"{backend} Pod->Pod TCP, median of {len(r['pycni_bps'])}",
-                      f"{r['pycni_median'] / 1e9:.2f} Gbit/s", f"{r['hand_median'] / 1e9:.2f} Gbit/s",
-                      ratio, f">={r['goal']:.2f}x", r["verdict"]))
+        lines.append(
+            (
+                f"{backend} Pod->Pod TCP, median of {len(r['pycni_bps'])}",
+                f"{r['pycni_median'] / 1e9:.2f} Gbit/s",
+                f"{r['hand_median'] / 1e9:.2f} Gbit/s",
+                ratio,
+                f">={r['goal']:.2f}x",
+                r["verdict"],
+            )
+        )
     return lines
 
 
 def convergence_lines(cv: dict) -> list[Line]:
     join, leave, goals = cv["join"], cv["leave"], overlay_converge.GOALS
     n = f"{cv['nodes'] - 1} peers x {len(cv['rounds'])}"
-    rows = [(f"join: peer programmed p50 ({n})", join["p50"], goals["join_p50"]),
-            (f"join: peer programmed max ({join['timeouts']} timeouts)", join["max"],
-             goals["join_max"]),
-            ("join: first ping from node1's Pod, max", cv["ping"]["max"], goals["ping_max"]),
-            ("join: first ping from node1, max", cv["ping_node"]["max"], goals["ping_max"]),
-            (f"leave: peer entries gone max ({leave['timeouts']} timeouts)", leave["max"],
-             goals["leave_max"])]
-    lines: list[Line] = [(label, ms(v), "", "", f"<={goal * 1000:.0f} ms", verdict(v, goal))
-                         for label, v, goal in rows]
-    lines.insert(2, ("  join: first ping from node1's Pod, p50 (info)", ms(cv["ping"]["p50"]),
-                     "", "", "", ""))
+    rows = [
+        (f"join: peer programmed p50 ({n})", join["p50"], goals["join_p50"]),
+        (
+            f"join: peer programmed max ({join['timeouts']} timeouts)",
+            join["max"],
+            goals["join_max"],
+        ),
+        ("join: first ping from node1's Pod, max", cv["ping"]["max"], goals["ping_max"]),
+        ("join: first ping from node1, max", cv["ping_node"]["max"], goals["ping_max"]),
+        (
+            f"leave: peer entries gone max ({leave['timeouts']} timeouts)",
+            leave["max"],
+            goals["leave_max"],
+        ),
+    ]
+    lines: list[Line] = [
+        (label, ms(v), "", "", f"<={goal * 1000:.0f} ms", verdict(v, goal))
+        for label, v, goal in rows
+    ]
+    lines.insert(
+        2,
+        ("  join: first ping from node1's Pod, p50 (info)", ms(cv["ping"]["p50"]), "", "", "", ""),
+    )
     lines.append(("  leave: p50 (info)", ms(leave["p50"]), "", "", "", ""))
     return lines
 
@@ -85,41 +106,82 @@ def resync_lines(rs: dict) -> list[Line]:
     cold = rs["cold"]
     before, after = rs["rss_kib_before"], rs["rss_kib"]
     return [
-        (f"{n} peers written -> programmed", secs(rs["write_to_programmed"]), "", "",
-         f"<={goal:.2f} s", verdict(rs["write_to_programmed"], goal)),
+        (
+            f"{n} peers written -> programmed",
+            secs(rs["write_to_programmed"]),
+            "",
+            "",
+            f"<={goal:.2f} s",
+            verdict(rs["write_to_programmed"], goal),
+        ),
         ("  from the last txn (info)", secs(rs["last_write_to_programmed"]), "", "", "", ""),
-        ("cold: programming pass (VXLAN device deleted)", secs(cold["first_passes_mean"]), "",
-         "", f"<={goal:.2f} s", verdict(cold["first_passes_mean"], goal)),
-        ("  cold: pycnid exec -> programmed (info)", secs(cold["exec_to_programmed"]), "", "",
-         "", ""),
-        ("  steady resync pass, nothing to change (info)", secs(rs["steady_pass"]), "", "", "",
-         ""),
-        (f"pycnid VmRSS with {n} peers (vs without)", f"{after / 1024:.1f} MiB" if after else "—",
-         f"{before / 1024:.1f} MiB" if before else "—",
-         f"{after / before:.2f}x" if after and before else "", "", "")]
+        (
+            "cold: programming pass (VXLAN device deleted)",
+            secs(cold["first_passes_mean"]),
+            "",
+            "",
+            f"<={goal:.2f} s",
+            verdict(cold["first_passes_mean"], goal),
+        ),
+        (
+            "  cold: pycnid exec -> programmed (info)",
+            secs(cold["exec_to_programmed"]),
+            "",
+            "",
+            "",
+            "",
+        ),
+        (
+            "  steady resync pass, nothing to change (info)",
+            secs(rs["steady_pass"]),
+            "",
+            "",
+            "",
+            "",
+        ),
+        (
+            f"pycnid VmRSS with {n} peers (vs without)",
+            f"{after / 1024:.1f} MiB" if after else "—",
+            f"{before / 1024:.1f} MiB" if before else "—",
+            f"{after / before:.2f}x" if after and before else "",
+            "",
+            "",
+        ),
+    ]
 
 
 def render(report: dict, sections: list[tuple[str, list[Line]]]) -> str:
     return render_goal_table("bench-overlay", report, sections, "hand-built", (14, 14))
 
 
-def run_parts(args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict
-              ) -> list[tuple[str, list[Line]]]:
+def run_parts(
+    args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict
+) -> list[tuple[str, list[Line]]]:
     parts = [p for p in args.parts.split(",") if p]
     sections = []
     if "throughput" in parts:
         report["throughput"] = overlay_throughput.measure(box, cni_bin, args.runs, args.seconds)
-        sections.append(("throughput (iperf3 -t %g, one stream)" % args.seconds,
-                         throughput_lines(report["throughput"])))
+        sections.append(
+            (
+                "throughput (iperf3 -t %g, one stream)" % args.seconds,
+                throughput_lines(report["throughput"]),
+            )
+        )
     if "convergence" in parts:
-        report["convergence"] = overlay_converge.measure(cni_bin, args.nodes, args.rounds,
-                                                         args.settle)
-        sections.append((f"convergence, {args.nodes} node namespaces (vxlan), from the etcd "
-                         "watch's event", convergence_lines(report["convergence"])))
+        report["convergence"] = overlay_converge.measure(
+            cni_bin, args.nodes, args.rounds, args.settle
+        )
+        sections.append(
+            (
+                f"convergence, {args.nodes} node namespaces (vxlan), from the etcd watch's event",
+                convergence_lines(report["convergence"]),
+            )
+        )
     if "resync" in parts:
         report["resync"] = overlay_resync.measure(cni_bin, args.peers)
-        sections.append((f"resync, {args.peers} synthetic peers (vxlan)",
-                         resync_lines(report["resync"])))
+        sections.append(
+            (f"resync, {args.peers} synthetic peers (vxlan)", resync_lines(report["resync"]))
+        )
     return sections
 
 

@@ -15,6 +15,7 @@ through etcd's HTTP gateway) for nodes that do not run. Measured on the real nod
 
 Goal (issue 8): 1,000 peers programmed <= 2 s.
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,9 +24,9 @@ import sys
 import time
 import urllib.request
 
-from overlay.config import calc_vtep_mac
-from nodes.record import NodeRecord, OverlayInfo, node_key
 from ipam.records import AffinityRecord, affinity_key
+from nodes.record import NodeRecord, OverlayInfo, node_key
+from overlay.config import calc_vtep_mac
 from tests.fixtures.etcd import run_in_netns
 
 from .common import vm_rss_kib
@@ -47,8 +48,10 @@ def synthetic_peer(i: int, now: float) -> tuple[list[tuple[str, bytes]], tuple[s
     vtep, underlay = str(block.network_address + 1), str(UNDERLAYS.network_address + 1 + i)
     name = f"synth{i:04d}"
     info = OverlayInfo("vxlan", underlay, calc_vtep_mac(name), (vtep,), 1, 4789, 1450)
-    keys = [(affinity_key(name, POOL, block), AffinityRecord(POOL, str(block), now).to_bytes()),
-            (node_key(name), NodeRecord(name, underlay, overlay=info).to_bytes())]
+    keys = [
+        (affinity_key(name, POOL, block), AffinityRecord(POOL, str(block), now).to_bytes()),
+        (node_key(name), NodeRecord(name, underlay, overlay=info).to_bytes()),
+    ]
     return keys, (str(block), vtep, underlay)
 
 
@@ -57,8 +60,11 @@ def write_peers(etcd, peers: list[list[tuple[str, bytes]]]) -> tuple[float, floa
     wall-clock times: before the first txn, after the last one answered."""
     first = time.time()
     for start in range(0, len(peers), 64):
-        ops = [{"requestPut": {"key": b64(key), "value": base64.b64encode(value).decode()}}
-               for keys in peers[start:start + 64] for key, value in keys]
+        ops = [
+            {"requestPut": {"key": b64(key), "value": base64.b64encode(value).decode()}}
+            for keys in peers[start : start + 64]
+            for key, value in keys
+        ]
         etcd.call("/v3/kv/txn", {"success": ops})
     return first, time.time()
 
@@ -67,8 +73,9 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def wait_programmed(watch: KernelWatch, since: float,
-                    wanted: list[tuple[str, str, str]]) -> float | None:
+def wait_programmed(
+    watch: KernelWatch, since: float, wanted: list[tuple[str, str, str]]
+) -> float | None:
     """Stamp of the last of the 3N entries announced after ``since`` (None: not in TIMEOUT)."""
     routes = {b for b, _, _ in wanted}
     vteps = {v for _, v, _ in wanted}
@@ -81,8 +88,15 @@ def wait_programmed(watch: KernelWatch, since: float,
             events = [e for e in watch.events if e.at >= since and not e.deleted]
         for event in events:
             head = event.text.split(" ", 1)[0]
-            kind = ("route" if head in routes else "neigh" if head in vteps
-                    else "fdb" if head in underlays and "lladdr" in event.text else None)
+            kind = (
+                "route"
+                if head in routes
+                else "neigh"
+                if head in vteps
+                else "fdb"
+                if head in underlays and "lladdr" in event.text
+                else None
+            )
             if kind and (kind != "neigh" or "lladdr" in event.text):
                 seen[kind].add(head)
                 last = max(last, event.at)
@@ -94,9 +108,11 @@ def wait_programmed(watch: KernelWatch, since: float,
 
 def sync_histogram(ns: str) -> tuple[float, int]:
     """(sum, count) of pycni_overlay_sync_seconds from the node's metrics endpoint."""
+
     def scrape() -> str:
         with urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=5) as response:
             return response.read().decode()
+
     total, count = 0.0, 0
     for line in run_in_netns(ns, scrape).splitlines():
         if line.startswith("pycni_overlay_sync_seconds_sum"):
@@ -125,15 +141,25 @@ def cold_restart(node, watch: KernelWatch, wanted: list) -> dict:
     node.daemon.start(timeout=60)
     done = wait_programmed(watch, started, wanted)
     total, count = sync_histogram(node.host.ns.name)
-    return {"exec_to_programmed": None if done is None else done - started,
-            "first_passes_mean": total / count if count else None, "passes": count}
+    return {
+        "exec_to_programmed": None if done is None else done - started,
+        "first_passes_mean": total / count if count else None,
+        "passes": count,
+    }
 
 
 def measure(cni_bin: str, peers: int) -> dict:
-    print(f"--> resync: {peers} synthetic vxlan peers on one real node", file=sys.stderr,
-          flush=True)
-    built = start_cluster("vxlan", 1, cni_bin, cidr="10.133.0.0/16",
-                          daemon={"metricsAddress": METRICS}, resyncInterval=RESYNC)
+    print(
+        f"--> resync: {peers} synthetic vxlan peers on one real node", file=sys.stderr, flush=True
+    )
+    built = start_cluster(
+        "vxlan",
+        1,
+        cni_bin,
+        cidr="10.133.0.0/16",
+        daemon={"metricsAddress": METRICS},
+        resyncInterval=RESYNC,
+    )
     node = built.nodes[0]
     watch = KernelWatch(node.host.ns.name)
     try:
@@ -144,11 +170,15 @@ def measure(cni_bin: str, peers: int) -> dict:
         first, last = write_peers(built.cluster.etcd, [keys for keys, _ in made])
         wanted = [want for _, want in made]
         done = wait_programmed(watch, first, wanted)
-        out = {"peers": peers, "write_seconds": last - first,
-               "write_to_programmed": None if done is None else done - first,
-               "last_write_to_programmed": None if done is None else done - last,
-               "steady_pass": steady_pass(node.host.ns.name),
-               "rss_kib_before": rss_before, "rss_kib": vm_rss_kib(node.daemon.proc.pid)}
+        out = {
+            "peers": peers,
+            "write_seconds": last - first,
+            "write_to_programmed": None if done is None else done - first,
+            "last_write_to_programmed": None if done is None else done - last,
+            "steady_pass": steady_pass(node.host.ns.name),
+            "rss_kib_before": rss_before,
+            "rss_kib": vm_rss_kib(node.daemon.proc.pid),
+        }
         out["cold"] = cold_restart(node, watch, wanted)
         out["entries_in_kernel"] = count_entries(node)
     finally:
@@ -159,8 +189,12 @@ def measure(cni_bin: str, peers: int) -> dict:
 
 def count_entries(node) -> dict[str, int]:
     """What the kernel holds at the end (a dump, to back the monitor's count)."""
+
     def lines(cmd: list[str]) -> int:
         return len(node.host.ns.run(cmd).stdout.splitlines())
-    return {"routes": lines(["ip", "route", "show", "proto", "77"]),
-            "neighs": lines(["ip", "neigh", "show", "dev", "pycni.1", "nud", "permanent"]),
-            "fdbs": lines(["bridge", "fdb", "show", "dev", "pycni.1"])}
+
+    return {
+        "routes": lines(["ip", "route", "show", "proto", "77"]),
+        "neighs": lines(["ip", "neigh", "show", "dev", "pycni.1", "nud", "permanent"]),
+        "fdbs": lines(["bridge", "fdb", "show", "dev", "pycni.1"]),
+    }

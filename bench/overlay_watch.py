@@ -11,6 +11,7 @@ lladdr <mac>``). Event-driven, so 20 observers cost nothing while the kernel is 
 
 ``Pinger``: the first echo reply across the overlay, from a Pod's namespace.
 """
+
 from __future__ import annotations
 
 import base64
@@ -30,9 +31,9 @@ from kernel.ns import entered
 
 @dataclass(frozen=True)
 class KernelEvent:
-    at: float       # wall clock (seconds since the epoch), stamped by iproute2
+    at: float  # wall clock (seconds since the epoch), stamped by iproute2
     deleted: bool
-    text: str       # the notification without its stamp and "Deleted "
+    text: str  # the notification without its stamp and "Deleted "
 
 
 def parse_monitor_line(line: str) -> KernelEvent | None:
@@ -45,7 +46,7 @@ def parse_monitor_line(line: str) -> KernelEvent | None:
     except ValueError:
         return None
     deleted = rest.startswith("Deleted ")
-    return KernelEvent(at, deleted, rest[len("Deleted "):].strip() if deleted else rest.strip())
+    return KernelEvent(at, deleted, rest[len("Deleted ") :].strip() if deleted else rest.strip())
 
 
 class KernelWatch:
@@ -53,8 +54,12 @@ class KernelWatch:
         self.ns = ns
         self.events: list[KernelEvent] = []
         self.lock = threading.Lock()
-        self.proc = subprocess.Popen(["ip", "-n", ns, "-tshort", "monitor", "route", "neigh"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            ["ip", "-n", ns, "-tshort", "monitor", "route", "neigh"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self.thread = threading.Thread(target=self.read, name=f"monitor-{ns}", daemon=True)
         self.thread.start()
 
@@ -70,8 +75,11 @@ class KernelWatch:
         """Stamp of the first event after ``since`` whose text holds every needle."""
         with self.lock:
             for event in self.events:
-                if (event.at >= since and event.deleted == deleted
-                        and all(n in event.text for n in needles)):
+                if (
+                    event.at >= since
+                    and event.deleted == deleted
+                    and all(n in event.text for n in needles)
+                ):
                     return event.at
         return None
 
@@ -82,8 +90,8 @@ class KernelWatch:
 
 @dataclass(frozen=True)
 class RegistryEvent:
-    at: float      # wall clock when the watch delivered it
-    kind: str      # "PUT" | "DELETE"
+    at: float  # wall clock when the watch delivered it
+    kind: str  # "PUT" | "DELETE"
     key: str
     value: dict
 
@@ -129,15 +137,23 @@ class RegistryWatch:
         raw = base64.b64decode(kv.get("value", "")) if kv.get("value") else b""
         value = json.loads(raw) if raw else {}
         with self.lock:
-            self.events.append(RegistryEvent(at, event.get("type", "PUT"),
-                                             base64.b64decode(kv["key"]).decode(), value))
+            self.events.append(
+                RegistryEvent(
+                    at, event.get("type", "PUT"), base64.b64decode(kv["key"]).decode(), value
+                )
+            )
 
-    def first(self, since: float, key: str, kind: str,
-              need_overlay: bool = False) -> RegistryEvent | None:
+    def first(
+        self, since: float, key: str, kind: str, need_overlay: bool = False
+    ) -> RegistryEvent | None:
         with self.lock:
             for event in self.events:
-                if (event.at >= since and event.key == key and event.kind == kind
-                        and (not need_overlay or "overlay" in event.value)):
+                if (
+                    event.at >= since
+                    and event.key == key
+                    and event.kind == kind
+                    and (not need_overlay or "overlay" in event.value)
+                ):
                     return event
         return None
 
@@ -174,8 +190,9 @@ class Pinger:
         return self.first
 
 
-def echo_until_reply(sock: socket.socket, target: str, timeout: float,
-                     interval: float) -> float | None:
+def echo_until_reply(
+    sock: socket.socket, target: str, timeout: float, interval: float
+) -> float | None:
     ident = os.getpid() & 0xFFFF
     deadline = time.monotonic() + timeout
     seq = 0
@@ -190,10 +207,10 @@ def echo_until_reply(sock: socket.socket, target: str, timeout: float,
             sock.settimeout(left)
             try:
                 data = sock.recv(2048)
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 break
             at = time.time()
-            icmp = data[(data[0] & 0x0F) * 4:]
+            icmp = data[(data[0] & 0x0F) * 4 :]
             if icmp[:1] == b"\x00" and struct.unpack("!H", icmp[4:6])[0] == ident:
                 return at
     return None

@@ -19,6 +19,7 @@ so 30k would take many minutes): pass --kube-max 30000 to run it. Goals at 10k �
 writes JSON to bench/results/ (svc-<time>.json, svc-latest.json). Only namespaces this run
 creates are touched; never used as timed assertions in the test suite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ import os
 import subprocess
 import sys
 
-from .common import (REPO, Line, Sandbox, median, python_env, render_goal_table, run_sandboxed)
+from .common import REPO, Line, Sandbox, median, python_env, render_goal_table, run_sandboxed
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 ENGINES = {"lib": "libnftables", "bin": "nft -f -"}
@@ -41,8 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--update-at", type=int, default=10000, help="size of the update runs")
     parser.add_argument("--updates", type=int, default=5, help="one-Service updates a run")
     parser.add_argument("--engines", default="lib,bin")
-    parser.add_argument("--kube-max", type=int, default=10000,
-                        help="largest size loaded in the kube-proxy shape")
+    parser.add_argument(
+        "--kube-max", type=int, default=10000, help="largest size loaded in the kube-proxy shape"
+    )
     parser.add_argument("--results-dir", default=RESULTS_DIR)
     return parser.parse_args(argv)
 
@@ -50,20 +52,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run_worker(box: Sandbox, shape: str, engine: str, size: int, updates: int) -> dict:
     """One (shape, engine, size) in its own netns, deleted afterwards."""
     ns = box.netns(f"{shape}-{engine}-{size}")
-    cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "bench.svc_worker", "--shape", shape,
-           "--engine", engine, "--services", str(size), "--updates", str(updates)]
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        sys.executable,
+        "-m",
+        "bench.svc_worker",
+        "--shape",
+        shape,
+        "--engine",
+        engine,
+        "--services",
+        str(size),
+        "--updates",
+        str(updates),
+    ]
     cmd += ["--verify"] if size <= VERIFY_MAX else []
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env=python_env(), capture_output=True, text=True,
-                              timeout=1800)
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=1800
+        )
     finally:
         box.drop_namespaces([ns])
     if proc.returncode != 0:
         raise RuntimeError(f"{shape}/{engine}/{size}: {proc.stderr.strip()[-2000:]}")
     result = json.loads(proc.stdout)
     if "service_ips_in_kernel" in result and result["service_ips_in_kernel"] != size:
-        raise RuntimeError(f"{shape}/{engine}/{size}: the kernel holds "
-                           f"{result['service_ips_in_kernel']} of {size} dispatch elements")
+        raise RuntimeError(
+            f"{shape}/{engine}/{size}: the kernel holds "
+            f"{result['service_ips_in_kernel']} of {size} dispatch elements"
+        )
     return result
 
 
@@ -111,8 +131,11 @@ def ratio(kube: float | None, pycni: float | None) -> float | None:
 
 def best_kube(runs: dict, size: int, metric) -> tuple[float | None, str]:
     """kube-proxy shape's fastest engine at ``size`` (the fairest comparison for it)."""
-    found = [(metric(r), k.split("/")[1]) for k, r in runs.items()
-             if k.startswith("kube/") and k.endswith(f"/{size}") and metric(r) is not None]
+    found = [
+        (metric(r), k.split("/")[1])
+        for k, r in runs.items()
+        if k.startswith("kube/") and k.endswith(f"/{size}") and metric(r) is not None
+    ]
     return min(found) if found else (None, "")
 
 
@@ -123,14 +146,26 @@ def goal_rows(runs: dict, size: int, kind: str) -> list[dict]:
     mine = metric(run) if run else None
     kube, engine = best_kube(runs, size, metric)
     r = ratio(kube, mine)
-    label = "full sync" if kind == "full" else f"one-Service update (median of {args_updates(run)})"
-    return [{"label": f"{size:,} Services: pycni {label}, libnftables", "pycni": mine,
-             "goal": f"<={ms(GOALS[kind])}", "verdict": verdict(
-                 None if mine is None else mine <= GOALS[kind])},
-            {"label": f"  vs kube-proxy shape ({ENGINES.get(engine, '—')}, its faster)",
-             "pycni": mine, "kube": kube, "ratio": r, "goal": f">={GOALS['ratio']:.0f}x",
-             "verdict": verdict(None if mine is None or kube is None else r >= GOALS["ratio"])},
-            _apply_row(run, kube, kind)]
+    label = (
+        "full sync" if kind == "full" else f"one-Service update (median of {args_updates(run)})"
+    )
+    return [
+        {
+            "label": f"{size:,} Services: pycni {label}, libnftables",
+            "pycni": mine,
+            "goal": f"<={ms(GOALS[kind])}",
+            "verdict": verdict(None if mine is None else mine <= GOALS[kind]),
+        },
+        {
+            "label": f"  vs kube-proxy shape ({ENGINES.get(engine, '—')}, its faster)",
+            "pycni": mine,
+            "kube": kube,
+            "ratio": r,
+            "goal": f">={GOALS['ratio']:.0f}x",
+            "verdict": verdict(None if mine is None or kube is None else r >= GOALS["ratio"]),
+        },
+        _apply_row(run, kube, kind),
+    ]
 
 
 def _apply_row(run: dict | None, kube: float | None, kind: str) -> dict:
@@ -138,8 +173,14 @@ def _apply_row(run: dict | None, kube: float | None, kind: str) -> dict:
     if not run or (kind == "update" and not run.get("updates")):
         return {"label": "  nft's share only (info)", "goal": "", "verdict": ""}
     apply = run["apply"] if kind == "full" else median([u["apply"] for u in run["updates"]])
-    return {"label": "  nft's share only: the transaction (info)", "pycni": apply, "kube": kube,
-            "ratio": ratio(kube, apply), "goal": "", "verdict": ""}
+    return {
+        "label": "  nft's share only: the transaction (info)",
+        "pycni": apply,
+        "kube": kube,
+        "ratio": ratio(kube, apply),
+        "goal": "",
+        "verdict": "",
+    }
 
 
 def args_updates(run: dict | None) -> int:
@@ -155,11 +196,27 @@ def info_lines(runs: dict, sizes: list[int]) -> list[Line]:
             if not mine and not kube:
                 continue
             p, k = full_seconds(mine) if mine else None, full_seconds(kube) if kube else None
-            lines.append((f"{size:,} x 5, full sync, {name}", ms(p),
-                          ms(k) if kube else "skipped", _x(ratio(k, p)), "", ""))
+            lines.append(
+                (
+                    f"{size:,} x 5, full sync, {name}",
+                    ms(p),
+                    ms(k) if kube else "skipped",
+                    _x(ratio(k, p)),
+                    "",
+                    "",
+                )
+            )
             if mine:
-                lines.append(("  pycni: render (Python) + apply (nft)",
-                              f"{ms(mine['render'])} + {ms(mine['apply'])}", "", "", "", ""))
+                lines.append(
+                    (
+                        "  pycni: render (Python) + apply (nft)",
+                        f"{ms(mine['render'])} + {ms(mine['apply'])}",
+                        "",
+                        "",
+                        "",
+                        "",
+                    )
+                )
             lines += _update_lines(mine, kube)
     return lines
 
@@ -170,9 +227,17 @@ def _update_lines(mine: dict | None, kube: dict | None) -> list[Line]:
         return []
     render = median([u["render"] for u in mine["updates"]]) if p is not None else None
     apply = median([u["apply"] for u in mine["updates"]]) if p is not None else None
-    return [("  one-Service update, median", ms(p), ms(k), _x(ratio(k, p)), "", ""),
-            ("    pycni: render (Python) + apply (nft)", f"{ms(render)} + {ms(apply)}", "", "",
-             "", "")]
+    return [
+        ("  one-Service update, median", ms(p), ms(k), _x(ratio(k, p)), "", ""),
+        (
+            "    pycni: render (Python) + apply (nft)",
+            f"{ms(render)} + {ms(apply)}",
+            "",
+            "",
+            "",
+            "",
+        ),
+    ]
 
 
 def _x(value: float | None) -> str:
@@ -183,17 +248,38 @@ def rss_lines(runs: dict, size: int) -> list[Line]:
     run = runs.get(f"pycni/lib/{size}")
     if not run:
         return []
-    base, built, synced = (run[k] or 0 for k in ("rss_kib_base", "rss_kib_built",
-                                                 "rss_kib_synced"))
-    return [(f"VmRSS, Python holding the {size:,}-Service model", f"{built / 1024:.0f} MiB",
-             "", "", "", f"(imports only: {base / 1024:.0f} MiB)"),
-            ("  after the full sync (context, allocator high-water)", f"{synced / 1024:.0f} MiB",
-             "", "", "", "")]
+    base, built, synced = (
+        run[k] or 0 for k in ("rss_kib_base", "rss_kib_built", "rss_kib_synced")
+    )
+    return [
+        (
+            f"VmRSS, Python holding the {size:,}-Service model",
+            f"{built / 1024:.0f} MiB",
+            "",
+            "",
+            "",
+            f"(imports only: {base / 1024:.0f} MiB)",
+        ),
+        (
+            "  after the full sync (context, allocator high-water)",
+            f"{synced / 1024:.0f} MiB",
+            "",
+            "",
+            "",
+            "",
+        ),
+    ]
 
 
 def as_line(row: dict) -> Line:
-    return (row["label"], ms(row.get("pycni")), ms(row["kube"]) if "kube" in row else "",
-            _x(row.get("ratio")), row["goal"], row["verdict"])
+    return (
+        row["label"],
+        ms(row.get("pycni")),
+        ms(row["kube"]) if "kube" in row else "",
+        _x(row.get("ratio")),
+        row["goal"],
+        row["verdict"],
+    )
 
 
 def render(report: dict, sections: list[tuple[str, list[Line]]]) -> str:
@@ -204,14 +290,19 @@ def build_sections(args: argparse.Namespace, report: dict) -> list[tuple[str, li
     runs, at = report["runs"], args.update_at
     report["goals"] = goal_rows(runs, at, "full") + goal_rows(runs, at, "update")
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    return [(f"goals at {at:,} Services x 5 endpoints", [as_line(r) for r in report["goals"]]),
-            ("every run (kube-proxy shape: nft's load only; pycni: render + load)",
-             info_lines(runs, sizes)),
-            ("memory (this process; pycnid's own: make bench-svc-e2e)", rss_lines(runs, at))]
+    return [
+        (f"goals at {at:,} Services x 5 endpoints", [as_line(r) for r in report["goals"]]),
+        (
+            "every run (kube-proxy shape: nft's load only; pycni: render + load)",
+            info_lines(runs, sizes),
+        ),
+        ("memory (this process; pycnid's own: make bench-svc-e2e)", rss_lines(runs, at)),
+    ]
 
 
-def measure(args: argparse.Namespace, box: Sandbox, _cni_bin: str,
-            report: dict) -> list[tuple[str, list[Line]]]:
+def measure(
+    args: argparse.Namespace, box: Sandbox, _cni_bin: str, report: dict
+) -> list[tuple[str, list[Line]]]:
     report["runs"] = measure_runs(args, box)
     return build_sections(args, report)  # it also puts the goal rows into the report
 

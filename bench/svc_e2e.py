@@ -24,6 +24,7 @@ written directly (as pycni-svc would). Measured:
 Results: bench/results/svc-e2e-<time>.json and svc-e2e-latest.json, and a table. Only
 namespaces this run creates are touched. Figures, never timed assertions.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,18 @@ from services.record import EndpointRecord
 from tests.fixtures.echo import WHOAMI_SERVER
 from tests.overlay.pods import pycni_cli, python_in
 
-from .common import (REPO, Line, Sandbox, median, percentile, render_goal_table, run_sandboxed,
-                     vm_rss_kib)
-from . import svc_e2e_cold as cold, svc_e2e_kernel as kernel
+from . import svc_e2e_cold as cold
+from . import svc_e2e_kernel as kernel
+from .common import (
+    REPO,
+    Line,
+    Sandbox,
+    median,
+    percentile,
+    render_goal_table,
+    run_sandboxed,
+    vm_rss_kib,
+)
 from .overlay_topo import start_cluster
 from .svc_e2e_load import METRICS, POLLER, services_metric, wait_metric
 
@@ -52,10 +62,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5, help="create -> connect repetitions")
     parser.add_argument("--services", type=int, default=10000, help="Services in bulk")
     parser.add_argument("--endpoints", type=int, default=5, help="endpoints a bulk Service")
-    parser.add_argument("--updates", type=int, default=5,
-                        help="endpoint updates and Service creates at scale, each")
-    parser.add_argument("--timeout", type=float, default=900.0,
-                        help="seconds to wait for the proxy at each step")
+    parser.add_argument(
+        "--updates",
+        type=int,
+        default=5,
+        help="endpoint updates and Service creates at scale, each",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds to wait for the proxy at each step"
+    )
     parser.add_argument("--results-dir", default=RESULTS_DIR)
     return parser.parse_args(argv)
 
@@ -69,8 +84,9 @@ def setup_pods(box: Sandbox, built) -> tuple:
     box.processes.append(subprocess.Popen(python_in(backend.ns, WHOAMI_SERVER)))
     ep = EndpointRecord("bench", "backend", "eth0", (backend.ip,), {"app": "e2e"}, n1.name)
     built.cluster.etcd.put(ep.key, ep.to_bytes())
-    poller = subprocess.Popen(python_in(client.ns, POLLER), stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    poller = subprocess.Popen(
+        python_in(client.ns, POLLER), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     box.processes.append(poller)
     return backend, client, poller
 
@@ -81,38 +97,68 @@ def measure_create(built, poller: subprocess.Popen, rep: int) -> dict:
     poller.stdin.write(f"{vip} 80\n")
     poller.stdin.flush()
     started = time.monotonic()
-    out = pycni_cli(built.nodes[0], "svc", "create", f"bench/e2e{rep}", "--cluster-ip", vip,
-                    "--port", "80/TCP:8080", "--selector", "app=e2e", "--output", "json")
+    out = pycni_cli(
+        built.nodes[0],
+        "svc",
+        "create",
+        f"bench/e2e{rep}",
+        "--cluster-ip",
+        vip,
+        "--port",
+        "80/TCP:8080",
+        "--selector",
+        "app=e2e",
+        "--output",
+        "json",
+    )
     cli_done = time.monotonic()
     if out.returncode != 0:
         raise RuntimeError(f"pycni svc create: {out.stderr}")
     word, stamp = poller.stdout.readline().split()
     assert word == "ok", word
     connected = float(stamp)
-    return {"vip": vip, "create_to_connect": connected - started, "cli": cli_done - started,
-            "after_cli": connected - cli_done}
+    return {
+        "vip": vip,
+        "create_to_connect": connected - started,
+        "cli": cli_done - started,
+        "after_cli": connected - cli_done,
+    }
 
 
 def summarize(runs: list[dict]) -> dict:
     def stats(key: str) -> dict:
         values = [r[key] for r in runs]
         return {"p50": median(values), "max": percentile(values, 100)}
+
     return {"runs": runs, **{k: stats(k) for k in ("create_to_connect", "cli", "after_cli")}}
 
 
 # --- at scale ------------------------------------------------------------------------------
 def write_bulk_from(node, endpoints: list[str], services: int, per_service: int) -> list:
-    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m",
-           "bench.svc_e2e_load", "--write", ",".join(endpoints), str(services), str(per_service)]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": REPO})
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        node.host.ns.name,
+        sys.executable,
+        "-m",
+        "bench.svc_e2e_load",
+        "--write",
+        ",".join(endpoints),
+        str(services),
+        str(per_service),
+    ]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}
+    )
     if out.returncode != 0:
         raise RuntimeError(f"bulk writer: {out.stderr[-2000:]}")
     return json.loads(out.stdout)
 
 
-def measure_scale(built, services: int, per_service: int, present: int, updates: int,
-                  timeout: float) -> dict:
+def measure_scale(
+    built, services: int, per_service: int, present: int, updates: int, timeout: float
+) -> dict:
     """Bulk write, programmed (RSS before/after), a cold first pass, one endpoint update."""
     n1, n2 = built.nodes
     ns, want = n2.host.ns.name, services + present
@@ -120,9 +166,14 @@ def measure_scale(built, services: int, per_service: int, present: int, updates:
     first, last = write_bulk_from(n1, built.cluster.etcd.endpoints, services, per_service)
     lag = time.time() - time.monotonic()  # wall clock -> monotonic, for the writer's stamps
     done, _ = wait_metric(ns, lambda s: services_metric(s) >= want, timeout)
-    out = {"services": services, "endpoints_each": per_service, "write_seconds": last - first,
-           "write_to_programmed": None if done is None else done + lag - first,
-           "rss_kib_before": rss_before, "rss_kib_programmed": vm_rss_kib(n2.daemon.proc.pid)}
+    out = {
+        "services": services,
+        "endpoints_each": per_service,
+        "write_seconds": last - first,
+        "write_to_programmed": None if done is None else done + lag - first,
+        "rss_kib_before": rss_before,
+        "rss_kib_programmed": vm_rss_kib(n2.daemon.proc.pid),
+    }
     out["cold"] = measure_cold(n2, want, timeout)
     out.update(measure_kernel(built, services, per_service, updates, timeout))
     return out
@@ -137,19 +188,26 @@ def measure_cold(node, want: int, timeout: float) -> dict:
     started = time.monotonic()
     node.daemon.start(timeout=60)
     sampler = cold.RssSampler(node.daemon.proc.pid)
-    done, samples = wait_metric(node.host.ns.name, lambda s: services_metric(s) >= want and
-                                s.get("pycni_proxy_sync_seconds_count", 0) >= 1, timeout)
+    done, samples = wait_metric(
+        node.host.ns.name,
+        lambda s: services_metric(s) >= want and s.get("pycni_proxy_sync_seconds_count", 0) >= 1,
+        timeout,
+    )
     count = samples.get("pycni_proxy_sync_seconds_count", 0)
     total = samples.get("pycni_proxy_sync_seconds_sum", 0.0)
     programmed = cold.calc_memory(node.daemon.proc.pid)
     time.sleep(2.0)
-    return {"exec_to_programmed": None if done is None else done - started,
-            "passes": count, "first_pass": total if count == 1 else None,
-            "passes_mean": total / count if count else None,
-            "rss_kib": programmed["VmRSS"], "memory_programmed": programmed,
-            "memory_2s_later": cold.calc_memory(node.daemon.proc.pid),
-            "rss_peak": cold.calc_peak(sampler.close()),
-            "logged": cold.parse_passes(node.daemon.log()[offset:])}
+    return {
+        "exec_to_programmed": None if done is None else done - started,
+        "passes": count,
+        "first_pass": total if count == 1 else None,
+        "passes_mean": total / count if count else None,
+        "rss_kib": programmed["VmRSS"],
+        "memory_programmed": programmed,
+        "memory_2s_later": cold.calc_memory(node.daemon.proc.pid),
+        "rss_peak": cold.calc_peak(sampler.close()),
+        "logged": cold.parse_passes(node.daemon.log()[offset:]),
+    }
 
 
 def measure_kernel(built, services: int, per_service: int, count: int, timeout: float) -> dict:
@@ -157,9 +215,10 @@ def measure_kernel(built, services: int, per_service: int, count: int, timeout: 
     element in node2's kernel (bench/svc_e2e_kernel.py)."""
     poller = kernel.start_poller(built.nodes[1])
     try:
-        return {"update": kernel.measure_updates(built, poller, services, per_service, count,
-                                                 timeout),
-                "create": kernel.measure_creates(built, poller, count, timeout)}
+        return {
+            "update": kernel.measure_updates(built, poller, services, per_service, count, timeout),
+            "create": kernel.measure_creates(built, poller, count, timeout),
+        }
     finally:
         poller.stdin.close()
         poller.wait(10)
@@ -180,53 +239,92 @@ def mib(kib: int | None) -> str:
 
 def create_lines(cr: dict) -> list[Line]:
     n = len(cr["runs"])
-    return [(f"svc create -> first connect, p50 of {n}", ms(cr["create_to_connect"]["p50"]),
-             "", "", "", ""),
-            ("  max", ms(cr["create_to_connect"]["max"]), "", "", "", ""),
-            ("  minus the CLI's run time, p50", ms(cr["after_cli"]["p50"]), "", "", "", ""),
-            ("  minus the CLI's run time, max", ms(cr["after_cli"]["max"]), "", "", "", ""),
-            ("  the CLI's own run time, p50", ms(cr["cli"]["p50"]), "", "", "", "")]
+    return [
+        (
+            f"svc create -> first connect, p50 of {n}",
+            ms(cr["create_to_connect"]["p50"]),
+            "",
+            "",
+            "",
+            "",
+        ),
+        ("  max", ms(cr["create_to_connect"]["max"]), "", "", "", ""),
+        ("  minus the CLI's run time, p50", ms(cr["after_cli"]["p50"]), "", "", "", ""),
+        ("  minus the CLI's run time, max", ms(cr["after_cli"]["max"]), "", "", "", ""),
+        ("  the CLI's own run time, p50", ms(cr["cli"]["p50"]), "", "", "", ""),
+    ]
 
 
 def scale_lines(sc: dict) -> list[Line]:
     cold = sc["cold"]
-    ratio = (f"{sc['rss_kib_programmed'] / sc['rss_kib_before']:.2f}x"
-             if sc["rss_kib_programmed"] and sc["rss_kib_before"] else "")
-    first = (("  its first pass", cold["first_pass"]) if cold["first_pass"] is not None else
-             (f"  mean of its {cold['passes']:.0f} passes", cold["passes_mean"]))
-    return [("bulk write through the store's txn", secs(sc["write_seconds"]), "", "", "", ""),
-            ("first txn -> all programmed on node2", secs(sc["write_to_programmed"]), "", "", "",
-             ""),
-            ("pycnid VmRSS programmed (vs before)", mib(sc["rss_kib_programmed"]),
-             mib(sc["rss_kib_before"]), ratio, "", ""),
-            ("restarted pycnid: exec -> programmed", secs(cold["exec_to_programmed"]), "", "",
-             "", ""),
-            (first[0], secs(first[1]), "", "", "", ""),
-            ("  transactions it logged", str(len(cold["logged"])), "", "", "", ""),
-            ("  its VmRSS then (peak sampled)", mib(cold["rss_kib"]),
-             mib(cold["rss_peak"]["rss_kib"]), "", "", ""),
-            ("  2 s later: VmRSS (VmHWM)", mib(cold["memory_2s_later"]["VmRSS"]),
-             mib(cold["memory_2s_later"]["VmHWM"]), "", "", ""),
-            *kernel_lines("one endpoint changed -> in the kernel", sc["update"]),
-            *kernel_lines("one Service created -> in the kernel", sc["create"])]
+    ratio = (
+        f"{sc['rss_kib_programmed'] / sc['rss_kib_before']:.2f}x"
+        if sc["rss_kib_programmed"] and sc["rss_kib_before"]
+        else ""
+    )
+    first = (
+        ("  its first pass", cold["first_pass"])
+        if cold["first_pass"] is not None
+        else (f"  mean of its {cold['passes']:.0f} passes", cold["passes_mean"])
+    )
+    return [
+        ("bulk write through the store's txn", secs(sc["write_seconds"]), "", "", "", ""),
+        ("first txn -> all programmed on node2", secs(sc["write_to_programmed"]), "", "", "", ""),
+        (
+            "pycnid VmRSS programmed (vs before)",
+            mib(sc["rss_kib_programmed"]),
+            mib(sc["rss_kib_before"]),
+            ratio,
+            "",
+            "",
+        ),
+        ("restarted pycnid: exec -> programmed", secs(cold["exec_to_programmed"]), "", "", "", ""),
+        (first[0], secs(first[1]), "", "", "", ""),
+        ("  transactions it logged", str(len(cold["logged"])), "", "", "", ""),
+        (
+            "  its VmRSS then (peak sampled)",
+            mib(cold["rss_kib"]),
+            mib(cold["rss_peak"]["rss_kib"]),
+            "",
+            "",
+            "",
+        ),
+        (
+            "  2 s later: VmRSS (VmHWM)",
+            mib(cold["memory_2s_later"]["VmRSS"]),
+            mib(cold["memory_2s_later"]["VmHWM"]),
+            "",
+            "",
+            "",
+        ),
+        *kernel_lines("one endpoint changed -> in the kernel", sc["update"]),
+        *kernel_lines("one Service created -> in the kernel", sc["create"]),
+    ]
 
 
 def kernel_lines(label: str, figures: dict) -> list[Line]:
     n = len(figures["runs"])
     late = f"{figures['timeouts']} timed out" if figures["timeouts"] else ""
-    return [(f"{label}, p50 of {n}", ms(figures["p50"]), late, "", "", ""),
-            ("  max", ms(figures["max"]), "", "", "", "")]
+    return [
+        (f"{label}, p50 of {n}", ms(figures["p50"]), late, "", "", ""),
+        ("  max", ms(figures["max"]), "", "", "", ""),
+    ]
 
 
 def render(report: dict, sections: list[tuple[str, list[Line]]]) -> str:
     return render_goal_table("bench-svc-e2e", report, sections, "before", (14, 14))
 
 
-def run(args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict
-        ) -> list[tuple[str, list[Line]]]:
-    built = start_cluster("vxlan", 2, cni_bin, cidr="10.134.0.0/16",
-                          daemon={"metricsAddress": METRICS,
-                                  "services": {"proxy": True, "resyncInterval": 3600}})
+def run(
+    args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict
+) -> list[tuple[str, list[Line]]]:
+    built = start_cluster(
+        "vxlan",
+        2,
+        cni_bin,
+        cidr="10.134.0.0/16",
+        daemon={"metricsAddress": METRICS, "services": {"proxy": True, "resyncInterval": 3600}},
+    )
     try:
         out = pycni_cli(built.nodes[0], "svc", "config", "set", "--cidr", CIDR)
         if out.returncode != 0:
@@ -234,18 +332,28 @@ def run(args: argparse.Namespace, box: Sandbox, cni_bin: str, report: dict
         _, _, poller = setup_pods(box, built)
         print(f"--> create -> connect x {args.reps}", file=sys.stderr, flush=True)
         report["create"] = summarize([measure_create(built, poller, r) for r in range(args.reps)])
-        print(f"--> {args.services} Services x {args.endpoints} endpoints", file=sys.stderr,
-              flush=True)
-        report["scale"] = measure_scale(built, args.services, args.endpoints, args.reps,
-                                        args.updates, args.timeout)
+        print(
+            f"--> {args.services} Services x {args.endpoints} endpoints",
+            file=sys.stderr,
+            flush=True,
+        )
+        report["scale"] = measure_scale(
+            built, args.services, args.endpoints, args.reps, args.updates, args.timeout
+        )
     finally:
         underlay = built.cluster.underlay
         report["namespaces"] = [underlay.ns.name, *(h.ns.name for h in underlay.hosts)]
         built.cluster.close()
-    return [("create -> connect (client Pod on node2, backend on node1, vxlan)",
-             create_lines(report["create"])),
-            (f"{args.services} Services x {args.endpoints} endpoints, pycnid on node2",
-             scale_lines(report["scale"]))]
+    return [
+        (
+            "create -> connect (client Pod on node2, backend on node1, vxlan)",
+            create_lines(report["create"]),
+        ),
+        (
+            f"{args.services} Services x {args.endpoints} endpoints, pycnid on node2",
+            scale_lines(report["scale"]),
+        ),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ from outside without editing it: its proxy's log lines (it is restarted with ``l
 pycnid's default; the benchmark's nodes otherwise log warnings only), how many passes it made and
 what each one did, and its memory: VmRSS sampled every 20 ms, VmHWM (the peak) and
 ``/proc/PID/smaps_rollup`` (anonymous vs file-backed) once programmed and 2 s later."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,12 @@ def read_kib_fields(path: str) -> dict[str, int]:
 def calc_memory(pid: int) -> dict[str, int]:
     """VmRSS, VmHWM and the smaps_rollup split of the process now (KiB)."""
     status, rollup = read_status(pid), read_kib_fields(f"/proc/{pid}/smaps_rollup")
-    return {"VmRSS": status.get("VmRSS", 0), "VmHWM": status.get("VmHWM", 0),
-            "Anonymous": rollup.get("Anonymous", 0), "RssFile": status.get("RssFile", 0)}
+    return {
+        "VmRSS": status.get("VmRSS", 0),
+        "VmHWM": status.get("VmHWM", 0),
+        "Anonymous": rollup.get("Anonymous", 0),
+        "RssFile": status.get("RssFile", 0),
+    }
 
 
 def parse_passes(log_text: str) -> list[dict]:
@@ -70,8 +75,14 @@ def parse_passes(log_text: str) -> list[dict]:
             continue
         found = PROXY_LINE.search(str(entry.get("msg", "")))
         if found:
-            passes.append({"ts": entry.get("ts"), "family": int(found[1]), "kind": found[2],
-                           "services": int(found[3])})
+            passes.append(
+                {
+                    "ts": entry.get("ts"),
+                    "family": int(found[1]),
+                    "kind": found[2],
+                    "services": int(found[3]),
+                }
+            )
     return passes
 
 

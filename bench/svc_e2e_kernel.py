@@ -12,6 +12,7 @@ and its ``backends-tcp``/``service-ips`` elements are in the same atomic transac
 element showing means that transaction is in the kernel (a create is checked once afterwards
 with ``get element`` on ``service-ips``).
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -57,8 +58,9 @@ def answer(poller: subprocess.Popen) -> tuple[float | None, int]:
     return (float(stamp) if word == "ok" else None), int(polls)
 
 
-def timed_put(built, poller, keys: list[tuple[str, bytes]], hairpin_ip: str,
-              timeout: float) -> dict:
+def timed_put(
+    built, poller, keys: list[tuple[str, bytes]], hairpin_ip: str, timeout: float
+) -> dict:
     """Arm the poller for ``hairpin_ip``'s element, put ``keys`` in order (the last one is
     the change), until the element is in the kernel."""
     arm(poller, f"{hairpin_ip} . {hairpin_ip}", f"list set {TABLE} hairpin", timeout)
@@ -68,12 +70,16 @@ def timed_put(built, poller, keys: list[tuple[str, bytes]], hairpin_ip: str,
     built.cluster.etcd.put(*keys[-1])
     put_done = time.monotonic()
     done, polls = answer(poller)
-    return {"put_to_programmed": None if done is None else done - started,
-            "put": put_done - started, "polls": polls}
+    return {
+        "put_to_programmed": None if done is None else done - started,
+        "put": put_done - started,
+        "polls": polls,
+    }
 
 
-def measure_updates(built, poller, services: int, per_service: int, count: int,
-                    timeout: float) -> dict:
+def measure_updates(
+    built, poller, services: int, per_service: int, count: int, timeout: float
+) -> dict:
     """``count`` Services spread over the bulk: endpoint 0 moves to a new IP on node2."""
     node = built.nodes[1].name
     runs = []
@@ -91,10 +97,18 @@ def calc_late_service(r: int, node: str) -> tuple[list[tuple[str, bytes]], str]:
     index key, then the Service record (the change timed); and its service-ips key."""
     vip, ip, app = f"10.96.250.{r + 1}", f"10.198.0.{r + 1}", f"late{r}"
     ep = EndpointRecord("bench", f"late{r}-0", "eth0", (ip,), {"app": app}, node)
-    svc = ServiceRecord("bench", app, ports=(ServicePort("", "TCP", 80, 8080),),
-                        cluster_ips=(vip,), selector={"app": app})
-    keys = [(ep.key, ep.to_bytes()), (service_ip_key(vip), svc.ref.encode()),
-            (svc.key, svc.to_bytes())]
+    svc = ServiceRecord(
+        "bench",
+        app,
+        ports=(ServicePort("", "TCP", 80, 8080),),
+        cluster_ips=(vip,),
+        selector={"app": app},
+    )
+    keys = [
+        (ep.key, ep.to_bytes()),
+        (service_ip_key(vip), svc.ref.encode()),
+        (svc.key, svc.to_bytes()),
+    ]
     return keys, f"{vip} . tcp . 80"
 
 
@@ -113,6 +127,9 @@ def measure_creates(built, poller, count: int, timeout: float) -> dict:
 def summarize(runs: list[dict]) -> dict:
     values = [r["put_to_programmed"] for r in runs]
     done = [v for v in values if v is not None]
-    return {"runs": runs, "timeouts": len(values) - len(done),
-            "p50": median(done) if done else None,
-            "max": percentile(done, 100) if done else None}
+    return {
+        "runs": runs,
+        "timeouts": len(values) - len(done),
+        "p50": median(done) if done else None,
+        "max": percentile(done, 100) if done else None,
+    }

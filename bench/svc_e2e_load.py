@@ -1,13 +1,14 @@
 """The measuring tools of bench/svc_e2e.py: the client Pod's connect poller, the bulk writer
 of synthetic Services (run inside a node: ``python -m bench.svc_e2e_load --write ENDPOINTS N
 PER_SERVICE``) and pycnid's metrics scraped from inside a node namespace."""
+
 from __future__ import annotations
 
 import json
 import sys
 import time
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
 
 from services.record import EndpointRecord, ServicePort, ServiceRecord, service_ip_key
 from tests.fixtures.etcd import run_in_netns
@@ -38,13 +39,24 @@ for line in sys.stdin:
 def calc_bulk_service(i: int, endpoints: int) -> list[tuple[str, bytes]]:
     """Service ``i`` (100 a namespace), its VIP index key and its endpoints (synthetic IPs)."""
     ns, vip = f"bulk{i // 100}", f"10.96.{(i + 1) // 256}.{(i + 1) % 256}"
-    record = ServiceRecord(ns, f"s{i}", ports=(ServicePort("", "TCP", 80, 8080),),
-                           cluster_ips=(vip,), selector={"app": f"s{i}"})
+    record = ServiceRecord(
+        ns,
+        f"s{i}",
+        ports=(ServicePort("", "TCP", 80, 8080),),
+        cluster_ips=(vip,),
+        selector={"app": f"s{i}"},
+    )
     keys = [(record.key, record.to_bytes()), (service_ip_key(vip), record.ref.encode())]
     for e in range(endpoints):
         n = i * endpoints + e
-        ep = EndpointRecord(ns, f"s{i}-{e}", "eth0", (f"10.{200 + n // 65536}.{n // 256 % 256}"
-                            f".{n % 256}",), {"app": f"s{i}"}, "synthetic")
+        ep = EndpointRecord(
+            ns,
+            f"s{i}-{e}",
+            "eth0",
+            (f"10.{200 + n // 65536}.{n // 256 % 256}.{n % 256}",),
+            {"app": f"s{i}"},
+            "synthetic",
+        )
         keys.append((ep.key, ep.to_bytes()))
     return keys
 
@@ -54,11 +66,15 @@ def write_bulk(endpoints_csv: str, services: int, per_service: int) -> None:
     (first, last) times: before the first txn, after the last one answered."""
     from store.base import Put
     from store.etcd import EtcdStore
+
     store = EtcdStore(endpoints_csv.split(","))
     first = time.time()
     for start in range(0, services, PER_TXN):
-        ops = [Put(k, v) for i in range(start, min(services, start + PER_TXN))
-               for k, v in calc_bulk_service(i, per_service)]
+        ops = [
+            Put(k, v)
+            for i in range(start, min(services, start + PER_TXN))
+            for k, v in calc_bulk_service(i, per_service)
+        ]
         assert store.txn([], ops).succeeded
     print(json.dumps([first, time.time()]), flush=True)
     store.close()
@@ -67,9 +83,11 @@ def write_bulk(endpoints_csv: str, services: int, per_service: int) -> None:
 # --- metrics -------------------------------------------------------------------------------
 def scrape(ns: str) -> dict[str, float]:
     """pycnid's metrics on node namespace ``ns`` (fetched from a thread inside it)."""
+
     def fetch() -> str:
         with urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=5) as response:
             return response.read().decode()
+
     return parse_samples(run_in_netns(ns, fetch))
 
 
@@ -83,8 +101,9 @@ def parse_samples(text: str) -> dict[str, float]:
     return samples
 
 
-def wait_metric(ns: str, enough: Callable[[dict], bool],
-                timeout: float) -> tuple[float | None, dict]:
+def wait_metric(
+    ns: str, enough: Callable[[dict], bool], timeout: float
+) -> tuple[float | None, dict]:
     """Until ``enough(samples)``: (monotonic stamp, samples), or (None, last samples)."""
     deadline = time.monotonic() + timeout
     samples: dict = {}

@@ -7,6 +7,7 @@ tracemalloc's current/peak (slower: figures then are for memory only).
 
 Runs its kernel steps in a netns of its own (made and deleted here): the full render into an
 empty table, then again into the table it holds (what a restart meets), release_cache, GC."""
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,11 @@ class Steps:
             tracemalloc.reset_peak()
         started = time.perf_counter()
         result = fn(*args)
-        row = {"step": name, "seconds": time.perf_counter() - started,
-               "rss_mib": (vm_rss_kib(os.getpid()) or 0) / 1024}
+        row = {
+            "step": name,
+            "seconds": time.perf_counter() - started,
+            "rss_mib": (vm_rss_kib(os.getpid()) or 0) / 1024,
+        }
         if tracemalloc.is_tracing():
             current, peak = tracemalloc.get_traced_memory()
             row.update(traced_mib=current / 2**20, peak_mib=peak / 2**20)
@@ -110,8 +114,17 @@ def run_in_fresh_netns(argv: list[str]) -> int:
     name = f"pycnimem-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
-        cmd = ["ip", "netns", "exec", name, sys.executable, "-m", "bench.svc_e2e_memory",
-               "--inside", *argv]
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            name,
+            sys.executable,
+            "-m",
+            "bench.svc_e2e_memory",
+            "--inside",
+            *argv,
+        ]
         return subprocess.run(cmd).returncode
     finally:
         subprocess.run(["ip", "netns", "del", name], check=True)

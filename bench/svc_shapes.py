@@ -14,6 +14,7 @@ Both shapes serve the same Services: N ClusterIP Services (TCP 80, Cluster polic
 
 Address plan (SVC-NOTES §4): ClusterIPs 172.30.0.0/16, Pods 10.0.0.0/8, node 192.168.0.2.
 """
+
 from __future__ import annotations
 
 import base64
@@ -21,7 +22,14 @@ import hashlib
 import ipaddress
 from dataclasses import replace
 
-from services.proxy.model import Backend, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
+from services.proxy.model import (
+    Backend,
+    NodeView,
+    ProxyModel,
+    ProxyPort,
+    ProxyService,
+    ServicePortView,
+)
 from services.proxy.view import Records
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import KV
@@ -42,8 +50,14 @@ def calc_plan(services: int) -> Plan:
     if services >= VIPS.num_addresses - 2:
         raise ValueError(f"at most {VIPS.num_addresses - 2} Services fit {VIPS}")
     base = int(PODS.network_address) + 256
-    return [(f"svc{i}", VIPS[i + 1], [ipaddress.IPv4Address(base + i * ENDPOINTS + j)
-                                      for j in range(ENDPOINTS)]) for i in range(services)]
+    return [
+        (
+            f"svc{i}",
+            VIPS[i + 1],
+            [ipaddress.IPv4Address(base + i * ENDPOINTS + j) for j in range(ENDPOINTS)],
+        )
+        for i in range(services)
+    ]
 
 
 def calc_swap(plan: Plan, round_: int) -> Plan:
@@ -52,10 +66,11 @@ def calc_swap(plan: Plan, round_: int) -> Plan:
         return plan
     i = len(plan) // 2
     name, vip, eps = plan[i]
-    return plan[:i] + [(name, vip, [SPARE[1 + i % 60000], *eps[1:]])] + plan[i + 1:]
+    return plan[:i] + [(name, vip, [SPARE[1 + i % 60000], *eps[1:]])] + plan[i + 1 :]
 
 
 # --- pycni ------------------------------------------------------------------------------------
+
 
 def build_model(plan: Plan) -> ProxyModel:
     return ProxyModel(4, NODE, tuple(_view(name, vip, eps) for name, vip, eps in plan))
@@ -73,8 +88,13 @@ def build_records(plan: Plan) -> Records:
     records.pools["bench"] = str(PODS)
     records.settings = ServiceSettings((str(VIPS),))
     for name, vip, eps in plan:
-        svc = ServiceRecord("bench", name, ports=(ServicePort("http", "TCP", PORT, TARGET),),
-                            cluster_ips=(str(vip),), selector={"svc": name})
+        svc = ServiceRecord(
+            "bench",
+            name,
+            ports=(ServicePort("http", "TCP", PORT, TARGET),),
+            cluster_ips=(str(vip),),
+            selector={"svc": name},
+        )
         records.apply(KV(svc.key, svc.to_bytes(), 0))
         for j, ip in enumerate(eps):
             records.apply(_endpoint_kv(name, j, ip))
@@ -90,8 +110,9 @@ def swap_records(records: Records, old: Plan, new: Plan) -> None:
 
 
 def _endpoint_kv(name: str, j: int, ip: ipaddress.IPv4Address) -> KV:
-    ep = EndpointRecord("bench", f"{name}-{j}", "eth0", (str(ip),), {"svc": name},
-                        calc_endpoint_node(ip))
+    ep = EndpointRecord(
+        "bench", f"{name}-{j}", "eth0", (str(ip),), {"svc": name}, calc_endpoint_node(ip)
+    )
     return KV(ep.key, ep.to_bytes(), 0)
 
 
@@ -114,6 +135,7 @@ def swap_model(model: ProxyModel, plan: Plan) -> ProxyModel:
 
 # --- kube-proxy shape ------------------------------------------------------------------------
 
+
 def calc_hash(name: str) -> str:
     """kube-proxy's chain-name hash: sha256 -> base32, first 8 characters."""
     return base64.b32encode(hashlib.sha256(name.encode()).digest()).decode()[:8]
@@ -131,56 +153,80 @@ def endpoint_chain(name: str, ip: ipaddress.IPv4Address) -> str:
 
 def render_kube_skeleton() -> str:
     """The 10 static chains, the dispatch and no-endpoint maps, masquerading."""
-    base = (("nat-prerouting", "nat hook prerouting priority -100"),
-            ("nat-output", "nat hook output priority -100"),
-            ("nat-postrouting", "nat hook postrouting priority 100"),
-            ("filter-forward", "filter hook forward priority 0"),
-            ("filter-output", "filter hook output priority 0"))
+    base = (
+        ("nat-prerouting", "nat hook prerouting priority -100"),
+        ("nat-output", "nat hook output priority -100"),
+        ("nat-postrouting", "nat hook postrouting priority 100"),
+        ("filter-forward", "filter hook forward priority 0"),
+        ("filter-output", "filter hook output priority 0"),
+    )
     key = "ipv4_addr . inet_proto . inet_service : verdict"
-    lines = [f"add table {KUBE}", f"add map {KUBE} service-ips {{ type {key}; }}",
-             f"add map {KUBE} no-endpoint-services {{ type {key}; }}"]
+    lines = [
+        f"add table {KUBE}",
+        f"add map {KUBE} service-ips {{ type {key}; }}",
+        f"add map {KUBE} no-endpoint-services {{ type {key}; }}",
+    ]
     lines += [f"add chain {KUBE} {c} {{ type {h}; policy accept; }}" for c, h in base]
-    lines += [f"add chain {KUBE} {c}" for c in ("services", "mark-for-masquerade", "masquerading",
-                                                 "service-endpoints-check", "reject-chain")]
+    lines += [
+        f"add chain {KUBE} {c}"
+        for c in (
+            "services",
+            "mark-for-masquerade",
+            "masquerading",
+            "service-endpoints-check",
+            "reject-chain",
+        )
+    ]
     lines += [f"add rule {KUBE} {chain} {rule}" for chain, rule in _kube_static_rules()]
     return "\n".join(lines) + "\n"
 
 
 def _kube_static_rules() -> list[tuple[str, str]]:
     dispatch = "ip daddr . meta l4proto . th dport vmap"
-    return [("nat-prerouting", "jump services"), ("nat-output", "jump services"),
-            ("nat-postrouting", "jump masquerading"),
-            ("filter-forward", "ct state new jump service-endpoints-check"),
-            ("filter-output", "ct state new jump service-endpoints-check"),
-            ("services", f"{dispatch} @service-ips"),
-            ("service-endpoints-check", f"{dispatch} @no-endpoint-services"),
-            ("mark-for-masquerade", "meta mark set meta mark | 0x4000"),
-            ("masquerading", "meta mark & 0x4000 == 0 return"),
-            ("masquerading", "meta mark set meta mark ^ 0x4000"),
-            ("masquerading", "masquerade fully-random"), ("reject-chain", "reject")]
+    return [
+        ("nat-prerouting", "jump services"),
+        ("nat-output", "jump services"),
+        ("nat-postrouting", "jump masquerading"),
+        ("filter-forward", "ct state new jump service-endpoints-check"),
+        ("filter-output", "ct state new jump service-endpoints-check"),
+        ("services", f"{dispatch} @service-ips"),
+        ("service-endpoints-check", f"{dispatch} @no-endpoint-services"),
+        ("mark-for-masquerade", "meta mark set meta mark | 0x4000"),
+        ("masquerading", "meta mark & 0x4000 == 0 return"),
+        ("masquerading", "meta mark set meta mark ^ 0x4000"),
+        ("masquerading", "masquerade fully-random"),
+        ("reject-chain", "reject"),
+    ]
 
 
 def render_endpoint(name: str, ip: ipaddress.IPv4Address) -> str:
     chain = endpoint_chain(name, ip)
-    return (f"add chain {KUBE} {chain}\n"
-            f"add rule {KUBE} {chain} ip saddr {ip} jump mark-for-masquerade\n"
-            f"add rule {KUBE} {chain} meta l4proto tcp dnat to {ip}:{TARGET}\n")
+    return (
+        f"add chain {KUBE} {chain}\n"
+        f"add rule {KUBE} {chain} ip saddr {ip} jump mark-for-masquerade\n"
+        f"add rule {KUBE} {chain} meta l4proto tcp dnat to {ip}:{TARGET}\n"
+    )
 
 
 def render_service_rules(name: str, vip: ipaddress.IPv4Address, eps: list) -> str:
     chain = service_chain(name)
     picks = ", ".join(f"{j} : goto {endpoint_chain(name, ip)}" for j, ip in enumerate(eps))
-    return (f"add rule {KUBE} {chain} ip daddr {vip} tcp dport {PORT} ip saddr != {PODS} "
-            f"jump mark-for-masquerade\n"
-            f"add rule {KUBE} {chain} numgen random mod {len(eps)} vmap {{ {picks} }}\n")
+    return (
+        f"add rule {KUBE} {chain} ip daddr {vip} tcp dport {PORT} ip saddr != {PODS} "
+        f"jump mark-for-masquerade\n"
+        f"add rule {KUBE} {chain} numgen random mod {len(eps)} vmap {{ {picks} }}\n"
+    )
 
 
 def render_kube_service(name: str, vip: ipaddress.IPv4Address, eps: list) -> str:
     """One Service: its endpoint chains, its service chain, its ``service-ips`` element."""
     chain = service_chain(name)
-    return ("".join(render_endpoint(name, ip) for ip in eps) + f"add chain {KUBE} {chain}\n"
-            + render_service_rules(name, vip, eps)
-            + f"add element {KUBE} service-ips {{ {vip} . tcp . {PORT} : goto {chain} }}\n")
+    return (
+        "".join(render_endpoint(name, ip) for ip in eps)
+        + f"add chain {KUBE} {chain}\n"
+        + render_service_rules(name, vip, eps)
+        + f"add element {KUBE} service-ips {{ {vip} . tcp . {PORT} : goto {chain} }}\n"
+    )
 
 
 def render_kube_full(plan: Plan) -> str:
@@ -195,7 +241,13 @@ def render_kube_update(old: Plan, new: Plan) -> str:
             continue
         gone = [ip for ip in eps0 if ip not in eps1]
         out += [render_endpoint(name, ip) for ip in eps1 if ip not in eps0]
-        out += [f"flush chain {KUBE} {service_chain(name)}\n", render_service_rules(name, vip, eps1)]
-        out += [f"flush chain {KUBE} {endpoint_chain(name, ip)}\n"
-                f"delete chain {KUBE} {endpoint_chain(name, ip)}\n" for ip in gone]
+        out += [
+            f"flush chain {KUBE} {service_chain(name)}\n",
+            render_service_rules(name, vip, eps1),
+        ]
+        out += [
+            f"flush chain {KUBE} {endpoint_chain(name, ip)}\n"
+            f"delete chain {KUBE} {endpoint_chain(name, ip)}\n"
+            for ip in gone
+        ]
     return "".join(out)

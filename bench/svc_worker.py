@@ -10,6 +10,7 @@ same for each one-Service update (endpoint 0 of the middle Service swapped and b
 endpoint record put, as a watch event delivers it), VmRSS of this process before the
 records, holding them, and after the full sync (after ``release_cache``, as pycnid does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,13 +21,12 @@ import time
 
 from kernel import nft as nft_mod
 from kernel.nft import Nft
-from services.proxy.table import ServiceTable, TablePlan
 from services.proxy.sync import calc_plan, paused_gc
+from services.proxy.table import ServiceTable, TablePlan
 from services.proxy.view import Records
 
 from . import svc_shapes as shapes
 from .common import vm_rss_kib
-
 
 LOCAL = [str(ip) for ip in shapes.NODE.node_ips]
 
@@ -37,8 +37,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--engine", choices=("lib", "bin"), required=True)
     parser.add_argument("--services", type=int, required=True)
     parser.add_argument("--updates", type=int, default=0)
-    parser.add_argument("--verify", action="store_true",
-                        help="count the service-ips elements the kernel holds afterwards")
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="count the service-ips elements the kernel holds afterwards",
+    )
     return parser.parse_args(argv)
 
 
@@ -54,8 +57,9 @@ def sync_pycni(records: Records, table: ServiceTable | None) -> TablePlan:
     return calc_plan(records, shapes.NODE.node, 4, LOCAL, table, records.take_dirty())
 
 
-def measure_pass(nft: Nft, records: Records, table: ServiceTable,
-                 committed: bool) -> tuple[TablePlan, float, float]:
+def measure_pass(
+    nft: Nft, records: Records, table: ServiceTable, committed: bool
+) -> tuple[TablePlan, float, float]:
     """One pass as ProxySync.sync makes it, the collector paused from plan to commit (its
     due collection comes after, in pycnid as here): (plan, Python seconds, nft seconds)."""
     with paused_gc():
@@ -80,9 +84,17 @@ def measure_pycni(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
         diff, d_render, d_apply = measure_pass(nft, records, table, committed=True)
         rounds.append({"render": d_render, "apply": d_apply, "bytes": len(diff.script)})
         committed = new
-    return {"build": build, "render": render, "apply": apply, "bytes": len(full.script),
-            "elements": len(table.elements()), "updates": rounds,
-            "rss_kib_base": rss_base, "rss_kib_built": rss_built, "rss_kib_synced": rss_synced}
+    return {
+        "build": build,
+        "render": render,
+        "apply": apply,
+        "bytes": len(full.script),
+        "elements": len(table.elements()),
+        "updates": rounds,
+        "rss_kib_base": rss_base,
+        "rss_kib_built": rss_built,
+        "rss_kib_synced": rss_synced,
+    }
 
 
 def measure_kube(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
@@ -95,8 +107,13 @@ def measure_kube(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
         _, d_apply = timed(nft.run, diff)
         rounds.append({"render": d_render, "apply": d_apply, "bytes": len(diff)})
         committed = new
-    return {"render": render, "apply": apply, "bytes": len(script), "updates": rounds,
-            "chains": 10 + len(plan) * (1 + shapes.ENDPOINTS)}
+    return {
+        "render": render,
+        "apply": apply,
+        "bytes": len(script),
+        "updates": rounds,
+        "chains": 10 + len(plan) * (1 + shapes.ENDPOINTS),
+    }
 
 
 def count_dispatch(shape: str) -> int:

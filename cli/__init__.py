@@ -5,6 +5,7 @@ command or group) becomes `pycni <name>`; modules are imported only when their c
 used or listed, so `pycni net add` never pays for another group's imports. A new group
 (`ipam`, `svc`, `node` …) is a new module here, nothing else to edit.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -14,8 +15,7 @@ import click
 
 
 def command_modules() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__)
-                  if not m.name.startswith("_"))
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
 class LazyGroup(click.Group):

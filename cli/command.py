@@ -5,19 +5,26 @@
 ``CNIError`` (bad input, store unreachable, conflicts) becomes one message on stderr and exit
 status 1, naming the store when the store is the problem; never a traceback.
 """
+
 from __future__ import annotations
 
 import functools
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import click
 
+from cli.open_store import (
+    StoreOptions,
+    calc_store_config,
+    describe_store,
+    load_config,
+    open_configured,
+)
 from cni.spec.errors import CNIError, InvalidConfig, NotAvailable, TryAgainLater
-from cli.open_store import (StoreOptions, calc_store_config, describe_store, load_config,
-                                  open_configured)
 from pycnid.config import DaemonConfig
 from store.base import Store
 
@@ -72,8 +79,11 @@ def command_prefix() -> str:
 
 def describe_error(exc: CNIError, env: Env) -> str:
     text = f"{command_prefix()}: {exc.msg}"
-    if isinstance(exc, (TryAgainLater, NotAvailable)) and env.store_name and \
-            env.store_name.split(":", 1)[1] not in str(exc):
+    if (
+        isinstance(exc, (TryAgainLater, NotAvailable))
+        and env.store_name
+        and env.store_name.split(":", 1)[1] not in str(exc)
+    ):
         text += f" (store {env.store_name})"
     return text + (f"\n  {exc.details}" if exc.details else "")
 
@@ -99,26 +109,56 @@ def run(env: Env, body: Callable[[], Any]) -> None:
 
 
 def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @click.option("--config", "config_path", envvar="PYCNI_CONFIG", default=None,
-                  metavar="FILE", help="pycnid's config, for its store [default: "
-                                       "/etc/pycni/pycnid.json]")
-    @click.option("--etcd-endpoints", envvar="PYCNI_ETCD_ENDPOINTS", default=None,
-                  metavar="URLS", help="etcd endpoints (comma-separated), instead of the "
-                                       "config's store")
-    @click.option("--store-path", envvar="PYCNI_STORE_PATH", default=None, metavar="FILE",
-                  help="a SQLite store file, instead of the config's store")
+    @click.option(
+        "--config",
+        "config_path",
+        envvar="PYCNI_CONFIG",
+        default=None,
+        metavar="FILE",
+        help="pycnid's config, for its store [default: /etc/pycni/pycnid.json]",
+    )
+    @click.option(
+        "--etcd-endpoints",
+        envvar="PYCNI_ETCD_ENDPOINTS",
+        default=None,
+        metavar="URLS",
+        help="etcd endpoints (comma-separated), instead of the config's store",
+    )
+    @click.option(
+        "--store-path",
+        envvar="PYCNI_STORE_PATH",
+        default=None,
+        metavar="FILE",
+        help="a SQLite store file, instead of the config's store",
+    )
     @click.option("--etcd-ca", default=None, metavar="FILE", help="etcd CA certificate")
     @click.option("--etcd-cert", default=None, metavar="FILE", help="etcd client certificate")
     @click.option("--etcd-key", default=None, metavar="FILE", help="etcd client key")
-    @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table",
-                  show_default=True, help="json: one stable JSON document on stdout")
+    @click.option(
+        "--output",
+        "-o",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="json: one stable JSON document on stdout",
+    )
     @functools.wraps(fn)
-    def wrapper(config_path: str | None, etcd_endpoints: str | None, store_path: str | None,
-                etcd_ca: str | None, etcd_cert: str | None, etcd_key: str | None,
-                output: str, **kwargs: Any) -> None:
-        env = Env(StoreOptions(config_path, etcd_endpoints, store_path, etcd_ca, etcd_cert,
-                               etcd_key), output)
+    def wrapper(
+        config_path: str | None,
+        etcd_endpoints: str | None,
+        store_path: str | None,
+        etcd_ca: str | None,
+        etcd_cert: str | None,
+        etcd_key: str | None,
+        output: str,
+        **kwargs: Any,
+    ) -> None:
+        env = Env(
+            StoreOptions(config_path, etcd_endpoints, store_path, etcd_ca, etcd_cert, etcd_key),
+            output,
+        )
         run(env, lambda: fn(env, **kwargs))
+
     return wrapper
 
 
@@ -127,8 +167,14 @@ def check_document(snap: Any) -> dict:
     from ipam.ops.check import find_problems
 
     problems = find_problems(snap)
-    return {"revision": snap.revision, "ok": not problems,
-            "counts": {"pools": len(snap.pools), "blocks": len(snap.blocks),
-                       "handles": len(snap.handles),
-                       "allocations": sum(len(b.allocations) for b in snap.blocks.values())},
-            "problems": [p.to_dict() for p in problems]}
+    return {
+        "revision": snap.revision,
+        "ok": not problems,
+        "counts": {
+            "pools": len(snap.pools),
+            "blocks": len(snap.blocks),
+            "handles": len(snap.handles),
+            "allocations": sum(len(b.allocations) for b in snap.blocks.values()),
+        },
+        "problems": [p.to_dict() for p in problems],
+    }

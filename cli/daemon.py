@@ -1,12 +1,19 @@
 """`pycni daemon [--config F]`: run the node daemon pycnid in the foreground."""
+
 from __future__ import annotations
 
 import click
 
 
 @click.command(name="daemon")
-@click.option("--config", "-c", "config", default=None, type=click.Path(dir_okay=False),
-              help="daemon config (JSON); default: built-in defaults")
+@click.option(
+    "--config",
+    "-c",
+    "config",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="daemon config (JSON); default: built-in defaults",
+)
 @click.option("--socket", default=None, help="override the socket path")
 def command(config: str | None, socket: str | None) -> None:
     """Run pycnid, the node daemon that serves the plugins."""

@@ -7,6 +7,7 @@ uncover the next (an orphan handle deleted leaves its allocations orphan, freed 
 round, and then the empty orphan block is deleted). ``--dry-run`` reports one round and writes
 nothing.
 """
+
 from __future__ import annotations
 
 import time
@@ -14,11 +15,11 @@ from collections import Counter
 from typing import Any
 
 from cli.command import Env, Failed
+from ipam.ops.check import find_problems
+from ipam.ops.repair import apply_fix, read_snapshot
 from nodes.liveness import supports_leases
 from nodes.options import parse_node_options
 from nodes.reaper import reap_dead_nodes
-from ipam.ops.check import find_problems
-from ipam.ops.repair import apply_fix, read_snapshot
 
 MAX_ROUNDS = 5
 
@@ -58,13 +59,25 @@ def run_gc(env: Env, dry_run: bool, grace: float | None) -> dict[str, Any]:
         for finding, fix in todo:
             status, detail = ("planned", "") if dry_run else apply_fix(store, fix, time.time())
             applied += status == "applied"
-            done.append({"kind": finding.kind, "problem": finding.message,
-                         "action": fix.action, "ip": fix.ip, "handle": fix.handle,
-                         "key": fix.block_key or finding.key, "status": status,
-                         "detail": detail})
+            done.append(
+                {
+                    "kind": finding.kind,
+                    "problem": finding.message,
+                    "action": fix.action,
+                    "ip": fix.ip,
+                    "handle": fix.handle,
+                    "key": fix.block_key or finding.key,
+                    "status": status,
+                    "detail": detail,
+                }
+            )
         if dry_run or not applied:
             break
         findings = find_problems(read_snapshot(store))
     remaining = [f for f in findings if not f.fixes] if dry_run else findings
-    return {"dryRun": dry_run, "fixes": done, "remaining": [f.to_dict() for f in remaining],
-            "reaper": reaper}
+    return {
+        "dryRun": dry_run,
+        "fixes": done,
+        "remaining": [f.to_dict() for f in remaining],
+        "reaper": reaper,
+    }

@@ -3,6 +3,7 @@
 Parsing only; the behaviour is `cni.runtime.tool`. `add` prints the result (4-space JSON),
 the others print nothing; on error a readable report on stderr and exit status 1.
 """
+
 from __future__ import annotations
 
 import json

@@ -5,6 +5,7 @@ release); reachability of host-gw peers in ``overlay.underlay.check_direct``, as
 network namespace the command runs in. Store options, ``--output`` and the error exit are
 those of `pycni ipam` (``cli.command``).
 """
+
 from __future__ import annotations
 
 import time
@@ -42,8 +43,11 @@ def node_show(env: Env, name: str) -> None:
 
 @command.command(name="rm")
 @click.argument("name")
-@click.option("--force", is_flag=True,
-              help="even while its heartbeat lives (the heartbeat key is deleted too)")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="even while its heartbeat lives (the heartbeat key is deleted too)",
+)
 @click.option("--dry-run", is_flag=True, help="only list what would be released")
 @command_options
 def node_rm(env: Env, name: str, force: bool, dry_run: bool) -> int:
@@ -79,29 +83,47 @@ def overlay_cells(row: dict) -> list:
 def render_list(doc: dict) -> str:
     if not doc["nodes"]:
         return "no nodes"
-    return render_table(("NAME", "UNDERLAY", "BACKEND", "VTEP", "MTU", "BLOCKS", "HEALTH"),
-                        [[row["name"], *overlay_cells(row), row["blockCount"],
-                          row.get("error") or row["health"]["text"]] for row in doc["nodes"]])
+    return render_table(
+        ("NAME", "UNDERLAY", "BACKEND", "VTEP", "MTU", "BLOCKS", "HEALTH"),
+        [
+            [
+                row["name"],
+                *overlay_cells(row),
+                row["blockCount"],
+                row.get("error") or row["health"]["text"],
+            ]
+            for row in doc["nodes"]
+        ],
+    )
 
 
 def render_show(doc: dict) -> str:
     node = doc["node"]
     overlay = node["overlay"] or {}
-    lines = [f"node {node['name']}" + ("" if node["record"] else " (no node record)"),
-             f"  address: {cell_text(node['address'] or None)}",
-             f"  started: {when(node['startedAt'])}",
-             f"  health: {node['health']['text']}"]
+    lines = [
+        f"node {node['name']}" + ("" if node["record"] else " (no node record)"),
+        f"  address: {cell_text(node['address'] or None)}",
+        f"  started: {when(node['startedAt'])}",
+        f"  health: {node['health']['text']}",
+    ]
     lines += [f"  error: {node['error']}"] if node.get("error") else []
-    lines += [f"  {key}: {cell_text(overlay.get(key))}"
-              for key in ("backend", "underlay", "vtepMAC", "vteps", "vni", "port", "mtu")
-              ] if overlay else ["  overlay: -"]
+    lines += (
+        [
+            f"  {key}: {cell_text(overlay.get(key))}"
+            for key in ("backend", "underlay", "vtepMAC", "vteps", "vni", "port", "mtu")
+        ]
+        if overlay
+        else ["  overlay: -"]
+    )
     if node["reachability"] is not None:
         lines.append(f"  reachability: {node['reachability']}")
     lines.append(f"  blocks ({len(node['blocks'])}):")
     lines += [f"    {b['pool']}/{b['cidr']}" for b in node["blocks"]]
     lines.append(f"  borrowed addresses ({len(node['borrowed'])}):")
-    lines += [f"    {b['address']} in {b['pool']}/{b['block']} (block of {b['owner']})"
-              for b in node["borrowed"]]
+    lines += [
+        f"    {b['address']} in {b['pool']}/{b['block']} (block of {b['owner']})"
+        for b in node["borrowed"]
+    ]
     return "\n".join(lines)
 
 
@@ -111,8 +133,10 @@ def render_rm(doc: dict) -> str:
     release = doc["release"]
     lines += [f"  released {e['handle']}: {', '.join(e['ips'])}" for e in release["released"]]
     lines += [f"  block returned: {b}" for b in release["blocksReturned"]]
-    lines += [f"  block kept: {b['block']} ({b['held']} held, {b.get('cooling', 0)} cooling)"
-              for b in release["blocksKept"]]
+    lines += [
+        f"  block kept: {b['block']} ({b['held']} held, {b.get('cooling', 0)} cooling)"
+        for b in release["blocksKept"]
+    ]
     lines += [f"  error: {e}" for e in release["errors"]]
     if doc["heartbeatDeleted"]:
         lines.append("  heartbeat deleted (--force)")

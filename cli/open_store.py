@@ -6,6 +6,7 @@ config ``--config`` (default /etc/pycni/pycnid.json; when that default file is a
 built-in defaults: SQLite at /var/lib/pycni/store.db). A SQLite file is never created here:
 an operator tool pointed at the wrong path must say so, not show an empty cluster.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cni.spec.errors import InvalidConfig
-from pycnid.config import (DEFAULT_CONFIG_PATH, DaemonConfig, load_daemon_config,
-                                parse_daemon_config)
+from pycnid.config import (
+    DEFAULT_CONFIG_PATH,
+    DaemonConfig,
+    load_daemon_config,
+    parse_daemon_config,
+)
 from store.base import Store
 from store.config import StoreConfig
 
@@ -46,14 +51,24 @@ def calc_store_config(opts: StoreOptions, config: DaemonConfig) -> StoreConfig:
         if not endpoints:
             raise InvalidConfig("invalid --etcd-endpoints", "expected http(s)://host:port,...")
         base = config.store if config.store.type == "etcd" else StoreConfig(type="etcd")
-        return StoreConfig(type="etcd", endpoints=endpoints, ca=opts.etcd_ca or base.ca,
-                           cert=opts.etcd_cert or base.cert, key=opts.etcd_key or base.key,
-                           options=dict(base.options))
+        return StoreConfig(
+            type="etcd",
+            endpoints=endpoints,
+            ca=opts.etcd_ca or base.ca,
+            cert=opts.etcd_cert or base.cert,
+            key=opts.etcd_key or base.key,
+            options=dict(base.options),
+        )
     store = config.store
     if store.type == "etcd" and (opts.etcd_ca or opts.etcd_cert or opts.etcd_key):
-        return StoreConfig(type="etcd", endpoints=store.endpoints,
-                           ca=opts.etcd_ca or store.ca, cert=opts.etcd_cert or store.cert,
-                           key=opts.etcd_key or store.key, options=dict(store.options))
+        return StoreConfig(
+            type="etcd",
+            endpoints=store.endpoints,
+            ca=opts.etcd_ca or store.ca,
+            cert=opts.etcd_cert or store.cert,
+            key=opts.etcd_key or store.key,
+            options=dict(store.options),
+        )
     return store
 
 
@@ -77,6 +92,8 @@ def open_sqlite(path: str) -> Store:
     from store.sqlite import SqliteStore
 
     if not os.path.isfile(path):
-        raise InvalidConfig(f"store sqlite:{path} does not exist",
-                            "is pycnid configured with it? pass --store-path or --config")
+        raise InvalidConfig(
+            f"store sqlite:{path} does not exist",
+            "is pycnid configured with it? pass --store-path or --config",
+        )
     return SqliteStore(path)  # an unusable file is TryAgainLater naming the store

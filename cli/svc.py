@@ -6,11 +6,13 @@ fields it names. ``--port [name:]PORT[/PROTO][:TARGET][:NODEPORT]`` (TARGET a nu
 container port's name; an empty TARGET is PORT). Store options, ``--output`` and the error
 exit are those of `pycni ipam` (``cli.command``).
 """
+
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -75,22 +77,31 @@ def read_json(path: str) -> dict:
 def calc_spec(opts: dict) -> dict:
     """The spec fields the given flags name (``--from-json`` first, flags over it)."""
     spec = read_json(opts["from_json"]) if opts["from_json"] else {}
-    flags = {"type": opts["kind"], "sessionAffinity": opts["session_affinity"],
-             "timeoutSeconds": opts["affinity_timeout"],
-             "externalTrafficPolicy": opts["external_traffic_policy"],
-             "internalTrafficPolicy": opts["internal_traffic_policy"]}
+    flags = {
+        "type": opts["kind"],
+        "sessionAffinity": opts["session_affinity"],
+        "timeoutSeconds": opts["affinity_timeout"],
+        "externalTrafficPolicy": opts["external_traffic_policy"],
+        "internalTrafficPolicy": opts["internal_traffic_policy"],
+    }
     spec.update({k: v for k, v in flags.items() if v is not None})
-    lists = {"ports": [parse_port(p) for p in opts["port"]], "clusterIPs": list(opts["cluster_ip"]),
-             "externalIPs": list(opts["external_ip"]), "selector": parse_selector(opts["selector"])}
+    lists = {
+        "ports": [parse_port(p) for p in opts["port"]],
+        "clusterIPs": list(opts["cluster_ip"]),
+        "externalIPs": list(opts["external_ip"]),
+        "selector": parse_selector(opts["selector"]),
+    }
     spec.update({k: v for k, v in lists.items() if v})
     return spec
 
 
 def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for decorator in reversed([
+    for decorator in reversed(
+        [
             click.option("--type", "kind", type=click.Choice(["ClusterIP", "NodePort"])),
-            click.option("--port", multiple=True,
-                         metavar="[NAME:]PORT[/PROTO][:TARGET][:NODEPORT]"),
+            click.option(
+                "--port", multiple=True, metavar="[NAME:]PORT[/PROTO][:TARGET][:NODEPORT]"
+            ),
             click.option("--selector", multiple=True, metavar="KEY=VALUE"),
             click.option("--cluster-ip", multiple=True, metavar="IP", help="at most one a family"),
             click.option("--external-ip", multiple=True, metavar="IP"),
@@ -98,7 +109,9 @@ def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--affinity-timeout", type=int, metavar="S"),
             click.option("--external-traffic-policy", type=click.Choice(["Cluster", "Local"])),
             click.option("--internal-traffic-policy", type=click.Choice(["Cluster", "Local"])),
-            click.option("--from-json", metavar="FILE|-", help="the spec as JSON")]):
+            click.option("--from-json", metavar="FILE|-", help="the spec as JSON"),
+        ]
+    ):
         fn = decorator(fn)
     return fn
 
@@ -115,8 +128,12 @@ def svc_config() -> None:
 
 @svc_config.command(name="set")
 @click.option("--cidr", "cidrs", multiple=True, required=True, help="at most one a family")
-@click.option("--node-port-range", default="-".join(map(str, DEFAULT_NODE_PORT_RANGE)),
-              show_default=True, metavar="A-B")
+@click.option(
+    "--node-port-range",
+    default="-".join(map(str, DEFAULT_NODE_PORT_RANGE)),
+    show_default=True,
+    metavar="A-B",
+)
 @command_options
 def config_set(env: Env, cidrs: tuple[str, ...], node_port_range: str) -> None:
     """Set the service CIDRs VIPs are allocated from, and the nodePort range."""
@@ -231,21 +248,42 @@ def render_list(doc: dict) -> str:
     bad = [f"unreadable record {key} (pycni svc rm removes it)" for key in doc["unreadable"]]
     if not doc["services"]:
         return "\n".join(["no services", *bad])
-    return "\n".join([render_table(("SERVICE", "TYPE", "CLUSTER-IPS", "EXTERNAL-IPS", "PORTS", "SELECTOR"),
-                        [[f"{s['namespace']}/{s['name']}", s["type"],
-                          ",".join(s["clusterIPs"]) or None, ",".join(s["externalIPs"]) or None,
-                          " ".join(map(port_text, s["ports"])),
-                          ",".join(f"{k}={v}" for k, v in s["selector"].items()) or None]
-                         for s in doc["services"]]), *bad])
+    return "\n".join(
+        [
+            render_table(
+                ("SERVICE", "TYPE", "CLUSTER-IPS", "EXTERNAL-IPS", "PORTS", "SELECTOR"),
+                [
+                    [
+                        f"{s['namespace']}/{s['name']}",
+                        s["type"],
+                        ",".join(s["clusterIPs"]) or None,
+                        ",".join(s["externalIPs"]) or None,
+                        " ".join(map(port_text, s["ports"])),
+                        ",".join(f"{k}={v}" for k, v in s["selector"].items()) or None,
+                    ]
+                    for s in doc["services"]
+                ],
+            ),
+            *bad,
+        ]
+    )
 
 
 def render_service(doc: dict) -> str:
     svc = doc["service"]
     lines = [f"service {svc['namespace']}/{svc['name']} ({svc['type']})"]
     svc = {**svc, "selector": [f"{k}={v}" for k, v in svc["selector"].items()]}
-    lines += [f"  {key}: {cell_text(svc[key])}" for key in
-              ("clusterIPs", "externalIPs", "selector", "sessionAffinity",
-               "externalTrafficPolicy", "internalTrafficPolicy")]
+    lines += [
+        f"  {key}: {cell_text(svc[key])}"
+        for key in (
+            "clusterIPs",
+            "externalIPs",
+            "selector",
+            "sessionAffinity",
+            "externalTrafficPolicy",
+            "internalTrafficPolicy",
+        )
+    ]
     lines += [f"  port {port_text(p)}" for p in svc["ports"]]
     if "endpointCount" in doc:
         lines.append(f"  endpoints: {doc['endpointCount']}")
@@ -255,7 +293,16 @@ def render_service(doc: dict) -> str:
 def render_endpoints(doc: dict) -> str:
     if not doc["endpoints"]:
         return f"{doc['service']}: no endpoints match its selector"
-    return render_table(("POD", "IFNAME", "IPS", "NODE", "PORTS"),
-                        [[f"{e['namespace']}/{e['pod']}", e["ifname"], ",".join(e["ips"]),
-                          e["node"] or None, ",".join(f"{k}={v}" for k, v in e["ports"].items())]
-                         for e in doc["endpoints"]])
+    return render_table(
+        ("POD", "IFNAME", "IPS", "NODE", "PORTS"),
+        [
+            [
+                f"{e['namespace']}/{e['pod']}",
+                e["ifname"],
+                ",".join(e["ips"]),
+                e["node"] or None,
+                ",".join(f"{k}={v}" for k, v in e["ports"].items()),
+            ]
+            for e in doc["endpoints"]
+        ],
+    )

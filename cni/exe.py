@@ -7,6 +7,7 @@ request to the node daemon over its unix socket with the netns fd attached (SCM_
 prints the reply. If the daemon is unreachable it answers code 11 naming the socket, within a
 hard timeout. Errors found here are rendered by ``cni.spec.errors`` (the slow path).
 """
+
 import _socket
 import os
 import stat
@@ -20,8 +21,9 @@ DEFAULT_TIMEOUT = 90.0
 MAX_TIMEOUT = 86400.0
 SUPPORTED = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")  # = cni.spec.versions.SUPPORTED
 CURRENT = "1.1.0"
-START_HINT = ("start the node daemon: `systemctl start pycnid` or "
-              "`pycnid --config /etc/pycni/pycnid.json`")
+START_HINT = (
+    "start the node daemon: `systemctl start pycnid` or `pycnid --config /etc/pycni/pycnid.json`"
+)
 
 
 class Failure(Exception):
@@ -29,8 +31,10 @@ class Failure(Exception):
 
 
 def about(plugin):
-    return (f"pycni-{plugin}: pycni CNI plugin (served by pycnid)\n"
-            f"CNI protocol versions supported: {', '.join(SUPPORTED)}\n")
+    return (
+        f"pycni-{plugin}: pycni CNI plugin (served by pycnid)\n"
+        f"CNI protocol versions supported: {', '.join(SUPPORTED)}\n"
+    )
 
 
 def version_reply():
@@ -57,7 +61,7 @@ def scan_daemon_socket(stdin):
     start = stdin.find(key)
     if start < 0 or stdin.find(key, start + 1) >= 0:
         return None
-    rest = stdin[start + len(key):].lstrip()
+    rest = stdin[start + len(key) :].lstrip()
     if not rest.startswith(b":"):
         return None
     rest = rest[1:].lstrip()
@@ -69,6 +73,7 @@ def scan_daemon_socket(stdin):
 
 def parse_daemon_socket(plugin, stdin):
     import json
+
     try:
         config = json.loads(stdin)
         ipam = config.get("ipam") if isinstance(config.get("ipam"), dict) else {}
@@ -80,8 +85,11 @@ def parse_daemon_socket(plugin, stdin):
             try:
                 value.encode()
             except UnicodeEncodeError:
-                raise Failure(7, f"invalid network config key {key!r}",
-                              f"{value!r} is not valid UTF-8 (a lone surrogate)") from None
+                raise Failure(
+                    7,
+                    f"invalid network config key {key!r}",
+                    f"{value!r} is not valid UTF-8 (a lone surrogate)",
+                ) from None
             return value
     return None
 
@@ -96,8 +104,11 @@ def request_timeout(environ):
     except ValueError:
         seconds = -1.0
     if not 0 < seconds <= MAX_TIMEOUT:  # also false for nan
-        raise Failure(4, "invalid PYCNI_TIMEOUT",
-                      f"{text!r}: expected seconds, a number > 0 and at most {MAX_TIMEOUT:g}")
+        raise Failure(
+            4,
+            "invalid PYCNI_TIMEOUT",
+            f"{text!r}: expected seconds, a number > 0 and at most {MAX_TIMEOUT:g}",
+        )
     return seconds
 
 
@@ -128,8 +139,15 @@ def open_netns(path, required):
 
 def check_netns_kind(path, mode):
     if not stat.S_ISREG(mode):
-        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-                "a socket" if stat.S_ISSOCK(mode) else "a device file")
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a device file"
+        )
         raise Failure(4, "invalid CNI_NETNS", f"{path!r} is {kind}, not a network namespace")
 
 
@@ -141,14 +159,18 @@ def exchange(path, request, netns_fd, timeout):
         try:
             sock.connect(path)
         except OSError as exc:
-            raise Failure(11, f"pycnid is not reachable at {path}",
-                          f"{exc.strerror or exc}; {START_HINT}")
+            raise Failure(
+                11, f"pycnid is not reachable at {path}", f"{exc.strerror or exc}; {START_HINT}"
+            )
         sock.settimeout(timeout)
         refused = send_request(sock, request, netns_fd)
         chunks = receive_reply(sock, refused)
     except _socket.timeout:
-        raise Failure(11, f"pycnid at {path} did not answer within {timeout:g}s",
-                      "the request may still complete; the runtime should retry")
+        raise Failure(
+            11,
+            f"pycnid at {path} did not answer within {timeout:g}s",
+            "the request may still complete; the runtime should retry",
+        )
     except OSError as exc:
         raise Failure(11, f"pycnid at {path} closed the connection", str(exc))
     finally:
@@ -156,8 +178,11 @@ def exchange(path, request, netns_fd, timeout):
     try:
         return wire.decode_reply(b"".join(chunks))
     except ValueError:
-        raise Failure(11, f"pycnid at {path} sent no reply",
-                      "the daemon may have stopped mid-request; the runtime should retry")
+        raise Failure(
+            11,
+            f"pycnid at {path} sent no reply",
+            "the daemon may have stopped mid-request; the runtime should retry",
+        )
 
 
 def send_request(sock, request, netns_fd):
@@ -255,8 +280,9 @@ def internal_error(plugin, exc):
         details = f"{type(exc).__name__}: {exc}"
     except Exception:
         details = type(exc).__name__
-    return json.dumps({"code": 999, "msg": f"internal error in pycni-{plugin}",
-                       "details": details}, indent=4), 1
+    return json.dumps(
+        {"code": 999, "msg": f"internal error in pycni-{plugin}", "details": details}, indent=4
+    ), 1
 
 
 def serve_invocation(plugin, environ):

@@ -9,6 +9,7 @@ with the directory that holds the `cni` package put on sys.path explicitly.
 `--root` names the directory that will hold the `cni` package at run time (a staged
 `make install DESTDIR=...` writes launchers for where the package will be, not where it is).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,11 @@ def package_root() -> str:
 
 
 def render_launcher(plugin: str, python: str | None = None, root: str | None = None) -> str:
-    return TEMPLATE.format(python=python or os.path.realpath(sys.executable),
-                           root=root or package_root(), plugin=plugin)
+    return TEMPLATE.format(
+        python=python or os.path.realpath(sys.executable),
+        root=root or package_root(),
+        plugin=plugin,
+    )
 
 
 def write_launchers(dest: str, python: str | None = None, root: str | None = None) -> list[str]:

@@ -6,6 +6,7 @@ ADD made without the pod netns or prevResult.
   long or holds unusual characters), used as the nft element comment and, prefixed with
   ``pycni:``, as the host veth's alias (IFLA_IFALIAS) so GC can tell whose veth it is.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +35,7 @@ class Attachment:
     ifname: str
 
     @classmethod
-    def of(cls, req: Request) -> "Attachment":
+    def of(cls, req: Request) -> Attachment:
         return cls(req.network, req.env.container_id, req.env.ifname)
 
     @property
@@ -61,5 +62,5 @@ def tag_in_network(tag: str, network: str) -> bool:
 
 def tag_of_alias(alias: str | None) -> str | None:
     if alias and alias.startswith(ALIAS_PREFIX):
-        return alias[len(ALIAS_PREFIX):]
+        return alias[len(ALIAS_PREFIX) :]
     return None

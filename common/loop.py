@@ -15,13 +15,15 @@ stretch ends when a step returns or the owner calls ``recovered()`` (a watch str
 ``Periodic`` is the common case: a function run every ``interval`` seconds. This module is a
 leaf: it imports nothing of pycni but the errors, so every layer may use it.
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from cni.spec.errors import CNIError
 
@@ -42,7 +44,7 @@ class Backoff:
         pause, self.current = self.current, min(self.current * 2, self.cap)
         return pause
 
-    def reset(self) -> "Backoff":
+    def reset(self) -> Backoff:
         self.current = self.first
         return self
 
@@ -60,19 +62,31 @@ class Errors:
 
 
 class Loop:
-    def __init__(self, name: str, step: Step, *, first: float = 0.0,
-                 retry: float | Callable[[], float] = 0.5, wake: threading.Event | None = None,
-                 errors: Errors = Errors(), registry: Any = None,
-                 join_timeout: float | None = 5.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        step: Step,
+        *,
+        first: float = 0.0,
+        retry: float | Callable[[], float] = 0.5,
+        wake: threading.Event | None = None,
+        errors: Errors = Errors(),
+        registry: Any = None,
+        join_timeout: float | None = 5.0,
+    ) -> None:
         self.name, self.step, self.first, self.retry = name, step, first, retry
         self.report = errors
         self.join_timeout = join_timeout
         self.errors = 0  # failed steps since the start
         self.failures = 0  # failed steps in a row (the current stretch)
         self._logged: set[bool] = set()  # kinds logged in this stretch (expected or a bug)
-        self._counter = registry.counter("pycni_loop_errors_total",
-                                         "failed steps of pycnid's background loops") \
-            if registry is not None else None
+        self._counter = (
+            registry.counter(
+                "pycni_loop_errors_total", "failed steps of pycnid's background loops"
+            )
+            if registry is not None
+            else None
+        )
         self._stop = threading.Event()
         self._wake = wake
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -85,7 +99,7 @@ class Loop:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def start(self) -> "Loop":
+    def start(self) -> Loop:
         self._thread.start()
         return self
 
@@ -141,8 +155,12 @@ class Loop:
         first, logger = expected not in self._logged, self.report.logger
         self._logged.add(expected)
         if expected:
-            logger.log(self.report.level if first else logging.DEBUG, "%s: %s", self.label,
-                       self.report.describe(exc))
+            logger.log(
+                self.report.level if first else logging.DEBUG,
+                "%s: %s",
+                self.label,
+                self.report.describe(exc),
+            )
         elif first:
             logger.error("%s: step failed", self.label, exc_info=exc)
         else:
@@ -151,8 +169,9 @@ class Loop:
     def recovered(self) -> None:
         """End a failing stretch (a step returned, or the owner knows it works again)."""
         if self.failures:
-            self.report.logger.info("%s: working again after %d failed step(s)", self.label,
-                                    self.failures)
+            self.report.logger.info(
+                "%s: working again after %d failed step(s)", self.label, self.failures
+            )
         self.failures = 0
         self._logged.clear()
 
@@ -161,8 +180,15 @@ class Periodic(Loop):
     """``run()`` every ``interval`` seconds, the first time after ``first`` (0: at once); a run
     that fails is retried after ``interval`` too."""
 
-    def __init__(self, name: str, interval: float, run: Callable[[], Any], *,
-                 first: float = 0.0, **options: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        interval: float,
+        run: Callable[[], Any],
+        *,
+        first: float = 0.0,
+        **options: Any,
+    ) -> None:
         self.interval, self.run = interval, run
         options.setdefault("retry", interval)
         super().__init__(name, self._run_once, first=first, **options)

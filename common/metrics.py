@@ -4,12 +4,13 @@ Counters, gauges (set or computed at scrape time) and histograms with fixed buck
 no third-party client library (the exposition format is a few lines of text). A leaf: the layers
 below the daemon count on it; pycnid serves it (``pycnid/metrics_server.py``).
 """
+
 from __future__ import annotations
 
 import bisect
 import logging
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 log = logging.getLogger("pycnid.metrics")
 
@@ -77,8 +78,9 @@ class Gauge(Metric):
 
     kind = "gauge"
 
-    def __init__(self, name: str, help_text: str,
-                 collect: Callable[[], dict[Labels, float]] | None = None) -> None:
+    def __init__(
+        self, name: str, help_text: str, collect: Callable[[], dict[Labels, float]] | None = None
+    ) -> None:
         super().__init__(name, help_text)
         self._values: dict[Labels, float] = {}
         self.collect = collect
@@ -101,7 +103,9 @@ class Gauge(Metric):
 class Histogram(Metric):
     kind = "histogram"
 
-    def __init__(self, name: str, help_text: str, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+    def __init__(
+        self, name: str, help_text: str, buckets: tuple[float, ...] = LATENCY_BUCKETS
+    ) -> None:
         super().__init__(name, help_text)
         self.buckets = buckets
         self._series: dict[Labels, list] = {}
@@ -145,12 +149,14 @@ class Registry:
     def counter(self, name: str, help_text: str) -> Counter:
         return self._add(Counter(name, help_text))  # type: ignore[return-value]
 
-    def gauge(self, name: str, help_text: str,
-              collect: Callable[[], dict[Labels, float]] | None = None) -> Gauge:
+    def gauge(
+        self, name: str, help_text: str, collect: Callable[[], dict[Labels, float]] | None = None
+    ) -> Gauge:
         return self._add(Gauge(name, help_text, collect))  # type: ignore[return-value]
 
-    def histogram(self, name: str, help_text: str,
-                  buckets: tuple[float, ...] = LATENCY_BUCKETS) -> Histogram:
+    def histogram(
+        self, name: str, help_text: str, buckets: tuple[float, ...] = LATENCY_BUCKETS
+    ) -> Histogram:
         return self._add(Histogram(name, help_text, buckets))  # type: ignore[return-value]
 
     def render(self) -> str:

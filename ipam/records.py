@@ -23,13 +23,15 @@ CIDRs in keys write ``/`` as ``-`` (``10.22.0.0/26`` -> ``10.22.0.0-26``); chang
 encoding would strand every stored row. Records keep fields they do not know (``extra``), so
 a newer pycnid writing more fields is not undone by an older one, nor by ``pycni ipam``.
 """
+
 from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 from cni.spec.errors import InternalError
 from store.base import PREFIX
@@ -94,7 +96,7 @@ def affinity_key(node: str, pool: str, cidr: IPNet | str) -> str:
 
 def block_affinity_key(node: str, key: str) -> str:
     """The index key of the block stored at ``key`` when ``node`` claimed it."""
-    return f"{AFFINITY}{node}/{key[len(BLOCKS):]}"
+    return f"{AFFINITY}{node}/{key[len(BLOCKS) :]}"
 
 
 def handle_key(handle_id: str) -> str:
@@ -163,22 +165,36 @@ class BlockRecord:
     borrowed: Mapping[str, str] = field(default_factory=dict)
     empty_since: float | None = None
 
-    FIELDS = ("pool", "cidr", "affinity", "allocations", "last", "claimedAt", "released",
-              "borrowed", "emptySince")
+    FIELDS = (
+        "pool",
+        "cidr",
+        "affinity",
+        "allocations",
+        "last",
+        "claimedAt",
+        "released",
+        "borrowed",
+        "emptySince",
+    )
 
-    def with_allocation(self, address: str, holder: str, advance: bool = True,
-                        borrower: str | None = None) -> "BlockRecord":
+    def with_allocation(
+        self, address: str, holder: str, advance: bool = True, borrower: str | None = None
+    ) -> BlockRecord:
         """Allocate ``address``; ``advance`` moves the round-robin cursor (not for static IPs);
         ``borrower``: the node allocating in another node's block."""
         borrowed = {a: n for a, n in self.borrowed.items() if a != address}
         if borrower is not None and borrower != self.affinity:
             borrowed[address] = borrower
-        return replace(self, allocations={**self.allocations, address: holder},
-                       last=address if advance else self.last, empty_since=None,
-                       released={a: t for a, t in self.released.items() if a != address},
-                       borrowed=borrowed)
+        return replace(
+            self,
+            allocations={**self.allocations, address: holder},
+            last=address if advance else self.last,
+            empty_since=None,
+            released={a: t for a, t in self.released.items() if a != address},
+            borrowed=borrowed,
+        )
 
-    def without(self, address: str, released_at: float | None = None) -> "BlockRecord":
+    def without(self, address: str, released_at: float | None = None) -> BlockRecord:
         """Free ``address``; ``released_at`` starts its reuse delay and, when it was the last
         allocation, the block's empty grace period."""
         allocations = {a: h for a, h in self.allocations.items() if a != address}
@@ -188,26 +204,40 @@ class BlockRecord:
             released[address] = released_at
             if not allocations and empty_since is None:
                 empty_since = released_at
-        return replace(self, allocations=allocations, released=released,
-                       borrowed={a: n for a, n in self.borrowed.items() if a != address},
-                       empty_since=empty_since)
+        return replace(
+            self,
+            allocations=allocations,
+            released=released,
+            borrowed={a: n for a, n in self.borrowed.items() if a != address},
+            empty_since=empty_since,
+        )
 
-    def pruned(self, now: float, reuse_delay: float) -> "BlockRecord":
+    def pruned(self, now: float, reuse_delay: float) -> BlockRecord:
         """Forget releases whose reuse delay has passed (keeps the record small)."""
         if not self.released or all(now - t < reuse_delay for t in self.released.values()):
             return self
-        return replace(self, released={a: t for a, t in self.released.items()
-                                       if now - t < reuse_delay})
+        return replace(
+            self, released={a: t for a, t in self.released.items() if now - t < reuse_delay}
+        )
 
     def cooling(self, now: float, reuse_delay: float) -> set[str]:
         """Free addresses still within their reuse delay."""
-        return {a for a, t in self.released.items()
-                if now - t < reuse_delay and a not in self.allocations}
+        return {
+            a
+            for a, t in self.released.items()
+            if now - t < reuse_delay and a not in self.allocations
+        }
 
     def to_bytes(self) -> bytes:
-        data = {**self.extra, "pool": self.pool, "cidr": self.cidr, "affinity": self.affinity,
-                "allocations": dict(self.allocations), "last": self.last,
-                "claimedAt": self.claimed_at}
+        data = {
+            **self.extra,
+            "pool": self.pool,
+            "cidr": self.cidr,
+            "affinity": self.affinity,
+            "allocations": dict(self.allocations),
+            "last": self.last,
+            "claimedAt": self.claimed_at,
+        }
         if self.released:
             data["released"] = dict(self.released)
         if self.borrowed:
@@ -221,11 +251,11 @@ class BlockRecord:
         return ipaddress.ip_network(self.cidr)
 
     @classmethod
-    def from_bytes(cls, key: str, value: bytes) -> "BlockRecord":
+    def from_bytes(cls, key: str, value: bytes) -> BlockRecord:
         return cls.from_dict(key, decode(key, value))
 
     @classmethod
-    def at_key(cls, key: str, value: bytes) -> "BlockRecord":
+    def at_key(cls, key: str, value: bytes) -> BlockRecord:
         """The block stored at ``key``: its pool and CIDR are the key's."""
         try:
             pool, cidr = parse_block_key(key)
@@ -234,23 +264,25 @@ class BlockRecord:
         return cls.from_dict(key, {**decode(key, value), "pool": pool, "cidr": cidr})
 
     @classmethod
-    def from_dict(cls, key: str, data: Mapping[str, Any]) -> "BlockRecord":
+    def from_dict(cls, key: str, data: Mapping[str, Any]) -> BlockRecord:
         try:
             empty = data.get("emptySince")
-            return cls(pool=str(data["pool"]), cidr=str(data["cidr"]),
-                       affinity=str(data.get("affinity") or ""),
-                       allocations={str(a): str(h) for a, h in
-                                    (data.get("allocations") or {}).items()},
-                       last=data.get("last"), claimed_at=float(data.get("claimedAt") or 0),
-                       extra={k: v for k, v in data.items() if k not in cls.FIELDS},
-                       released={str(a): float(t) for a, t in
-                                 (data.get("released") or {}).items()},
-                       borrowed={str(a): str(n) for a, n in
-                                 (data.get("borrowed") or {}).items()},
-                       empty_since=float(empty) if empty is not None else None)
+            return cls(
+                pool=str(data["pool"]),
+                cidr=str(data["cidr"]),
+                affinity=str(data.get("affinity") or ""),
+                allocations={str(a): str(h) for a, h in (data.get("allocations") or {}).items()},
+                last=data.get("last"),
+                claimed_at=float(data.get("claimedAt") or 0),
+                extra={k: v for k, v in data.items() if k not in cls.FIELDS},
+                released={str(a): float(t) for a, t in (data.get("released") or {}).items()},
+                borrowed={str(a): str(n) for a, n in (data.get("borrowed") or {}).items()},
+                empty_since=float(empty) if empty is not None else None,
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptRecord(f"corrupt IPAM block {key}", f"bad block record: {exc!r}") \
-                from None
+            raise CorruptRecord(
+                f"corrupt IPAM block {key}", f"bad block record: {exc!r}"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -272,13 +304,23 @@ class LeasedIP:
         return block_key(self.pool, self.block)
 
     def to_dict(self) -> dict:
-        return {**self.extra, "address": self.address, "gateway": self.gateway,
-                "pool": self.pool, "block": self.block}
+        return {
+            **self.extra,
+            "address": self.address,
+            "gateway": self.gateway,
+            "pool": self.pool,
+            "block": self.block,
+        }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LeasedIP":
-        return cls(str(data["address"]), data.get("gateway"), str(data["pool"]),
-                   str(data["block"]), {k: v for k, v in data.items() if k not in cls.FIELDS})
+    def from_dict(cls, data: Mapping[str, Any]) -> LeasedIP:
+        return cls(
+            str(data["address"]),
+            data.get("gateway"),
+            str(data["pool"]),
+            str(data["block"]),
+            {k: v for k, v in data.items() if k not in cls.FIELDS},
+        )
 
 
 @dataclass(frozen=True)
@@ -298,27 +340,38 @@ class HandleRecord:
         return self.attributes.get("node", "")
 
     def to_bytes(self) -> bytes:
-        return encode({**self.extra, "network": self.handle.network,
-                       "containerID": self.handle.container_id, "ifname": self.handle.ifname,
-                       "ips": [ip.to_dict() for ip in self.ips],
-                       "attributes": dict(self.attributes), "createdAt": self.created_at})
+        return encode(
+            {
+                **self.extra,
+                "network": self.handle.network,
+                "containerID": self.handle.container_id,
+                "ifname": self.handle.ifname,
+                "ips": [ip.to_dict() for ip in self.ips],
+                "attributes": dict(self.attributes),
+                "createdAt": self.created_at,
+            }
+        )
 
     @classmethod
-    def from_bytes(cls, key: str, value: bytes) -> "HandleRecord":
+    def from_bytes(cls, key: str, value: bytes) -> HandleRecord:
         return cls.from_dict(key, decode(key, value))
 
     @classmethod
-    def from_dict(cls, key: str, data: Mapping[str, Any]) -> "HandleRecord":
+    def from_dict(cls, key: str, data: Mapping[str, Any]) -> HandleRecord:
         try:
             handle = HandleId(str(data["network"]), str(data["containerID"]), str(data["ifname"]))
             ips = tuple(LeasedIP.from_dict(ip) for ip in data.get("ips") or [])
-            return cls(handle, ips, {str(k): str(v) for k, v in
-                                     (data.get("attributes") or {}).items()},
-                       float(data.get("createdAt") or 0),
-                       {k: v for k, v in data.items() if k not in cls.FIELDS})
+            return cls(
+                handle,
+                ips,
+                {str(k): str(v) for k, v in (data.get("attributes") or {}).items()},
+                float(data.get("createdAt") or 0),
+                {k: v for k, v in data.items() if k not in cls.FIELDS},
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptRecord(f"corrupt IPAM handle {key}", f"bad handle record: {exc!r}") \
-                from None
+            raise CorruptRecord(
+                f"corrupt IPAM handle {key}", f"bad handle record: {exc!r}"
+            ) from None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
 """Interface addresses over netlink (pyroute2). No CNI policy here."""
+
 from __future__ import annotations
 
 import errno
@@ -29,8 +30,15 @@ def list_addresses_by_proto(ipr: IPRoute, index: int) -> dict[IPInterface, int]:
     return out
 
 
-def add_address(ipr: IPRoute, index: int, address: IPInterface, *, nodad: bool = True,
-                exist_ok: bool = False, proto: int | None = None) -> None:
+def add_address(
+    ipr: IPRoute,
+    index: int,
+    address: IPInterface,
+    *,
+    nodad: bool = True,
+    exist_ok: bool = False,
+    proto: int | None = None,
+) -> None:
     """Add ``address``; IPv6 without duplicate address detection unless ``nodad`` is False;
     ``proto`` marks who added it (IFA_PROTO)."""
     try:
@@ -46,7 +54,11 @@ def mark_address(ipr: IPRoute, index: int, address: IPInterface, proto: int) -> 
 
 
 def address_request(index: int, address: IPInterface, nodad: bool, proto: int | None) -> dict:
-    args: dict = {"index": index, "address": str(address.ip), "prefixlen": address.network.prefixlen}
+    args: dict = {
+        "index": index,
+        "address": str(address.ip),
+        "prefixlen": address.network.prefixlen,
+    }
     if address.version == 6 and nodad:
         args["flags"] = IFA_F_NODAD
     if proto is not None:
@@ -56,8 +68,7 @@ def address_request(index: int, address: IPInterface, nodad: bool, proto: int | 
 
 def delete_address(ipr: IPRoute, index: int, address: IPInterface) -> None:
     try:
-        ipr.addr("del", index=index, address=str(address.ip),
-                 prefixlen=address.network.prefixlen)
+        ipr.addr("del", index=index, address=str(address.ip), prefixlen=address.network.prefixlen)
     except NetlinkError as exc:
         if exc.code not in (errno.EADDRNOTAVAIL, errno.ENODEV):
             raise

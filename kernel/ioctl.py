@@ -1,6 +1,7 @@
 """Cheap interface probes by ioctl (SIOCGIF*), for hot paths where a netlink round trip
 through pyroute2 (~0.7 ms, and an address dump that grows with every address on the node)
 costs too much. They see the calling thread's netns (the socket is made in it)."""
+
 from __future__ import annotations
 
 import fcntl

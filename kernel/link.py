@@ -1,4 +1,5 @@
 """Links over netlink (pyroute2): bridges, veth pairs, bridge-port flags. No CNI policy here."""
+
 from __future__ import annotations
 
 import errno
@@ -40,12 +41,18 @@ def link_info(msg) -> LinkInfo:
     port = linkinfo.get("IFLA_INFO_SLAVE_DATA") if linkinfo else None
     flags = msg["flags"]
     return LinkInfo(
-        index=msg["index"], name=msg.get("IFLA_IFNAME"), kind=kind,
-        mac=(msg.get("IFLA_ADDRESS") or "").lower(), mtu=msg.get("IFLA_MTU") or 0,
-        up=bool(flags & IFF_UP), promisc=bool(flags & IFF_PROMISC),
-        master=msg.get("IFLA_MASTER") or None, peer_index=msg.get("IFLA_LINK") or None,
+        index=msg["index"],
+        name=msg.get("IFLA_IFNAME"),
+        kind=kind,
+        mac=(msg.get("IFLA_ADDRESS") or "").lower(),
+        mtu=msg.get("IFLA_MTU") or 0,
+        up=bool(flags & IFF_UP),
+        promisc=bool(flags & IFF_PROMISC),
+        master=msg.get("IFLA_MASTER") or None,
+        peer_index=msg.get("IFLA_LINK") or None,
         alias=msg.get("IFLA_IFALIAS") or None,
-        hairpin=bool(port.get("IFLA_BRPORT_MODE")) if port else False)
+        hairpin=bool(port.get("IFLA_BRPORT_MODE")) if port else False,
+    )
 
 
 def random_mac() -> str:
@@ -125,8 +132,17 @@ def set_promisc(ipr: IPRoute, index: int, on: bool = True) -> None:
     ipr.link("set", index=index, flags=IFF_PROMISC if on else 0, change=IFF_PROMISC)
 
 
-def create_veth(ipr: IPRoute, host: str, peer: str, peer_netns_fd: int, *, host_mac: str,
-                peer_mac: str, mtu: int | None = None, master: int | None = None) -> None:
+def create_veth(
+    ipr: IPRoute,
+    host: str,
+    peer: str,
+    peer_netns_fd: int,
+    *,
+    host_mac: str,
+    peer_mac: str,
+    mtu: int | None = None,
+    master: int | None = None,
+) -> None:
     """A veth pair: ``host`` here (up, on ``master``), ``peer`` created directly in the netns
     of ``peer_netns_fd`` (left down). EEXIST if either name is taken; then nothing is made."""
     host_args: dict = {"ifname": host, "kind": "veth", "address": host_mac, "state": "up"}
@@ -138,8 +154,9 @@ def create_veth(ipr: IPRoute, host: str, peer: str, peer_netns_fd: int, *, host_
     ipr.link("add", **host_args, peer=peer_args)
 
 
-def set_port(ipr: IPRoute, index: int, *, alias: str | None = None,
-             hairpin: bool | None = None) -> None:
+def set_port(
+    ipr: IPRoute, index: int, *, alias: str | None = None, hairpin: bool | None = None
+) -> None:
     """Label a link (IFLA_IFALIAS) and/or set its bridge-port hairpin mode, in one request."""
     args: dict = {"index": index}
     if alias is not None:

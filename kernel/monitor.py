@@ -12,23 +12,37 @@ cancels the listening task through that loop and returns at once. A socket that 
 kernel dropped notifications: ENOBUFS) is reopened by the loop helper, and ``on_event`` gets
 ``RESUBSCRIBED`` so the owner can resync what it may have missed.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import socket
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyroute2 import AsyncIPRoute
-from pyroute2.netlink.rtnl import (RTMGRP_IPV4_IFADDR, RTMGRP_IPV4_ROUTE, RTMGRP_IPV6_IFADDR,
-                                   RTMGRP_IPV6_ROUTE, RTMGRP_LINK, RTMGRP_NEIGH)
+from pyroute2.netlink.rtnl import (
+    RTMGRP_IPV4_IFADDR,
+    RTMGRP_IPV4_ROUTE,
+    RTMGRP_IPV6_IFADDR,
+    RTMGRP_IPV6_ROUTE,
+    RTMGRP_LINK,
+    RTMGRP_NEIGH,
+)
 
 from common.loop import Loop
 
 log = logging.getLogger("pycnid.netlink")
-GROUPS = RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE | \
-    RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
+GROUPS = (
+    RTMGRP_LINK
+    | RTMGRP_NEIGH
+    | RTMGRP_IPV4_ROUTE
+    | RTMGRP_IPV6_ROUTE
+    | RTMGRP_IPV4_IFADDR
+    | RTMGRP_IPV6_IFADDR
+)
 DELROUTE, DELNEIGH = "RTM_DELROUTE", "RTM_DELNEIGH"
 DELLINK, NEWLINK = "RTM_DELLINK", "RTM_NEWLINK"
 NEWADDR = "RTM_NEWADDR"
@@ -40,22 +54,37 @@ def summary_of(msg) -> tuple[str, dict] | None:
     """(kind, summary) of a notification the overlay acts on; None for the others."""
     kind = msg.get("event")
     if kind == DELROUTE:
-        return kind, {"family": msg["family"], "dst": route_dst(msg),
-                      "gw": msg.get("RTA_GATEWAY"),
-                      "oif": msg.get("RTA_OIF"), "proto": msg["proto"],
-                      "table": msg.get("RTA_TABLE") or msg["table"]}
+        return kind, {
+            "family": msg["family"],
+            "dst": route_dst(msg),
+            "gw": msg.get("RTA_GATEWAY"),
+            "oif": msg.get("RTA_OIF"),
+            "proto": msg["proto"],
+            "table": msg.get("RTA_TABLE") or msg["table"],
+        }
     if kind == DELNEIGH:  # family AF_BRIDGE: an FDB entry (dst: the underlay address)
-        return kind, {"family": msg["family"], "ifindex": msg["ifindex"],
-                      "dst": msg.get("NDA_DST"), "mac": msg.get("NDA_LLADDR"),
-                      "proto": msg.get("NDA_PROTOCOL")}
+        return kind, {
+            "family": msg["family"],
+            "ifindex": msg["ifindex"],
+            "dst": msg.get("NDA_DST"),
+            "mac": msg.get("NDA_LLADDR"),
+            "proto": msg.get("NDA_PROTOCOL"),
+        }
     if kind == NEWADDR:  # a gateway on a bridge: the overlay may now route through it
-        return kind, {"index": msg["index"], "address": msg.get("IFA_ADDRESS"),
-                      "prefixlen": msg["prefixlen"], "proto": msg.get("IFA_PROTO")}
+        return kind, {
+            "index": msg["index"],
+            "address": msg.get("IFA_ADDRESS"),
+            "prefixlen": msg["prefixlen"],
+            "proto": msg.get("IFA_PROTO"),
+        }
     if kind in (DELLINK, NEWLINK):
         linkinfo = msg.get("IFLA_LINKINFO")
-        return kind, {"index": msg["index"], "ifname": msg.get("IFLA_IFNAME"),
-                      "kind": linkinfo.get("IFLA_INFO_KIND") if linkinfo else None,
-                      "up": bool(msg["flags"] & 1)}
+        return kind, {
+            "index": msg["index"],
+            "ifname": msg.get("IFLA_IFNAME"),
+            "kind": linkinfo.get("IFLA_INFO_KIND") if linkinfo else None,
+            "up": bool(msg["flags"] & 1),
+        }
     return None
 
 
@@ -66,8 +95,9 @@ def route_dst(msg) -> str:
 
 
 class NetlinkMonitor:
-    def __init__(self, on_event: OnEvent, *, name: str = "netlink-monitor",
-                 registry: Any = None) -> None:
+    def __init__(
+        self, on_event: OnEvent, *, name: str = "netlink-monitor", registry: Any = None
+    ) -> None:
         self.on_event = on_event
         self.subscribed = threading.Event()  # set while the socket is bound
         self._lock = threading.Lock()
@@ -75,7 +105,7 @@ class NetlinkMonitor:
         self._opened = 0  # sockets opened so far (the second and later: RESUBSCRIBED)
         self._loop = Loop(name, self._watch, retry=0.5, registry=registry, join_timeout=1.0)
 
-    def start(self, timeout: float = 5.0) -> "NetlinkMonitor":
+    def start(self, timeout: float = 5.0) -> NetlinkMonitor:
         """Start listening; returns once subscribed (or after ``timeout``), so a change made
         after ``start()`` returns is seen."""
         self._loop.start()

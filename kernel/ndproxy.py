@@ -10,6 +10,7 @@ reaches the kernel), and without it the kernel dumps the ordinary table; ``list_
 the request message itself (``nlm_request``, whose sync wrapper in 0.9.7 reads a status key
 it never sets: set here to the library's default).
 """
+
 from __future__ import annotations
 
 import errno
@@ -37,8 +38,12 @@ class Proxy:
 
 def proxy_request(ifindex: int, ip: str, proto: int | None = None) -> dict:
     address = ipaddress.ip_address(ip)
-    args: dict = {"ifindex": ifindex, "dst": str(address), "flags": NTF_PROXY,
-                  "family": socket.AF_INET if address.version == 4 else socket.AF_INET6}
+    args: dict = {
+        "ifindex": ifindex,
+        "dst": str(address),
+        "flags": NTF_PROXY,
+        "family": socket.AF_INET if address.version == 4 else socket.AF_INET6,
+    }
     if proto is not None:
         args["NDA_PROTOCOL"] = proto
     return args
@@ -66,8 +71,9 @@ def delete_proxy(ipr: IPRoute, ifindex: int, ip: str) -> bool:
 def proxy_of(msg) -> Proxy | None:
     if not msg["flags"] & NTF_PROXY or not msg.get("NDA_DST"):
         return None
-    return Proxy(msg["ifindex"], str(ipaddress.ip_address(msg.get("NDA_DST"))),
-                 msg.get("NDA_PROTOCOL"))
+    return Proxy(
+        msg["ifindex"], str(ipaddress.ip_address(msg.get("NDA_DST"))), msg.get("NDA_PROTOCOL")
+    )
 
 
 def list_proxies(ipr: IPRoute, proto: int | None = None) -> list[Proxy]:
@@ -76,6 +82,10 @@ def list_proxies(ipr: IPRoute, proto: int | None = None) -> list[Proxy]:
     request = ndmsg()
     request["family"] = socket.AF_UNSPEC
     request["flags"] = NTF_PROXY
-    found = (proxy_of(m) for m in ipr.nlm_request(request, msg_type=RTM_GETNEIGH,
-                                                  msg_flags=NLM_F_REQUEST | NLM_F_DUMP))
+    found = (
+        proxy_of(m)
+        for m in ipr.nlm_request(
+            request, msg_type=RTM_GETNEIGH, msg_flags=NLM_F_REQUEST | NLM_F_DUMP
+        )
+    )
     return [p for p in found if p is not None and (proto is None or p.proto == proto)]

@@ -9,6 +9,7 @@ those belong to whoever owns the device, and ``list_fdb`` returns all of them.
 Requests are shaped by pure functions (``*_request``) and read back by pure ones (``*_of``),
 so the shapes are tested without a kernel.
 """
+
 from __future__ import annotations
 
 import errno
@@ -48,8 +49,9 @@ def family_of(ip: IPAddress) -> int:
     return socket.AF_INET if ip.version == 4 else socket.AF_INET6
 
 
-def neigh_request(ifindex: int, ip: IPAddress | str, mac: str | None = None,
-                  proto: int | None = None) -> dict:
+def neigh_request(
+    ifindex: int, ip: IPAddress | str, mac: str | None = None, proto: int | None = None
+) -> dict:
     """The pyroute2 arguments of one permanent neighbour entry (pure); without ``mac``, of
     its delete."""
     address = ipaddress.ip_address(ip)
@@ -67,12 +69,17 @@ def neigh_of(msg) -> Neigh | None:
         return None
     if not msg["state"] & NUD_PERMANENT or not msg.get("NDA_DST") or not msg.get("NDA_LLADDR"):
         return None
-    return Neigh(ifindex=msg["ifindex"], ip=ipaddress.ip_address(msg.get("NDA_DST")),
-                 mac=msg.get("NDA_LLADDR").lower(), proto=msg.get("NDA_PROTOCOL"))
+    return Neigh(
+        ifindex=msg["ifindex"],
+        ip=ipaddress.ip_address(msg.get("NDA_DST")),
+        mac=msg.get("NDA_LLADDR").lower(),
+        proto=msg.get("NDA_PROTOCOL"),
+    )
 
 
-def replace_neigh(ipr: IPRoute, ifindex: int, ip: IPAddress | str, mac: str,
-                  proto: int = RTPROT_PYCNI) -> None:
+def replace_neigh(
+    ipr: IPRoute, ifindex: int, ip: IPAddress | str, mac: str, proto: int = RTPROT_PYCNI
+) -> None:
     """Make ``ip`` resolve to ``mac`` on the device, permanently (whatever was there before)."""
     ipr.neigh("replace", **neigh_request(ifindex, ip, mac, proto))
 
@@ -101,8 +108,13 @@ def list_neighs(ipr: IPRoute, ifindex: int, proto: int | None = None) -> list[Ne
 
 def fdb_request(ifindex: int, mac: str, dst: IPAddress | str) -> dict:
     """The pyroute2 arguments of one permanent FDB entry of the device itself (pure)."""
-    return {"ifindex": ifindex, "lladdr": mac.lower(), "dst": str(ipaddress.ip_address(dst)),
-            "state": NUD_PERMANENT, "flags": NTF_SELF}
+    return {
+        "ifindex": ifindex,
+        "lladdr": mac.lower(),
+        "dst": str(ipaddress.ip_address(dst)),
+        "state": NUD_PERMANENT,
+        "flags": NTF_SELF,
+    }
 
 
 def fdb_of(msg) -> Fdb | None:

@@ -5,6 +5,7 @@ Commands must run in the node netns: a subprocess spawned by a thread that is in
 netns (``ns.entered``) would program the pod, and a netlink socket opened there would stay
 bound to it. ``Nft`` remembers the netns it was made in and refuses to run anywhere else.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -86,6 +87,7 @@ def _library_contexts() -> tuple[Any, Any]:
     """Two libnftables contexts (text in, JSON out), or (None, None) without the library."""
     try:
         import nftables  # pip-nftables / python3-nftables over libnftables.so.1
+
         ctx, json_ctx = nftables.Nftables(), nftables.Nftables()
     except (ImportError, OSError) as exc:
         log.info("libnftables unavailable (%s); using the nft binary", exc)

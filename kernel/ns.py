@@ -5,14 +5,15 @@ netlink socket there (the socket stays bound to that netns) and come back. ``ent
 switches back in ``finally``, so a switch never leaks into other work on the thread.
 Never creates a namespace: a vanished CNI_NETNS is an error (cf. pyroute2's O_CREAT default).
 """
+
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import errno
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from cni.spec.errors import InvalidEnvironment
 
@@ -44,8 +45,9 @@ def entered(fd: int) -> Iterator[None]:
             setns(fd)
         except OSError as exc:
             if exc.errno == errno.EINVAL:
-                raise InvalidEnvironment("CNI_NETNS is not a network namespace",
-                                         "setns() refused the file") from None
+                raise InvalidEnvironment(
+                    "CNI_NETNS is not a network namespace", "setns() refused the file"
+                ) from None
             raise
         try:
             yield
@@ -65,11 +67,13 @@ def validate_netns_fd(fd: int, path: str = "CNI_NETNS") -> None:
     try:
         kind = fcntl.ioctl(fd, NS_GET_NSTYPE)
     except OSError as exc:
-        raise InvalidEnvironment("CNI_NETNS is not a network namespace",
-                                 f"{path!r}: {exc.strerror}") from None
+        raise InvalidEnvironment(
+            "CNI_NETNS is not a network namespace", f"{path!r}: {exc.strerror}"
+        ) from None
     if kind != CLONE_NEWNET:
-        raise InvalidEnvironment("CNI_NETNS is not a network namespace",
-                                 f"{path!r} is a namespace of another type")
+        raise InvalidEnvironment(
+            "CNI_NETNS is not a network namespace", f"{path!r} is a namespace of another type"
+        )
 
 
 def same_netns(fd_a: int, fd_b: int) -> bool:

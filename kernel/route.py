@@ -10,6 +10,7 @@ pycni's route protocol ``RTPROT_PYCNI``: that number is how pycni tells its rout
 else's when it lists and removes them, so a delete names it too (the kernel takes protocol 0
 in a delete as "any protocol").
 """
+
 from __future__ import annotations
 
 import errno
@@ -89,9 +90,16 @@ def routes_of(msg, version: int, table: int) -> list[Route]:
     dst = msg.get("RTA_DST") or ("0.0.0.0" if version == 4 else "::")
     network = ipaddress.ip_network(f"{dst}/{msg['dst_len']}", strict=False)
     hops = [(nh.get("RTA_GATEWAY"), nh["oif"]) for nh in msg.get("RTA_MULTIPATH") or ()]
-    return [Route(dst=network, gw=ipaddress.ip_address(gw) if gw else None, oif=oif,
-                  priority=msg.get("RTA_PRIORITY"), table=table)
-            for gw, oif in hops or [(msg.get("RTA_GATEWAY"), msg.get("RTA_OIF"))]]
+    return [
+        Route(
+            dst=network,
+            gw=ipaddress.ip_address(gw) if gw else None,
+            oif=oif,
+            priority=msg.get("RTA_PRIORITY"),
+            table=table,
+        )
+        for gw, oif in hops or [(msg.get("RTA_GATEWAY"), msg.get("RTA_OIF"))]
+    ]
 
 
 def replace_route(ipr: IPRoute, route: Route) -> None:
@@ -130,9 +138,17 @@ def proto_routes_of(msg) -> list[Route]:
     """A dumped route as the overlay reads it back: one Route per nexthop, table left None
     (the main table, what a request without one means)."""
     version = 4 if msg["family"] == socket.AF_INET else 6
-    return [replace(route, table=None, priority=None, scope=msg["scope"], proto=msg["proto"],
-                    onlink=bool(flags & RTNH_F_ONLINK))
-            for route, flags in zip(routes_of(msg, version, MAIN_TABLE), nexthop_flags(msg))]
+    return [
+        replace(
+            route,
+            table=None,
+            priority=None,
+            scope=msg["scope"],
+            proto=msg["proto"],
+            onlink=bool(flags & RTNH_F_ONLINK),
+        )
+        for route, flags in zip(routes_of(msg, version, MAIN_TABLE), nexthop_flags(msg))
+    ]
 
 
 def nexthop_flags(msg) -> list[int]:

@@ -15,15 +15,17 @@ made it.
 
 Never use pyroute2's ``netns=`` argument: it creates missing namespaces.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -93,8 +95,13 @@ class NodeSessions:
 
     def _create(self, netns: int) -> _Cached:
         ipr = IPRoute()
-        cached = _Cached(ipr, threading.current_thread(), netns, ipr.asyncore.event_loop,
-                         ipr.asyncore.local.transport)
+        cached = _Cached(
+            ipr,
+            threading.current_thread(),
+            netns,
+            ipr.asyncore.event_loop,
+            ipr.asyncore.local.transport,
+        )
         with self._lock:
             ended = [c for c in self._open.values() if not c.thread.is_alive()]
             for c in ended:
@@ -152,8 +159,9 @@ def close_node_sessions() -> None:
 
 
 @contextmanager
-def pod_session(netns_fd: int, inside: Callable[[], T] | None = None
-                ) -> Iterator[tuple[IPRoute, T | None]]:
+def pod_session(
+    netns_fd: int, inside: Callable[[], T] | None = None
+) -> Iterator[tuple[IPRoute, T | None]]:
     """An IPRoute bound to the pod netns; ``inside()`` runs in the pod, its value is returned."""
     with entered(netns_fd):
         ipr = IPRoute()

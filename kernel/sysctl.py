@@ -1,4 +1,5 @@
 """/proc/sys/net knobs of the calling thread's netns (per-thread after ``ns.entered``)."""
+
 from __future__ import annotations
 
 import os

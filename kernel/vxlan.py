@@ -8,6 +8,7 @@ off explicitly: the kernel's default is on, and a learning VTEP would trust any 
 Created in the netns the ``IPRoute`` is bound to (pycnid's node netns). Round trips: one (a
 get) when the device is as wanted; a get and a set to fix MAC/MTU/up; get, add, get to create.
 """
+
 from __future__ import annotations
 
 import errno
@@ -38,10 +39,17 @@ class VxlanSpec:
 def vxlan_request(spec: VxlanSpec) -> dict:
     """The pyroute2 arguments that create the device, up (pure)."""
     local = ipaddress.ip_address(spec.local)
-    args: dict = {"ifname": spec.name, "kind": "vxlan", "vxlan_id": spec.vni,
-                  "vxlan_port": spec.port, "vxlan_learning": int(spec.learning),
-                  "vxlan_local" if local.version == 4 else "vxlan_local6": str(local),
-                  "address": spec.mac.lower(), "mtu": spec.mtu, "state": "up"}
+    args: dict = {
+        "ifname": spec.name,
+        "kind": "vxlan",
+        "vxlan_id": spec.vni,
+        "vxlan_port": spec.port,
+        "vxlan_learning": int(spec.learning),
+        "vxlan_local" if local.version == 4 else "vxlan_local6": str(local),
+        "address": spec.mac.lower(),
+        "mtu": spec.mtu,
+        "state": "up",
+    }
     if spec.link_index:
         args["vxlan_link"] = spec.link_index
     return args
@@ -54,12 +62,16 @@ def vxlan_of(msg) -> VxlanSpec | None:
         return None
     data = linkinfo.get("IFLA_INFO_DATA")
     local = data.get("IFLA_VXLAN_LOCAL") or data.get("IFLA_VXLAN_LOCAL6") or "0.0.0.0"
-    return VxlanSpec(name=msg.get("IFLA_IFNAME"), vni=data.get("IFLA_VXLAN_ID"),
-                     port=data.get("IFLA_VXLAN_PORT") or 0,
-                     local=str(ipaddress.ip_address(local)),
-                     link_index=data.get("IFLA_VXLAN_LINK") or 0,
-                     mac=(msg.get("IFLA_ADDRESS") or "").lower(), mtu=msg.get("IFLA_MTU") or 0,
-                     learning=bool(data.get("IFLA_VXLAN_LEARNING")))
+    return VxlanSpec(
+        name=msg.get("IFLA_IFNAME"),
+        vni=data.get("IFLA_VXLAN_ID"),
+        port=data.get("IFLA_VXLAN_PORT") or 0,
+        local=str(ipaddress.ip_address(local)),
+        link_index=data.get("IFLA_VXLAN_LINK") or 0,
+        mac=(msg.get("IFLA_ADDRESS") or "").lower(),
+        mtu=msg.get("IFLA_MTU") or 0,
+        learning=bool(data.get("IFLA_VXLAN_LEARNING")),
+    )
 
 
 def calc_vxlan_plan(want: VxlanSpec, have: VxlanSpec) -> Plan:
@@ -71,8 +83,14 @@ def calc_vxlan_plan(want: VxlanSpec, have: VxlanSpec) -> Plan:
 
 def tunnel_of(spec: VxlanSpec) -> tuple:
     """The attributes a live device cannot change (the local address normalized)."""
-    return (spec.name, spec.vni, spec.port, ipaddress.ip_address(spec.local), spec.link_index,
-            spec.learning)
+    return (
+        spec.name,
+        spec.vni,
+        spec.port,
+        ipaddress.ip_address(spec.local),
+        spec.link_index,
+        spec.learning,
+    )
 
 
 def read_vxlan(ipr: IPRoute, name: str) -> VxlanSpec | None:

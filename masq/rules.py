@@ -24,11 +24,13 @@ different traffic with different elements. Reading back uses `nft -j` JSON only
 (``parse_elements``). The first layout keyed by the address alone (``LEGACY``) is recognised
 and rewritten (``render_migration``).
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from cni.spec.errors import InvalidConfig
 
@@ -39,8 +41,11 @@ MULTICAST = {4: "224.0.0.0/4", 6: "ff00::/8"}
 ADDR_TYPE = {4: "ipv4_addr", 6: "ipv6_addr"}
 MATCH = {4: "ip", 6: "ip6"}
 SETS = ("masq4", "nomasq4", "masq6", "nomasq6")
-SET_TYPES = {f"{kind}{v}": ["ifname", ADDR_TYPE[v]] + ([ADDR_TYPE[v]] if kind == "nomasq" else [])
-             for v in (4, 6) for kind in ("masq", "nomasq")}
+SET_TYPES = {
+    f"{kind}{v}": ["ifname", ADDR_TYPE[v]] + ([ADDR_TYPE[v]] if kind == "nomasq" else [])
+    for v in (4, 6)
+    for kind in ("masq", "nomasq")
+}
 CLUSTER_SETS = {4: "cluster4", 6: "cluster6"}  # the cluster's pools (the overlay keeps them)
 NOT_IN_NFT_STRING = set('"\\*')  # nft has no escapes in a quoted string; '*' is a wildcard
 
@@ -57,8 +62,10 @@ class Element:
 def render_table() -> str:
     """The static part, idempotent: (re)creates the table, sets and chain, rewrites the rules."""
     t = f"{FAMILY} {TABLE}"
-    lines = [f'add table {t} {{ comment "pycni-bridge ipMasq"; }}',
-             f"add chain {t} {CHAIN} {{ type nat hook postrouting priority srcnat; policy accept; }}"]
+    lines = [
+        f'add table {t} {{ comment "pycni-bridge ipMasq"; }}',
+        f"add chain {t} {CHAIN} {{ type nat hook postrouting priority srcnat; policy accept; }}",
+    ]
     for name, types in SET_TYPES.items():
         flags = " flags interval;" if name.startswith("nomasq") else ""
         lines.append(f"add set {t} {name} {{ type {' . '.join(types)};{flags} }}")
@@ -72,8 +79,10 @@ def render_table() -> str:
         lines.append(f"add rule {t} {CHAIN} {MATCH[v]} daddr @{name} return")
     for v in (4, 6):
         m = MATCH[v]
-        lines.append(f"add rule {t} {CHAIN} iifname . {m} saddr @masq{v} "
-                     f"{m} daddr != {MULTICAST[v]} masquerade")
+        lines.append(
+            f"add rule {t} {CHAIN} iifname . {m} saddr @masq{v} "
+            f"{m} daddr != {MULTICAST[v]} masquerade"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -107,9 +116,11 @@ def _set_types(found: dict) -> list[str]:
 def ifname_literal(name: str) -> str:
     """An interface name as an nft string literal; InvalidConfig when nft cannot express it."""
     if not nft_expressible(name):
-        raise InvalidConfig("invalid key 'bridge'",
-                            f"{name!r} cannot be matched by nftables (ipMasq): no '\"', '\\', "
-                            "'*' or control characters")
+        raise InvalidConfig(
+            "invalid key 'bridge'",
+            f"{name!r} cannot be matched by nftables (ipMasq): no '\"', '\\', "
+            "'*' or control characters",
+        )
     return f'"{name}"'
 
 
@@ -154,13 +165,16 @@ def describe_key(key: str) -> str:
 
 
 def render_add(elements: Iterable[Element]) -> str:
-    return "".join(f'add element {FAMILY} {TABLE} {e.set} {{ {e.key} comment "{e.tag}" }}\n'
-                   for e in elements)
+    return "".join(
+        f'add element {FAMILY} {TABLE} {e.set} {{ {e.key} comment "{e.tag}" }}\n' for e in elements
+    )
 
 
 def render_delete(elements: Iterable[Element]) -> str:
-    return "".join(f"delete element {FAMILY} {TABLE} {e.set} {{ {e.key} }}\n"
-                   for e in sorted(elements, key=lambda e: (e.set, e.key)))
+    return "".join(
+        f"delete element {FAMILY} {TABLE} {e.set} {{ {e.key} }}\n"
+        for e in sorted(elements, key=lambda e: (e.set, e.key))
+    )
 
 
 def parse_elements(doc: dict) -> list[Element]:
@@ -181,8 +195,7 @@ def _our_sets(doc: dict) -> list[dict]:
 
 def _element(set_name: str, elem: Any, types: list | None = None) -> Element:
     if isinstance(elem, dict) and "elem" in elem:
-        return Element(set_name, key_text(elem["elem"]["val"], types),
-                       elem["elem"].get("comment"))
+        return Element(set_name, key_text(elem["elem"]["val"], types), elem["elem"].get("comment"))
     return Element(set_name, key_text(elem, types), None)
 
 
@@ -193,9 +206,11 @@ def key_text(value: Any, types: list | None = None) -> str:
     if isinstance(value, dict):
         if "concat" in value:
             parts = value["concat"]
-            kinds = list(types or [])[:len(parts)] + [None] * (len(parts) - len(types or []))
-            return " . ".join(f'"{part}"' if kind == "ifname" else key_text(part)
-                              for part, kind in zip(parts, kinds))
+            kinds = list(types or [])[: len(parts)] + [None] * (len(parts) - len(types or []))
+            return " . ".join(
+                f'"{part}"' if kind == "ifname" else key_text(part)
+                for part, kind in zip(parts, kinds)
+            )
         if "prefix" in value:
             p = value["prefix"]
             return canon_network(ipaddress.ip_network(f"{p['addr']}/{p['len']}", strict=False))

@@ -12,18 +12,33 @@ one address on one bridge are an address conflict. The elements of a tag with no
 left are stale and taken over. A table in the legacy layout is rewritten on first read, its
 live attachments' elements rekeyed by the bridge their host veth is a port of.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from cni.spec.errors import AddressConflict
+from common.attachment import tag_of_alias
 from kernel import link
 from kernel.nft import Nft, NftError, table_exists
 from kernel.session import node_session
-from cni.spec.errors import AddressConflict
-from common.attachment import tag_of_alias
-from masq.rules import (FAMILY, TABLE, Element, describe_key, elements_for, is_legacy, migrate_elements, parse_elements, render_add, render_delete, render_cluster, render_migration, render_table)
+from masq.rules import (
+    FAMILY,
+    TABLE,
+    Element,
+    describe_key,
+    elements_for,
+    is_legacy,
+    migrate_elements,
+    parse_elements,
+    render_add,
+    render_cluster,
+    render_delete,
+    render_migration,
+)
 
 log = logging.getLogger("pycnid.bridge.masq")
 
@@ -33,14 +48,20 @@ def live_attachments() -> dict[str, str]:
     with node_session() as ipr:
         links = link.list_links(ipr)
     names = {found.index: found.name for found in links}
-    return {tag: names[found.master] for found in links
-            if (tag := tag_of_alias(found.alias)) and found.master in names}
+    return {
+        tag: names[found.master]
+        for found in links
+        if (tag := tag_of_alias(found.alias)) and found.master in names
+    }
 
 
 class Masquerader:
-    def __init__(self, nft: Nft,
-                 attachments: Callable[[], dict[str, str]] = live_attachments,
-                 cluster: Callable[[], Iterable[str]] = tuple) -> None:
+    def __init__(
+        self,
+        nft: Nft,
+        attachments: Callable[[], dict[str, str]] = live_attachments,
+        cluster: Callable[[], Iterable[str]] = tuple,
+    ) -> None:
         self.nft = nft
         self.attachments = attachments
         self.cluster = cluster  # the cluster's pools, on an overlay node (never masqueraded)
@@ -107,19 +128,23 @@ class Masquerader:
             index.pop(t, None)
         index[tag] = set(wanted)
 
-    def _refuse_live(self, others: set[str], keys: set[Element],
-                     index: dict[str, set[Element]]) -> None:
+    def _refuse_live(
+        self, others: set[str], keys: set[Element], index: dict[str, set[Element]]
+    ) -> None:
         """AddressConflict when a live attachment holds one of ``keys``; else they are stale."""
         live = self.attachments()
         held = sorted(t for t in others if t in live)
         if held:
             key = min(e.key for e in keys & index[held[0]])
-            raise AddressConflict(f"address {describe_key(key)} is already used by attachment "
-                                  f"{held[0]}",
-                                  "two attachments on one bridge cannot share an address: give "
-                                  "their networks different ranges or different bridges")
-        log.info("taking over the masquerade elements of stale attachment(s) %s",
-                 ", ".join(sorted(others)))
+            raise AddressConflict(
+                f"address {describe_key(key)} is already used by attachment {held[0]}",
+                "two attachments on one bridge cannot share an address: give "
+                "their networks different ranges or different bridges",
+            )
+        log.info(
+            "taking over the masquerade elements of stale attachment(s) %s",
+            ", ".join(sorted(others)),
+        )
 
     def _apply_remove(self, tag: str) -> None:
         index = self._loaded()
@@ -144,7 +169,12 @@ class Masquerader:
         kept = migrate_elements(legacy, self.attachments())
         self.nft.run(render_migration(kept))
         self._table_ready = True
-        log.warning("masquerade table %s %s rewritten in the bridge-keyed layout: %d of %d "
-                    "elements kept (the rest had no host veth on a bridge)", FAMILY, TABLE,
-                    len(kept), len(legacy))
+        log.warning(
+            "masquerade table %s %s rewritten in the bridge-keyed layout: %d of %d "
+            "elements kept (the rest had no host veth on a bridge)",
+            FAMILY,
+            TABLE,
+            len(kept),
+            len(legacy),
+        )
         return kept

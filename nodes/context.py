@@ -5,16 +5,17 @@ store, the reaper and the outage guard; pycnid's start-up builds it (``pycnid/wi
 With SQLite there is no heartbeat, no reaper and no guard (``NoGuard``): the store is local and
 the only node.
 """
+
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ipam.outage.guard import NoGuard
 from nodes.liveness import Liveness
 from nodes.options import NodeOptions
-from nodes.reaper import ReapReport, ReaperLoop, reap_dead_nodes
-from ipam.outage.guard import NoGuard
+from nodes.reaper import ReaperLoop, ReapReport, reap_dead_nodes
 from store.base import Store
 
 
@@ -32,8 +33,12 @@ class NodeServices:
         """One reaper pass (the CNI GC verb runs it); None without heartbeats (SQLite)."""
         if self.reaper is None:
             return None
-        report = reap_dead_nodes(self.raw_store, time.time(), self.options.reap_grace,
-                                 self_node=self.liveness.record.name)
+        report = reap_dead_nodes(
+            self.raw_store,
+            time.time(),
+            self.options.reap_grace,
+            self_node=self.liveness.record.name,
+        )
         self.count(report)
         return report
 
@@ -48,7 +53,11 @@ class NodeServices:
 
 
 def reaper_metrics(registry: Any) -> dict[str, Any]:
-    return {"nodes": registry.counter("pycni_ipam_reaped_nodes_total",
-                                      "Dead nodes whose addresses the reaper reclaimed"),
-            "addresses": registry.counter("pycni_ipam_reaped_addresses_total",
-                                          "Addresses released from dead nodes")}
+    return {
+        "nodes": registry.counter(
+            "pycni_ipam_reaped_nodes_total", "Dead nodes whose addresses the reaper reclaimed"
+        ),
+        "addresses": registry.counter(
+            "pycni_ipam_reaped_addresses_total", "Addresses released from dead nodes"
+        ),
+    }

@@ -17,17 +17,19 @@ more; its addresses are reclaimed only after a grace period confirmed on a secon
 With the SQLite store (one node; no other node could reclaim anything) there is no lease and
 no heartbeat: the node record is written once and the reaper never runs.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from cni.spec.errors import CNIError, TryAgainLater
-from nodes.record import NodeRecord, heartbeat_key, node_key
 from ipam.records import encode
+from nodes.record import NodeRecord, heartbeat_key, node_key
 from store.base import Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
 
@@ -45,13 +47,15 @@ def heartbeat_alive(store: Store, node: str) -> bool:
     return store.get(heartbeat_key(node)) is not None
 
 
-def write_node(store: Store, record: NodeRecord, lease_id: int = 0,
-               clock: Callable[[], float] = time.time) -> int:
+def write_node(
+    store: Store, record: NodeRecord, lease_id: int = 0, clock: Callable[[], float] = time.time
+) -> int:
     """Write the node record (and, with ``lease_id``, the heartbeat on it) in one txn that
     compares both keys as read; retried on conflict. Returns the revision written at."""
     keys = [node_key(record.name)] + ([heartbeat_key(record.name)] if lease_id else [])
-    beat = encode({"node": record.name, "lease": f"{lease_id:x}", "grantedAt": clock(),
-                   "pid": os.getpid()})
+    beat = encode(
+        {"node": record.name, "lease": f"{lease_id:x}", "grantedAt": clock(), "pid": os.getpid()}
+    )
     ops = [Put(keys[0], record.to_bytes())]
     if lease_id:
         ops.append(Put(keys[1], beat, lease=lease_id))
@@ -61,9 +65,14 @@ def write_node(store: Store, record: NodeRecord, lease_id: int = 0,
         result = store.txn(compares, ops)
         return result.revision if result.succeeded else LOST
 
-    return run_cas(attempt, WRITE_RETRY, TryAgainLater(
-        f"could not write the node record of {record.name}",
-        f"{WRITE_ATTEMPTS} conflicting writes in {store.name}"))
+    return run_cas(
+        attempt,
+        WRITE_RETRY,
+        TryAgainLater(
+            f"could not write the node record of {record.name}",
+            f"{WRITE_ATTEMPTS} conflicting writes in {store.name}",
+        ),
+    )
 
 
 class Liveness:
@@ -75,7 +84,7 @@ class Liveness:
         self.ttl = ttl
         self.keeper: Any = None  # store.etcd_lease.LeaseKeeper with a lease store
 
-    def start(self) -> "Liveness":
+    def start(self) -> Liveness:
         if supports_leases(self.store):
             self.keeper = self.store.keep_lease(self.ttl, on_grant=self.announce)
         else:
@@ -85,8 +94,12 @@ class Liveness:
     def announce(self, lease_id: int) -> None:
         """Runs in the keepalive thread after every grant; an error makes it try again."""
         write_node(self.store, self.record, lease_id)
-        log.info("node %s announced with heartbeat lease %x (TTL %d s)",
-                 self.record.name, lease_id, self.ttl)
+        log.info(
+            "node %s announced with heartbeat lease %x (TTL %d s)",
+            self.record.name,
+            lease_id,
+            self.ttl,
+        )
 
     def write_record_once(self) -> None:
         try:

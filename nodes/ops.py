@@ -8,17 +8,27 @@ say, the age since the heartbeat was granted); a store without heartbeats (SQLit
 cannot tell. ``remove_node`` releases what the reaper would (``nodes.reaper``) and then
 forgets the node, so peers drop their routes to it (the overlay follows the node records).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from cni.spec.errors import CNIError, InvalidConfig
+from ipam.records import (
+    AFFINITY,
+    BLOCKS,
+    HEARTBEATS,
+    NODES,
+    SUSPECTS,
+    BlockRecord,
+    affinity_prefix,
+    decode,
+    parse_block_key,
+)
 from nodes.liveness import supports_leases
 from nodes.reaper import forget_node, release_node, suspect_key
 from nodes.record import NodeRecord, heartbeat_key, node_key
-from ipam.records import (AFFINITY, BLOCKS, HEARTBEATS, NODES, SUSPECTS, BlockRecord,
-                          affinity_prefix, decode, parse_block_key)
 from store.base import KV, Compare, Delete, Store
 
 Reach = Callable[[str], "str | None"]  # underlay address -> None (direct) or why not
@@ -59,13 +69,23 @@ def parse_time(value: object) -> float | None:
     return float(value) if value == value and abs(value) < 1e12 else None  # not NaN / inf
 
 
-def calc_health(beat: Beat | None, leases: bool, now: float, ttl: int | None = None,
-                suspect_since: float | None = None) -> dict:
+def calc_health(
+    beat: Beat | None,
+    leases: bool,
+    now: float,
+    ttl: int | None = None,
+    suspect_since: float | None = None,
+) -> dict:
     """The health column: alive/dead (unknown without heartbeats) and how we know (pure)."""
     age = round(now - beat.granted_at, 1) if beat and beat.granted_at is not None else None
     state = "unknown" if not leases else "alive" if beat is not None else "dead"
-    doc = {"state": state, "heartbeat": beat is not None, "leaseTTL": ttl, "age": age,
-           "suspectSince": suspect_since}
+    doc = {
+        "state": state,
+        "heartbeat": beat is not None,
+        "leaseTTL": ttl,
+        "age": age,
+        "suspectSince": suspect_since,
+    }
     return {**doc, "text": render_health(doc, now)}
 
 
@@ -77,8 +97,9 @@ def render_health(doc: dict, now: float) -> str:
         return "dead (no heartbeat" + (f"; suspect for {now - since:.0f} s)" if since else ")")
     if doc["leaseTTL"] is not None and doc["leaseTTL"] >= 0:
         return f"alive (lease {doc['leaseTTL']} s left)"
-    return f"alive (heartbeat granted {doc['age']:.0f} s ago)" if doc["age"] is not None \
-        else "alive"
+    return (
+        f"alive (heartbeat granted {doc['age']:.0f} s ago)" if doc["age"] is not None else "alive"
+    )
 
 
 @dataclass
@@ -97,17 +118,22 @@ class Cluster:
 
 
 def by_node(store: Store, prefix: str) -> dict[str, KV]:
-    return {kv.key[len(prefix):]: kv for kv in store.range(prefix)}
+    return {kv.key[len(prefix) :]: kv for kv in store.range(prefix)}
 
 
 def read_cluster(store: Store) -> Cluster:
     blocks: dict[str, list[dict]] = {}
     for kv in store.range(AFFINITY, keys_only=True):
         pool, cidr = parse_block_key(kv.key)
-        node = kv.key[len(AFFINITY):].split("/", 1)[0]
+        node = kv.key[len(AFFINITY) :].split("/", 1)[0]
         blocks.setdefault(node, []).append({"pool": pool, "cidr": cidr})
-    return Cluster(by_node(store, NODES), by_node(store, HEARTBEATS), by_node(store, SUSPECTS),
-                   blocks, supports_leases(store))
+    return Cluster(
+        by_node(store, NODES),
+        by_node(store, HEARTBEATS),
+        by_node(store, SUSPECTS),
+        blocks,
+        supports_leases(store),
+    )
 
 
 def lease_ttl(store: Store, beat: Beat | None) -> int | None:
@@ -129,14 +155,25 @@ def suspect_since(kv: KV | None) -> float | None:
 
 def describe_node(store: Store, cluster: Cluster, name: str, now: float) -> dict:
     """One row of `node ls` (JSON-ready): the record's fields, #blocks and health."""
-    row: dict = {"name": name, "record": name in cluster.records, "address": "", "labels": {},
-                 "startedAt": None, "overlay": None,
-                 "blockCount": len(cluster.blocks.get(name, []))}
+    row: dict = {
+        "name": name,
+        "record": name in cluster.records,
+        "address": "",
+        "labels": {},
+        "startedAt": None,
+        "overlay": None,
+        "blockCount": len(cluster.blocks.get(name, [])),
+    }
     if name in cluster.records:
         row.update(read_record(cluster.records[name]))
     beat = parse_heartbeat(cluster.beats[name]) if name in cluster.beats else None
-    row["health"] = calc_health(beat, cluster.leases, now, lease_ttl(store, beat),
-                                suspect_since(cluster.suspects.get(name)))
+    row["health"] = calc_health(
+        beat,
+        cluster.leases,
+        now,
+        lease_ttl(store, beat),
+        suspect_since(cluster.suspects.get(name)),
+    )
     return row
 
 
@@ -145,9 +182,12 @@ def read_record(kv: KV) -> dict:
         record = NodeRecord.from_bytes(kv.key, kv.value)
     except CNIError as exc:
         return {"error": str(exc)}
-    return {"address": record.address, "labels": dict(record.labels),
-            "startedAt": record.started_at or None,
-            "overlay": record.overlay.to_dict() if record.overlay else None}
+    return {
+        "address": record.address,
+        "labels": dict(record.labels),
+        "startedAt": record.started_at or None,
+        "overlay": record.overlay.to_dict() if record.overlay else None,
+    }
 
 
 def list_nodes(store: Store, now: float) -> list[dict]:
@@ -160,8 +200,11 @@ def list_borrowed(store: Store, node: str) -> list[dict]:
     out = []
     for kv in store.range(BLOCKS):
         block = BlockRecord.at_key(kv.key, kv.value)
-        out += [{"address": ip, "pool": block.pool, "block": block.cidr, "owner": block.affinity}
-                for ip, holder in sorted(block.borrowed.items()) if holder == node]
+        out += [
+            {"address": ip, "pool": block.pool, "block": block.cidr, "owner": block.affinity}
+            for ip, holder in sorted(block.borrowed.items())
+            if holder == node
+        ]
     return out
 
 
@@ -186,12 +229,12 @@ def calc_reachability(overlay: dict | None, reach: Reach | None) -> str | None:
 
 def is_known(store: Store, name: str) -> bool:
     keys = (node_key(name), heartbeat_key(name), suspect_key(name))
-    return any(store.get(k) is not None for k in keys) or \
-        bool(store.range(affinity_prefix(name), keys_only=True, limit=1))
+    return any(store.get(k) is not None for k in keys) or bool(
+        store.range(affinity_prefix(name), keys_only=True, limit=1)
+    )
 
 
-def remove_node(store: Store, name: str, *, force: bool = False,
-                dry_run: bool = False) -> dict:
+def remove_node(store: Store, name: str, *, force: bool = False, dry_run: bool = False) -> dict:
     """Release what the reaper would for ``name`` (refused while its heartbeat lives unless
     ``force``), then forget it: node record and suspicion, with ``force`` the heartbeat too.
     Unforced, every txn also compares the node record as read: a node that re-announces
@@ -204,16 +247,25 @@ def remove_node(store: Store, name: str, *, force: bool = False,
     done = {"heartbeatDeleted": False, "forgotten": False}
     if report.complete and not dry_run:
         done = forget(store, name, guards, force)
-    return {"node": name, "dryRun": dry_run, "force": force, "hadRecord": record is not None,
-            "release": report.to_dict(), "complete": report.complete, **done,
-            "summary": report.summary()}
+    return {
+        "node": name,
+        "dryRun": dry_run,
+        "force": force,
+        "hadRecord": record is not None,
+        "release": report.to_dict(),
+        "complete": report.complete,
+        **done,
+        "summary": report.summary(),
+    }
 
 
 def forget(store: Store, name: str, guards: list[Compare], force: bool) -> dict:
     """After a complete release: the heartbeat first (``force`` only: a live node taken out),
     then the record and suspicion as the reaper forgets a dead node."""
     beat = store.get(heartbeat_key(name)) if force else None
-    deleted = beat is not None and store.txn([Compare(beat.key, beat.mod_revision)],
-                                             [Delete(beat.key)]).succeeded
+    deleted = (
+        beat is not None
+        and store.txn([Compare(beat.key, beat.mod_revision)], [Delete(beat.key)]).succeeded
+    )
     forget_node(store, name, guards)
     return {"heartbeatDeleted": deleted, "forgotten": store.get(node_key(name)) is None}

@@ -13,11 +13,13 @@ Read from pycnid's JSON config (``DaemonConfig.raw``) so the keys sit beside the
 
 Every bad value is ``InvalidConfig`` naming the key, so pycnid refuses to start with it.
 """
+
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from cni.spec.errors import InvalidConfig
@@ -43,32 +45,44 @@ NUMBERS = {  # config key -> (attribute, minimum, maximum, integer)
 }
 
 
-def parse_node_options(raw: Mapping[str, Any], etcd_endpoints: tuple[str, ...] = ()) -> NodeOptions:
+def parse_node_options(
+    raw: Mapping[str, Any], etcd_endpoints: tuple[str, ...] = ()
+) -> NodeOptions:
     ipam = raw.get("ipam", {})
     if not isinstance(ipam, dict):
         raise InvalidConfig("invalid daemon config key 'ipam'", "expected an object")
-    values = {attr: validate_number(f"ipam.{key}", ipam[key], lo, hi, integer)
-              for key, (attr, lo, hi, integer) in NUMBERS.items() if key in ipam}
-    return NodeOptions(address=parse_address(raw.get("nodeAddress"), etcd_endpoints),
-                       labels=parse_labels(raw.get("nodeLabels")), **values)
+    values = {
+        attr: validate_number(f"ipam.{key}", ipam[key], lo, hi, integer)
+        for key, (attr, lo, hi, integer) in NUMBERS.items()
+        if key in ipam
+    }
+    return NodeOptions(
+        address=parse_address(raw.get("nodeAddress"), etcd_endpoints),
+        labels=parse_labels(raw.get("nodeLabels")),
+        **values,
+    )
 
 
 def validate_number(key: str, value: Any, lo: float, hi: float, integer: bool) -> Any:
     ok = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
     if not ok or not lo <= value <= hi:
         kind = "an integer" if integer else "a number"
-        raise InvalidConfig(f"invalid daemon config key '{key}'",
-                            f"expected {kind} between {lo:g} and {hi:g}, got {value!r}")
+        raise InvalidConfig(
+            f"invalid daemon config key '{key}'",
+            f"expected {kind} between {lo:g} and {hi:g}, got {value!r}",
+        )
     return value if integer else float(value)
 
 
 def parse_labels(value: Any) -> dict[str, str]:
     if value is None:
         return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                              for k, v in value.items()):
-        raise InvalidConfig("invalid daemon config key 'nodeLabels'",
-                            "expected an object of string labels")
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InvalidConfig(
+            "invalid daemon config key 'nodeLabels'", "expected an object of string labels"
+        )
     return dict(value)
 
 

@@ -22,19 +22,21 @@ A partitioned node is therefore never reclaimed before its heartbeat has been go
 whole grace period (keep it well above the longest etcd outage nodes should ride out). A store
 without leases (SQLite, one node) has no heartbeats, so the reaper never acts on it.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from cni.spec.errors import CNIError, InvalidConfig
-from nodes.liveness import supports_leases
-from nodes.record import heartbeat_key, node_key
-from nodes.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
 from common.loop import Errors, Periodic
 from ipam.records import AFFINITY, HEARTBEATS, NODES, SUSPECTS, decode, encode
+from nodes.liveness import supports_leases
+from nodes.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
+from nodes.record import heartbeat_key, node_key
 from store.base import Compare, Delete, Put, Store
 
 log = logging.getLogger("pycnid.reaper")
@@ -48,13 +50,21 @@ class NodeIsAlive(InvalidConfig):
     """release-node asked for a node whose heartbeat is present (use force to override)."""
 
 
-def release_node(store: Store, node: str, *, force: bool = False,
-                 guards: Sequence[Compare] = (), dry_run: bool = False) -> ReleaseReport:
+def release_node(
+    store: Store,
+    node: str,
+    *,
+    force: bool = False,
+    guards: Sequence[Compare] = (),
+    dry_run: bool = False,
+) -> ReleaseReport:
     """Release every handle of ``node`` and return its empty blocks (see the module doc)."""
     beat = store.get(heartbeat_key(node))
     if beat is not None and not force:
-        raise NodeIsAlive(f"node {node} is alive (its heartbeat {beat.key} exists)",
-                          "stop its pycnid first, or force the release")
+        raise NodeIsAlive(
+            f"node {node} is alive (its heartbeat {beat.key} exists)",
+            "stop its pycnid first, or force the release",
+        )
     guards = list(guards) if force else [Compare(heartbeat_key(node), 0), *guards]
     report = ReleaseReport(node)
     try:
@@ -98,7 +108,7 @@ class ReapReport:
 
 def node_names(store: Store, prefix: str) -> set[str]:
     """The node names a keys-only range finds right under ``prefix`` (``<prefix><node>/...``)."""
-    return {kv.key[len(prefix):].split("/", 1)[0] for kv in store.range(prefix, keys_only=True)}
+    return {kv.key[len(prefix) :].split("/", 1)[0] for kv in store.range(prefix, keys_only=True)}
 
 
 def calc_candidates(store: Store, skip: str | None) -> set[str]:
@@ -110,8 +120,9 @@ def calc_candidates(store: Store, skip: str | None) -> set[str]:
     return nodes
 
 
-def reap_dead_nodes(store: Store, now: float, grace: float, *, self_node: str | None = None,
-                    dry_run: bool = False) -> ReapReport:
+def reap_dead_nodes(
+    store: Store, now: float, grace: float, *, self_node: str | None = None, dry_run: bool = False
+) -> ReapReport:
     """One reaper pass over every node but ``self_node``; errors are collected per node.
     A store without leases (SQLite) has no heartbeats: every node would look dead, so the
     pass does nothing there."""
@@ -130,8 +141,12 @@ def reap_dead_nodes(store: Store, now: float, grace: float, *, self_node: str | 
             report.errors.append(f"{node}: {exc}")
     for verdict in report.nodes:
         if verdict.state in ("reaped", "stopped"):
-            log.warning("reaper: node %s %s: %s", verdict.node, verdict.state,
-                        verdict.release.summary() if verdict.release else "")
+            log.warning(
+                "reaper: node %s %s: %s",
+                verdict.node,
+                verdict.state,
+                verdict.release.summary() if verdict.release else "",
+            )
     return report
 
 
@@ -159,13 +174,17 @@ def judge_node(store: Store, node: str, now: float, grace: float, dry_run: bool)
     return NodeVerdict(node, "reaped", since, release)
 
 
-def first_look(store: Store, node: str, now: float, record_rev: int, suspect,
-               dry_run: bool) -> NodeVerdict:
+def first_look(
+    store: Store, node: str, now: float, record_rev: int, suspect, dry_run: bool
+) -> NodeVerdict:
     """Record (or restart) the suspicion, in a txn that also finds the heartbeat absent."""
     if dry_run:
         return NodeVerdict(node, "suspect", now)
-    compares = [Compare(heartbeat_key(node), 0), Compare(node_key(node), record_rev),
-                Compare(suspect_key(node), suspect.mod_revision if suspect else 0)]
+    compares = [
+        Compare(heartbeat_key(node), 0),
+        Compare(node_key(node), record_rev),
+        Compare(suspect_key(node), suspect.mod_revision if suspect else 0),
+    ]
     value = encode({"node": node, "since": now, "revision": max(record_rev, store.revision())})
     result = store.txn(compares, [Put(suspect_key(node), value)])
     return NodeVerdict(node, "suspect" if result.succeeded else "raced", now)
@@ -180,18 +199,29 @@ def forget_node(store: Store, node: str, guards: Sequence[Compare]) -> None:
 class ReaperLoop:
     """pycnid's periodic reaper: a pass every ``interval`` seconds (first after one interval)."""
 
-    def __init__(self, store: Store, node: str, grace: float, interval: float,
-                 clock: Callable[[], float] = time.time,
-                 on_pass: Callable[[ReapReport], None] | None = None,
-                 registry: Any = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        node: str,
+        grace: float,
+        interval: float,
+        clock: Callable[[], float] = time.time,
+        on_pass: Callable[[ReapReport], None] | None = None,
+        registry: Any = None,
+    ) -> None:
         self.store, self.node, self.grace, self.interval = store, node, grace, interval
         self.clock = clock
         self.on_pass = on_pass or (lambda report: None)
-        self.loop = Periodic("ipam-reaper", interval, self.run_pass, first=interval,
-                             errors=Errors(log, "reaper pass skipped", logging.INFO),
-                             registry=registry)
+        self.loop = Periodic(
+            "ipam-reaper",
+            interval,
+            self.run_pass,
+            first=interval,
+            errors=Errors(log, "reaper pass skipped", logging.INFO),
+            registry=registry,
+        )
 
-    def start(self) -> "ReaperLoop":
+    def start(self) -> ReaperLoop:
         if self.interval > 0:
             self.loop.start()
         return self

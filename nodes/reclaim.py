@@ -7,16 +7,25 @@ txn fails, the guards are read again: one that moved means the node came back, a
 stops (``GuardFailed``); otherwise the handle is re-read and, if it still belongs to the node
 (Calico's ABA rule: re-validate right before releasing), released again.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from cni.spec.errors import CNIError, TryAgainLater
 from ipam.alloc.pool_spec import DEFAULT_REUSE_DELAY
-from ipam.records import (BLOCKS, HANDLES, BlockRecord, HandleRecord, affinity_key, block_key,
-                          decode, pool_key)
+from ipam.records import (
+    BLOCKS,
+    HANDLES,
+    BlockRecord,
+    HandleRecord,
+    affinity_key,
+    block_key,
+    decode,
+    pool_key,
+)
 from store.base import KV, Compare, Delete, Op, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
 
@@ -51,16 +60,24 @@ class ReleaseReport:
         return [ip for entry in self.released for ip in entry["ips"]]
 
     def summary(self) -> str:
-        text = (f"{len(self.released)} handle(s), {len(self.released_ips)} address(es) released, "
-                f"{len(self.blocks_returned)} block(s) returned, {len(self.blocks_kept)} kept")
+        text = (
+            f"{len(self.released)} handle(s), {len(self.released_ips)} address(es) released, "
+            f"{len(self.blocks_returned)} block(s) returned, {len(self.blocks_kept)} kept"
+        )
         if self.stopped:
             text += f"; stopped: {self.stopped}"
         return text + (f"; {len(self.errors)} error(s)" if self.errors else "")
 
     def to_dict(self) -> dict:
-        return {"node": self.node, "released": self.released,
-                "blocksReturned": self.blocks_returned, "blocksKept": self.blocks_kept,
-                "errors": self.errors, "stopped": self.stopped, "complete": self.complete}
+        return {
+            "node": self.node,
+            "released": self.released,
+            "blocksReturned": self.blocks_returned,
+            "blocksKept": self.blocks_kept,
+            "errors": self.errors,
+            "stopped": self.stopped,
+            "complete": self.complete,
+        }
 
 
 def calc_freed_block(block: BlockRecord, ip: str, now: float) -> BlockRecord:
@@ -79,12 +96,15 @@ def check_guards(store: Store, guards: Sequence[Compare]) -> None:
         kv = store.get(guard.key)
         now = kv.mod_revision if kv else 0
         if now != guard.mod_revision:
-            raise GuardFailed(f"{guard.key} changed (revision {guard.mod_revision} -> {now})",
-                              "the node came back; nothing more is reclaimed")
+            raise GuardFailed(
+                f"{guard.key} changed (revision {guard.mod_revision} -> {now})",
+                "the node came back; nothing more is reclaimed",
+            )
 
 
-def plan_release(store: Store, kv: KV, record: HandleRecord,
-                 guards: Sequence[Compare]) -> tuple[list[Compare], list[Op]]:
+def plan_release(
+    store: Store, kv: KV, record: HandleRecord, guards: Sequence[Compare]
+) -> tuple[list[Compare], list[Op]]:
     """Delete the handle and free each of its addresses still recorded as its own."""
     compares = {kv.key: kv.mod_revision, **{g.key: g.mod_revision for g in guards}}
     blocks: dict[str, tuple[int, BlockRecord]] = {}
@@ -106,8 +126,9 @@ def plan_release(store: Store, kv: KV, record: HandleRecord,
     return [Compare(k, r) for k, r in compares.items()], ops
 
 
-def release_guarded(store: Store, kv: KV, node: str,
-                    guards: Sequence[Compare]) -> HandleRecord | None:
+def release_guarded(
+    store: Store, kv: KV, node: str, guards: Sequence[Compare]
+) -> HandleRecord | None:
     """Release one handle of ``node``; None when it vanished or is no longer the node's."""
     current = kv
 
@@ -126,13 +147,19 @@ def release_guarded(store: Store, kv: KV, node: str,
         current = found
         return LOST
 
-    return run_cas(attempt, RETRY, TryAgainLater(
-        f"could not release {kv.key} after {ATTEMPTS} attempts",
-        f"the store {store.name} is contended"))
+    return run_cas(
+        attempt,
+        RETRY,
+        TryAgainLater(
+            f"could not release {kv.key} after {ATTEMPTS} attempts",
+            f"the store {store.name} is contended",
+        ),
+    )
 
 
-def release_node_handles(store: Store, node: str, guards: Sequence[Compare],
-                         report: ReleaseReport, dry_run: bool) -> None:
+def release_node_handles(
+    store: Store, node: str, guards: Sequence[Compare], report: ReleaseReport, dry_run: bool
+) -> None:
     for kv in store.range(HANDLES):
         record = HandleRecord.from_bytes(kv.key, kv.value)
         if record.node != node:
@@ -145,12 +172,14 @@ def release_node_handles(store: Store, node: str, guards: Sequence[Compare],
             report.errors.append(f"{record.handle}: {exc}")
             continue
         if released is not None:
-            report.released.append({"handle": str(released.handle),
-                                    "ips": [ip.ip for ip in released.ips]})
+            report.released.append(
+                {"handle": str(released.handle), "ips": [ip.ip for ip in released.ips]}
+            )
 
 
-def return_empty_blocks(store: Store, node: str, guards: Sequence[Compare],
-                        report: ReleaseReport, dry_run: bool) -> None:
+def return_empty_blocks(
+    store: Store, node: str, guards: Sequence[Compare], report: ReleaseReport, dry_run: bool
+) -> None:
     """Delete the node's blocks that hold nothing and cool nothing, with their affinity index
     key (in a dry run: blocks that would hold nothing once the node's handles are gone).
     A block kept because of its reuse delay is returned by a later pass."""
@@ -172,12 +201,16 @@ def return_empty_blocks(store: Store, node: str, guards: Sequence[Compare],
             report.blocks_kept.append({"block": name, "held": -1})  # changed under us
 
 
-def delete_block(store: Store, kv: KV, block: BlockRecord, node: str,
-                 guards: Sequence[Compare]) -> bool:
+def delete_block(
+    store: Store, kv: KV, block: BlockRecord, node: str, guards: Sequence[Compare]
+) -> bool:
     """One txn: the block and its affinity index key, both compared as read."""
     index = affinity_key(node, block.pool, block.cidr)
     found = store.get(index)
-    compares = [Compare(kv.key, kv.mod_revision), Compare(index, found.mod_revision if found
-                                                          else 0), *guards]
+    compares = [
+        Compare(kv.key, kv.mod_revision),
+        Compare(index, found.mod_revision if found else 0),
+        *guards,
+    ]
     ops: list[Op] = [Delete(kv.key)] + ([Delete(index)] if found else [])
     return store.txn(compares, ops).succeeded

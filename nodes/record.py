@@ -9,11 +9,13 @@ Stored at ``/pycni/v1/nodes/<node>`` (no lease: a lost heartbeat never removes i
 ``overlay`` is absent on a node without one. Its blocks are not copied here: peers read them
 from the affinity index. A record from a newer pycnid keeps the fields this one does not know.
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ipam.records import HEARTBEATS, NODES, CorruptRecord, decode, encode
 
@@ -41,21 +43,34 @@ class OverlayInfo:
     mtu: int = 0
 
     def to_dict(self) -> dict:
-        return {"backend": self.backend, "underlay": self.underlay, "vtepMAC": self.vtep_mac,
-                "vteps": list(self.vteps), "vni": self.vni, "port": self.port, "mtu": self.mtu}
+        return {
+            "backend": self.backend,
+            "underlay": self.underlay,
+            "vtepMAC": self.vtep_mac,
+            "vteps": list(self.vteps),
+            "vni": self.vni,
+            "port": self.port,
+            "mtu": self.mtu,
+        }
 
     def vtep(self, version: int) -> str | None:
         return next((v for v in self.vteps if ipaddress.ip_address(v).version == version), None)
 
     @classmethod
-    def from_dict(cls, key: str, data: Any) -> "OverlayInfo":
+    def from_dict(cls, key: str, data: Any) -> OverlayInfo:
         try:
             if not isinstance(data, dict) or data.get("backend") not in BACKENDS:
                 raise ValueError(f"backend must be one of {BACKENDS}")
             vteps = tuple(str(ipaddress.ip_address(v)) for v in data.get("vteps") or ())
-            return cls(str(data["backend"]), str(ipaddress.ip_address(data["underlay"])),
-                       str(data.get("vtepMAC") or ""), vteps, int(data.get("vni") or 0),
-                       int(data.get("port") or 0), int(data.get("mtu") or 0))
+            return cls(
+                str(data["backend"]),
+                str(ipaddress.ip_address(data["underlay"])),
+                str(data.get("vtepMAC") or ""),
+                vteps,
+                int(data.get("vni") or 0),
+                int(data.get("port") or 0),
+                int(data.get("mtu") or 0),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptRecord(f"corrupt node record {key}", f"bad overlay: {exc}") from None
 
@@ -72,23 +87,33 @@ class NodeRecord:
     FIELDS = ("name", "address", "labels", "startedAt", "overlay")
 
     def to_bytes(self) -> bytes:
-        data = {**self.extra, "name": self.name, "address": self.address,
-                "labels": dict(self.labels), "startedAt": self.started_at}
+        data = {
+            **self.extra,
+            "name": self.name,
+            "address": self.address,
+            "labels": dict(self.labels),
+            "startedAt": self.started_at,
+        }
         if self.overlay is not None:
             data["overlay"] = self.overlay.to_dict()
         return encode(data)
 
     @classmethod
-    def from_bytes(cls, key: str, value: bytes) -> "NodeRecord":
+    def from_bytes(cls, key: str, value: bytes) -> NodeRecord:
         data = decode(key, value)
         labels = data.get("labels") if isinstance(data.get("labels"), dict) else {}
         overlay = data.get("overlay")
         try:
             started = float(data.get("startedAt") or 0)
         except (TypeError, ValueError):
-            raise CorruptRecord(f"corrupt node record {key}", "startedAt is not a number") \
-                from None
-        return cls(str(data.get("name") or key.rsplit("/", 1)[-1]), str(data.get("address") or ""),
-                   {str(k): str(v) for k, v in labels.items()}, started,
-                   OverlayInfo.from_dict(key, overlay) if overlay is not None else None,
-                   {k: v for k, v in data.items() if k not in cls.FIELDS})
+            raise CorruptRecord(
+                f"corrupt node record {key}", "startedAt is not a number"
+            ) from None
+        return cls(
+            str(data.get("name") or key.rsplit("/", 1)[-1]),
+            str(data.get("address") or ""),
+            {str(k): str(v) for k, v in labels.items()},
+            started,
+            OverlayInfo.from_dict(key, overlay) if overlay is not None else None,
+            {k: v for k, v in data.items() if k not in cls.FIELDS},
+        )

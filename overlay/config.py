@@ -19,21 +19,33 @@ silently on a VXLAN node::
                 "resyncInterval": 30,           # seconds between full resyncs
                 "leaveOnStop": false}           # a graceful stop takes the node out of the overlay
 """
+
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from kernel.link import normalize_mac
 from cni.spec.errors import InvalidConfig
+from kernel.link import normalize_mac
 
 DEFAULT_VNI = 1
 DEFAULT_VXLAN_PORT = 4789
 DEFAULT_RESYNC = 30.0
-KNOWN = {"backend", "underlayAddress", "vni", "port", "device", "vtepMAC", "mtu", "vtepPools",
-         "resyncInterval", "leaveOnStop"}
+KNOWN = {
+    "backend",
+    "underlayAddress",
+    "vni",
+    "port",
+    "device",
+    "vtepMAC",
+    "mtu",
+    "vtepPools",
+    "resyncInterval",
+    "leaveOnStop",
+}
 BACKEND_NAMES = ("vxlan", "host-gw")
 
 
@@ -70,20 +82,25 @@ def parse_overlay_config(raw: Mapping[str, Any]) -> OverlayConfig | None:
         raise bad("overlay", "expected an object", section)
     unknown = sorted(set(section) - KNOWN)
     if unknown:
-        raise InvalidConfig(f"unknown daemon config key 'overlay.{unknown[0]}'",
-                            f"known keys: {', '.join(sorted(KNOWN))}")
+        raise InvalidConfig(
+            f"unknown daemon config key 'overlay.{unknown[0]}'",
+            f"known keys: {', '.join(sorted(KNOWN))}",
+        )
     backend = section.get("backend")
     if backend not in BACKEND_NAMES:
         raise bad("overlay.backend", f"expected one of {', '.join(BACKEND_NAMES)}", backend)
     return OverlayConfig(
-        backend=backend, underlay_address=validate_address(section.get("underlayAddress")),
+        backend=backend,
+        underlay_address=validate_address(section.get("underlayAddress")),
         vni=validate_int(section, "vni", DEFAULT_VNI, 1, (1 << 24) - 1),
         port=validate_int(section, "port", DEFAULT_VXLAN_PORT, 1, 65535),
-        device=validate_device(section.get("device")), vtep_mac=validate_mac(section),
+        device=validate_device(section.get("device")),
+        vtep_mac=validate_mac(section),
         mtu=validate_int(section, "mtu", None, 576, 65535),
         vtep_pools=validate_pools(section.get("vtepPools")),
         resync_interval=float(validate_int(section, "resyncInterval", 30, 1, 86400) or 30),
-        leave_on_stop=validate_flag(section, "leaveOnStop"))
+        leave_on_stop=validate_flag(section, "leaveOnStop"),
+    )
 
 
 def bad(key: str, expected: str, value: Any) -> InvalidConfig:
@@ -96,12 +113,14 @@ def validate_address(value: Any) -> str | None:
     try:
         return str(ipaddress.ip_address(value if isinstance(value, str) else ""))
     except ValueError:
-        raise bad("overlay.underlayAddress", "expected an IP address of this node", value) \
-            from None
+        raise bad(
+            "overlay.underlayAddress", "expected an IP address of this node", value
+        ) from None
 
 
-def validate_int(section: Mapping[str, Any], key: str, default: int | None, lo: int,
-                 hi: int) -> int | None:
+def validate_int(
+    section: Mapping[str, Any], key: str, default: int | None, lo: int, hi: int
+) -> int | None:
     value = section.get(key)
     if value is None:  # absent or null: the default
         return default
@@ -120,8 +139,12 @@ def validate_flag(section: Mapping[str, Any], key: str) -> bool:
 def validate_device(value: Any) -> str:
     if value is None:
         return ""
-    ok = isinstance(value, str) and value.isprintable() and 0 < len(value.encode(
-        "utf-8", "replace")) <= 15 and not any(c in "/: " for c in value)
+    ok = (
+        isinstance(value, str)
+        and value.isprintable()
+        and 0 < len(value.encode("utf-8", "replace")) <= 15
+        and not any(c in "/: " for c in value)
+    )
     if not ok:
         raise bad("overlay.device", "expected an interface name of at most 15 bytes", value)
     return value

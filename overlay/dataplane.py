@@ -13,6 +13,7 @@ replaced in one request, so traffic never sees it missing. Foreign entries are n
 Each entry is applied on its own: one the kernel refuses is logged and counted (``Outcome``) and
 the rest still go in; the next pass tries it again.
 """
+
 from __future__ import annotations
 
 import errno
@@ -43,26 +44,37 @@ class Outcome:
 
 
 def read_actual(ipr: IPRoute, vxlan_index: int | None, wanted_macs: set[str]) -> Entries:
-    routes = frozenset(RouteEntry(str(r.dst), str(r.gw) if r.gw else None, r.oif or 0,
-                                  r.onlink)
-                       for r in route.list_proto_routes(ipr, RTPROT_PYCNI))
-    proxies = frozenset(ProxyEntry(p.ifindex, p.ip)
-                        for p in ndproxy.list_proxies(ipr, proto=RTPROT_PYCNI))
+    routes = frozenset(
+        RouteEntry(str(r.dst), str(r.gw) if r.gw else None, r.oif or 0, r.onlink)
+        for r in route.list_proto_routes(ipr, RTPROT_PYCNI)
+    )
+    proxies = frozenset(
+        ProxyEntry(p.ifindex, p.ip) for p in ndproxy.list_proxies(ipr, proto=RTPROT_PYCNI)
+    )
     if vxlan_index is None:
         return Entries(routes, proxies=proxies)
-    neighs = frozenset(NeighEntry(n.ifindex, str(n.ip), n.mac)
-                       for n in neigh.list_neighs(ipr, vxlan_index, proto=RTPROT_PYCNI))
+    neighs = frozenset(
+        NeighEntry(n.ifindex, str(n.ip), n.mac)
+        for n in neigh.list_neighs(ipr, vxlan_index, proto=RTPROT_PYCNI)
+    )
     ours = wanted_macs | {n.mac for n in neighs}
-    fdbs = frozenset(FdbEntry(f.ifindex, f.mac, str(f.dst))
-                     for f in neigh.list_fdb(ipr, vxlan_index) if f.mac in ours)
+    fdbs = frozenset(
+        FdbEntry(f.ifindex, f.mac, str(f.dst))
+        for f in neigh.list_fdb(ipr, vxlan_index)
+        if f.mac in ours
+    )
     return Entries(routes, neighs, fdbs, proxies)
 
 
 def kernel_route(entry: RouteEntry) -> route.Route:
-    return route.Route(dst=ipaddress.ip_network(entry.dst),
-                       gw=ipaddress.ip_address(entry.via) if entry.via else None,
-                       oif=entry.oif, proto=RTPROT_PYCNI, onlink=entry.onlink,
-                       scope=None if entry.via else SCOPE_LINK)
+    return route.Route(
+        dst=ipaddress.ip_network(entry.dst),
+        gw=ipaddress.ip_address(entry.via) if entry.via else None,
+        oif=entry.oif,
+        proto=RTPROT_PYCNI,
+        onlink=entry.onlink,
+        scope=None if entry.via else SCOPE_LINK,
+    )
 
 
 def apply_diff(ipr: IPRoute, desired: Entries, actual: Entries) -> Outcome:
@@ -70,29 +82,61 @@ def apply_diff(ipr: IPRoute, desired: Entries, actual: Entries) -> Outcome:
     wanted_dsts = {r.dst for r in desired.routes}
     for entry in sorted(actual.routes - desired.routes):
         if entry.dst not in wanted_dsts:  # a changed one is replaced below
-            attempt(out, f"delete route {entry.dst}", False,
-                    lambda e=entry: route.delete_route(ipr, kernel_route(e)))
+            attempt(
+                out,
+                f"delete route {entry.dst}",
+                False,
+                lambda e=entry: route.delete_route(ipr, kernel_route(e)),
+            )
     for fdb in sorted(actual.fdbs - desired.fdbs):
-        attempt(out, f"delete fdb {fdb.mac} dst {fdb.dst}", False,
-                lambda f=fdb: neigh.delete_fdb(ipr, f.ifindex, f.mac, f.dst))
+        attempt(
+            out,
+            f"delete fdb {fdb.mac} dst {fdb.dst}",
+            False,
+            lambda f=fdb: neigh.delete_fdb(ipr, f.ifindex, f.mac, f.dst),
+        )
     for entry in sorted(actual.neighs - desired.neighs):
-        attempt(out, f"delete neighbour {entry.ip}", False,
-                lambda n=entry: neigh.delete_neigh(ipr, n.ifindex, n.ip))
+        attempt(
+            out,
+            f"delete neighbour {entry.ip}",
+            False,
+            lambda n=entry: neigh.delete_neigh(ipr, n.ifindex, n.ip),
+        )
     for proxy in sorted(actual.proxies - desired.proxies):
-        attempt(out, f"delete proxy neighbour {proxy.ip}", False,
-                lambda p=proxy: ndproxy.delete_proxy(ipr, p.ifindex, p.ip))
+        attempt(
+            out,
+            f"delete proxy neighbour {proxy.ip}",
+            False,
+            lambda p=proxy: ndproxy.delete_proxy(ipr, p.ifindex, p.ip),
+        )
     for proxy in sorted(desired.proxies - actual.proxies):
-        attempt(out, f"proxy neighbour {proxy.ip}", True,
-                lambda p=proxy: ndproxy.add_proxy(ipr, p.ifindex, p.ip))
+        attempt(
+            out,
+            f"proxy neighbour {proxy.ip}",
+            True,
+            lambda p=proxy: ndproxy.add_proxy(ipr, p.ifindex, p.ip),
+        )
     for entry in sorted(desired.neighs - actual.neighs):
-        attempt(out, f"neighbour {entry.ip} lladdr {entry.mac}", True,
-                lambda n=entry: neigh.replace_neigh(ipr, n.ifindex, n.ip, n.mac, RTPROT_PYCNI))
+        attempt(
+            out,
+            f"neighbour {entry.ip} lladdr {entry.mac}",
+            True,
+            lambda n=entry: neigh.replace_neigh(ipr, n.ifindex, n.ip, n.mac, RTPROT_PYCNI),
+        )
     for fdb in sorted(desired.fdbs - actual.fdbs):
-        attempt(out, f"fdb {fdb.mac} dst {fdb.dst}", True,
-                lambda f=fdb: neigh.append_fdb(ipr, f.ifindex, f.mac, f.dst))
+        attempt(
+            out,
+            f"fdb {fdb.mac} dst {fdb.dst}",
+            True,
+            lambda f=fdb: neigh.append_fdb(ipr, f.ifindex, f.mac, f.dst),
+        )
     for entry in sorted(desired.routes - actual.routes):
-        attempt(out, f"route {entry.dst} via {entry.via or 'the local device'}", True,
-                lambda e=entry: route.replace_route(ipr, kernel_route(e)))
+        attempt(
+            out,
+            f"route {entry.dst} via {entry.via or 'the local device'}",
+            True,
+            lambda e=entry: route.replace_route(ipr, kernel_route(e)),
+        )
     return out
 
 
@@ -102,8 +146,10 @@ def attempt(out: Outcome, what: str, adding: bool, op) -> None:
     except NetlinkError as exc:
         if not adding and exc.code in (errno.ESRCH, errno.ENOENT, errno.ENODEV):
             return
-        out.failed.append(f"{what}: {errno.errorcode.get(exc.code, exc.code)} "
-                          f"({exc.args[1] if len(exc.args) > 1 else exc})")
+        out.failed.append(
+            f"{what}: {errno.errorcode.get(exc.code, exc.code)} "
+            f"({exc.args[1] if len(exc.args) > 1 else exc})"
+        )
         return
     if adding:
         out.added += 1

@@ -6,11 +6,12 @@ keeps it (traffic of existing Pods goes on). VTEP addresses go on it as host add
 /128: no prefix route) marked as pycni's (IFA_PROTO); another pycni-marked address on it is a
 VTEP address this node no longer has and is removed. host-gw has no device.
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from pyroute2 import IPRoute
 
@@ -45,9 +46,15 @@ def calc_mtu(config: OverlayConfig, underlay: Underlay) -> int:
 
 
 def vxlan_spec(end: NodeEnd) -> vxlan.VxlanSpec:
-    return vxlan.VxlanSpec(name=end.config.device_name, vni=end.config.vni,
-                           port=end.config.port, local=end.underlay.address,
-                           link_index=end.underlay.ifindex, mac=end.vtep_mac, mtu=end.mtu)
+    return vxlan.VxlanSpec(
+        name=end.config.device_name,
+        vni=end.config.vni,
+        port=end.config.port,
+        local=end.underlay.address,
+        link_index=end.underlay.ifindex,
+        mac=end.vtep_mac,
+        mtu=end.mtu,
+    )
 
 
 def ensure_device(ipr: IPRoute, end: NodeEnd, vteps: tuple[str, ...]) -> LinkInfo:
@@ -60,11 +67,13 @@ def ensure_device(ipr: IPRoute, end: NodeEnd, vteps: tuple[str, ...]) -> LinkInf
 
 
 def ensure_vtep_addresses(ipr: IPRoute, index: int, vteps: tuple[str, ...]) -> None:
-    wanted = {ipaddress.ip_interface(f"{v}/{ipaddress.ip_address(v).max_prefixlen}")
-              for v in vteps}
+    wanted = {
+        ipaddress.ip_interface(f"{v}/{ipaddress.ip_address(v).max_prefixlen}") for v in vteps
+    }
     have = addr.list_addresses_by_proto(ipr, index)
-    for stale in (a for a, proto in have.items()
-                  if proto == addr.ADDR_PROTO_PYCNI and a not in wanted):
+    for stale in (
+        a for a, proto in have.items() if proto == addr.ADDR_PROTO_PYCNI and a not in wanted
+    ):
         addr.delete_address(ipr, index, stale)
     for address in wanted - set(have):
         addr.add_address(ipr, index, address, exist_ok=True, proto=addr.ADDR_PROTO_PYCNI)
@@ -82,8 +91,11 @@ def serving_map(ipr: IPRoute, skip: int | None) -> dict:
     for found in list_links(ipr):
         if found.index == skip or found.kind != "bridge":
             continue
-        nets = [a.network for a, proto in addr.list_addresses_by_proto(ipr, found.index).items()
-                if proto == addr.ADDR_PROTO_PYCNI]
+        nets = [
+            a.network
+            for a, proto in addr.list_addresses_by_proto(ipr, found.index).items()
+            if proto == addr.ADDR_PROTO_PYCNI
+        ]
         if nets:
             out[found.index] = nets
     return out
@@ -92,6 +104,13 @@ def serving_map(ipr: IPRoute, skip: int | None) -> dict:
 def calc_serving(networks: dict, ip: str) -> int | None:
     """The bridge whose gateway subnet holds ``ip`` (the longest such subnet)."""
     address = ipaddress.ip_address(ip)
-    best = max(((net.prefixlen, index) for index, nets in networks.items() for net in nets
-                if net.version == address.version and address in net), default=None)
+    best = max(
+        (
+            (net.prefixlen, index)
+            for index, nets in networks.items()
+            for net in nets
+            if net.version == address.version and address in net
+        ),
+        default=None,
+    )
     return best[1] if best else None

@@ -19,10 +19,11 @@ UDP to port 4789 elsewhere is still tracked (and masqueraded). Every sync render
 table and applies it as one transaction (``delete`` + ``add``): atomic, and a table someone
 edited or removed comes back exactly as rendered. host-gw has no VXLAN and no table.
 """
+
 from __future__ import annotations
 
 import ipaddress
-from typing import Iterable
+from collections.abc import Iterable
 
 FAMILY = "inet"
 TABLE = "pycni-overlay"
@@ -33,18 +34,21 @@ def render_table(underlay: str, port: int, peers: Iterable[str]) -> str:
     local = ipaddress.ip_address(underlay)
     match = "ip" if local.version == 4 else "ip6"
     t = f"{FAMILY} {TABLE}"
-    lines = [f"table {t} {{}}", f"delete table {t}",
-             f'add table {t} {{ comment "pycni overlay: VXLAN peers"; }}',
-             f"add set {t} peers4 {{ type ipv4_addr; }}",
-             f"add set {t} peers6 {{ type ipv6_addr; }}",
-             f"add chain {t} prerouting {{ type filter hook prerouting priority raw; policy accept; }}",
-             f"add chain {t} output {{ type filter hook output priority raw; policy accept; }}",
-             f"add chain {t} input {{ type filter hook input priority filter; policy accept; }}",
-             f"add rule {t} prerouting {match} daddr {local} udp dport {port} notrack",
-             f"add rule {t} output {match} saddr {local} udp dport {port} notrack",
-             f"add rule {t} input udp dport {port} ip saddr @peers4 accept",
-             f"add rule {t} input udp dport {port} ip6 saddr @peers6 accept",
-             f"add rule {t} input udp dport {port} drop"]
+    lines = [
+        f"table {t} {{}}",
+        f"delete table {t}",
+        f'add table {t} {{ comment "pycni overlay: VXLAN peers"; }}',
+        f"add set {t} peers4 {{ type ipv4_addr; }}",
+        f"add set {t} peers6 {{ type ipv6_addr; }}",
+        f"add chain {t} prerouting {{ type filter hook prerouting priority raw; policy accept; }}",
+        f"add chain {t} output {{ type filter hook output priority raw; policy accept; }}",
+        f"add chain {t} input {{ type filter hook input priority filter; policy accept; }}",
+        f"add rule {t} prerouting {match} daddr {local} udp dport {port} notrack",
+        f"add rule {t} output {match} saddr {local} udp dport {port} notrack",
+        f"add rule {t} input udp dport {port} ip saddr @peers4 accept",
+        f"add rule {t} input udp dport {port} ip6 saddr @peers6 accept",
+        f"add rule {t} input udp dport {port} drop",
+    ]
     by_version: dict[int, list[str]] = {4: [], 6: []}
     for peer in sorted({ipaddress.ip_address(p) for p in peers}, key=lambda a: (a.version, a)):
         by_version[peer.version].append(str(peer))

@@ -13,11 +13,12 @@ Borrowed addresses (a Pod holding an address in another node's block) are host r
 /128) to the node that holds them, which win over the block owner's route by prefix length;
 on the holder itself a host route points at the local device (the bridge) that serves it.
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
 
 from nodes.record import OverlayInfo
 
@@ -32,14 +33,14 @@ class Peer:
     name: str
     info: OverlayInfo
     blocks: tuple[str, ...] = ()  # its blocks (affinity index), CIDRs
-    hosts: tuple[str, ...] = ()   # addresses it holds in other nodes' blocks
-    held6: tuple[str, ...] = ()   # every IPv6 address it holds (its Pods, its VTEP)
+    hosts: tuple[str, ...] = ()  # addresses it holds in other nodes' blocks
+    held6: tuple[str, ...] = ()  # every IPv6 address it holds (its Pods, its VTEP)
 
 
 @dataclass(frozen=True, order=True)
 class RouteEntry:
-    dst: str          # CIDR
-    via: str | None   # gateway (None: a device route)
+    dst: str  # CIDR
+    via: str | None  # gateway (None: a device route)
     oif: int
     onlink: bool = False
 
@@ -91,7 +92,7 @@ class Local:
 class Plan:
     entries: Entries
     unreachable: Mapping[str, str] = field(default_factory=dict)  # peer -> why no route
-    skipped: Mapping[str, str] = field(default_factory=dict)      # peer -> why not programmed
+    skipped: Mapping[str, str] = field(default_factory=dict)  # peer -> why not programmed
 
 
 def host_net(ip: str) -> str:
@@ -121,14 +122,21 @@ def calc_desired(local: Local, peers: Iterable[Peer]) -> Plan:
             unreachable[peer.name] = reason
             continue
         else:
-            routes.update(peer_routes(peer, lambda v: peer.info.underlay
-                                      if v == version_of(peer.info.underlay) else None,
-                                      local.towards(peer.info.underlay) or local.ifindex,
-                                      onlink=False))
+            routes.update(
+                peer_routes(
+                    peer,
+                    lambda v: peer.info.underlay if v == version_of(peer.info.underlay) else None,
+                    local.towards(peer.info.underlay) or local.ifindex,
+                    onlink=False,
+                )
+            )
         proxies.update(peer_proxies(local, peer))
     routes.update(own_host_routes(local))
-    return Plan(Entries(frozenset(routes), frozenset(neighs), frozenset(fdbs),
-                        frozenset(proxies)), unreachable, skipped)
+    return Plan(
+        Entries(frozenset(routes), frozenset(neighs), frozenset(fdbs), frozenset(proxies)),
+        unreachable,
+        skipped,
+    )
 
 
 def calc_skip(local: Local, peer: Peer) -> str | None:
@@ -147,8 +155,9 @@ def add_vxlan_peer(local: Local, peer: Peer, routes: set, neighs: set, fdbs: set
     routes.update(peer_routes(peer, info.vtep, local.ifindex, onlink=True))
 
 
-def peer_routes(peer: Peer, gateway: Callable[[int], str | None], oif: int,
-                onlink: bool) -> set[RouteEntry]:
+def peer_routes(
+    peer: Peer, gateway: Callable[[int], str | None], oif: int, onlink: bool
+) -> set[RouteEntry]:
     """A route per block and per borrowed address of ``peer``, for each family it has a
     gateway of (``gateway(version)``)."""
     out = set()

@@ -6,17 +6,26 @@ node record) and block records (``/blocks/``: only their ``borrowed`` map, the a
 holds in another node's block). A record that cannot be read is logged once and ignored — a
 bad record of one node must not take the routes of every other node down.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
+from ipam.records import (
+    AFFINITY,
+    BLOCKS,
+    NODES,
+    POOLS,
+    BlockRecord,
+    CorruptRecord,
+    decode,
+    parse_block_key,
+)
 from nodes.record import NodeRecord
-from ipam.records import (AFFINITY, BLOCKS, NODES, POOLS, BlockRecord, CorruptRecord, decode,
-                          parse_block_key)
-from store.base import KV
 from overlay.model import Peer
+from store.base import KV
 
 log = logging.getLogger("pycnid.overlay")
 PREFIXES = (NODES, AFFINITY, BLOCKS, POOLS)
@@ -49,7 +58,7 @@ class Registry:
         return False
 
     def apply_node(self, kv: KV, deleted: bool) -> bool:
-        name = kv.key[len(NODES):]
+        name = kv.key[len(NODES) :]
         if deleted:
             return self.nodes.pop(name, None) is not None
         record = NodeRecord.from_bytes(kv.key, kv.value)
@@ -59,7 +68,7 @@ class Registry:
         return before is None or before.overlay != record.overlay
 
     def apply_affinity(self, key: str, deleted: bool) -> bool:
-        node = key[len(AFFINITY):].split("/", 1)[0]
+        node = key[len(AFFINITY) :].split("/", 1)[0]
         _, cidr = parse_block_key(key)
         blocks = self.affinity.setdefault(node, set())
         if deleted:
@@ -75,13 +84,16 @@ class Registry:
     def apply_block(self, kv: KV, deleted: bool) -> bool:
         block = None if deleted else BlockRecord.at_key(kv.key, kv.value)
         borrowed = changed(self.borrowed, kv.key, dict(block.borrowed) if block else {})
-        held = {} if block is None or block.net.version != 6 else {
-            ip: block.borrowed.get(ip, block.affinity) for ip in block.allocations}
+        held = (
+            {}
+            if block is None or block.net.version != 6
+            else {ip: block.borrowed.get(ip, block.affinity) for ip in block.allocations}
+        )
         return changed(self.held6, kv.key, held) or borrowed
 
     def apply_pool(self, kv: KV, deleted: bool) -> bool:
         """A cluster pool's CIDR (its VTEP family, the cluster's address space)."""
-        name = kv.key[len(POOLS):]
+        name = kv.key[len(POOLS) :]
         record = {} if deleted else decode(kv.key, kv.value)
         cidr = "" if record.get("source") == "netconf" else str(record.get("cidr") or "")
         before = self.pools.pop(name, "")
@@ -104,19 +116,35 @@ class Registry:
             self.apply(kv)
 
     def hosts_of(self, node: str) -> tuple[str, ...]:
-        return tuple(sorted(ip for held in self.borrowed.values()
-                            for ip, holder in held.items() if holder == node))
+        return tuple(
+            sorted(
+                ip
+                for held in self.borrowed.values()
+                for ip, holder in held.items()
+                if holder == node
+            )
+        )
 
     def held6_by(self, node: str) -> tuple[str, ...]:
-        return tuple(sorted(ip for held in self.held6.values()
-                            for ip, holder in held.items() if holder == node))
+        return tuple(
+            sorted(
+                ip for held in self.held6.values() for ip, holder in held.items() if holder == node
+            )
+        )
 
     def peers(self, self_name: str) -> list[Peer]:
         """Every other node with overlay fields, with its blocks and borrowed addresses."""
-        return [Peer(name, record.overlay, tuple(sorted(self.affinity.get(name, ()))),
-                     self.hosts_of(name), self.held6_by(name))
-                for name, record in sorted(self.nodes.items())
-                if name != self_name and record.overlay is not None]
+        return [
+            Peer(
+                name,
+                record.overlay,
+                tuple(sorted(self.affinity.get(name, ()))),
+                self.hosts_of(name),
+                self.held6_by(name),
+            )
+            for name, record in sorted(self.nodes.items())
+            if name != self_name and record.overlay is not None
+        ]
 
 
 def changed(table: dict[str, dict[str, str]], key: str, new: dict[str, str]) -> bool:

@@ -6,11 +6,13 @@ this node) stop pycnid from starting, naming the key. On shutdown the sync stops
 ``leaveOnStop`` the node also leaves (VTEP released, node record removed, its own entries
 taken out), and peers remove what they had for it.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 from kernel.session import node_session
 from nodes.liveness import Liveness
@@ -22,26 +24,41 @@ from overlay.underlay import resolve_underlay
 log = logging.getLogger("pycnid.overlay")
 
 
-def resolve_end(config: OverlayConfig, node: str, raw: Mapping[str, Any],
-                fallback: str) -> NodeEnd:
+def resolve_end(
+    config: OverlayConfig, node: str, raw: Mapping[str, Any], fallback: str
+) -> NodeEnd:
     configured = config.underlay_address or raw.get("nodeAddress")
     with node_session() as ipr:
         underlay = resolve_underlay(ipr, configured, fallback or None)
-    return NodeEnd(config, underlay, config.vtep_mac or calc_vtep_mac(node),
-                   calc_mtu(config, underlay))
+    return NodeEnd(
+        config, underlay, config.vtep_mac or calc_vtep_mac(node), calc_mtu(config, underlay)
+    )
 
 
-def start_overlay(raw: Mapping[str, Any], node: str, store: Any, leases: Any,
-                  liveness: Liveness, registry: Any, on_shutdown: list) -> NodeEnd | None:
+def start_overlay(
+    raw: Mapping[str, Any],
+    node: str,
+    store: Any,
+    leases: Any,
+    liveness: Liveness,
+    registry: Any,
+    on_shutdown: list,
+) -> NodeEnd | None:
     """The overlay of this node, started; None when the config has no ``overlay``."""
     config = parse_overlay_config(raw)
     if config is None:
         return None
     end = resolve_end(config, node, raw, liveness.record.address)
-    sync = OverlaySync(end, node, store, leases,
-                       lambda info: liveness.update(overlay=info), registry).start()
-    log.info("overlay %s on %s (%s, MTU %d)", end.backend, end.underlay.address,
-             end.underlay.ifname, end.mtu)
+    sync = OverlaySync(
+        end, node, store, leases, lambda info: liveness.update(overlay=info), registry
+    ).start()
+    log.info(
+        "overlay %s on %s (%s, MTU %d)",
+        end.backend,
+        end.underlay.address,
+        end.underlay.ifname,
+        end.mtu,
+    )
     end = replace(end, cluster_cidrs=sync.pool_cidrs)  # what pycni-bridge's ipMasq spares
 
     def stop() -> None:
@@ -49,5 +66,6 @@ def start_overlay(raw: Mapping[str, Any], node: str, store: Any, leases: Any,
         if config.leave_on_stop:
             liveness.leave()
             sync.leave()
+
     on_shutdown.append(stop)
     return end

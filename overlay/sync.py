@@ -19,37 +19,48 @@ different (someone removed it while the node runs). Leaving (``setup.py``, ``lea
 the node record goes first, then ``leave()`` releases the VTEP and removes this node's entries;
 peers remove theirs on the event.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from cni.spec.errors import CNIError, TryAgainLater
+from common.loop import Errors, Loop
 from kernel import monitor
 from kernel.addr import ADDR_PROTO_PYCNI
 from kernel.monitor import NetlinkMonitor
 from kernel.neigh import AF_BRIDGE
-from kernel.route import RTPROT_PYCNI
 from kernel.nft import Nft, NftError, table_exists
+from kernel.route import RTPROT_PYCNI
 from kernel.session import node_session
-from masq.rules import FAMILY as MASQ_FAMILY, TABLE as MASQ_TABLE, render_cluster
-from cni.spec.errors import CNIError, TryAgainLater
-from common.loop import Errors, Loop
+from masq.rules import FAMILY as MASQ_FAMILY
+from masq.rules import TABLE as MASQ_TABLE
+from masq.rules import render_cluster
 from nodes.record import OverlayInfo
-from store.watched import WatchedPrefixes
 from overlay import dataplane, device, firewall, underlay, vtep
 from overlay.metrics import OverlayMetrics
 from overlay.model import Local, Plan, calc_desired
 from overlay.registry import PREFIXES, Registry
+from store.watched import WatchedPrefixes
 
 log = logging.getLogger("pycnid.overlay")
 RETRY = 1.0
 
 
 class OverlaySync:
-    def __init__(self, end: device.NodeEnd, node: str, store: Any, leases: Any,
-                 publish: Callable[[OverlayInfo], None], registry: Any) -> None:
+    def __init__(
+        self,
+        end: device.NodeEnd,
+        node: str,
+        store: Any,
+        leases: Any,
+        publish: Callable[[OverlayInfo], None],
+        registry: Any,
+    ) -> None:
         self.end, self.node, self.store, self.leases = end, node, store, leases
         self.publish = publish
         self.view = Registry()
@@ -58,8 +69,9 @@ class OverlaySync:
         self.vteps: tuple[str, ...] = ()
         self.vtep_pools_seen: dict[str, str] = {}
         self.published = False
-        self.watched = WatchedPrefixes(store, PREFIXES, self.view, self.lock,
-                                       self.on_registry_change)
+        self.watched = WatchedPrefixes(
+            store, PREFIXES, self.view, self.lock, self.on_registry_change
+        )
         self.last: Plan | None = None
         self.firewall_script = ""
         self.cluster_cidrs: list[str] | None = None
@@ -67,11 +79,17 @@ class OverlaySync:
         self.nft: Nft | None = None
         self.metrics = OverlayMetrics(registry)
         self.monitor = NetlinkMonitor(self.on_netlink)
-        self.loop = Loop("overlay-sync", self.step, retry=RETRY, wake=self.wake,
-                         errors=Errors(log, "overlay sync"), registry=registry)
+        self.loop = Loop(
+            "overlay-sync",
+            self.step,
+            retry=RETRY,
+            wake=self.wake,
+            errors=Errors(log, "overlay sync"),
+            registry=registry,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> "OverlaySync":
+    def start(self) -> OverlaySync:
         self.nft = Nft()  # made here: in the node netns
         self.monitor.start()
         self.loop.start()
@@ -130,21 +148,34 @@ class OverlaySync:
         if self.end.backend != "vxlan":
             return
         have = self.vteps or ()
-        found = vtep.lease_vteps(self.leases, self.store, self.node,
-                                 self.end.config.device_name, self.end.config.vtep_pools, have)
+        found = vtep.lease_vteps(
+            self.leases,
+            self.store,
+            self.node,
+            self.end.config.device_name,
+            self.end.config.vtep_pools,
+            have,
+        )
         if not found:
-            raise TryAgainLater(f"no pool offers node {self.node} a VTEP address yet",
-                                "add a pool (pycni ipam pool add) or name one in "
-                                "overlay.vtepPools")
+            raise TryAgainLater(
+                f"no pool offers node {self.node} a VTEP address yet",
+                "add a pool (pycni ipam pool add) or name one in overlay.vtepPools",
+            )
         if found != have:
             self.vteps, self.published = found, False
 
     def info(self) -> OverlayInfo:
         cfg = self.end.config
         vxlan = cfg.backend == "vxlan"
-        return OverlayInfo(cfg.backend, self.end.underlay.address,
-                           self.end.vtep_mac if vxlan else "", self.vteps or (),
-                           cfg.vni if vxlan else 0, cfg.port if vxlan else 0, self.end.mtu)
+        return OverlayInfo(
+            cfg.backend,
+            self.end.underlay.address,
+            self.end.vtep_mac if vxlan else "",
+            self.vteps or (),
+            cfg.vni if vxlan else 0,
+            cfg.port if vxlan else 0,
+            self.end.mtu,
+        )
 
     def on_registry_change(self, changed: bool) -> None:
         if changed:
@@ -167,10 +198,14 @@ class OverlaySync:
         with node_session() as ipr:
             index = self.ensure_local(ipr)
             serving = device.serving_map(ipr, index)
-            local = Local(self.end.backend, index, own_hosts,
-                          lambda ip: device.calc_serving(serving, ip),
-                          lambda ip: underlay.check_direct(ipr, ip),
-                          lambda ip: underlay.device_towards(ipr, ip))
+            local = Local(
+                self.end.backend,
+                index,
+                own_hosts,
+                lambda ip: device.calc_serving(serving, ip),
+                lambda ip: underlay.check_direct(ipr, ip),
+                lambda ip: underlay.device_towards(ipr, ip),
+            )
             plan = calc_desired(local, peers)
             self.macs |= {f.mac for f in plan.entries.fdbs}  # pycni's, also once it is gone
             outcome = dataplane.apply_diff(ipr, plan.entries, self.read_actual(ipr, self.macs))
@@ -210,8 +245,9 @@ class OverlaySync:
         try:
             self.nft.run(render_cluster(cidrs))
         except (NftError, ValueError) as exc:
-            log.warning("overlay: the cluster's pools were not set in the masquerade table: %s",
-                        exc)
+            log.warning(
+                "overlay: the cluster's pools were not set in the masquerade table: %s", exc
+            )
             return
         self.cluster_cidrs = cidrs
 
@@ -231,13 +267,21 @@ class OverlaySync:
             log.warning("overlay: %s", failure)
         last = self.last or Plan(dataplane.Entries())
         for peer, why in calc_news(plan.unreachable, last.unreachable).items():
-            log.warning("overlay: peer %s gets no route (host-gw needs a directly connected "
-                        "underlay): %s", peer, why)
+            log.warning(
+                "overlay: peer %s gets no route (host-gw needs a directly connected underlay): %s",
+                peer,
+                why,
+            )
         for peer, why in calc_news(plan.skipped, last.skipped).items():
             log.warning("overlay: peer %s is not programmed: %s", peer, why)
         if outcome.changed:
-            log.info("overlay: %d peer(s); %d entr(y/ies) added, %d removed in %.1f ms",
-                     peers, outcome.added, outcome.removed, took * 1000)
+            log.info(
+                "overlay: %d peer(s); %d entr(y/ies) added, %d removed in %.1f ms",
+                peers,
+                outcome.added,
+                outcome.removed,
+                took * 1000,
+            )
         self.last = plan
         self.metrics.observe(plan, outcome, peers, took)
 

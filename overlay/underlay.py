@@ -11,13 +11,15 @@ then the node record's address (the source address towards etcd). ``check_direct
 whether a peer's underlay address is on a directly connected subnet (host-gw routes only
 those: a route via a gateway that does not know the Pod networks would black-hole them).
 """
+
 from __future__ import annotations
 
 import errno
 import ipaddress
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -73,6 +75,7 @@ class AddrFacts:
 
 # -- pure choices -----------------------------------------------------------------------------
 
+
 def calc_overlay_mtu(underlay_mtu: int, underlay_version: int) -> int:
     """The MTU inside the tunnel: the underlay's minus the VXLAN encapsulation (50 bytes over
     IPv4, 70 over IPv6). An underlay too small to carry an IPv4 packet inside is refused."""
@@ -80,24 +83,36 @@ def calc_overlay_mtu(underlay_mtu: int, underlay_version: int) -> int:
         raise ValueError(f"IP version {underlay_version} is neither 4 nor 6")
     mtu = underlay_mtu - OVERHEAD[underlay_version]
     if mtu < MIN_MTU:
-        raise InvalidConfig(f"underlay MTU {underlay_mtu} is too small for VXLAN",
-                            f"the tunnel would carry {mtu} bytes, less than {MIN_MTU}")
+        raise InvalidConfig(
+            f"underlay MTU {underlay_mtu} is too small for VXLAN",
+            f"the tunnel would carry {mtu} bytes, less than {MIN_MTU}",
+        )
     return mtu
 
 
 def pick_default_route(routes: Iterable[RouteFacts]) -> RouteFacts | None:
     """The default route the kernel prefers in the main table (lowest metric) with a device."""
-    usable = [r for r in routes if r.table == MAIN_TABLE and r.dst_len == 0
-              and r.type == RTN_UNICAST and r.oif is not None]
+    usable = [
+        r
+        for r in routes
+        if r.table == MAIN_TABLE and r.dst_len == 0 and r.type == RTN_UNICAST and r.oif is not None
+    ]
     return min(usable, key=lambda r: r.priority, default=None)
 
 
-def pick_primary_address(addrs: Iterable[AddrFacts], index: int, version: int,
-                         prefer: str | None = None) -> str | None:
+def pick_primary_address(
+    addrs: Iterable[AddrFacts], index: int, version: int, prefer: str | None = None
+) -> str | None:
     """The device's primary global address of ``version``; ``prefer`` (a route's source
     address) wins when the device holds it, as the kernel would send from it."""
-    usable = [a for a in addrs if a.index == index and a.version == version
-              and a.scope == RT_SCOPE_UNIVERSE and not a.flags & UNUSABLE]
+    usable = [
+        a
+        for a in addrs
+        if a.index == index
+        and a.version == version
+        and a.scope == RT_SCOPE_UNIVERSE
+        and not a.flags & UNUSABLE
+    ]
     if prefer is not None and any(a.address == prefer for a in usable):
         return prefer
     return next((a.address for a in usable if not a.flags & IFA_F_SECONDARY), None)
@@ -126,19 +141,30 @@ def normalize(address: str) -> str | None:
 
 # -- reading the kernel -----------------------------------------------------------------------
 
+
 def read_route(msg: Any) -> RouteFacts:
     oif = msg.get("RTA_OIF")
     if oif is None and msg.get("RTA_MULTIPATH"):
         oif = msg.get("RTA_MULTIPATH")[0]["oif"]  # a multipath default: its first hop
-    return RouteFacts(msg.get("RTA_TABLE") or msg["table"], msg["dst_len"], msg["type"], oif,
-                      msg.get("RTA_GATEWAY"), msg.get("RTA_PREFSRC"),
-                      msg.get("RTA_PRIORITY") or 0)
+    return RouteFacts(
+        msg.get("RTA_TABLE") or msg["table"],
+        msg["dst_len"],
+        msg["type"],
+        oif,
+        msg.get("RTA_GATEWAY"),
+        msg.get("RTA_PREFSRC"),
+        msg.get("RTA_PRIORITY") or 0,
+    )
 
 
 def read_addr(msg: Any) -> AddrFacts:
     address = msg.get("IFA_LOCAL") or msg.get("IFA_ADDRESS")  # IFA_LOCAL: ours on a p2p link
-    return AddrFacts(msg["index"], str(ipaddress.ip_address(address)), msg["scope"],
-                     msg.get("IFA_FLAGS") or msg["flags"])
+    return AddrFacts(
+        msg["index"],
+        str(ipaddress.ip_address(address)),
+        msg["scope"],
+        msg.get("IFA_FLAGS") or msg["flags"],
+    )
 
 
 def list_addrs(ipr: IPRoute) -> list[AddrFacts]:
@@ -196,8 +222,14 @@ def device_towards(ipr: IPRoute, address: str) -> int | None:
 
 def describe_device(ipr: IPRoute, address: str, index: int, source: str) -> Underlay:
     link = ipr.link("get", index=index)[0]
-    return Underlay(address, index, str(link.get("IFLA_IFNAME")), int(link.get("IFLA_MTU")),
-                    ipaddress.ip_address(address).version, source)
+    return Underlay(
+        address,
+        index,
+        str(link.get("IFLA_IFNAME")),
+        int(link.get("IFLA_MTU")),
+        ipaddress.ip_address(address).version,
+        source,
+    )
 
 
 def resolve_underlay(ipr: IPRoute, configured: str | None, fallback: str | None) -> Underlay:
@@ -211,10 +243,15 @@ def resolve_underlay(ipr: IPRoute, configured: str | None, fallback: str | None)
     index = device_of(ipr, fallback) if fallback and normalize(fallback) else None
     if index is not None:
         return describe_device(ipr, normalize(fallback) or "", index, "node address")
-    raise InvalidConfig(f"no underlay address for the overlay: set {CONFIG_KEY}",
-                        "this node has no default route"
-                        + (f", and its node address {fallback} is not on any of its interfaces"
-                           if fallback else " and no node address"))
+    raise InvalidConfig(
+        f"no underlay address for the overlay: set {CONFIG_KEY}",
+        "this node has no default route"
+        + (
+            f", and its node address {fallback} is not on any of its interfaces"
+            if fallback
+            else " and no node address"
+        ),
+    )
 
 
 def find_configured(ipr: IPRoute, configured: str) -> tuple[str, int]:
@@ -223,6 +260,8 @@ def find_configured(ipr: IPRoute, configured: str) -> tuple[str, int]:
         raise InvalidConfig(f"invalid {CONFIG_KEY} {configured!r}", "expected an IP address")
     index = device_of(ipr, address)
     if index is None:
-        raise InvalidConfig(f"{CONFIG_KEY} {address} is not an address of this node",
-                            "no interface in pycnid's network namespace holds it")
+        raise InvalidConfig(
+            f"{CONFIG_KEY} {address} is not an address of this node",
+            "no interface in pycnid's network namespace holds it",
+        )
     return address, index

@@ -7,10 +7,12 @@ repeating a lease after a restart returns the same address, a pool of a family a
 a dead node's VTEPs are released with its other handles. The pools are the configured
 ``vtepPools`` or, as for Pods, every enabled cluster pool whose nodeSelector matches the node.
 """
+
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cni.spec.errors import CNIError
 from ipam.alloc.pool_spec import spec_from_record
@@ -23,8 +25,9 @@ def vtep_handle(node: str, device: str, version: int) -> HandleId:
     return HandleId(VTEP_NETWORK, node, f"{device}.v{version}")
 
 
-def pools_by_family(store: Any, configured: tuple[str, ...],
-                    labels: Mapping[str, str]) -> dict[int, tuple[str, ...]]:
+def pools_by_family(
+    store: Any, configured: tuple[str, ...], labels: Mapping[str, str]
+) -> dict[int, tuple[str, ...]]:
     """Family -> the pools a VTEP of that family may come from (the named ones in their order,
     else the cluster pools selecting this node, by name)."""
     specs = {}
@@ -36,8 +39,9 @@ def pools_by_family(store: Any, configured: tuple[str, ...],
             continue
         if record.get("source") != "netconf":
             specs[spec.name] = spec
-    names = configured or tuple(sorted(n for n, s in specs.items()
-                                       if not s.disabled and matches(s.node_selector, labels)))
+    names = configured or tuple(
+        sorted(n for n, s in specs.items() if not s.disabled and matches(s.node_selector, labels))
+    )
     out: dict[int, tuple[str, ...]] = {}
     for name in names:
         if name in specs:
@@ -46,17 +50,25 @@ def pools_by_family(store: Any, configured: tuple[str, ...],
     return out
 
 
-def lease_vteps(leases: LeaseService, store: Any, node: str, device: str,
-                configured: tuple[str, ...], have: tuple[str, ...]) -> tuple[str, ...]:
+def lease_vteps(
+    leases: LeaseService,
+    store: Any,
+    node: str,
+    device: str,
+    configured: tuple[str, ...],
+    have: tuple[str, ...],
+) -> tuple[str, ...]:
     """``have`` plus a VTEP address for every family a pool offers and ``have`` lacks."""
     families = {ipaddress.ip_address(v).version for v in have}
     out = list(have)
     for version, pools in sorted(pools_by_family(store, configured, leases.labels).items()):
         if version in families:
             continue
-        record, _ = leases.acquire(vtep_handle(node, device, version),
-                                   Selection(VTEP_NETWORK, pools=pools),
-                                   attributes={"node": node, "purpose": "vtep"})
+        record, _ = leases.acquire(
+            vtep_handle(node, device, version),
+            Selection(VTEP_NETWORK, pools=pools),
+            attributes={"node": node, "purpose": "vtep"},
+        )
         out += [ip.ip for ip in record.ips]
     return tuple(sorted(out, key=lambda v: ipaddress.ip_address(v).version))
 

@@ -4,18 +4,20 @@ pycnid builds one ``Services`` at start-up (``pycnid/wiring.py``): the store and
 node's services are open and started before any handler exists, so a handler only reads
 typed fields. The metrics registry is the daemon's; handlers see it through ``MetricsRegistry``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cni.spec.errors import InternalError
 from cni.spec.request import Request
 
 if TYPE_CHECKING:
-    from overlay.device import NodeEnd
     from ipam.leases.service import LeaseService
     from nodes.context import NodeServices
+    from overlay.device import NodeEnd
     from store.base import Store
 
 GaugeValues = Mapping[tuple[tuple[str, str], ...], float]  # label pairs (sorted) -> value
@@ -55,8 +57,9 @@ class MetricsRegistry(Protocol):
 
     def counter(self, name: str, help_text: str) -> Counter: ...
 
-    def gauge(self, name: str, help_text: str,
-              collect: Callable[[], GaugeValues] | None = None) -> Gauge: ...
+    def gauge(
+        self, name: str, help_text: str, collect: Callable[[], GaugeValues] | None = None
+    ) -> Gauge: ...
 
     def histogram(self, name: str, help_text: str) -> Histogram: ...
 
@@ -97,4 +100,4 @@ class Services:
     leases: LeaseService
     node: NodeServices
     plugins: dict[str, Plugin] = field(default_factory=dict)
-    overlay: "NodeEnd | None" = None  # the node's overlay end (backend, MTU), if it runs one
+    overlay: NodeEnd | None = None  # the node's overlay end (backend, MTU), if it runs one

@@ -1,4 +1,5 @@
 """pycnid's configuration file (JSON): where to listen, which store, which node this is."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ class DaemonConfig:
     socket: str = DEFAULT_SOCKET
     node_name: str = field(default_factory=_socket.gethostname)
     state_dir: str = DEFAULT_STATE_DIR
-    store: StoreConfig = field(default_factory=lambda: StoreConfig(
-        path=f"{DEFAULT_STATE_DIR}/store.db"))
+    store: StoreConfig = field(
+        default_factory=lambda: StoreConfig(path=f"{DEFAULT_STATE_DIR}/store.db")
+    )
     metrics_address: str | None = None
     log_level: str = "info"
     fault_injection: bool = False
@@ -38,20 +40,28 @@ def parse_daemon_config(data: dict[str, Any]) -> DaemonConfig:
         raise InvalidConfig("daemon config is not a JSON object")
     store = data.get("store") or {}
     if not isinstance(store, dict) or store.get("type", "sqlite") not in ("sqlite", "etcd"):
-        raise InvalidConfig("invalid daemon config key 'store'",
-                            "expected {'type': 'sqlite'|'etcd', ...}")
+        raise InvalidConfig(
+            "invalid daemon config key 'store'", "expected {'type': 'sqlite'|'etcd', ...}"
+        )
     state_dir = text(data, "stateDir", DEFAULT_STATE_DIR)
     store_cfg = StoreConfig(
         type=store.get("type", "sqlite"),
         path=text(store, "path", f"{state_dir}/store.db", "store.path"),
         endpoints=parse_endpoints(store.get("endpoints")),
-        ca=text(store, "ca", None, "store.ca"), cert=text(store, "cert", None, "store.cert"),
+        ca=text(store, "ca", None, "store.ca"),
+        cert=text(store, "cert", None, "store.cert"),
         key=text(store, "key", None, "store.key"),
-        options={k: v for k, v in store.items()
-                 if k not in ("type", "path", "endpoints", "ca", "cert", "key")})
+        options={
+            k: v
+            for k, v in store.items()
+            if k not in ("type", "path", "endpoints", "ca", "cert", "key")
+        },
+    )
     if store_cfg.type == "etcd" and not store_cfg.endpoints:
-        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
-                            "an etcd store needs at least one endpoint")
+        raise InvalidConfig(
+            "invalid daemon config key 'store.endpoints'",
+            "an etcd store needs at least one endpoint",
+        )
     return DaemonConfig(
         socket=text(data, "socket", DEFAULT_SOCKET),
         node_name=text(data, "nodeName", "") or _socket.gethostname(),
@@ -72,8 +82,9 @@ def text(data: dict[str, Any], key: str, default: str | None, name: str = "") ->
     if value is None:
         return default
     if not isinstance(value, str):
-        raise InvalidConfig(f"invalid daemon config key '{name or key}'",
-                            f"expected a string, got {value!r}")
+        raise InvalidConfig(
+            f"invalid daemon config key '{name or key}'", f"expected a string, got {value!r}"
+        )
     return value
 
 
@@ -81,24 +92,32 @@ def parse_endpoints(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
-                            f"expected a list of URLs like https://10.0.0.1:2379, got {value!r}")
+        raise InvalidConfig(
+            "invalid daemon config key 'store.endpoints'",
+            f"expected a list of URLs like https://10.0.0.1:2379, got {value!r}",
+        )
     return tuple(value)
 
 
 def parse_workers(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
-        raise InvalidConfig("invalid daemon config key 'workers'",
-                            f"expected an integer 1..{MAX_WORKERS}, got {value!r}")
+        raise InvalidConfig(
+            "invalid daemon config key 'workers'",
+            f"expected an integer 1..{MAX_WORKERS}, got {value!r}",
+        )
     return value
 
 
 def parse_receive_timeout(value: Any) -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not 0 < value <= MAX_RECEIVE_TIMEOUT):
-        raise InvalidConfig("invalid daemon config key 'receiveTimeout'",
-                            f"expected seconds, a number > 0 and at most {MAX_RECEIVE_TIMEOUT:g}, "
-                            f"got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= MAX_RECEIVE_TIMEOUT
+    ):
+        raise InvalidConfig(
+            "invalid daemon config key 'receiveTimeout'",
+            f"expected seconds, a number > 0 and at most {MAX_RECEIVE_TIMEOUT:g}, got {value!r}",
+        )
     return float(value)
 
 

@@ -3,19 +3,21 @@
 Transport-free: ``Dispatcher.handle`` takes the plugin name, the CNI_* environment, the raw
 stdin and the received netns fd, and returns (exit code, stdout text).
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any
 
-from kernel.ns import validate_netns_fd
 from cni.spec.errors import CNIError, InternalError, InvalidConfig
 from cni.spec.request import Request, ipam_type, parse_config, parse_env
 from cni.spec.result import render
+from kernel.ns import validate_netns_fd
 
 log = logging.getLogger("pycnid.dispatch")
 # Plugins pycnid serves as IPAM executables: the netconf names them by `ipam.type`, not `type`.
@@ -81,13 +83,16 @@ class Dispatcher:
             from common.metrics import Registry
 
             metrics = Registry()
-        self.requests = metrics.counter("pycni_requests_total",
-                                        "CNI requests served, by plugin, command and result code")
-        self.latency = metrics.histogram("pycni_request_seconds",
-                                         "Time to serve one CNI request in pycnid")
+        self.requests = metrics.counter(
+            "pycni_requests_total", "CNI requests served, by plugin, command and result code"
+        )
+        self.latency = metrics.histogram(
+            "pycni_request_seconds", "Time to serve one CNI request in pycnid"
+        )
 
-    def handle(self, plugin_name: str, env_vars: Mapping[str, str], stdin: bytes,
-               netns_fd: int | None) -> tuple[int, str]:
+    def handle(
+        self, plugin_name: str, env_vars: Mapping[str, str], stdin: bytes, netns_fd: int | None
+    ) -> tuple[int, str]:
         started = time.monotonic()
         version = None
         req = None
@@ -99,8 +104,13 @@ class Dispatcher:
                 ipam_type(config, required=True)
             if netns_fd is not None:
                 validate_netns_fd(netns_fd, env.netns)
-            req = Request(env=env, config=config, netns_fd=netns_fd, raw_env=dict(env_vars),
-                          raw_config=bytes(stdin))
+            req = Request(
+                env=env,
+                config=config,
+                netns_fd=netns_fd,
+                raw_env=dict(env_vars),
+                raw_config=bytes(stdin),
+            )
             plugin = self._plugin(plugin_name)
             stdout = self._run(plugin, req)
             reply = {"stdout": stdout, "exit": 0}
@@ -112,8 +122,11 @@ class Dispatcher:
             reply = {"stdout": err.to_json(version), "exit": 1}
         seconds = time.monotonic() - started
         command = str(env_vars.get("CNI_COMMAND", ""))
-        self.requests.inc(plugin=plugin_name, command=command,
-                          code=str(json.loads(reply["stdout"]).get("code", 999)) if reply["exit"] else "0")
+        self.requests.inc(
+            plugin=plugin_name,
+            command=command,
+            code=str(json.loads(reply["stdout"]).get("code", 999)) if reply["exit"] else "0",
+        )
         self.latency.observe(seconds, plugin=plugin_name, command=command)
         self._log(plugin_name, env_vars, req, reply, seconds)
         return reply["exit"], reply["stdout"]
@@ -121,8 +134,10 @@ class Dispatcher:
     def _plugin(self, name: str) -> Any:
         plugin = self.plugins.get(name)
         if plugin is None:
-            raise InvalidConfig(f"pycnid serves no plugin {name!r}",
-                                f"served plugins: {', '.join(sorted(self.plugins))}")
+            raise InvalidConfig(
+                f"pycnid serves no plugin {name!r}",
+                f"served plugins: {', '.join(sorted(self.plugins))}",
+            )
         return plugin
 
     def _run(self, plugin: Any, req: Request) -> str:
@@ -143,15 +158,21 @@ class Dispatcher:
                 plugin.check(req)
         return ""
 
-    def _log(self, plugin: str, env: Mapping[str, str], req: Request | None, reply: dict,
-             seconds: float) -> None:
+    def _log(
+        self, plugin: str, env: Mapping[str, str], req: Request | None, reply: dict, seconds: float
+    ) -> None:
         level = logging.WARNING if reply["exit"] else logging.INFO
         if not log.isEnabledFor(level):  # one line a request, built only when it is written
             return
-        fields = {"plugin": plugin, "command": env.get("CNI_COMMAND"),
-                  "containerID": env.get("CNI_CONTAINERID"), "ifname": env.get("CNI_IFNAME"),
-                  "network": req.network if req and req.command != "VERSION" else None,
-                  "exit": reply["exit"], "ms": round(seconds * 1000, 2)}
+        fields = {
+            "plugin": plugin,
+            "command": env.get("CNI_COMMAND"),
+            "containerID": env.get("CNI_CONTAINERID"),
+            "ifname": env.get("CNI_IFNAME"),
+            "network": req.network if req and req.command != "VERSION" else None,
+            "exit": reply["exit"],
+            "ms": round(seconds * 1000, 2),
+        }
         if reply["exit"]:
             try:
                 fields["error"] = json.loads(reply["stdout"])

@@ -1,4 +1,5 @@
 """JSON-lines logging to stderr (journald keeps it; `jq` reads it)."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,12 @@ class JsonLines(logging.Formatter):
     _stamp = ""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": f"{self.render_second(int(record.created))}.{int(record.msecs):03d}Z",
-                 "level": record.levelname.lower(), "logger": record.name,
-                 "msg": record.getMessage()}
+        entry = {
+            "ts": f"{self.render_second(int(record.created))}.{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         entry.update(getattr(record, "fields", {}) or {})
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)

@@ -1,4 +1,5 @@
 """pycnid lifecycle: load config -> wire the store, node services and plugins (wiring.py) -> serve -> shut down on SIGTERM."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,11 +38,20 @@ class Daemon:
         dispatcher = Dispatcher(plugins, self.registry)
         if self.config.metrics_address:
             self.metrics_server = MetricsServer(self.registry, self.config.metrics_address).start()
-        self.server = PluginServer(self.config.socket, dispatcher.handle, self.config.workers,
-                                   self.config.receive_timeout)
-        log.info("pycnid serving", extra={"fields": {
-            "socket": self.config.socket, "node": self.config.node_name,
-            "store": self.config.store.type, "plugins": sorted(plugins)}})
+        self.server = PluginServer(
+            self.config.socket, dispatcher.handle, self.config.workers, self.config.receive_timeout
+        )
+        log.info(
+            "pycnid serving",
+            extra={
+                "fields": {
+                    "socket": self.config.socket,
+                    "node": self.config.node_name,
+                    "store": self.config.store.type,
+                    "plugins": sorted(plugins),
+                }
+            },
+        )
 
     def serve(self) -> None:
         assert self.server is not None
@@ -52,8 +62,9 @@ class Daemon:
     def request_stop(self, *_: Any) -> None:
         if not self._stopping.is_set():
             self._stopping.set()
-            threading.Thread(target=self.server.shutdown if self.server else (lambda: None),
-                             daemon=True).start()
+            threading.Thread(
+                target=self.server.shutdown if self.server else (lambda: None), daemon=True
+            ).start()
 
     def shutdown(self) -> None:
         if self.server is not None:
@@ -66,8 +77,9 @@ class Daemon:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="pycnid", description="pycni node daemon")
-    parser.add_argument("--config", "-c", default=None,
-                        help="daemon config (JSON); default: built-in defaults")
+    parser.add_argument(
+        "--config", "-c", default=None, help="daemon config (JSON); default: built-in defaults"
+    )
     parser.add_argument("--socket", default=None, help="override the socket path")
     return parser.parse_args(argv)
 
@@ -99,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     if args.socket:
         from dataclasses import replace
+
         config = replace(config, socket=args.socket)
     sys.exit(run(config))
 

@@ -1,4 +1,5 @@
 """pycnid's metrics endpoint: GET /metrics on a loopback address renders the registry."""
+
 from __future__ import annotations
 
 import logging
@@ -49,13 +50,15 @@ class MetricsServer:
 
         self.httpd = QuietHTTPServer((host or "127.0.0.1", int(port)), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="metrics", daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, name="metrics", daemon=True
+        )
 
     @property
     def port(self) -> int:
         return self.httpd.server_address[1]
 
-    def start(self) -> "MetricsServer":
+    def start(self) -> MetricsServer:
         self.thread.start()
         return self
 

@@ -6,6 +6,7 @@ A request must arrive whole within ``receiveTimeout`` seconds and be at most
 ``wire.MAX_REQUEST`` bytes (answered with an error, never dropped); whatever goes wrong, the
 netns fd it carried is closed.
 """
+
 from __future__ import annotations
 
 import array
@@ -16,11 +17,10 @@ import socketserver
 import stat
 import struct
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from cni.spec import wire
 from cni.spec.errors import BY_CODE, DecodingFailure
-
 from pycnid.config import DEFAULT_RECEIVE_TIMEOUT, DEFAULT_WORKERS
 from pycnid.workers import WorkerPool
 
@@ -42,7 +42,9 @@ class RequestTimeout(Exception):
 
 
 def peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize(SO_PEERCRED_FMT))
+    creds = sock.getsockopt(
+        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize(SO_PEERCRED_FMT)
+    )
     _pid, uid, _gid = struct.unpack(SO_PEERCRED_FMT, creds)
     return uid
 
@@ -64,7 +66,7 @@ class Deadline:
         self.arm()
         try:
             return self.sock.recv(size)
-        except socket.timeout:
+        except TimeoutError:
             raise RequestTimeout(f"the request did not arrive within {self.seconds:g}s") from None
 
 
@@ -74,8 +76,9 @@ def receive_first(deadline: Deadline) -> tuple[bytes, int | None]:
     deadline.arm()
     try:
         data, ancdata, _flags, _addr = deadline.sock.recvmsg(
-            65536, socket.CMSG_SPACE(fds.itemsize * 4))
-    except socket.timeout:
+            65536, socket.CMSG_SPACE(fds.itemsize * 4)
+        )
+    except TimeoutError:
         raise RequestTimeout(f"the request did not arrive within {deadline.seconds:g}s") from None
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -85,8 +88,9 @@ def receive_first(deadline: Deadline) -> tuple[bytes, int | None]:
     return data, (fds[0] if fds else None)
 
 
-def receive_request(sock: socket.socket, timeout: float = DEFAULT_RECEIVE_TIMEOUT
-                    ) -> tuple[bytes, int | None]:
+def receive_request(
+    sock: socket.socket, timeout: float = DEFAULT_RECEIVE_TIMEOUT
+) -> tuple[bytes, int | None]:
     """Read the whole request (until the peer shuts its write side) and the fd it carried.
     The header's lengths are checked first: RequestTooLarge before the body is read."""
     deadline = Deadline(sock, timeout)
@@ -129,9 +133,11 @@ def read_body(deadline: Deadline, data: bytes) -> bytes:
     return b"".join(chunks)
 
 
-def serve_connection(sock: socket.socket,
-                     serve: Callable[[str, dict, bytes, int | None], tuple[int, str]],
-                     timeout: float = DEFAULT_RECEIVE_TIMEOUT) -> None:
+def serve_connection(
+    sock: socket.socket,
+    serve: Callable[[str, dict, bytes, int | None], tuple[int, str]],
+    timeout: float = DEFAULT_RECEIVE_TIMEOUT,
+) -> None:
     """One request on an accepted connection: check the peer, read, serve, reply."""
     fd = None
     try:
@@ -173,8 +179,10 @@ def refuse_too_large(sock: socket.socket, size: int, timeout: float) -> None:
 
 
 def refuse_malformed(sock: socket.socket, why: str, timeout: float) -> None:
-    err = DecodingFailure("malformed request to pycnid",
-                          f"{why}; the executable and pycnid may be of different pycni versions")
+    err = DecodingFailure(
+        "malformed request to pycnid",
+        f"{why}; the executable and pycnid may be of different pycni versions",
+    )
     sock.settimeout(timeout)
     try:
         sock.sendall(wire.encode_reply(1, err.to_json()))
@@ -186,16 +194,21 @@ class PluginServer(socketserver.UnixStreamServer):
     allow_reuse_address = True
     request_queue_size = 256
 
-    def __init__(self, path: str, serve: Callable[[str, dict, bytes, int | None], tuple[int, str]],
-                 workers: int = DEFAULT_WORKERS,
-                 receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT) -> None:
+    def __init__(
+        self,
+        path: str,
+        serve: Callable[[str, dict, bytes, int | None], tuple[int, str]],
+        workers: int = DEFAULT_WORKERS,
+        receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
+    ) -> None:
         self.path = path
         self.serve = serve
         self.receive_timeout = receive_timeout
         prepare_socket_path(path)
         # the workers first: the socket appearing means pycnid is ready (and may be stopped)
-        self.pool: WorkerPool[socket.socket] = WorkerPool(workers, self._serve_one,
-                                                          self.shutdown_request)
+        self.pool: WorkerPool[socket.socket] = WorkerPool(
+            workers, self._serve_one, self.shutdown_request
+        )
         old = os.umask(0o177)
         try:
             super().__init__(path, socketserver.BaseRequestHandler)
@@ -234,8 +247,10 @@ def prepare_socket_path(path: str) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(mode):
-        raise RuntimeError(f"socket path {path} exists and is not a socket: "
-                           "refusing to remove it (point 'socket' elsewhere or remove it)")
+        raise RuntimeError(
+            f"socket path {path} exists and is not a socket: "
+            "refusing to remove it (point 'socket' elsewhere or remove it)"
+        )
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(path)

@@ -19,41 +19,45 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
 A plugin name pycnid has no handler for is not guessed at here: the dispatcher answers it,
 code 7 "pycnid serves no plugin '<name>'".
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from plugins.bridge import plugin as bridge
-from plugins.ipam import plugin as ipam
-from plugins.svc import plugin as svc
-from plugins.base import Faults, MetricsRegistry, Plugin, Services
-from overlay.setup import start_overlay
-from services.proxy.setup import start_proxy
-from plugins.ipam.config import parse_daemon_options
 from ipam.leases.housekeeping import Housekeeping
 from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
 from ipam.leases.pool_watch import PoolWatch, start_pool_watch
 from ipam.leases.service import LeaseService
-from nodes.liveness import Liveness, supports_leases
-from nodes.record import NodeRecord
-from nodes.options import parse_node_options
-from nodes.reaper import ReaperLoop
-from nodes.context import NodeServices, reaper_metrics
 from ipam.outage.files import OutageFiles
 from ipam.outage.guard import OutageGuard
 from ipam.outage.store import TrackedStore
+from nodes.context import NodeServices, reaper_metrics
+from nodes.liveness import Liveness, supports_leases
+from nodes.options import parse_node_options
+from nodes.reaper import ReaperLoop
+from nodes.record import NodeRecord
+from overlay.setup import start_overlay
+from plugins.base import Faults, MetricsRegistry, Plugin, Services
+from plugins.bridge import plugin as bridge
+from plugins.ipam import plugin as ipam
+from plugins.ipam.config import parse_daemon_options
+from plugins.svc import plugin as svc
+from pycnid.config import DaemonConfig
+from services.proxy.setup import start_proxy
 from store import open_store
 from store.base import Store
-from pycnid.config import DaemonConfig
 
 log = logging.getLogger("pycnid")
 
 # plugin name (as the executable sends it) -> the handler's constructor
-PLUGINS: dict[str, Callable[[Services], Plugin]] = {"ipam": ipam.create, "bridge": bridge.create,
-                                                    "svc": svc.create}
+PLUGINS: dict[str, Callable[[Services], Plugin]] = {
+    "ipam": ipam.create,
+    "bridge": bridge.create,
+    "svc": svc.create,
+}
 
 
 @dataclass(frozen=True)
@@ -89,19 +93,34 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     life.on_shutdown.append(store.close)
     options = parse_daemon_options(config.raw or {})
     node = setup_node(life, config, store)  # liveness, reaper; node.store is tracked
-    leases = LeaseService(node.store, life.node_name, labels=options.labels,
-                          block_grace=options.block_grace)
+    leases = LeaseService(
+        node.store, life.node_name, labels=options.labels, block_grace=options.block_grace
+    )
     setup_guard(node, life, config, leases)
     serve = bool(config.metrics_address)  # no endpoint: nothing reads them
     ipam_metrics = start_ipam_metrics(life, store, leases, options.metrics_interval, serve=serve)
     housekeeping = Housekeeping(leases, options.housekeeping_interval, life.metrics).start()
     life.on_shutdown.append(housekeeping.stop)
     watch = start_pool_watch(life, store, leases)
-    overlay = start_overlay(config.raw or {}, life.node_name, store, leases, node.liveness,
-                            life.metrics, life.on_shutdown)
+    overlay = start_overlay(
+        config.raw or {},
+        life.node_name,
+        store,
+        leases,
+        node.liveness,
+        life.metrics,
+        life.on_shutdown,
+    )
     start_proxy(config.raw or {}, life.node_name, store, life.metrics, life.on_shutdown)
-    services = Services(life.node_name, Faults(config.fault_injection), life.metrics,
-                        store, leases, node, overlay=overlay)
+    services = Services(
+        life.node_name,
+        Faults(config.fault_injection),
+        life.metrics,
+        store,
+        leases,
+        node,
+        overlay=overlay,
+    )
     return WiredNode(services, ipam_metrics, housekeeping, watch)
 
 
@@ -122,22 +141,34 @@ def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeServi
     life.on_shutdown.append(liveness.stop)
     if not supports_leases(store):
         return NodeServices(options, store, store, liveness)
-    node = NodeServices(options, store, TrackedStore(store), liveness,
-                        metrics=reaper_metrics(life.metrics))
-    node.reaper = ReaperLoop(store, life.node_name, options.reap_grace,
-                             options.reap_interval, on_pass=node.count,
-                             registry=life.metrics).start()
+    node = NodeServices(
+        options, store, TrackedStore(store), liveness, metrics=reaper_metrics(life.metrics)
+    )
+    node.reaper = ReaperLoop(
+        store,
+        life.node_name,
+        options.reap_grace,
+        options.reap_interval,
+        on_pass=node.count,
+        registry=life.metrics,
+    ).start()
     life.on_shutdown.append(node.reaper.stop)
     return node
 
 
-def setup_guard(node: NodeServices, life: Lifecycle, config: DaemonConfig,
-                leases: LeaseService) -> None:
+def setup_guard(
+    node: NodeServices, life: Lifecycle, config: DaemonConfig, leases: LeaseService
+) -> None:
     """The outage guard for the lease service (started: it replays a leftover journal)."""
     if not isinstance(node.store, TrackedStore):
         return
     files = OutageFiles(config.state_dir, life.node_name)
-    node.guard = OutageGuard(leases, files, size=node.options.buffer_size,
-                             budget=node.options.add_budget, metrics=life.metrics)
+    node.guard = OutageGuard(
+        leases,
+        files,
+        size=node.options.buffer_size,
+        budget=node.options.add_budget,
+        metrics=life.metrics,
+    )
     node.guard.load().start()
     life.on_shutdown.append(node.guard.stop)

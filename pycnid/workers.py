@@ -6,13 +6,15 @@ start. When every worker is busy (requests waiting on an attachment lock, a GC, 
 the connection gets a thread of its own, as before the pool: a request never waits for another
 one to free a worker, so no request can stall the ones it waits for.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
 from collections import deque
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 log = logging.getLogger("pycnid.server")
 
@@ -24,8 +26,13 @@ class WorkerPool(Generic[T]):
     none is idle; ``stop(timeout)`` hands the queued tasks to ``drop`` and waits for the
     workers (at most ``timeout`` seconds in all)."""
 
-    def __init__(self, size: int, run: Callable[[T], None], drop: Callable[[T], None],
-                 name: str = "pycnid-worker") -> None:
+    def __init__(
+        self,
+        size: int,
+        run: Callable[[T], None],
+        drop: Callable[[T], None],
+        name: str = "pycnid-worker",
+    ) -> None:
         if size < 1:
             raise ValueError("a worker pool needs at least one worker")
         self._run = run
@@ -36,8 +43,10 @@ class WorkerPool(Generic[T]):
         self._idle = 0
         self._stopping = False
         self._overflow = 0
-        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
-                         for i in range(size)]
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+            for i in range(size)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -64,8 +73,9 @@ class WorkerPool(Generic[T]):
         if pooled is None:
             self._drop(task)
             return
-        threading.Thread(target=self._run_one, args=(task,), name=f"{self._name}-extra",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._run_one, args=(task,), name=f"{self._name}-extra", daemon=True
+        ).start()
 
     def stop(self, timeout: float = 2.0) -> None:
         with self._cond:

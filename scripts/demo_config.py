@@ -17,6 +17,7 @@ published as a Service endpoint.
 Every pycni plugin is pointed at its node's socket through its `daemonSocket` key, so the demo
 never uses /run/pycni.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,31 +31,45 @@ SVC_PLUGIN = {"type": "pycni-svc"}
 
 
 def render_daemon_config(example: dict, work: str) -> dict:
-    return {**example, "socket": os.path.join(work, "pycnid.sock"), "stateDir": work,
-            "nodeName": "demo-node",
-            "store": {"type": "sqlite", "path": os.path.join(work, "store.db")}}
+    return {
+        **example,
+        "socket": os.path.join(work, "pycnid.sock"),
+        "stateDir": work,
+        "nodeName": "demo-node",
+        "store": {"type": "sqlite", "path": os.path.join(work, "store.db")},
+    }
 
 
 def render_node_config(example: dict, node_dir: str, node: str, etcd_url: str) -> dict:
-    return {**example, "socket": os.path.join(node_dir, "pycnid.sock"), "stateDir": node_dir,
-            "nodeName": node, "store": {"type": "etcd", "endpoints": [etcd_url]},
-            "overlay": {"backend": BACKEND}, "services": {"proxy": True}}
+    return {
+        **example,
+        "socket": os.path.join(node_dir, "pycnid.sock"),
+        "stateDir": node_dir,
+        "nodeName": node,
+        "store": {"type": "etcd", "endpoints": [etcd_url]},
+        "overlay": {"backend": BACKEND},
+        "services": {"proxy": True},
+    }
 
 
 def render_conflist(example: dict, socket_path: str) -> dict:
-    plugins = [dict(p, daemonSocket=socket_path) if str(p.get("type", "")).startswith("pycni-")
-               else p for p in example["plugins"]]
+    plugins = [
+        dict(p, daemonSocket=socket_path) if str(p.get("type", "")).startswith("pycni-") else p
+        for p in example["plugins"]
+    ]
     return {**example, "plugins": plugins}
 
 
 def render_overlay_conflist(example: dict, socket_path: str) -> dict:
     """The cluster conflist as an overlay node runs it: MTU from the node, backend named,
     hairpin on (a Pod reaching itself through its Service) and pycni-svc after the bridge."""
+
     def fit(plugin: dict) -> dict:
         if plugin.get("type") != "pycni-bridge":
             return plugin
         kept = {k: v for k, v in plugin.items() if k != "mtu"}
         return {**kept, "backend": {"type": BACKEND}, "hairpinMode": True}
+
     plugins = chain_svc([p for p in example["plugins"] if p.get("type") != SVC_PLUGIN["type"]])
     conflist = render_conflist({**example, "plugins": plugins}, socket_path)
     return {**conflist, "plugins": [fit(p) for p in conflist["plugins"]]}
@@ -63,8 +78,9 @@ def render_overlay_conflist(example: dict, socket_path: str) -> dict:
 def chain_svc(plugins: list[dict]) -> list[dict]:
     """pycni-svc right after the first pycni-bridge (last without one): it reads the Pod's
     addresses from that plugin's prevResult."""
-    at = next((i + 1 for i, p in enumerate(plugins) if p.get("type") == "pycni-bridge"),
-              len(plugins))
+    at = next(
+        (i + 1 for i, p in enumerate(plugins) if p.get("type") == "pycni-bridge"), len(plugins)
+    )
     return [*plugins[:at], dict(SVC_PLUGIN), *plugins[at:]]
 
 
@@ -90,8 +106,9 @@ def setup_single_node(conf_dir: str, work: str) -> None:
 def setup_overlay_node(conf_dir: str, node_dir: str, node: str, etcd_url: str) -> None:
     example = read_json(os.path.join(conf_dir, "pycnid.json"))
     daemon = render_node_config(example, node_dir, node, etcd_url)
-    conflist = render_overlay_conflist(read_json(os.path.join(conf_dir, CLUSTER_CONFLIST)),
-                                       daemon["socket"])
+    conflist = render_overlay_conflist(
+        read_json(os.path.join(conf_dir, CLUSTER_CONFLIST)), daemon["socket"]
+    )
     write_json(os.path.join(node_dir, "pycnid.json"), daemon)
     write_json(os.path.join(node_dir, "net.d", CLUSTER_CONFLIST), conflist)
 

@@ -8,6 +8,7 @@ stdout what is missing or too old. Reads installed metadata only (no imports: ~0
 library only (it runs before anything is installed). A requirement it cannot judge (markers,
 an operator other than ``>=``) counts as missing: pip decides.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -16,8 +17,9 @@ import re
 import sys
 import tomllib
 
-PYPROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                         "pyproject.toml")
+PYPROJECT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"
+)
 REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:>=\s*([0-9][0-9.]*))?\s*$")
 
 

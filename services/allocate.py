@@ -9,16 +9,22 @@ new ones, and re-indexes in the same txn; a removal deletes the index keys with 
 Allocation takes the lowest free address of each service CIDR (not its network address, nor
 the IPv4 broadcast) and the lowest free nodePort of the range, per protocol.
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Callable, Iterator
 
 from cni.spec.errors import AddressExhausted, InvalidConfig, TryAgainLater
 from ipam.records import NODE_PORTS, SERVICE_IPS, SERVICES_META, CorruptRecord
-from services.record import (ServicePort, ServiceRecord, ServiceSettings, node_port_key,
-                                  service_ip_key)
+from services.record import (
+    ServicePort,
+    ServiceRecord,
+    ServiceSettings,
+    node_port_key,
+    service_ip_key,
+)
 from services.validate import validate_service
 from store.base import KV, Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
@@ -38,8 +44,10 @@ def read_settings(store: Store) -> tuple[ServiceSettings, int]:
     """The cluster's service settings and their revision (refused while never configured)."""
     kv = store.get(SERVICES_META)
     if kv is None:
-        raise InvalidConfig("no service settings in the store (meta/services)",
-                            "set them first: pycni svc config set --cidr CIDR")
+        raise InvalidConfig(
+            "no service settings in the store (meta/services)",
+            "set them first: pycni svc config set --cidr CIDR",
+        )
     return ServiceSettings.from_bytes(kv.key, kv.value), kv.mod_revision
 
 
@@ -81,15 +89,18 @@ def calc_vips(record: ServiceRecord, settings: ServiceSettings, held: dict[str, 
     return tuple(vips)
 
 
-def calc_node_ports(record: ServiceRecord, settings: ServiceSettings,
-                    held: dict[str, str]) -> tuple[ServicePort, ...]:
+def calc_node_ports(
+    record: ServiceRecord, settings: ServiceSettings, held: dict[str, str]
+) -> tuple[ServicePort, ...]:
     """Each port without a nodePort (on a NodePort Service) gets the lowest free one."""
     taken, ports = set(held) | record.index_keys(), []
     low, high = settings.node_port_range
     for port in record.ports:
         if record.type == "NodePort" and not port.node_port:
-            free = next((n for n in range(low, high + 1)
-                         if node_port_key(port.protocol, n) not in taken), None)
+            free = next(
+                (n for n in range(low, high + 1) if node_port_key(port.protocol, n) not in taken),
+                None,
+            )
             if free is None:
                 raise AddressExhausted(f"no free {port.protocol} nodePort left in {low}-{high}")
             port = replace(port, node_port=free)
@@ -103,42 +114,58 @@ def validate_held(record: ServiceRecord, held: dict[str, str]) -> None:
     for key in sorted(record.index_keys()):
         owner = held.get(key, record.ref)
         if owner != record.ref:
-            what = key.removeprefix(SERVICE_IPS) if key.startswith(SERVICE_IPS) else \
-                "nodePort " + key.removeprefix(NODE_PORTS)
+            what = (
+                key.removeprefix(SERVICE_IPS)
+                if key.startswith(SERVICE_IPS)
+                else "nodePort " + key.removeprefix(NODE_PORTS)
+            )
             raise ServiceConflict(f"{what} is held by Service {owner}")
 
 
-def calc_allocated(record: ServiceRecord, settings: ServiceSettings,
-                   store: Store) -> ServiceRecord:
+def calc_allocated(
+    record: ServiceRecord, settings: ServiceSettings, store: Store
+) -> ServiceRecord:
     """The record with its VIPs and nodePorts (what it holds itself counts as free)."""
     held = {**read_index(store, SERVICE_IPS), **read_index(store, NODE_PORTS)}
     validate_held(record, held)
     others = {k: v for k, v in held.items() if v != record.ref}
-    return replace(record, cluster_ips=calc_vips(record, settings, others),
-                   ports=calc_node_ports(record, settings, others))
+    return replace(
+        record,
+        cluster_ips=calc_vips(record, settings, others),
+        ports=calc_node_ports(record, settings, others),
+    )
 
 
-def plan_write(new: ServiceRecord, old: ServiceRecord | None, revision: int,
-               settings_rev: int) -> tuple[list, list]:
+def plan_write(
+    new: ServiceRecord, old: ServiceRecord | None, revision: int, settings_rev: int
+) -> tuple[list, list]:
     """The txn writing ``new`` over ``old`` (read at ``revision``; None: absent)."""
     before = old.index_keys() if old else set()
     added, gone = new.index_keys() - before, before - new.index_keys()
-    compares = [Compare(new.key, revision), Compare(SERVICES_META, settings_rev),
-                *(Compare(k, 0) for k in sorted(added))]
-    ops = [Put(new.key, new.to_bytes()), *(Put(k, new.ref.encode()) for k in sorted(added)),
-           *(Delete(k) for k in sorted(gone))]
+    compares = [
+        Compare(new.key, revision),
+        Compare(SERVICES_META, settings_rev),
+        *(Compare(k, 0) for k in sorted(added)),
+    ]
+    ops = [
+        Put(new.key, new.to_bytes()),
+        *(Put(k, new.ref.encode()) for k in sorted(added)),
+        *(Delete(k) for k in sorted(gone)),
+    ]
     return compares, ops
 
 
-def commit(store: Store, attempt: Callable[[], "ServiceRecord | Lost"]) -> ServiceRecord:
-    busy = TryAgainLater("the Service could not be written: other writers kept winning",
-                         "run the command again")
+def commit(store: Store, attempt: Callable[[], ServiceRecord | Lost]) -> ServiceRecord:
+    busy = TryAgainLater(
+        "the Service could not be written: other writers kept winning", "run the command again"
+    )
     return run_cas(attempt, RETRY, busy)
 
 
 def create_service(store: Store, spec: object) -> ServiceRecord:
     """Write the Service ``spec`` describes, allocating what it leaves out; refused if the
     name exists. The spec is validated against the settings the txn compares."""
+
     def attempt() -> ServiceRecord | Lost:
         settings, settings_rev = read_settings(store)
         record = validate_service(spec, settings)
@@ -147,12 +174,14 @@ def create_service(store: Store, spec: object) -> ServiceRecord:
         done = calc_allocated(record, settings, store)
         compares, ops = plan_write(done, None, 0, settings_rev)
         return done if store.txn(compares, ops).succeeded else LOST
+
     return commit(store, attempt)
 
 
 def update_service(store: Store, key: str, change: Callable[[dict], dict]) -> ServiceRecord:
     """Rewrite a Service with the spec ``change(current spec)``; what it leaves unallocated
     is allocated, what it keeps stays (its index keys untouched)."""
+
     def attempt() -> ServiceRecord | Lost:
         old, revision = read_service(store, key)
         settings, settings_rev = read_settings(store)
@@ -162,12 +191,14 @@ def update_service(store: Store, key: str, change: Callable[[dict], dict]) -> Se
         done = calc_allocated(record, settings, store)
         compares, ops = plan_write(done, old, revision, settings_rev)
         return done if store.txn(compares, ops).succeeded else LOST
+
     return commit(store, attempt)
 
 
 def remove_service(store: Store, key: str) -> ServiceRecord:
     """Delete a Service and the index keys it holds, in one txn. An unreadable record goes
     too (it would otherwise be there for good), with every index key naming it."""
+
     def attempt() -> ServiceRecord | Lost:
         try:
             old, revision = read_service(store, key)
@@ -177,6 +208,7 @@ def remove_service(store: Store, key: str) -> ServiceRecord:
         compares = [Compare(key, revision), *(Compare(kv.key, kv.mod_revision) for kv in held)]
         ops = [Delete(key), *(Delete(kv.key) for kv in held)]
         return old if store.txn(compares, ops).succeeded else LOST
+
     return commit(store, attempt)
 
 
@@ -187,8 +219,9 @@ def remove_corrupt(store: Store, key: str) -> ServiceRecord | Lost:
         raise not_found(key)
     namespace, name = key.rsplit("/", 2)[-2:]
     ref = f"{namespace}/{name}".encode()
-    held = [i for prefix in (SERVICE_IPS, NODE_PORTS) for i in store.range(prefix)
-            if i.value == ref]
+    held = [
+        i for prefix in (SERVICE_IPS, NODE_PORTS) for i in store.range(prefix) if i.value == ref
+    ]
     compares = [Compare(key, kv.mod_revision), *(Compare(i.key, i.mod_revision) for i in held)]
     ops = [Delete(key), *(Delete(i.key) for i in held)]
     gone = ServiceRecord(namespace, name)

@@ -15,14 +15,25 @@ so no VIP or nodePort is held twice. An endpoint (what pycni-svc publishes for a
 attachment) is at ``/pycni/v1/endpoints/<ns>/<pod>/<ifname>``. Records keep the fields they
 do not know, as every record of ``ipam.records`` does.
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
-from ipam.records import (DEFAULT_AFFINITY_TIMEOUT, DEFAULT_NODE_PORT_RANGE, ENDPOINTS,
-                          NODE_PORTS, SERVICE_IPS, SERVICES, CorruptRecord, decode, encode)
+from ipam.records import (
+    DEFAULT_AFFINITY_TIMEOUT,
+    DEFAULT_NODE_PORT_RANGE,
+    ENDPOINTS,
+    NODE_PORTS,
+    SERVICE_IPS,
+    SERVICES,
+    CorruptRecord,
+    decode,
+    encode,
+)
 
 
 def service_key(namespace: str, name: str) -> str:
@@ -61,16 +72,26 @@ class ServicePort:
     FIELDS = ("name", "protocol", "port", "targetPort", "nodePort")
 
     def to_dict(self) -> dict:
-        data = {**self.extra, "name": self.name, "protocol": self.protocol, "port": self.port,
-                "targetPort": self.target_port}
+        data = {
+            **self.extra,
+            "name": self.name,
+            "protocol": self.protocol,
+            "port": self.port,
+            "targetPort": self.target_port,
+        }
         return {**data, "nodePort": self.node_port} if self.node_port else data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ServicePort":
+    def from_dict(cls, data: Mapping[str, Any]) -> ServicePort:
         target = data.get("targetPort", data["port"])
-        return cls(str(data.get("name") or ""), str(data.get("protocol") or "TCP"),
-                   int(data["port"]), target if isinstance(target, str) else int(target),
-                   int(data.get("nodePort") or 0), unknown(data, cls.FIELDS))
+        return cls(
+            str(data.get("name") or ""),
+            str(data.get("protocol") or "TCP"),
+            int(data["port"]),
+            target if isinstance(target, str) else int(target),
+            int(data.get("nodePort") or 0),
+            unknown(data, cls.FIELDS),
+        )
 
 
 @dataclass(frozen=True)
@@ -88,9 +109,19 @@ class ServiceRecord:
     internal_traffic_policy: str = "Cluster"
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
-    FIELDS = ("namespace", "name", "type", "ports", "clusterIPs", "externalIPs", "selector",
-              "sessionAffinity", "timeoutSeconds", "externalTrafficPolicy",
-              "internalTrafficPolicy")
+    FIELDS = (
+        "namespace",
+        "name",
+        "type",
+        "ports",
+        "clusterIPs",
+        "externalIPs",
+        "selector",
+        "sessionAffinity",
+        "timeoutSeconds",
+        "externalTrafficPolicy",
+        "internalTrafficPolicy",
+    )
 
     @property
     def ref(self) -> str:
@@ -103,16 +134,26 @@ class ServiceRecord:
 
     def index_keys(self) -> set[str]:
         """The uniqueness index keys this Service holds (its VIPs and nodePorts)."""
-        return {*(service_ip_key(ip) for ip in self.cluster_ips),
-                *(node_port_key(p.protocol, p.node_port) for p in self.ports if p.node_port)}
+        return {
+            *(service_ip_key(ip) for ip in self.cluster_ips),
+            *(node_port_key(p.protocol, p.node_port) for p in self.ports if p.node_port),
+        }
 
     def to_dict(self) -> dict:
-        return {**self.extra, "namespace": self.namespace, "name": self.name, "type": self.type,
-                "ports": [p.to_dict() for p in self.ports], "clusterIPs": list(self.cluster_ips),
-                "externalIPs": list(self.external_ips), "selector": dict(self.selector),
-                "sessionAffinity": self.session_affinity, "timeoutSeconds": self.timeout_seconds,
-                "externalTrafficPolicy": self.external_traffic_policy,
-                "internalTrafficPolicy": self.internal_traffic_policy}
+        return {
+            **self.extra,
+            "namespace": self.namespace,
+            "name": self.name,
+            "type": self.type,
+            "ports": [p.to_dict() for p in self.ports],
+            "clusterIPs": list(self.cluster_ips),
+            "externalIPs": list(self.external_ips),
+            "selector": dict(self.selector),
+            "sessionAffinity": self.session_affinity,
+            "timeoutSeconds": self.timeout_seconds,
+            "externalTrafficPolicy": self.external_traffic_policy,
+            "internalTrafficPolicy": self.internal_traffic_policy,
+        }
 
     def to_bytes(self) -> bytes:
         return encode(self.to_dict())
@@ -121,39 +162,48 @@ class ServiceRecord:
         """The input spec that describes this record (``services.validate``): its fields
         only, no timeout without affinity."""
         spec = {k: v for k, v in self.to_dict().items() if k in self.FIELDS}
-        spec["ports"] = [{k: v for k, v in p.to_dict().items() if k in ServicePort.FIELDS}
-                         for p in self.ports]
+        spec["ports"] = [
+            {k: v for k, v in p.to_dict().items() if k in ServicePort.FIELDS} for p in self.ports
+        ]
         if self.session_affinity != "ClientIP":
             del spec["timeoutSeconds"]
         return spec
 
-    def with_extras_of(self, old: "ServiceRecord") -> "ServiceRecord":
+    def with_extras_of(self, old: ServiceRecord) -> ServiceRecord:
         """This record keeping the unknown fields ``old`` carried (its own, its ports')."""
         extras = {(p.name, p.protocol, p.port): p.extra for p in old.ports}
-        return replace(self, extra=old.extra, ports=tuple(
-            replace(p, extra=extras.get((p.name, p.protocol, p.port), p.extra))
-            for p in self.ports))
+        return replace(
+            self,
+            extra=old.extra,
+            ports=tuple(
+                replace(p, extra=extras.get((p.name, p.protocol, p.port), p.extra))
+                for p in self.ports
+            ),
+        )
 
     @classmethod
-    def from_bytes(cls, key: str, value: bytes) -> "ServiceRecord":
+    def from_bytes(cls, key: str, value: bytes) -> ServiceRecord:
         return cls.from_dict(key, decode(key, value))
 
     @classmethod
-    def from_dict(cls, key: str, data: Mapping[str, Any]) -> "ServiceRecord":
+    def from_dict(cls, key: str, data: Mapping[str, Any]) -> ServiceRecord:
         try:
-            return cls(str(data["namespace"]), str(data["name"]), str(data.get("type") or
-                       "ClusterIP"), tuple(ServicePort.from_dict(p) for p in data["ports"]),
-                       tuple(map(str, data.get("clusterIPs") or ())),
-                       tuple(map(str, data.get("externalIPs") or ())),
-                       {str(k): str(v) for k, v in (data.get("selector") or {}).items()},
-                       str(data.get("sessionAffinity") or "None"),
-                       int(data.get("timeoutSeconds") or DEFAULT_AFFINITY_TIMEOUT),
-                       str(data.get("externalTrafficPolicy") or "Cluster"),
-                       str(data.get("internalTrafficPolicy") or "Cluster"),
-                       unknown(data, cls.FIELDS))
+            return cls(
+                str(data["namespace"]),
+                str(data["name"]),
+                str(data.get("type") or "ClusterIP"),
+                tuple(ServicePort.from_dict(p) for p in data["ports"]),
+                tuple(map(str, data.get("clusterIPs") or ())),
+                tuple(map(str, data.get("externalIPs") or ())),
+                {str(k): str(v) for k, v in (data.get("selector") or {}).items()},
+                str(data.get("sessionAffinity") or "None"),
+                int(data.get("timeoutSeconds") or DEFAULT_AFFINITY_TIMEOUT),
+                str(data.get("externalTrafficPolicy") or "Cluster"),
+                str(data.get("internalTrafficPolicy") or "Cluster"),
+                unknown(data, cls.FIELDS),
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptRecord(f"corrupt Service record {key}", f"bad service: {exc!r}") \
-                from None
+            raise CorruptRecord(f"corrupt Service record {key}", f"bad service: {exc!r}") from None
 
 
 @dataclass(frozen=True)
@@ -171,36 +221,59 @@ class EndpointRecord:
     network: str = ""  # with container_id and ifname: the attachment DEL and GC look for
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
-    FIELDS = ("namespace", "pod", "ifname", "ips", "labels", "node", "ports", "containerID",
-              "network")
+    FIELDS = (
+        "namespace",
+        "pod",
+        "ifname",
+        "ips",
+        "labels",
+        "node",
+        "ports",
+        "containerID",
+        "network",
+    )
 
     @property
     def key(self) -> str:
         return endpoint_key(self.namespace, self.pod, self.ifname)
 
     def to_dict(self) -> dict:
-        return {**self.extra, "namespace": self.namespace, "pod": self.pod,
-                "ifname": self.ifname, "ips": list(self.ips), "labels": dict(self.labels),
-                "node": self.node, "ports": dict(self.ports), "containerID": self.container_id,
-                "network": self.network}
+        return {
+            **self.extra,
+            "namespace": self.namespace,
+            "pod": self.pod,
+            "ifname": self.ifname,
+            "ips": list(self.ips),
+            "labels": dict(self.labels),
+            "node": self.node,
+            "ports": dict(self.ports),
+            "containerID": self.container_id,
+            "network": self.network,
+        }
 
     def to_bytes(self) -> bytes:
         return encode(self.to_dict())
 
     @classmethod
-    def from_bytes(cls, key: str, value: bytes) -> "EndpointRecord":
+    def from_bytes(cls, key: str, value: bytes) -> EndpointRecord:
         data = decode(key, value)
         try:
-            return cls(str(data["namespace"]), str(data["pod"]), str(data["ifname"]),
-                       tuple(map(str, data.get("ips") or ())),
-                       {str(k): str(v) for k, v in (data.get("labels") or {}).items()},
-                       str(data.get("node") or ""),
-                       {str(k): int(v) for k, v in (data.get("ports") or {}).items()},
-                       str(data.get("containerID") or ""), str(data.get("network") or ""),
-                       unknown(data, cls.FIELDS))
+            return cls(
+                str(data["namespace"]),
+                str(data["pod"]),
+                str(data["ifname"]),
+                tuple(map(str, data.get("ips") or ())),
+                {str(k): str(v) for k, v in (data.get("labels") or {}).items()},
+                str(data.get("node") or ""),
+                {str(k): int(v) for k, v in (data.get("ports") or {}).items()},
+                str(data.get("containerID") or ""),
+                str(data.get("network") or ""),
+                unknown(data, cls.FIELDS),
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptRecord(f"corrupt endpoint record {key}", f"bad endpoint: {exc!r}") \
-                from None
+            raise CorruptRecord(
+                f"corrupt endpoint record {key}", f"bad endpoint: {exc!r}"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -224,7 +297,7 @@ class ServiceSettings:
         return encode(self.to_dict())
 
     @classmethod
-    def from_bytes(cls, key: str, value: bytes) -> "ServiceSettings":
+    def from_bytes(cls, key: str, value: bytes) -> ServiceSettings:
         data = decode(key, value)
         try:
             low, _, high = str(data.get("nodePortRange") or "").partition("-")
@@ -233,5 +306,6 @@ class ServiceSettings:
                 ipaddress.ip_network(cidr)
             return cls(cidrs, (int(low), int(high)), unknown(data, cls.FIELDS))
         except (TypeError, ValueError, AttributeError) as exc:
-            raise CorruptRecord(f"corrupt service settings {key}", f"bad settings: {exc!r}") \
-                from None
+            raise CorruptRecord(
+                f"corrupt service settings {key}", f"bad settings: {exc!r}"
+            ) from None

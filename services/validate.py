@@ -8,11 +8,13 @@ fit the cluster's settings: a ClusterIP inside a service CIDR (one per family), 
 inside the range, on a NodePort Service only. externalIPs must not lie in a service CIDR,
 where the allocator could hand them out as someone's VIP.
 """
+
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cni.spec.errors import InvalidConfig
 from ipam.records import DEFAULT_AFFINITY_TIMEOUT
@@ -94,12 +96,18 @@ def validate_port(data: Any, at: str, node_ports: bool, settings: ServiceSetting
     protocol = spec.get("protocol", "TCP")
     if protocol not in PROTOCOLS:
         raise bad(f"{at}.protocol", f"{protocol!r} is not one of {', '.join(PROTOCOLS)}")
-    return ServicePort(name, protocol, port, validate_target(spec.get("targetPort", port),
-                       f"{at}.targetPort"), validate_node_port(spec, at, node_ports, settings))
+    return ServicePort(
+        name,
+        protocol,
+        port,
+        validate_target(spec.get("targetPort", port), f"{at}.targetPort"),
+        validate_node_port(spec, at, node_ports, settings),
+    )
 
 
-def validate_node_port(spec: Mapping[str, Any], at: str, allowed: bool,
-                       settings: ServiceSettings) -> int:
+def validate_node_port(
+    spec: Mapping[str, Any], at: str, allowed: bool, settings: ServiceSettings
+) -> int:
     value = spec.get("nodePort", 0)
     if value is None or value == 0 and not isinstance(value, bool):
         return 0
@@ -108,18 +116,24 @@ def validate_node_port(spec: Mapping[str, Any], at: str, allowed: bool,
     return validate_int(value, f"{at}.nodePort", *settings.node_port_range)
 
 
-def validate_ports(spec: Mapping[str, Any], node_ports: bool,
-                   settings: ServiceSettings) -> tuple[ServicePort, ...]:
-    ports = tuple(validate_port(p, f"ports[{i}]", node_ports, settings)
-                  for i, p in enumerate(validate_list(spec, "ports")))
+def validate_ports(
+    spec: Mapping[str, Any], node_ports: bool, settings: ServiceSettings
+) -> tuple[ServicePort, ...]:
+    ports = tuple(
+        validate_port(p, f"ports[{i}]", node_ports, settings)
+        for i, p in enumerate(validate_list(spec, "ports"))
+    )
     if not ports:
         raise bad("ports", "a Service needs at least one port")
     seen: dict[Any, int] = {}
     for i, port in enumerate(ports):
         if len(ports) > 1 and not port.name:
             raise bad(f"ports[{i}].name", "required when a Service has several ports")
-        for what, key in (("name", port.name), ("port", (port.port, port.protocol)),
-                          ("nodePort", (port.node_port or None, port.protocol))):
+        for what, key in (
+            ("name", port.name),
+            ("port", (port.port, port.protocol)),
+            ("nodePort", (port.node_port or None, port.protocol)),
+        ):
             if key not in ("", (None, port.protocol)) and (what, key) in seen:
                 raise bad(f"ports[{i}].{what}", f"the same as ports[{seen[what, key]}]'s")
             seen.setdefault((what, key), i)
@@ -164,8 +178,12 @@ def calc_special(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """Why an address cannot be an externalIP ("" if it can): DNAT of the node's own
     loopback, a link-local (the metadata server's 169.254.169.254) or a multicast address
     would take traffic that is not the Service's (Kubernetes refuses them too)."""
-    for what, test in (("loopback", ip.is_loopback), ("link-local", ip.is_link_local),
-                       ("multicast", ip.is_multicast), ("unspecified", ip.is_unspecified)):
+    for what, test in (
+        ("loopback", ip.is_loopback),
+        ("link-local", ip.is_link_local),
+        ("multicast", ip.is_multicast),
+        ("unspecified", ip.is_unspecified),
+    ):
         if test:
             return what
     return ""
@@ -187,8 +205,12 @@ def validate_affinity(spec: Mapping[str, Any]) -> tuple[str, int]:
     affinity = validate_choice(spec, "sessionAffinity", AFFINITIES)
     if "timeoutSeconds" in spec and affinity != "ClientIP":
         raise bad("timeoutSeconds", "only with sessionAffinity ClientIP")
-    return affinity, validate_int(spec.get("timeoutSeconds", DEFAULT_AFFINITY_TIMEOUT),
-                                  "timeoutSeconds", 1, MAX_AFFINITY_TIMEOUT)
+    return affinity, validate_int(
+        spec.get("timeoutSeconds", DEFAULT_AFFINITY_TIMEOUT),
+        "timeoutSeconds",
+        1,
+        MAX_AFFINITY_TIMEOUT,
+    )
 
 
 def validate_service(data: Any, settings: ServiceSettings) -> ServiceRecord:
@@ -199,13 +221,19 @@ def validate_service(data: Any, settings: ServiceSettings) -> ServiceRecord:
     if external == "Local" and kind != "NodePort":
         raise bad("externalTrafficPolicy", "Local only applies to a NodePort Service")
     affinity, timeout = validate_affinity(spec)
-    return ServiceRecord(validate_name(spec.get("namespace"), "namespace"),
-                         validate_name(spec.get("name"), "name"), kind,
-                         validate_ports(spec, kind == "NodePort", settings),
-                         validate_cluster_ips(spec, settings),
-                         validate_external_ips(spec, settings), validate_selector(spec),
-                         affinity, timeout, external,
-                         validate_choice(spec, "internalTrafficPolicy", POLICIES))
+    return ServiceRecord(
+        validate_name(spec.get("namespace"), "namespace"),
+        validate_name(spec.get("name"), "name"),
+        kind,
+        validate_ports(spec, kind == "NodePort", settings),
+        validate_cluster_ips(spec, settings),
+        validate_external_ips(spec, settings),
+        validate_selector(spec),
+        affinity,
+        timeout,
+        external,
+        validate_choice(spec, "internalTrafficPolicy", POLICIES),
+    )
 
 
 def validate_settings(cidrs: list[str], node_port_range: str) -> ServiceSettings:
@@ -215,8 +243,9 @@ def validate_settings(cidrs: list[str], node_port_range: str) -> ServiceSettings
         try:
             net = ipaddress.ip_network(text)
         except ValueError:
-            raise bad(f"cidrs[{i}]", f"{text!r} is not a CIDR (address/prefix, host bits 0)") \
-                from None
+            raise bad(
+                f"cidrs[{i}]", f"{text!r} is not a CIDR (address/prefix, host bits 0)"
+            ) from None
         if net.num_addresses < 4 or any(n.version == net.version for n in nets):
             raise bad(f"cidrs[{i}]", f"{net}: at most one CIDR per family, of 4 addresses or more")
         nets.append(net)

@@ -1,4 +1,5 @@
 """Key-value stores behind one small interface (``base.Store``): embedded SQLite and etcd."""
+
 from __future__ import annotations
 
 from store.base import Store

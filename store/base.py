@@ -8,10 +8,12 @@ so no two writers can both win (DESIGN.md "Store layout").
 Errors: a store that cannot be reached raises ``cni.spec.errors.TryAgainLater`` (code 11)
 naming the store; ``status()`` raises ``NotAvailable`` (code 50) instead.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence, Union
+from typing import Protocol, Union
 
 PREFIX = "/pycni/v1/"
 

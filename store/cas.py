@@ -9,13 +9,15 @@ raised when every attempt lost (or a callable whose value is returned instead: t
 combiner hands its callers their own errors). ``on_conflict`` counts each lost attempt,
 ``on_retry`` each further one (the lease metrics).
 """
+
 from __future__ import annotations
 
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar, Union
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -60,10 +62,15 @@ class Retry:
         return rand(0.0, bound) if self.jitter and bound > 0 else bound
 
 
-def run_cas(attempt: Callable[[], Union[T, Lost]], retry: Retry,
-            give_up: BaseException | Callable[[], T], *, on_conflict: Callable[[], None] = _noop,
-            on_retry: Callable[[], None] = _noop,
-            sleep: Callable[[float], None] = time.sleep) -> T:
+def run_cas(
+    attempt: Callable[[], T | Lost],
+    retry: Retry,
+    give_up: BaseException | Callable[[], T],
+    *,
+    on_conflict: Callable[[], None] = _noop,
+    on_retry: Callable[[], None] = _noop,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
     """Run ``attempt`` until it does not return ``LOST``, at most ``retry.attempts`` times."""
     for number in range(retry.attempts):
         if number:

@@ -1,4 +1,5 @@
 """Which store a daemon (or `pycni ipam`) opens: the `store` object of pycnid's config."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -10,11 +10,12 @@ healthy etcd into an "unreachable" one. The cap also marks the thread as serving
 (``in_request``), so a store known to be down can fail such calls at once
 (``ipam.outage.store``). Threads never see each other's cap.
 """
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 _local = threading.local()
 

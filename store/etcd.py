@@ -11,16 +11,17 @@ Daemon config: ``{"type": "etcd", "endpoints": ["https://10.0.0.1:2379", ...], "
 ..., "key": ..., "callTimeout": 1.0, "requestTimeout": 2.5, "statusTimeout": 0.8,
 "endpointRetry": 1.0, "tlsServerName": null}``.
 """
+
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from pyetcd import etcdrpc
 
 from cni.spec.errors import InternalError, NotAvailable, TryAgainLater
-
 from store.base import KV, Compare, Delete, Op, Put, TxnResult
 from store.etcd_conn import Connection, Stubs, parse_options
 from store.etcd_lease import LeaseKeeper
@@ -33,9 +34,15 @@ if TYPE_CHECKING:
 class EtcdStore:
     """``Store`` on an etcd cluster; ``name`` is ``"etcd:<endpoint>,<endpoint>..."``."""
 
-    def __init__(self, endpoints: Sequence[str], *, ca: str | None = None,
-                 cert: str | None = None, key: str | None = None,
-                 options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        ca: str | None = None,
+        cert: str | None = None,
+        key: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         self.options = parse_options(endpoints, ca, cert, key, options)
         self.conn = Connection(self.options)
         self.name = f"etcd:{self.conn.label}"
@@ -44,9 +51,14 @@ class EtcdStore:
         self._watches: list[Watch] = []
 
     @classmethod
-    def from_config(cls, config: StoreConfig) -> "EtcdStore":
-        return cls(config.endpoints, ca=config.ca, cert=config.cert, key=config.key,
-                   options=config.options)
+    def from_config(cls, config: StoreConfig) -> EtcdStore:
+        return cls(
+            config.endpoints,
+            ca=config.ca,
+            cert=config.cert,
+            key=config.key,
+            options=config.options,
+        )
 
     # -- the Store protocol -------------------------------------------------------------------
 
@@ -58,25 +70,27 @@ class EtcdStore:
     def range(self, prefix: str, *, keys_only: bool = False, limit: int = 0) -> list[KV]:
         return self.range_at(prefix, keys_only=keys_only, limit=limit)[0]
 
-    def range_at(self, prefix: str, *, keys_only: bool = False,
-                 limit: int = 0) -> tuple[list[KV], int]:
+    def range_at(
+        self, prefix: str, *, keys_only: bool = False, limit: int = 0
+    ) -> tuple[list[KV], int]:
         """``range`` plus the revision it was read at (one consistent snapshot)."""
         key, range_end = calc_range(prefix)
-        request = etcdrpc.RangeRequest(key=key, range_end=range_end, keys_only=keys_only,
-                                       limit=limit)
+        request = etcdrpc.RangeRequest(
+            key=key, range_end=range_end, keys_only=keys_only, limit=limit
+        )
         response = self.conn.call(lambda s, t: s.kv.Range(request, t), what=f"range {prefix}")
         return [to_kv(kv) for kv in response.kvs], response.header.revision
 
     def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> TxnResult:
-        request = etcdrpc.TxnRequest(compare=[render_compare(c) for c in compares],
-                                     success=[render_op(op) for op in ops])
+        request = etcdrpc.TxnRequest(
+            compare=[render_compare(c) for c in compares], success=[render_op(op) for op in ops]
+        )
         response = self.conn.call(lambda s, t: s.kv.Txn(request, t), what="txn")
         return TxnResult(response.succeeded, response.header.revision)
 
     def revision(self) -> int:
         request = etcdrpc.RangeRequest(key=b"\0", count_only=True)
-        return self.conn.call(lambda s, t: s.kv.Range(request, t),
-                              what="revision").header.revision
+        return self.conn.call(lambda s, t: s.kv.Range(request, t), what="revision").header.revision
 
     def status(self) -> None:
         """NotAvailable unless a quorum answers now and no alarm (e.g. NOSPACE) blocks writes.
@@ -84,14 +98,18 @@ class EtcdStore:
         An alarm GET goes through raft, so an answer proves a leader and a quorum."""
         request = etcdrpc.AlarmRequest(action=etcdrpc.AlarmRequest.GET)
         try:
-            response = self.conn.call(lambda s, t: s.maintenance.Alarm(request, t),
-                                      budget=self.options.status_timeout, what="status")
+            response = self.conn.call(
+                lambda s, t: s.maintenance.Alarm(request, t),
+                budget=self.options.status_timeout,
+                what="status",
+            )
         except TryAgainLater as exc:
             raise NotAvailable(f"etcd at {self.conn.label} is unreachable", exc.details) from None
         if response.alarms:
             names = sorted({etcdrpc.AlarmType.Name(a.alarm) for a in response.alarms})
-            raise NotAvailable(f"etcd at {self.conn.label} refuses writes: alarm "
-                               + ",".join(names))
+            raise NotAvailable(
+                f"etcd at {self.conn.label} refuses writes: alarm " + ",".join(names)
+            )
 
     def close(self) -> None:
         """Stop watches and lease keepers (revoking their leases), then close the channels."""
@@ -124,8 +142,9 @@ class EtcdStore:
     def lease_ttl(self, lease_id: int) -> int:
         """Seconds left on the lease; -1 when it does not exist."""
         request = etcdrpc.LeaseTimeToLiveRequest(ID=lease_id)
-        return self.conn.call(lambda s, t: s.lease.LeaseTimeToLive(request, t),
-                              what="lease ttl").TTL
+        return self.conn.call(
+            lambda s, t: s.lease.LeaseTimeToLive(request, t), what="lease ttl"
+        ).TTL
 
     def revoke_lease(self, lease_id: int) -> None:
         """Revoke the lease (its keys vanish); a lease already gone is fine."""
@@ -139,8 +158,9 @@ class EtcdStore:
             self._keepers.append(keeper)
         return keeper.start()
 
-    def watch(self, prefix: str, start_revision: int,
-              callback: Callable[[WatchUpdate], None]) -> Watch:
+    def watch(
+        self, prefix: str, start_revision: int, callback: Callable[[WatchUpdate], None]
+    ) -> Watch:
         """Deliver every change under ``prefix`` from ``start_revision`` (0 = from now) to
         ``callback``, across member failures; a snapshot when the history was compacted."""
         watch = Watch(self.conn, self, prefix, start_revision, callback)
@@ -152,26 +172,34 @@ class EtcdStore:
 def render_compare(compare: Compare) -> etcdrpc.Compare:
     key = compare.key.encode()
     if compare.mod_revision == 0:
-        return etcdrpc.Compare(key=key, target=etcdrpc.Compare.VERSION,
-                               result=etcdrpc.Compare.EQUAL, version=0)
-    return etcdrpc.Compare(key=key, target=etcdrpc.Compare.MOD, result=etcdrpc.Compare.EQUAL,
-                           mod_revision=compare.mod_revision)
+        return etcdrpc.Compare(
+            key=key, target=etcdrpc.Compare.VERSION, result=etcdrpc.Compare.EQUAL, version=0
+        )
+    return etcdrpc.Compare(
+        key=key,
+        target=etcdrpc.Compare.MOD,
+        result=etcdrpc.Compare.EQUAL,
+        mod_revision=compare.mod_revision,
+    )
 
 
 def render_op(op: Op) -> etcdrpc.RequestOp:
     if isinstance(op, Put):
-        return etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(
-            key=op.key.encode(), value=bytes(op.value), lease=op.lease))
+        return etcdrpc.RequestOp(
+            request_put=etcdrpc.PutRequest(
+                key=op.key.encode(), value=bytes(op.value), lease=op.lease
+            )
+        )
     if isinstance(op, Delete):
         key, range_end = calc_range(op.key) if op.prefix else (op.key.encode(), b"")
-        return etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(
-            key=key, range_end=range_end))
+        return etcdrpc.RequestOp(
+            request_delete_range=etcdrpc.DeleteRangeRequest(key=key, range_end=range_end)
+        )
     raise InternalError(f"unknown store op {op!r}")
 
 
 def keepalive_once(stubs: Stubs, timeout: float, lease_id: int) -> int:
-    call = stubs.lease.LeaseKeepAlive(iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]),
-                                      timeout)
+    call = stubs.lease.LeaseKeepAlive(iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout)
     try:
         return next(iter(call)).TTL
     except StopIteration:

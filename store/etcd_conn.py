@@ -12,13 +12,15 @@ A retried write is safe because every pycni write compares revisions: if the fir
 applied before its member died, the retry's compares fail and the caller re-reads, exactly as
 after any conflict.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
@@ -26,7 +28,6 @@ from pyetcd import Endpoint, MultiEndpointEtcd3Client, etcdrpc
 from pyetcd.exceptions import NoServerAvailableError
 
 from cni.spec.errors import CNIError, InternalError, InvalidConfig, TryAgainLater
-
 from store.deadline import bound
 
 T = TypeVar("T")
@@ -34,16 +35,22 @@ log = logging.getLogger("pycnid.store.etcd")
 
 #: gRPC codes after which another member may succeed (a member without quorum answers
 #: UNKNOWN "context deadline exceeded" to a linearizable read).
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                       grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED,
-                       grpc.StatusCode.UNKNOWN})
+RETRYABLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+    }
+)
 
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.keepalive_time_ms", 10_000),      # etcd refuses pings more often than every 5 s
-    ("grpc.keepalive_timeout_ms", 5_000),    # a frozen member's watch stream ends in ~15 s
+    ("grpc.keepalive_time_ms", 10_000),  # etcd refuses pings more often than every 5 s
+    ("grpc.keepalive_timeout_ms", 5_000),  # a frozen member's watch stream ends in ~15 s
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),
 ]
@@ -57,22 +64,34 @@ class EtcdOptions:
     ca: str | None = None
     cert: str | None = None
     key: str | None = None
-    call_timeout: float = 1.0      # one RPC on one member
-    request_timeout: float = 2.5   # one store call, across members and retries
-    status_timeout: float = 0.8    # STATUS must answer fast
-    endpoint_retry: float = 1.0    # a failed member is skipped this long
+    call_timeout: float = 1.0  # one RPC on one member
+    request_timeout: float = 2.5  # one store call, across members and retries
+    status_timeout: float = 0.8  # STATUS must answer fast
+    endpoint_retry: float = 1.0  # a failed member is skipped this long
     server_name: str | None = None  # TLS name to verify instead of the endpoint's host
 
 
-OPTION_KEYS = {"callTimeout": "call_timeout", "requestTimeout": "request_timeout",
-               "statusTimeout": "status_timeout", "endpointRetry": "endpoint_retry"}
+OPTION_KEYS = {
+    "callTimeout": "call_timeout",
+    "requestTimeout": "request_timeout",
+    "statusTimeout": "status_timeout",
+    "endpointRetry": "endpoint_retry",
+}
 
 
-def parse_options(endpoints: Sequence[str], ca: str | None, cert: str | None,
-                  key: str | None, extra: Mapping[str, Any] | None) -> EtcdOptions:
+def parse_options(
+    endpoints: Sequence[str],
+    ca: str | None,
+    cert: str | None,
+    key: str | None,
+    extra: Mapping[str, Any] | None,
+) -> EtcdOptions:
     """Validate the daemon config's etcd settings (InvalidConfig naming the bad key)."""
-    timeouts = {attr: validate_seconds(name, (extra or {})[name])
-                for name, attr in OPTION_KEYS.items() if name in (extra or {})}
+    timeouts = {
+        attr: validate_seconds(name, (extra or {})[name])
+        for name, attr in OPTION_KEYS.items()
+        if name in (extra or {})
+    }
     server_name = (extra or {}).get("tlsServerName")
     opts = EtcdOptions(tuple(endpoints), ca, cert, key, server_name=server_name, **timeouts)
     validate_endpoints(opts)
@@ -81,25 +100,34 @@ def parse_options(endpoints: Sequence[str], ca: str | None, cert: str | None,
 
 def validate_seconds(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 60:
-        raise InvalidConfig(f"invalid daemon config key 'store.{name}'",
-                            f"expected seconds between 0 and 60, got {value!r}")
+        raise InvalidConfig(
+            f"invalid daemon config key 'store.{name}'",
+            f"expected seconds between 0 and 60, got {value!r}",
+        )
     return float(value)
 
 
 def validate_endpoints(opts: EtcdOptions) -> None:
     if not opts.endpoints:
-        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
-                            "an etcd store needs at least one endpoint")
+        raise InvalidConfig(
+            "invalid daemon config key 'store.endpoints'",
+            "an etcd store needs at least one endpoint",
+        )
     schemes = {parse_endpoint(url)[0] for url in opts.endpoints}
     if len(schemes) > 1:
-        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
-                            "mixes http:// and https:// endpoints")
+        raise InvalidConfig(
+            "invalid daemon config key 'store.endpoints'", "mixes http:// and https:// endpoints"
+        )
     if bool(opts.cert) != bool(opts.key):
-        raise InvalidConfig("invalid daemon config key 'store.cert'",
-                            "a client certificate needs both 'cert' and 'key'")
+        raise InvalidConfig(
+            "invalid daemon config key 'store.cert'",
+            "a client certificate needs both 'cert' and 'key'",
+        )
     if schemes == {"http"} and (opts.ca or opts.cert):
-        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
-                            "TLS files are set but the endpoints are http://, use https://")
+        raise InvalidConfig(
+            "invalid daemon config key 'store.endpoints'",
+            "TLS files are set but the endpoints are http://, use https://",
+        )
 
 
 def parse_endpoint(url: str) -> tuple[str, str, int]:
@@ -109,10 +137,15 @@ def parse_endpoint(url: str) -> tuple[str, str, int]:
         port = parts.port or 2379
     except ValueError:
         port = -1
-    if parts.scheme not in ("http", "https") or not parts.hostname or port <= 0 \
-            or parts.path not in ("", "/"):
-        raise InvalidConfig("invalid daemon config key 'store.endpoints'",
-                            f"{url!r} is not http(s)://host:port")
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or port <= 0
+        or parts.path not in ("", "/")
+    ):
+        raise InvalidConfig(
+            "invalid daemon config key 'store.endpoints'", f"{url!r} is not http(s)://host:port"
+        )
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return parts.scheme, host, port
 
@@ -124,13 +157,15 @@ def read_file(what: str, path: str | None) -> bytes | None:
         with open(path, "rb") as fh:
             return fh.read()
     except OSError as exc:
-        raise InvalidConfig(f"invalid daemon config key 'store.{what}'",
-                            f"cannot read {path}: {exc.strerror}") from None
+        raise InvalidConfig(
+            f"invalid daemon config key 'store.{what}'", f"cannot read {path}: {exc.strerror}"
+        ) from None
 
 
 def build_credentials(opts: EtcdOptions) -> grpc.ChannelCredentials:
-    return grpc.ssl_channel_credentials(read_file("ca", opts.ca), read_file("key", opts.key),
-                                        read_file("cert", opts.cert))
+    return grpc.ssl_channel_credentials(
+        read_file("ca", opts.ca), read_file("key", opts.key), read_file("cert", opts.cert)
+    )
 
 
 def build_endpoints(opts: EtcdOptions) -> list[Endpoint]:
@@ -142,8 +177,16 @@ def build_endpoints(opts: EtcdOptions) -> list[Endpoint]:
     endpoints = []
     for url in opts.endpoints:
         _, host, port = parse_endpoint(url)
-        endpoints.append(Endpoint(host, port, secure=secure, creds=creds,
-                                  time_retry=opts.endpoint_retry, opts=channel_opts))
+        endpoints.append(
+            Endpoint(
+                host,
+                port,
+                secure=secure,
+                creds=creds,
+                time_retry=opts.endpoint_retry,
+                opts=channel_opts,
+            )
+        )
     return endpoints
 
 
@@ -180,8 +223,9 @@ class Connection:
                 stubs = self._stubs[endpoint.netloc] = Stubs(channel)
             return endpoint, stubs
 
-    def call(self, rpc: Callable[[Stubs, float], T], budget: float | None = None,
-             what: str = "request") -> T:
+    def call(
+        self, rpc: Callable[[Stubs, float], T], budget: float | None = None, what: str = "request"
+    ) -> T:
         """``rpc(stubs, timeout)`` on a healthy member, failing over until ``budget`` is spent."""
         # a CNI request's cap on each store call (store.deadline), if any
         deadline = time.monotonic() + bound(budget or self.opts.request_timeout)
@@ -205,8 +249,10 @@ class Connection:
                 if self._closed:
                     raise TryAgainLater(f"etcd store {self.label} is closed") from None
                 endpoint.fail()
-        raise TryAgainLater(f"etcd at {self.label} is unreachable or without quorum"
-                            f" ({what} not served)", last_error)
+        raise TryAgainLater(
+            f"etcd at {self.label} is unreachable or without quorum ({what} not served)",
+            last_error,
+        )
 
     def wait_for_retry(self) -> float:
         """Seconds until the first failed member may be tried again (at least 10 ms)."""

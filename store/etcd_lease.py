@@ -8,11 +8,13 @@ grants a new one and calls ``on_grant(lease_id)`` so the owner re-writes the key
 it (e.g. the node heartbeat). ``stop(revoke=True)`` ends the thread and revokes the lease, so
 those keys vanish at once instead of after the TTL.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from cni.spec.errors import CNIError
 from common.loop import Errors, Loop
@@ -33,8 +35,9 @@ class LeaseOps(Protocol):
 class LeaseKeeper:
     """A lease kept alive (and re-granted) until ``stop()``; ``lease_id`` is 0 while there is none."""
 
-    def __init__(self, ops: LeaseOps, ttl: int,
-                 on_grant: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self, ops: LeaseOps, ttl: int, on_grant: Callable[[int], None] | None = None
+    ) -> None:
         if ttl < 2:
             raise ValueError("a kept lease needs a TTL of at least 2 s")
         self.ttl = int(ttl)
@@ -44,10 +47,15 @@ class LeaseKeeper:
         self._on_grant = on_grant
         self._announced = False
         self._ready = threading.Event()
-        self.loop = Loop(f"etcd-lease-{ttl}s", self.step, retry=RETRY_INTERVAL,
-                         errors=Errors(log, "lease keepalive"), join_timeout=None)
+        self.loop = Loop(
+            f"etcd-lease-{ttl}s",
+            self.step,
+            retry=RETRY_INTERVAL,
+            errors=Errors(log, "lease keepalive"),
+            join_timeout=None,
+        )
 
-    def start(self) -> "LeaseKeeper":
+    def start(self) -> LeaseKeeper:
         self.loop.start()
         return self
 
@@ -61,8 +69,9 @@ class LeaseKeeper:
             try:
                 self._ops.revoke_lease(self.lease_id)
             except CNIError as exc:
-                log.warning("lease %x not revoked: %s (it expires in %d s)",
-                            self.lease_id, exc, self.ttl)
+                log.warning(
+                    "lease %x not revoked: %s (it expires in %d s)", self.lease_id, exc, self.ttl
+                )
         self.lease_id = 0
 
     def step(self) -> float:

@@ -7,13 +7,15 @@ compacted meanwhile, it lists the whole prefix and hands the owner a snapshot in
 
 The callback runs on the watch thread, one ``WatchUpdate`` at a time, in revision order.
 """
+
 from __future__ import annotations
 
 import logging
 import queue
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 import grpc
 from pyetcd import etcdrpc
@@ -22,20 +24,21 @@ from pyetcd.exceptions import NoServerAvailableError
 
 from cni.spec.errors import CNIError
 from common.loop import Backoff, Errors, Loop
-
 from store.base import KV
 from store.etcd_conn import RETRYABLE, Connection, describe_rpc_error
 
 log = logging.getLogger("pycnid.store.etcd")
 
 BACKOFF_MIN, BACKOFF_MAX = 0.1, 1.0
-REQUIRE_LEADER = (("hasleader", "true"),)  # etcd cancels the watch when its member loses the leader
+REQUIRE_LEADER = (
+    ("hasleader", "true"),
+)  # etcd cancels the watch when its member loses the leader
 
 
 @dataclass(frozen=True)
 class WatchEvent:
     kind: str  # "put" | "delete"
-    kv: KV     # for a delete: the key and the deleting revision, value empty
+    kv: KV  # for a delete: the key and the deleting revision, value empty
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,12 @@ def calc_range(prefix: str) -> tuple[bytes, bytes]:
 
 
 def to_kv(kv: kv_pb2.KeyValue) -> KV:
-    return KV(kv.key.decode("utf-8", "surrogateescape"), bytes(kv.value), kv.mod_revision,
-              kv.create_revision)
+    return KV(
+        kv.key.decode("utf-8", "surrogateescape"),
+        bytes(kv.value),
+        kv.mod_revision,
+        kv.create_revision,
+    )
 
 
 def to_event(event: kv_pb2.Event) -> WatchEvent:
@@ -82,8 +89,14 @@ def to_event(event: kv_pb2.Event) -> WatchEvent:
 class Watch:
     """A resumable watch on ``prefix``; ``cancel()`` stops it. See the module docstring."""
 
-    def __init__(self, conn: Connection, lister: Lister, prefix: str, start_revision: int,
-                 callback: Callable[[WatchUpdate], None]) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        lister: Lister,
+        prefix: str,
+        start_revision: int,
+        callback: Callable[[WatchUpdate], None],
+    ) -> None:
         self.prefix = prefix
         self.next_revision = start_revision  # 0: from "now", fixed when the watch is created
         self.restarts = 0
@@ -95,16 +108,21 @@ class Watch:
         self._call: grpc.Call | None = None
         self._requests: queue.Queue | None = None
         self.backoff = Backoff(BACKOFF_MIN, BACKOFF_MAX)
-        self.loop = Loop(f"etcd-watch {prefix}", self.step, retry=self.backoff.next,
-                         join_timeout=None, errors=Errors(log, f"watch {prefix}",
-                                                          expected=(Exception,),
-                                                          describe=self.describe_failure))
+        self.loop = Loop(
+            f"etcd-watch {prefix}",
+            self.step,
+            retry=self.backoff.next,
+            join_timeout=None,
+            errors=Errors(
+                log, f"watch {prefix}", expected=(Exception,), describe=self.describe_failure
+            ),
+        )
 
     @property
     def last_revision(self) -> int:
         return max(self.next_revision - 1, 0)
 
-    def start(self) -> "Watch":
+    def start(self) -> Watch:
         self.loop.start()
         return self
 
@@ -158,8 +176,9 @@ class Watch:
 
     def open_stream(self, stubs) -> Iterator[etcdrpc.WatchResponse]:
         key, range_end = calc_range(self.prefix)
-        create = etcdrpc.WatchCreateRequest(key=key, range_end=range_end, progress_notify=True,
-                                            start_revision=self.next_revision)
+        create = etcdrpc.WatchCreateRequest(
+            key=key, range_end=range_end, progress_notify=True, start_revision=self.next_revision
+        )
         requests: queue.Queue = queue.Queue()
         requests.put(etcdrpc.WatchRequest(create_request=create))
         call = stubs.watch.Watch(iter(requests.get, None), metadata=REQUIRE_LEADER)
@@ -194,8 +213,13 @@ class Watch:
             log.warning("watch %s: re-list failed: %s", self.prefix, exc)
             self.loop.wait(BACKOFF_MAX)
             return
-        log.info("watch %s: revision %d compacted, re-listed %d keys at %d",
-                 self.prefix, self.next_revision, len(kvs), revision)
+        log.info(
+            "watch %s: revision %d compacted, re-listed %d keys at %d",
+            self.prefix,
+            self.next_revision,
+            len(kvs),
+            revision,
+        )
         self.relists += 1
         self.next_revision = revision + 1
         self.deliver(WatchUpdate(revision, tuple(WatchEvent("put", kv) for kv in kvs), True))
@@ -204,8 +228,7 @@ class Watch:
         try:
             self._callback(update)
         except Exception:  # the owner's bug must not end the watch
-            log.exception("watch %s: callback failed at revision %d", self.prefix,
-                          update.revision)
+            log.exception("watch %s: callback failed at revision %d", self.prefix, update.revision)
 
     def _end_stream(self) -> None:
         with self._call_lock:

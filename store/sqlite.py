@@ -10,16 +10,16 @@ concurrently is serialised by SQLite itself. WAL with ``synchronous=NORMAL``: a 
 a crash of the daemon (SIGKILL); only a power cut may lose the last commits, together with the
 containers that held those addresses.
 """
+
 from __future__ import annotations
 
 import os
 import sqlite3
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 from cni.spec.errors import NotAvailable, TryAgainLater
-
 from store.base import KV, Compare, Delete, Op, Put, TxnResult
 
 BUSY_TIMEOUT_MS = 5000
@@ -33,9 +33,11 @@ CREATE TABLE IF NOT EXISTS kv (
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (name, value) VALUES ('revision', 1);
 """
-UPSERT = ("INSERT INTO kv (key, value, mod_revision, create_revision) VALUES (?, ?, ?, ?) "
-          "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
-          "mod_revision = excluded.mod_revision")
+UPSERT = (
+    "INSERT INTO kv (key, value, mod_revision, create_revision) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+    "mod_revision = excluded.mod_revision"
+)
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
@@ -67,8 +69,12 @@ class SqliteStore:
         try:
             if os.path.dirname(self.path):
                 os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                   timeout=BUSY_TIMEOUT_MS / 1000)
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+            )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -92,15 +98,19 @@ class SqliteStore:
 
     def get(self, key: str) -> KV | None:
         with self._cursor() as conn:
-            row = conn.execute("SELECT key, value, mod_revision, create_revision FROM kv "
-                               "WHERE key = ?", (key.encode(),)).fetchone()
+            row = conn.execute(
+                "SELECT key, value, mod_revision, create_revision FROM kv WHERE key = ?",
+                (key.encode(),),
+            ).fetchone()
         return _kv(row) if row else None
 
     def range(self, prefix: str, *, keys_only: bool = False, limit: int = 0) -> list[KV]:
         where, params = range_clause(prefix)
         value = "x''" if keys_only else "value"
-        sql = (f"SELECT key, {value}, mod_revision, create_revision FROM kv WHERE {where} "
-               "ORDER BY key")
+        sql = (
+            f"SELECT key, {value}, mod_revision, create_revision FROM kv WHERE {where} "
+            "ORDER BY key"
+        )
         if limit > 0:
             sql += f" LIMIT {int(limit)}"
         with self._cursor() as conn:
@@ -120,8 +130,7 @@ class SqliteStore:
                     _apply(conn, op, revision + 1)
                 if conn.total_changes != before:  # like etcd: deleting nothing is no write
                     revision += 1
-                    conn.execute("UPDATE meta SET value = ? WHERE name = 'revision'",
-                                 (revision,))
+                    conn.execute("UPDATE meta SET value = ? WHERE name = 'revision'", (revision,))
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:

@@ -7,15 +7,23 @@ view has ``replace_all(kvs, prefix)`` (a snapshot of one prefix: after a read, o
 resumed past compaction) and ``apply(kv, deleted)``; changes are made under ``lock`` and then
 ``on_change(changed)`` is called (``changed``: what ``apply`` returned, True for a snapshot).
 """
+
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 class WatchedPrefixes:
-    def __init__(self, store: Any, prefixes: Sequence[str], view: Any, lock: threading.Lock,
-                 on_change: Callable[[bool], None]) -> None:
+    def __init__(
+        self,
+        store: Any,
+        prefixes: Sequence[str],
+        view: Any,
+        lock: threading.Lock,
+        on_change: Callable[[bool], None],
+    ) -> None:
         self.store, self.prefixes, self.view, self.lock = store, tuple(prefixes), view, lock
         self.on_change = on_change
         self.loaded: set[str] = set()
@@ -40,8 +48,7 @@ class WatchedPrefixes:
             with self.lock:
                 self.view.replace_all(kvs, prefix)
             if can_watch:
-                self.watches.append(self.store.watch(prefix, read + 1,
-                                                     self.on_update_of(prefix)))
+                self.watches.append(self.store.watch(prefix, read + 1, self.on_update_of(prefix)))
                 self.loaded.add(prefix)
         self.read_at = revision  # after a whole read; a txn in between: read again next call
 
@@ -56,9 +63,11 @@ class WatchedPrefixes:
                     self.view.replace_all([e.kv for e in update.events], prefix)
                     changed = True
                 else:
-                    changed = any([bool(self.view.apply(e.kv, e.kind == "delete"))
-                                   for e in update.events])
+                    changed = any(
+                        [bool(self.view.apply(e.kv, e.kind == "delete")) for e in update.events]
+                    )
             self.on_change(changed)
+
         return on_update
 
     def cancel(self) -> None:

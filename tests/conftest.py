@@ -1,4 +1,5 @@
 """Shared fixtures. Privileged ones skip cleanly when not root; everything they make is removed."""
+
 from __future__ import annotations
 
 import os
@@ -13,9 +14,19 @@ from tests.fixtures.daemon import Pycnid, daemon_config
 from tests.fixtures.plugins import REFERENCE_BIN
 
 IS_ROOT = os.geteuid() == 0
-ETCD_FIXTURES = frozenset({"etcd_server", "etcd_shared", "etcd_cluster", "etcd_tls",
-                           "open_etcd_store", "shared_etcd_store", "etcd_for_stores",
-                           "etcd_endpoints", "make_cluster"})
+ETCD_FIXTURES = frozenset(
+    {
+        "etcd_server",
+        "etcd_shared",
+        "etcd_cluster",
+        "etcd_tls",
+        "open_etcd_store",
+        "shared_etcd_store",
+        "etcd_for_stores",
+        "etcd_endpoints",
+        "make_cluster",
+    }
+)
 
 
 def starts_etcd(item: pytest.Item) -> bool:
@@ -27,11 +38,15 @@ def starts_etcd(item: pytest.Item) -> bool:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that starts a real etcd carries the ``etcd`` marker (``-m "not etcd"``)."""
-    unmarked = [item.nodeid for item in items
-                if starts_etcd(item) and item.get_closest_marker("etcd") is None]
+    unmarked = [
+        item.nodeid
+        for item in items
+        if starts_etcd(item) and item.get_closest_marker("etcd") is None
+    ]
     if unmarked:
-        raise pytest.UsageError("tests that start a real etcd lack the etcd marker: "
-                                + ", ".join(unmarked))
+        raise pytest.UsageError(
+            "tests that start a real etcd lack the etcd marker: " + ", ".join(unmarked)
+        )
 
 
 @pytest.fixture(scope="session")

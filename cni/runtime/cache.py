@@ -7,6 +7,7 @@ runtime (containerd, cnitool) and `pycni net` can therefore read each other's en
 Field names and encodings follow libcni's `cachedInfo` (`config` is base64, `cniArgs` a list
 of [key, value] pairs); a file that is not `cniCacheV1` is read as a legacy bare result.
 """
+
 from __future__ import annotations
 
 import base64
@@ -41,9 +42,13 @@ class CacheEntry:
 
     def to_json(self) -> bytes:
         """libcni's field order and omitempty rules."""
-        out: dict[str, Any] = {"kind": KIND, "containerId": self.container_id,
-                               "config": base64.b64encode(self.config).decode(),
-                               "ifName": self.ifname, "networkName": self.network_name}
+        out: dict[str, Any] = {
+            "kind": KIND,
+            "containerId": self.container_id,
+            "config": base64.b64encode(self.config).decode(),
+            "ifName": self.ifname,
+            "networkName": self.network_name,
+        }
         if self.netns:
             out["netns"] = self.netns
         if self.cni_args:
@@ -61,8 +66,10 @@ def results_dir(cache_dir: str) -> str:
 
 def cache_file(cache_dir: str, network: str, container_id: str, ifname: str) -> str:
     if not network or not container_id or not ifname:
-        raise InvalidConfig("cache file path requires network name, container ID and interface "
-                            f"name", f"got {network!r}, {container_id!r}, {ifname!r}")
+        raise InvalidConfig(
+            "cache file path requires network name, container ID and interface name",
+            f"got {network!r}, {container_id!r}, {ifname!r}",
+        )
     return os.path.join(results_dir(cache_dir), f"{network}-{container_id}-{ifname}")
 
 
@@ -113,12 +120,15 @@ def entry_from_dict(data: dict[str, Any], path: str = "") -> CacheEntry:
     try:
         args = data.get("cniArgs")
         return CacheEntry(
-            container_id=str(data.get("containerId", "")), ifname=str(data.get("ifName", "")),
-            network_name=str(data.get("networkName", "")), netns=str(data.get("netns", "")),
+            container_id=str(data.get("containerId", "")),
+            ifname=str(data.get("ifName", "")),
+            network_name=str(data.get("networkName", "")),
+            netns=str(data.get("netns", "")),
             config=base64.b64decode(data.get("config") or "", validate=True),
             cni_args=None if args is None else tuple((str(k), str(v)) for k, v in args),
             capability_args=_dict_or_none(data.get("capabilityArgs")),
-            result=_dict_or_none(data.get("result")))
+            result=_dict_or_none(data.get("result")),
+        )
     except (TypeError, ValueError, binascii.Error) as exc:
         raise CorruptCache(f"cached entry {path} is malformed", str(exc)) from None
 
@@ -131,8 +141,9 @@ def _dict_or_none(value: Any) -> dict[str, Any] | None:
     return value
 
 
-def read_cached_entry(cache_dir: str, network: str, container_id: str,
-                      ifname: str) -> CacheEntry | None:
+def read_cached_entry(
+    cache_dir: str, network: str, container_id: str, ifname: str
+) -> CacheEntry | None:
     """The entry, None when there is none; CorruptCache when the file is not a v1 entry."""
     path = cache_file(cache_dir, network, container_id, ifname)
     data = _read(path)
@@ -144,8 +155,9 @@ def read_cached_entry(cache_dir: str, network: str, container_id: str,
     return entry_from_dict(value, path)
 
 
-def read_cached_result(cache_dir: str, network: str, container_id: str, ifname: str,
-                       version: str) -> dict[str, Any] | None:
+def read_cached_result(
+    cache_dir: str, network: str, container_id: str, ifname: str, version: str
+) -> dict[str, Any] | None:
     """The cached result converted to `version`; None when nothing is cached.
 
     A non-v1 file is read as a legacy bare result (as libcni does). Raises CorruptCache when
@@ -162,8 +174,9 @@ def read_cached_result(cache_dir: str, network: str, container_id: str, ifname: 
     try:
         return result_as_version(value, version)
     except CNIError as exc:
-        raise CorruptCache(f"cannot convert cached result {path} to version {version}",
-                           str(exc)) from None
+        raise CorruptCache(
+            f"cannot convert cached result {path} to version {version}", str(exc)
+        ) from None
 
 
 def result_as_version(result: Any, version: str) -> dict[str, Any]:
@@ -177,8 +190,10 @@ def result_as_version(result: Any, version: str) -> dict[str, Any]:
     if have == version:
         return {**result, "cniVersion": version}
     if have not in SUPPORTED or version not in SUPPORTED:
-        raise DecodingFailure(f"cannot convert a {have} result to {version}",
-                              f"supported versions: {', '.join(SUPPORTED)}")
+        raise DecodingFailure(
+            f"cannot convert a {have} result to {version}",
+            f"supported versions: {', '.join(SUPPORTED)}",
+        )
     return render(parsed, version)
 
 

@@ -7,24 +7,31 @@ no prevResult, file removed), then removes the cache entry; CHECK (list ≥ 0.4.
 of the network that is not in the valid list, then (list ≥ 1.1.0) sends GC to every plugin,
 continuing past errors; STATUS (list ≥ 1.1.0) stops at the first failing plugin.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Mapping
-
-from cni.spec.envcheck import check_ifname, valid_id
-from cni.spec.errors import CNIError, IncompatibleVersion, InvalidConfig, InvalidEnvironment, \
-    IOFailure, UnknownContainer
-from cni.spec.versions import parse_version
+from typing import IO, Any
 
 from cni.runtime import cache
 from cni.runtime.conflist import NetworkConfigList, PluginConf
 from cni.runtime.errors import PluginFailed, join_errors
 from cni.runtime.inject import RuntimeConf, build_gc_config, build_one_config, build_status_config
 from cni.runtime.invoke import Invocation, decode_result, exec_plugin, find_in_path
+from cni.spec.envcheck import check_ifname, valid_id
+from cni.spec.errors import (
+    CNIError,
+    IncompatibleVersion,
+    InvalidConfig,
+    InvalidEnvironment,
+    IOFailure,
+    UnknownContainer,
+)
+from cni.spec.versions import parse_version
 
 log = logging.getLogger("pycni.runtime")
 
@@ -69,8 +76,14 @@ class Runtime:
         log.debug("exec %s %s", inv.command, binary)
         return exec_plugin(binary, stdin, env, stderr=self.stderr, timeout=self.timeout)
 
-    def _each(self, conf: NetworkConfigList, verb: str, plugins: list[tuple[int, PluginConf]],
-              stdin_for: Callable[[PluginConf], bytes], rt: RuntimeConf | None) -> list[bytes]:
+    def _each(
+        self,
+        conf: NetworkConfigList,
+        verb: str,
+        plugins: list[tuple[int, PluginConf]],
+        stdin_for: Callable[[PluginConf], bytes],
+        rt: RuntimeConf | None,
+    ) -> list[bytes]:
         outputs = []
         for index, plugin in plugins:
             try:
@@ -97,29 +110,44 @@ class Runtime:
 
     def cache_result(self, conf: NetworkConfigList, rt: RuntimeConf, result: dict) -> str:
         entry = cache.CacheEntry(
-            container_id=rt.container_id, ifname=rt.ifname, network_name=conf.name,
-            config=conf.raw, netns=rt.netns, cni_args=rt.args or None,
-            capability_args=dict(rt.capability_args) or None, result=result)
+            container_id=rt.container_id,
+            ifname=rt.ifname,
+            network_name=conf.name,
+            config=conf.raw,
+            netns=rt.netns,
+            cni_args=rt.args or None,
+            capability_args=dict(rt.capability_args) or None,
+            result=result,
+        )
         try:
             return cache.write_cached(self.cache_dir, entry)
         except OSError as exc:
-            raise IOFailure(f"failed to set network {conf.name!r} cached result",
-                            f"{cache.results_dir(self.cache_dir)}: {exc.strerror or exc}") from None
+            raise IOFailure(
+                f"failed to set network {conf.name!r} cached result",
+                f"{cache.results_dir(self.cache_dir)}: {exc.strerror or exc}",
+            ) from None
 
     def cached_result(self, conf: NetworkConfigList, rt: RuntimeConf) -> dict[str, Any] | None:
-        return cache.read_cached_result(self.cache_dir, conf.name, rt.container_id, rt.ifname,
-                                        conf.cni_version or "0.1.0")
+        return cache.read_cached_result(
+            self.cache_dir, conf.name, rt.container_id, rt.ifname, conf.cni_version or "0.1.0"
+        )
 
     def check_network_list(self, conf: NetworkConfigList, rt: RuntimeConf) -> None:
         if not version_at_least(conf.cni_version, "0.4.0"):
             raise IncompatibleVersion(
                 f'configuration version "{conf.cni_version}" does not support the CHECK command',
-                "CHECK needs cniVersion 0.4.0 or later")
+                "CHECK needs cniVersion 0.4.0 or later",
+            )
         if conf.disable_check:
             return
         prev = self.cached_result(conf, rt)
-        self._each(conf, "CHECK", list(enumerate(conf.plugins)),
-                   lambda p: build_one_config(conf.name, conf.cni_version, p, prev, rt), rt)
+        self._each(
+            conf,
+            "CHECK",
+            list(enumerate(conf.plugins)),
+            lambda p: build_one_config(conf.name, conf.cni_version, p, prev, rt),
+            rt,
+        )
 
     def del_network_list(self, conf: NetworkConfigList, rt: RuntimeConf) -> None:
         prev = None
@@ -130,8 +158,13 @@ class Runtime:
                 log.warning("ignoring corrupt cache entry: %s", exc)
                 self._remove_cached(conf, rt)
         reverse = list(enumerate(conf.plugins))[::-1]
-        self._each(conf, "DEL", reverse,
-                   lambda p: build_one_config(conf.name, conf.cni_version, p, prev, rt), rt)
+        self._each(
+            conf,
+            "DEL",
+            reverse,
+            lambda p: build_one_config(conf.name, conf.cni_version, p, prev, rt),
+            rt,
+        )
         self._remove_cached(conf, rt)
 
     def _remove_cached(self, conf: NetworkConfigList, rt: RuntimeConf) -> None:
@@ -140,8 +173,9 @@ class Runtime:
         except (CNIError, OSError) as exc:
             log.warning("cannot remove cache entry: %s", exc)
 
-    def gc_network_list(self, conf: NetworkConfigList,
-                        valid: list[tuple[str, str]] | None = None) -> None:
+    def gc_network_list(
+        self, conf: NetworkConfigList, valid: list[tuple[str, str]] | None = None
+    ) -> None:
         """`valid` = attachments still in use; None (cnitool's gc) means none is."""
         if conf.disable_gc:
             return
@@ -149,30 +183,49 @@ class Runtime:
         if version_at_least(conf.cni_version, "1.1.0"):
             for index, plugin in enumerate(conf.plugins):
                 try:
-                    self._each(conf, "GC", [(index, plugin)], lambda p: build_gc_config(
-                        conf.name, conf.cni_version, p, valid), None)
+                    self._each(
+                        conf,
+                        "GC",
+                        [(index, plugin)],
+                        lambda p: build_gc_config(conf.name, conf.cni_version, p, valid),
+                        None,
+                    )
                 except CNIError as exc:
                     errors.append(exc)
         error = join_errors(errors)
         if error is not None:
             raise error
 
-    def _delete_stale(self, conf: NetworkConfigList, valid: set[tuple[str, str]]) -> list[CNIError]:
+    def _delete_stale(
+        self, conf: NetworkConfigList, valid: set[tuple[str, str]]
+    ) -> list[CNIError]:
         errors: list[CNIError] = []
         for entry in cache.cached_attachments(self.cache_dir):
             if entry.network_name != conf.name or (entry.container_id, entry.ifname) in valid:
                 continue
-            rt = RuntimeConf(entry.container_id, entry.netns, entry.ifname,
-                             entry.cni_args or (), entry.capability_args or {})
+            rt = RuntimeConf(
+                entry.container_id,
+                entry.netns,
+                entry.ifname,
+                entry.cni_args or (),
+                entry.capability_args or {},
+            )
             try:
                 self.del_network_list(conf, rt)
             except CNIError as exc:
-                exc.msg = f"failed to delete stale attachment {rt.container_id} {rt.ifname}: {exc.msg}"
+                exc.msg = (
+                    f"failed to delete stale attachment {rt.container_id} {rt.ifname}: {exc.msg}"
+                )
                 errors.append(exc)
         return errors
 
     def status_network_list(self, conf: NetworkConfigList) -> None:
         if not version_at_least(conf.cni_version, "1.1.0"):
             return
-        self._each(conf, "STATUS", list(enumerate(conf.plugins)),
-                   lambda p: build_status_config(conf.name, conf.cni_version, p), None)
+        self._each(
+            conf,
+            "STATUS",
+            list(enumerate(conf.plugins)),
+            lambda p: build_status_config(conf.name, conf.cni_version, p),
+            None,
+        )

@@ -7,6 +7,7 @@ single-plugin `.conf`/`.json` is up-converted to a one-plugin list. Unless
 The three booleans also accept the strings "true"/"false"; `cniVersions` picks the highest
 version not newer than the one this runtime implements.
 """
+
 from __future__ import annotations
 
 import json
@@ -112,11 +113,17 @@ def conflist_from_bytes(data: bytes, source: str = "") -> NetworkConfigList:
     if plugins is not None and (not isinstance(plugins, list) or not plugins):
         raise InvalidConfig("invalid 'plugins'", "expected a non-empty list of plugin objects")
     return NetworkConfigList(
-        name=name, cni_version=calc_cni_version(raw), raw=data, source=source,
-        plugins=tuple(plugin_conf_from_dict(p, f"plugin config {i}")
-                      for i, p in enumerate(plugins or [])),
-        disable_check=read_bool(raw, "disableCheck"), disable_gc=read_bool(raw, "disableGC"),
-        load_only_inlined_plugins=inlined_only)
+        name=name,
+        cni_version=calc_cni_version(raw),
+        raw=data,
+        source=source,
+        plugins=tuple(
+            plugin_conf_from_dict(p, f"plugin config {i}") for i, p in enumerate(plugins or [])
+        ),
+        disable_check=read_bool(raw, "disableCheck"),
+        disable_gc=read_bool(raw, "disableGC"),
+        load_only_inlined_plugins=inlined_only,
+    )
 
 
 def conf_files(directory: str, extensions: tuple[str, ...]) -> list[str]:
@@ -125,8 +132,11 @@ def conf_files(directory: str, extensions: tuple[str, ...]) -> list[str]:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
         return []
-    return [os.path.join(directory, n) for n in names
-            if os.path.splitext(n)[1] in extensions and not os.path.isdir(os.path.join(directory, n))]
+    return [
+        os.path.join(directory, n)
+        for n in names
+        if os.path.splitext(n)[1] in extensions and not os.path.isdir(os.path.join(directory, n))
+    ]
 
 
 def read_file(path: str) -> bytes:
@@ -139,8 +149,10 @@ def read_file(path: str) -> bytes:
 
 def plugin_fragments(conf_dir: str, name: str) -> list[PluginConf]:
     """Plugin objects from `<conf_dir>/<name>/*.conf`."""
-    return [plugin_conf_from_dict(_decode_object(read_file(path), path), path)
-            for path in conf_files(os.path.join(conf_dir, name), FRAGMENT_EXTENSIONS)]
+    return [
+        plugin_conf_from_dict(_decode_object(read_file(path), path), path)
+        for path in conf_files(os.path.join(conf_dir, name), FRAGMENT_EXTENSIONS)
+    ]
 
 
 def conflist_from_file(path: str) -> NetworkConfigList:
@@ -156,8 +168,11 @@ def conflist_from_file(path: str) -> NetworkConfigList:
 def conflist_from_conf(raw: dict[str, Any], source: str = "") -> NetworkConfigList:
     """Up-convert a legacy single-plugin config into a one-plugin list."""
     plugin_conf_from_dict(raw, source or "network config")
-    data = json.dumps({"cniVersion": raw.get("cniVersion", ""), "name": raw.get("name", ""),
-                       "plugins": [raw]}, sort_keys=True, separators=(",", ":")).encode()
+    data = json.dumps(
+        {"cniVersion": raw.get("cniVersion", ""), "name": raw.get("name", ""), "plugins": [raw]},
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
     return conflist_from_bytes(data, source)
 
 
@@ -181,10 +196,14 @@ def load_network_conf(conf_dir: str, name: str) -> NetworkConfigList:
     if legacy is not None:
         return legacy
     if not lists and not conf_files(conf_dir, LEGACY_EXTENSIONS):
-        raise NetworkNotFound(f"no net configurations found in {conf_dir}",
-                              "set NETCONFPATH to the directory holding your .conflist files")
-    raise NetworkNotFound(f'no net configuration with name "{name}" in {conf_dir}',
-                          f"files looked at: {', '.join(_basenames(conf_dir)) or '(none)'}")
+        raise NetworkNotFound(
+            f"no net configurations found in {conf_dir}",
+            "set NETCONFPATH to the directory holding your .conflist files",
+        )
+    raise NetworkNotFound(
+        f'no net configuration with name "{name}" in {conf_dir}',
+        f"files looked at: {', '.join(_basenames(conf_dir)) or '(none)'}",
+    )
 
 
 def _basenames(conf_dir: str) -> list[str]:

@@ -3,6 +3,7 @@
 Both keep the CNI code of the underlying error, so a caller can still act on it (11 → retry,
 50/51 → node not ready) while the message says where it happened.
 """
+
 from __future__ import annotations
 
 from cni.spec.errors import CNIError
@@ -11,8 +12,9 @@ from cni.spec.errors import CNIError
 class PluginFailed(CNIError):
     """Plugin `plugin_type` (position `index` of `total` in the list) failed `verb`."""
 
-    def __init__(self, cause: CNIError, plugin_type: str, verb: str, index: int = 0,
-                 total: int = 1) -> None:
+    def __init__(
+        self, cause: CNIError, plugin_type: str, verb: str, index: int = 0, total: int = 1
+    ) -> None:
         super().__init__(cause.msg, cause.details)
         self.code = cause.code
         self.cause = cause

@@ -5,11 +5,13 @@ Pure functions. `name` and `cniVersion` of the list always; `prevResult` when th
 supplied (omitted when empty, replacing any `runtimeConfig` in the file, as libcni's
 InjectConf does). Keys are serialised sorted, as Go's encoding/json does with a map.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from cni.runtime.conflist import PluginConf
 
@@ -28,16 +30,24 @@ class RuntimeConf:
 
 
 def calc_runtime_config(plugin: PluginConf, capability_args: Mapping[str, Any]) -> dict[str, Any]:
-    return {cap: capability_args[cap] for cap, enabled in plugin.capabilities.items()
-            if enabled is True and cap in capability_args}
+    return {
+        cap: capability_args[cap]
+        for cap, enabled in plugin.capabilities.items()
+        if enabled is True and cap in capability_args
+    }
 
 
 def render_config(raw: Mapping[str, Any], inject: Mapping[str, Any]) -> bytes:
     return json.dumps({**raw, **inject}, sort_keys=True, separators=(",", ":")).encode()
 
 
-def build_one_config(name: str, cni_version: str, plugin: PluginConf,
-                     prev_result: Mapping[str, Any] | None, rt: RuntimeConf) -> bytes:
+def build_one_config(
+    name: str,
+    cni_version: str,
+    plugin: PluginConf,
+    prev_result: Mapping[str, Any] | None,
+    rt: RuntimeConf,
+) -> bytes:
     """stdin for ADD/DEL/CHECK of one plugin of the list."""
     inject: dict[str, Any] = {"name": name, "cniVersion": cni_version}
     if prev_result is not None:
@@ -48,8 +58,9 @@ def build_one_config(name: str, cni_version: str, plugin: PluginConf,
     return render_config(plugin.raw, inject)
 
 
-def build_gc_config(name: str, cni_version: str, plugin: PluginConf,
-                    valid: list[tuple[str, str]] | None) -> bytes:
+def build_gc_config(
+    name: str, cni_version: str, plugin: PluginConf, valid: list[tuple[str, str]] | None
+) -> bytes:
     """stdin for GC: both attachment keys (spec 1.1.0 and the renamed one), or neither when
     the caller passes no list (cnitool's gc: nothing is valid)."""
     inject: dict[str, Any] = {"name": name, "cniVersion": cni_version}

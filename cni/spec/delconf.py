@@ -5,6 +5,7 @@ bulk a runtime may send with it (prevResult, runtimeConfig, args, unknown keys) 
 A DEL a runtime cannot get through is retried for ever, so the executable sends this instead of
 refusing. Standard library only (the executable's slow path).
 """
+
 from __future__ import annotations
 
 import json

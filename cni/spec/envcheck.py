@@ -63,8 +63,11 @@ def check_env(environ):
     """The first problem with the CNI_* variables for this verb, or None."""
     command = environ.get("CNI_COMMAND", "")
     if command not in COMMANDS:
-        return (4, "unknown CNI_COMMAND",
-                f"CNI_COMMAND={command!r}, expected one of {', '.join(COMMANDS)}")
+        return (
+            4,
+            "unknown CNI_COMMAND",
+            f"CNI_COMMAND={command!r}, expected one of {', '.join(COMMANDS)}",
+        )
     problem = check_utf8(environ)
     if problem:
         return problem
@@ -77,4 +80,6 @@ def check_env(environ):
         return 4, "invalid CNI_CONTAINERID", f"{cid!r} must match {ID_PATTERN}"
     if command != "DEL" and not environ.get("CNI_NETNS"):
         return 4, "required env variable CNI_NETNS is missing", ""
-    return check_ifname(environ.get("CNI_IFNAME", "")) or check_cni_args(environ.get("CNI_ARGS", ""))
+    return check_ifname(environ.get("CNI_IFNAME", "")) or check_cni_args(
+        environ.get("CNI_ARGS", "")
+    )

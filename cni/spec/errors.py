@@ -3,6 +3,7 @@
 They become the spec's JSON exactly once: in the daemon's reply (``pycnid.server``) or in
 the executable (``cni.exe``).
 """
+
 from __future__ import annotations
 
 
@@ -130,10 +131,25 @@ class DelegateFailed(CNIError):
 
 BY_CODE: dict[int, type[CNIError]] = {
     cls.code: cls
-    for cls in (IncompatibleVersion, UnsupportedField, UnknownContainer, InvalidEnvironment,
-                IOFailure, DecodingFailure, InvalidConfig, TryAgainLater, NotAvailable,
-                NotAvailableDegraded, CheckFailed, AddressExhausted, AddressConflict,
-                AttachmentExists, NodeChangeFailed, CleanupIncomplete, DelegateFailed)
+    for cls in (
+        IncompatibleVersion,
+        UnsupportedField,
+        UnknownContainer,
+        InvalidEnvironment,
+        IOFailure,
+        DecodingFailure,
+        InvalidConfig,
+        TryAgainLater,
+        NotAvailable,
+        NotAvailableDegraded,
+        CheckFailed,
+        AddressExhausted,
+        AddressConflict,
+        AttachmentExists,
+        NodeChangeFailed,
+        CleanupIncomplete,
+        DelegateFailed,
+    )
 }
 
 

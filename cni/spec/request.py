@@ -3,12 +3,14 @@
 Standard library only. The executable validates with it before it talks to the daemon, and
 the daemon parses the same request again into a ``Request``.
 """
+
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from cni.spec import envcheck
 from cni.spec.envcheck import ID_PATTERN, valid_id
@@ -83,9 +85,14 @@ def parse_env(environ: Mapping[str, str]) -> Env:
     path = tuple(p for p in environ.get("CNI_PATH", "").split(":") if p)
     if command not in envcheck.ATTACHMENT_VERBS:
         return Env(command=command, path=path)
-    return Env(command=command, container_id=environ["CNI_CONTAINERID"],
-               netns=environ.get("CNI_NETNS", ""), ifname=environ["CNI_IFNAME"],
-               args=parse_cni_args(environ.get("CNI_ARGS", "")), path=path)
+    return Env(
+        command=command,
+        container_id=environ["CNI_CONTAINERID"],
+        netns=environ.get("CNI_NETNS", ""),
+        ifname=environ["CNI_IFNAME"],
+        args=parse_cni_args(environ.get("CNI_ARGS", "")),
+        path=path,
+    )
 
 
 def decode_json(data: bytes | str, what: str) -> Any:
@@ -95,8 +102,9 @@ def decode_json(data: bytes | str, what: str) -> Any:
     try:
         value = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError:
-        raise DecodingFailure(f"failed to decode {what}",
-                              f"it nests deeper than {MAX_DEPTH} levels") from None
+        raise DecodingFailure(
+            f"failed to decode {what}", f"it nests deeper than {MAX_DEPTH} levels"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise DecodingFailure(f"failed to decode {what}", str(exc)) from None
     if not plainly_valid(data):
@@ -108,8 +116,13 @@ def plainly_valid(data: bytes | str) -> bool:
     """A cheap proof that ``validate_tree`` would find nothing (the usual netconf): UTF-8
     bytes with fewer brackets than MAX_DEPTH, no \\u escape and no byte that could start an
     encoded surrogate (json decodes bytes with 'surrogatepass')."""
-    return (isinstance(data, bytes) and data.count(b"[") + data.count(b"{") < MAX_DEPTH
-            and b"\\u" not in data and b"\xed" not in data and b"\0" not in data)
+    return (
+        isinstance(data, bytes)
+        and data.count(b"[") + data.count(b"{") < MAX_DEPTH
+        and b"\\u" not in data
+        and b"\xed" not in data
+        and b"\0" not in data
+    )
 
 
 def _refuse_constant(name: str) -> float:
@@ -133,9 +146,10 @@ def validate_tree(value: Any, what: str) -> None:
             _validate_text(item, path, what)
         elif isinstance(item, (dict, list)):
             if depth >= MAX_DEPTH:
-                raise DecodingFailure(f"failed to decode {what}",
-                                      f"{key_path(path) or 'it'} nests deeper than "
-                                      f"{MAX_DEPTH} levels")
+                raise DecodingFailure(
+                    f"failed to decode {what}",
+                    f"{key_path(path) or 'it'} nests deeper than {MAX_DEPTH} levels",
+                )
             pairs = item.items() if isinstance(item, dict) else enumerate(item)
             for key, child in pairs:
                 if isinstance(key, str):
@@ -149,8 +163,10 @@ def _validate_text(text: str, path: tuple, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidConfig(f"invalid {key_path(path) or what}",
-                            f"{text[:40]!r} is not valid Unicode (lone surrogate)") from None
+        raise InvalidConfig(
+            f"invalid {key_path(path) or what}",
+            f"{text[:40]!r} is not valid Unicode (lone surrogate)",
+        ) from None
 
 
 def key_path(path: tuple) -> str:
@@ -178,9 +194,10 @@ def parse_config(data: bytes | str, command: str) -> dict:
             raise InvalidConfig("invalid network name", f"name {name!r} must match {ID_PATTERN}")
         kind = config.get("type")
         if not isinstance(kind, str) or not kind:
-            raise InvalidConfig("missing key 'type'" if kind is None else "invalid key 'type'",
-                                f"'type' names the plugin and must be a non-empty string, "
-                                f"got {kind!r}")
+            raise InvalidConfig(
+                "missing key 'type'" if kind is None else "invalid key 'type'",
+                f"'type' names the plugin and must be a non-empty string, got {kind!r}",
+            )
     return config
 
 
@@ -191,17 +208,21 @@ def ipam_type(config: Mapping[str, Any], required: bool = False) -> str | None:
     if (ipam is None or ipam == {}) and not required:
         return None
     if not isinstance(ipam, dict):
-        raise InvalidConfig("missing key 'ipam'" if ipam is None else "invalid key 'ipam'",
-                            f"expected an object with a string 'type', got {ipam!r}")
+        raise InvalidConfig(
+            "missing key 'ipam'" if ipam is None else "invalid key 'ipam'",
+            f"expected an object with a string 'type', got {ipam!r}",
+        )
     kind = ipam.get("type")
     if not isinstance(kind, str) or not kind:
-        raise InvalidConfig("missing key 'ipam.type'" if kind is None else
-                            "invalid key 'ipam.type'",
-                            f"'ipam.type' names the IPAM plugin and must be a non-empty "
-                            f"string, got {kind!r}")
+        raise InvalidConfig(
+            "missing key 'ipam.type'" if kind is None else "invalid key 'ipam.type'",
+            f"'ipam.type' names the IPAM plugin and must be a non-empty string, got {kind!r}",
+        )
     if kind in (".", "..") or "/" in kind or not kind.isprintable():
-        raise InvalidConfig("invalid key 'ipam.type'",
-                            f"{kind!r} must be a plugin name: no '/', no control characters")
+        raise InvalidConfig(
+            "invalid key 'ipam.type'",
+            f"{kind!r} must be a plugin name: no '/', no control characters",
+        )
     return kind
 
 
@@ -229,9 +250,12 @@ def _valid_attachment(item: Any, where: str) -> tuple[str, str]:
         raise InvalidConfig(f"invalid {where}", f"entry {item!r} lacks containerID")
     cid, ifname = item["containerID"], item.get("ifname", "")
     if not isinstance(cid, str) or not valid_id(cid):
-        raise InvalidConfig(f"invalid {where}.containerID",
-                            f"{cid!r} must be a string matching {ID_PATTERN}")
+        raise InvalidConfig(
+            f"invalid {where}.containerID", f"{cid!r} must be a string matching {ID_PATTERN}"
+        )
     if not isinstance(ifname, str) or envcheck.check_ifname(ifname or "x"):
-        raise InvalidConfig(f"invalid {where}.ifname",
-                            f"{ifname!r} must be an interface name (at most 15 characters)")
+        raise InvalidConfig(
+            f"invalid {where}.ifname",
+            f"{ifname!r} must be an interface name (at most 15 characters)",
+        )
     return cid, ifname

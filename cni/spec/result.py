@@ -4,10 +4,12 @@ Mirrors ``pkg/types`` of the reference library (CNI-CHECKLIST §1.6):
 0.3.x/0.4.0 carry ``ips[].version``; 1.0.0/1.1.0 do not; interfaces lose ``mtu``,
 ``socketPath`` and ``pciID`` below 1.1.0 and routes keep only ``dst``/``gw`` below 1.0.0.
 """
+
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cni.spec.errors import DecodingFailure
 from cni.spec.versions import SUPPORTED, parse_version
@@ -20,8 +22,13 @@ DNS_KEYS = ("nameservers", "domain", "search", "options")
 DNS_LIST_KEYS = ("nameservers", "search", "options")
 UINT32_MAX = 2**32 - 1
 # the integers of a route and the largest each can be: what netlink carries (u32; scope u8)
-ROUTE_INT_LIMITS = {"mtu": UINT32_MAX, "advmss": UINT32_MAX, "priority": UINT32_MAX,
-                    "table": UINT32_MAX, "scope": 255}
+ROUTE_INT_LIMITS = {
+    "mtu": UINT32_MAX,
+    "advmss": UINT32_MAX,
+    "priority": UINT32_MAX,
+    "table": UINT32_MAX,
+    "scope": 255,
+}
 
 
 def ip_family(address: str) -> str:
@@ -49,14 +56,23 @@ def canonical(result: Any, version: str | None = None, where: str = "prevResult"
     if not isinstance(version, str):
         raise malformed(f"{where}.cniVersion", "a version string like 1.1.0", version)
     parse_version(version)
-    interfaces = [_canonical_iface(item, f"{where}.interfaces[{n}]")
-                  for n, item in enumerate(_items(result, "interfaces", where))]
-    return {"cniVersion": "1.1.0", "interfaces": interfaces,
-            "ips": [_canonical_ip(item, f"{where}.ips[{n}]", len(interfaces))
-                    for n, item in enumerate(_items(result, "ips", where))],
-            "routes": [_canonical_route(item, f"{where}.routes[{n}]")
-                       for n, item in enumerate(_items(result, "routes", where))],
-            "dns": _canonical_dns(result.get("dns"), f"{where}.dns")}
+    interfaces = [
+        _canonical_iface(item, f"{where}.interfaces[{n}]")
+        for n, item in enumerate(_items(result, "interfaces", where))
+    ]
+    return {
+        "cniVersion": "1.1.0",
+        "interfaces": interfaces,
+        "ips": [
+            _canonical_ip(item, f"{where}.ips[{n}]", len(interfaces))
+            for n, item in enumerate(_items(result, "ips", where))
+        ],
+        "routes": [
+            _canonical_route(item, f"{where}.routes[{n}]")
+            for n, item in enumerate(_items(result, "routes", where))
+        ],
+        "dns": _canonical_dns(result.get("dns"), f"{where}.dns"),
+    }
 
 
 def malformed(key: str, expected: str, value: Any) -> DecodingFailure:
@@ -128,16 +144,30 @@ def _canonical_ip(item: dict, where: str, interfaces: int) -> dict:
         raise malformed(f"{where}.address", "a CIDR address like 10.0.0.2/24", item.get("address"))
     index = _uint(item, "interface", where)
     if index is not None and index >= interfaces:
-        raise malformed(f"{where}.interface", f"an index into interfaces (0..{interfaces - 1})"
-                        if interfaces else "no index (the result lists no interfaces)", index)
-    return _present({"address": str(address), "gateway": _ip(item, "gateway", where,
-                                                              address.version),
-                     "interface": index})
+        raise malformed(
+            f"{where}.interface",
+            f"an index into interfaces (0..{interfaces - 1})"
+            if interfaces
+            else "no index (the result lists no interfaces)",
+            index,
+        )
+    return _present(
+        {
+            "address": str(address),
+            "gateway": _ip(item, "gateway", where, address.version),
+            "interface": index,
+        }
+    )
 
 
 def _canonical_route(item: dict, where: str) -> dict:
-    dst = _address(item, "dst", where, lambda t: ipaddress.ip_network(t, strict=False),
-                   "a CIDR like 0.0.0.0/0")
+    dst = _address(
+        item,
+        "dst",
+        where,
+        lambda t: ipaddress.ip_network(t, strict=False),
+        "a CIDR like 0.0.0.0/0",
+    )
     if dst is None:
         raise malformed(f"{where}.dst", "a CIDR like 0.0.0.0/0", item.get("dst"))
     out = {"dst": item["dst"], "gw": _ip(item, "gw", where, dst.version)}
@@ -154,8 +184,9 @@ def _canonical_dns(dns: Any, where: str) -> dict:
     out = {"domain": _text(dns, "domain", where)}
     for key in DNS_LIST_KEYS:
         items = dns.get(key)
-        if items is not None and not (isinstance(items, list)
-                                      and all(isinstance(i, str) for i in items)):
+        if items is not None and not (
+            isinstance(items, list) and all(isinstance(i, str) for i in items)
+        ):
             raise malformed(f"{where}.{key}", "a list of strings", items)
         out[key] = None if items is None else list(items)
     return _present({key: out[key] for key in DNS_KEYS})

@@ -1,4 +1,5 @@
 """Which CNI spec versions pycni speaks, and what each one allows."""
+
 from __future__ import annotations
 
 from cni.spec.errors import DecodingFailure, IncompatibleVersion
@@ -27,15 +28,19 @@ def validate_version(version: str, command: str) -> None:
     if version not in SUPPORTED:
         raise IncompatibleVersion(
             "incompatible CNI versions",
-            f"config is {version!r}, plugin supports {list(SUPPORTED)}")
+            f"config is {version!r}, plugin supports {list(SUPPORTED)}",
+        )
     minimum = MIN_VERSION.get(command)
     if minimum and not at_least(version, minimum):
         raise IncompatibleVersion(
             f"config version does not allow {command}",
-            f"{command} needs cniVersion {minimum} or later, config is {version}")
+            f"{command} needs cniVersion {minimum} or later, config is {version}",
+        )
 
 
 def version_info(requested: str | None = None) -> dict:
     """The VERSION verb's answer."""
-    return {"cniVersion": requested if requested in SUPPORTED else CURRENT,
-            "supportedVersions": list(SUPPORTED)}
+    return {
+        "cniVersion": requested if requested in SUPPORTED else CURRENT,
+        "supportedVersions": list(SUPPORTED),
+    }

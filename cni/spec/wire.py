@@ -15,13 +15,22 @@ MAX_HEAD = 256  # "PYCNI1 <plugin> <len> <len> <0|1>\n", far longer than any rea
 
 def too_large(size):
     """The error (code, msg, details) for a request of `size` bytes, on both sides."""
-    return (7, f"request of {size} bytes is over pycnid's limit of {MAX_REQUEST} bytes",
-            "the netconf (stdin) and CNI_* variables together must fit in the limit")
+    return (
+        7,
+        f"request of {size} bytes is over pycnid's limit of {MAX_REQUEST} bytes",
+        "the netconf (stdin) and CNI_* variables together must fit in the limit",
+    )
 
 
 def encode_request(plugin, env, stdin, has_fd):
     blob = b"\0".join(f"{k}={v}".encode() for k, v in env.items())
-    head = b"%s %s %d %d %d\n" % (MAGIC, plugin.encode(), len(blob), len(stdin), 1 if has_fd else 0)
+    head = b"%s %s %d %d %d\n" % (
+        MAGIC,
+        plugin.encode(),
+        len(blob),
+        len(stdin),
+        1 if has_fd else 0,
+    )
     return head + blob + stdin
 
 
@@ -29,7 +38,7 @@ def request_size(data):
     """The whole size a request's header announces; None while its header is incomplete."""
     head, sep, _rest = data.partition(b"\n")
     if not sep:
-        if len(head) > MAX_HEAD or not MAGIC.startswith(head[:len(MAGIC)]):
+        if len(head) > MAX_HEAD or not MAGIC.startswith(head[: len(MAGIC)]):
             raise ValueError("not a pycni request")
         return None
     parts = head.split(b" ")

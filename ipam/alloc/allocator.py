@@ -16,13 +16,15 @@ of it. Pools come from two places:
 Within a block the next address is the first free one after the last handed out (round robin,
 like host-local). Integers are Python ints: IPv6 arithmetic is exact over all 128 bits.
 """
+
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any, Collection, Iterator, Mapping
+from typing import Any
 
 from cni.spec.errors import CNIError, InternalError
 from ipam.alloc.intervals import Interval, count
@@ -104,8 +106,14 @@ class Pool:
         if self.spec.gateway == "first":
             return self.spec.block_gateway(self.block_of(ip))
         value = int(ip)
-        return next((ipaddress.ip_address(gw) for lo, hi, gw in self.spec.ranges
-                     if lo <= value <= hi and gw is not None), None)
+        return next(
+            (
+                ipaddress.ip_address(gw)
+                for lo, hi, gw in self.spec.ranges
+                if lo <= value <= hi and gw is not None
+            ),
+            None,
+        )
 
 
 def calc_segments(spec: PoolSpec, block: IPNet) -> list[Interval]:
@@ -136,28 +144,43 @@ def calc_pools(network: str, range_set: tuple[Range, ...]) -> tuple[Pool, ...]:
     by_subnet: dict[IPNet, list[Range]] = {}
     for rng in range_set:
         by_subnet.setdefault(rng.subnet, []).append(rng)
-    return tuple(netconf_pool(network, subnet, tuple(ranges))
-                 for subnet, ranges in by_subnet.items())
+    return tuple(
+        netconf_pool(network, subnet, tuple(ranges)) for subnet, ranges in by_subnet.items()
+    )
 
 
 def netconf_pool(network: str, subnet: IPNet, ranges: tuple[Range, ...]) -> Pool:
-    spec = PoolSpec(name=calc_pool_name(network, subnet), cidr=subnet,
-                    block_size=calc_block_prefix(subnet, ranges[0].block_prefix),
-                    strict_affinity=True, network=network,
-                    ranges=tuple((int(r.start), int(r.end), int(r.gateway)) for r in ranges))
+    spec = PoolSpec(
+        name=calc_pool_name(network, subnet),
+        cidr=subnet,
+        block_size=calc_block_prefix(subnet, ranges[0].block_prefix),
+        strict_affinity=True,
+        network=network,
+        ranges=tuple((int(r.start), int(r.end), int(r.gateway)) for r in ranges),
+    )
     return Pool(spec, strict_affinity=True, ranges=ranges)
 
 
 def pool_record(pool: Pool, network: str) -> dict:
     """A netconf pool as stored under /pycni/v1/pools/<pool> (derived from the netconf)."""
-    return {"name": pool.name, "network": network, "cidr": str(pool.cidr),
-            "blockSize": pool.block_prefix, "disabled": False, "nodeSelector": "all()",
-            "strictAffinity": True, "source": "netconf", "ranges": range_limits(pool)}
+    return {
+        "name": pool.name,
+        "network": network,
+        "cidr": str(pool.cidr),
+        "blockSize": pool.block_prefix,
+        "disabled": False,
+        "nodeSelector": "all()",
+        "strictAffinity": True,
+        "source": "netconf",
+        "ranges": range_limits(pool),
+    }
 
 
 def range_limits(pool: Pool) -> list[dict]:
-    return [{"rangeStart": str(r.start), "rangeEnd": str(r.end), "gateway": str(r.gateway)}
-            for r in pool.ranges]
+    return [
+        {"rangeStart": str(r.start), "rangeEnd": str(r.end), "gateway": str(r.gateway)}
+        for r in pool.ranges
+    ]
 
 
 def merge_pool_record(pool: Pool, network: str, stored: Mapping | None) -> dict:
@@ -174,11 +197,16 @@ def apply_pool_record(pool: Pool, record: Mapping) -> Pool:
     reuseDelay)."""
     spec = pool.spec
     prefix = record.get("blockSize", spec.block_size)
-    if isinstance(prefix, bool) or not isinstance(prefix, int) or \
-            not spec.cidr.prefixlen <= prefix <= spec.cidr.max_prefixlen:
+    if (
+        isinstance(prefix, bool)
+        or not isinstance(prefix, int)
+        or not spec.cidr.prefixlen <= prefix <= spec.cidr.max_prefixlen
+    ):
         prefix = spec.block_size
-    changes: dict[str, Any] = {"block_size": prefix,
-                               "disabled": bool(record.get("disabled", False))}
+    changes: dict[str, Any] = {
+        "block_size": prefix,
+        "disabled": bool(record.get("disabled", False)),
+    }
     try:
         if record.get("exclusions"):
             changes["exclusions"] = calc_exclusions(record["exclusions"], spec.cidr)
@@ -197,8 +225,9 @@ def pool_from_record(record: Mapping) -> Pool:
     try:
         spec = spec_from_record(record)
     except CNIError as err:
-        raise InternalError(f"unusable IPAM pool record {record.get('name')!r}",
-                            str(err)) from None
+        raise InternalError(
+            f"unusable IPAM pool record {record.get('name')!r}", str(err)
+        ) from None
     if spec.gateway not in ("none", "first"):
         spec = replace(spec, gateway="none")
     return Pool(spec, strict_affinity=spec.strict_affinity)
@@ -226,8 +255,13 @@ def block_capacity(pool: Pool, block: IPNet) -> int:
     return pool.capacity(block)
 
 
-def pick_address(pool: Pool, block: IPNet | str, allocations: Collection[str] = (),
-                 last: str | None = None, avoid: Collection[str] = ()) -> IPAddr | None:
+def pick_address(
+    pool: Pool,
+    block: IPNet | str,
+    allocations: Collection[str] = (),
+    last: str | None = None,
+    avoid: Collection[str] = (),
+) -> IPAddr | None:
     """The next free address of ``block`` after ``last`` (wrapping), skipping ``avoid``
     (addresses in their reuse delay); None when there is none."""
     if allocations and len(allocations) >= pool.capacity(block):
@@ -262,8 +296,9 @@ def calc_seed(node: str, pool: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{node}\0{pool}".encode()).digest()[:16], "big")
 
 
-def iter_candidate_blocks(pool: Pool, taken: Collection[str],
-                          seed: int | None = None) -> Iterator[IPNet]:
+def iter_candidate_blocks(
+    pool: Pool, taken: Collection[str], seed: int | None = None
+) -> Iterator[IPNet]:
     """Unclaimed blocks (CIDR string not in ``taken``) with an address to hand out. Netconf
     pools (or no seed): lowest first; else a permutation of every block seeded by ``seed``.
     Lazy: an IPv6 /64 has 2**58 blocks."""

@@ -3,9 +3,10 @@
 Pool sizes are counted on intervals, never by enumerating addresses: an IPv6 /64 pool holds
 2**64 addresses and 2**58 blocks of /122.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 Interval = tuple[int, int]
 

@@ -6,6 +6,7 @@ overwrite. A key appears in at most one op (etcd rejects a txn that names a key 
 later write of the same key replaces an earlier one, a delete cancels a put and vice versa.
 Plans fork cheaply, so a combined txn can take one caller's part or leave it out whole.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,12 +28,19 @@ class Plan:
     pools: dict[str, dict] = field(default_factory=dict)
     events: list[tuple[str, str]] = field(default_factory=list)  # ("claim", pool) ... for metrics
 
-    def fork(self) -> "Plan":
-        return Plan(dict(self.compares), dict(self.puts), dict(self.deletes), dict(self.blocks),
-                    dict(self.handles), dict(self.affinities), dict(self.pools),
-                    list(self.events))
+    def fork(self) -> Plan:
+        return Plan(
+            dict(self.compares),
+            dict(self.puts),
+            dict(self.deletes),
+            dict(self.blocks),
+            dict(self.handles),
+            dict(self.affinities),
+            dict(self.pools),
+            list(self.events),
+        )
 
-    def adopt(self, other: "Plan") -> None:
+    def adopt(self, other: Plan) -> None:
         """Take ``other``'s contents (a fork of this plan that was planned further)."""
         self.__dict__.update(other.__dict__)
 
@@ -79,8 +87,9 @@ class Plan:
         self.handles[key] = None
         self.delete(key, revision)
 
-    def put_affinity(self, key: str, revision: int, pool: str, cidr: str,
-                     claimed_at: float) -> None:
+    def put_affinity(
+        self, key: str, revision: int, pool: str, cidr: str, claimed_at: float
+    ) -> None:
         self.affinities[key] = (pool, cidr, True)
         self.put(key, revision, AffinityRecord(pool, cidr, claimed_at).to_bytes())
 

@@ -4,9 +4,10 @@
 ``Planner`` extends) reads one block or handle the same way before writing it, so the txn
 compares the revision the plan was made from.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ipam.alloc.allocator import Pool
 from ipam.alloc.plan import Plan
@@ -63,8 +64,9 @@ class PlanReads:
         attrs = HandleRecord.from_bytes(kv.key, kv.value).attributes if kv else {}
         pod = "/".join(attrs[k] for k in ("namespace", "pod") if attrs.get(k))
         where = [f"pod {pod}" if pod else "", f"node {attrs['node']}" if attrs.get("node") else ""]
-        return f"release {holder} first" + (f" ({', '.join(w for w in where if w)})"
-                                            if any(where) else "")
+        return f"release {holder} first" + (
+            f" ({', '.join(w for w in where if w)})" if any(where) else ""
+        )
 
     def current_handle(self, plan: Plan, key: str) -> tuple[int, HandleRecord | None]:
         """A handle as this plan, the cache or the store has it: (revision, record)."""
@@ -86,8 +88,9 @@ class PlanView:
         self.states = {s.name: s for s in states}
 
     def _pending(self, pool: Pool) -> Iterable[tuple[str, BlockRecord | None]]:
-        return ((cidr, block) for name, cidr, block in self.plan.blocks.values()
-                if name == pool.name)
+        return (
+            (cidr, block) for name, cidr, block in self.plan.blocks.values() if name == pool.name
+        )
 
     def own(self, pool: Pool) -> dict[str, BlockRecord]:
         blocks = self.states[pool.name].own_blocks()

@@ -7,22 +7,36 @@ A block written earlier in the same plan is seen with that write (``PlanView``, 
 reads of ``PlanReads`` in ``ipam.alloc.plan_view``), so one txn can hold many allocations of
 one block.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from cni.spec.errors import AddressConflict, AddressExhausted, InternalError, InvalidConfig
 from ipam.alloc.allocator import IPAddr, Pool, Range, calc_pools, merge_pool_record
 from ipam.alloc.plan import Plan
 from ipam.alloc.plan_view import PlanReads, PlanView
 from ipam.alloc.policy import CLAIM, Choice, choose_address
-from ipam.alloc.selection import (Selection, assign_requested, missing_gateway, select_by_labels,
-                                  select_by_name)
 from ipam.alloc.pool_cache import PoolCache, PoolState, describe_blocks
-from ipam.records import (BlockRecord, HandleId, HandleRecord, LeasedIP, affinity_key, block_key,
-                          pool_key)
+from ipam.alloc.selection import (
+    Selection,
+    assign_requested,
+    missing_gateway,
+    select_by_labels,
+    select_by_name,
+)
+from ipam.records import (
+    BlockRecord,
+    HandleId,
+    HandleRecord,
+    LeasedIP,
+    affinity_key,
+    block_key,
+    pool_key,
+)
 
 StateSets = tuple[tuple[PoolState, ...], ...]
 
@@ -36,17 +50,22 @@ def netconf_pools(network: str, range_set: tuple[Range, ...]) -> tuple[Pool, ...
 class Planner(PlanReads):
     """The allocation policy of ``node`` (its ``labels`` select cluster pools) as plans."""
 
-    def __init__(self, cache: PoolCache, node: str, labels: Mapping[str, str],
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self, cache: PoolCache, node: str, labels: Mapping[str, str], clock: Callable[[], float]
+    ) -> None:
         super().__init__(cache, node)
         self.labels, self.clock = dict(labels), clock
 
     # -- which pools -----------------------------------------------------------------------
     def pool_sets(self, selection: Selection, fresh: bool = False) -> StateSets:
         if selection.mode == "ranges":
-            return tuple(tuple(self.cache.netconf_state(p, fresh)
-                               for p in netconf_pools(selection.network, ranges))
-                         for ranges in selection.range_sets)
+            return tuple(
+                tuple(
+                    self.cache.netconf_state(p, fresh)
+                    for p in netconf_pools(selection.network, ranges)
+                )
+                for ranges in selection.range_sets
+            )
         pools = self.cache.cluster_pools(fresh)
         if selection.mode == "pools":
             for name in selection.pools:
@@ -57,13 +76,19 @@ class Planner(PlanReads):
             sets = select_by_name(selection.pools, pools)
         else:
             sets = select_by_labels(pools.values(), self.labels, self.node)
-        return tuple(tuple(self.cache.cluster_state(p.name, fresh) for p in pool_set)
-                     for pool_set in sets)
+        return tuple(
+            tuple(self.cache.cluster_state(p.name, fresh) for p in pool_set) for pool_set in sets
+        )
 
     # -- ADD -------------------------------------------------------------------------------
-    def plan_acquire(self, plan: Plan, handle: HandleId, selection: Selection,
-                     requested: Iterable[Any], attributes: Mapping[str, str]
-                     ) -> tuple[HandleRecord, bool]:
+    def plan_acquire(
+        self,
+        plan: Plan,
+        handle: HandleId,
+        selection: Selection,
+        requested: Iterable[Any],
+        attributes: Mapping[str, str],
+    ) -> tuple[HandleRecord, bool]:
         """Lease one address per set to ``handle`` (or find the lease it holds); (record,
         created). Before answering "exhausted" the pools are re-read from the store once."""
         existing = self.existing_handle(plan, handle)
@@ -78,12 +103,19 @@ class Planner(PlanReads):
         plan.adopt(draft)
         return record, True
 
-    def _plan_new(self, plan: Plan, handle: HandleId, selection: Selection,
-                  requested: Iterable[Any], attributes: Mapping[str, str],
-                  fresh: bool) -> HandleRecord:
+    def _plan_new(
+        self,
+        plan: Plan,
+        handle: HandleId,
+        selection: Selection,
+        requested: Iterable[Any],
+        attributes: Mapping[str, str],
+        fresh: bool,
+    ) -> HandleRecord:
         sets = self.pool_sets(selection, fresh)
-        wanted = assign_requested(tuple(tuple(s.pool for s in states) for states in sets),
-                                  requested)
+        wanted = assign_requested(
+            tuple(tuple(s.pool for s in states) for states in sets), requested
+        )
         leased, owners = [], []
         for index, states in enumerate(sets):
             if index in wanted:
@@ -101,20 +133,23 @@ class Planner(PlanReads):
         plan.put_handle(record, 0)
         return record
 
-    def plan_address(self, plan: Plan, holder: str,
-                     states: tuple[PoolState, ...]) -> tuple[LeasedIP, str | None]:
+    def plan_address(
+        self, plan: Plan, holder: str, states: tuple[PoolState, ...]
+    ) -> tuple[LeasedIP, str | None]:
         """One address from the first of ``states`` that has one for this node; (lease, owner
         node when borrowed). AddressExhausted naming the pools and the node when none has."""
         now = self.clock()
-        choice = choose_address([s.pool for s in states], PlanView(self, plan, states),
-                                self.node, now)
+        choice = choose_address(
+            [s.pool for s in states], PlanView(self, plan, states), self.node, now
+        )
         if choice is None:
             raise exhausted(states, self.node)
         state = next(s for s in states if s.pool is choice.pool)
         return self._allocate(plan, state, choice, holder, advance=True, now=now)
 
-    def plan_static(self, plan: Plan, holder: str, states: tuple[PoolState, ...],
-                    ip: IPAddr) -> tuple[LeasedIP, str | None]:
+    def plan_static(
+        self, plan: Plan, holder: str, states: tuple[PoolState, ...], ip: IPAddr
+    ) -> tuple[LeasedIP, str | None]:
         """The requested ``ip``; AddressConflict naming whoever holds it."""
         state = next((s for s in states if s.pool.allocatable(ip)), None)
         if state is None:
@@ -128,14 +163,23 @@ class Planner(PlanReads):
             block = self.reread_block(state.name, str(cidr))  # the cache may lag: ask the store
             current = block.allocations.get(str(ip)) if block else None
         if current is not None:
-            raise AddressConflict(f"requested address {ip} is already held by {current}",
-                                  f"{holder} gets nothing; {self.describe_holder(current)}")
+            raise AddressConflict(
+                f"requested address {ip} is already held by {current}",
+                f"{holder} gets nothing; {self.describe_holder(current)}",
+            )
         kind = CLAIM if block is None else ("own" if block.affinity == self.node else "borrow")
-        return self._allocate(plan, state, Choice(state.pool, cidr, ip, kind), holder,
-                              advance=False, now=self.clock())
+        return self._allocate(
+            plan,
+            state,
+            Choice(state.pool, cidr, ip, kind),
+            holder,
+            advance=False,
+            now=self.clock(),
+        )
 
-    def _allocate(self, plan: Plan, state: PoolState, choice: Choice, holder: str,
-                  advance: bool, now: float) -> tuple[LeasedIP, str | None]:
+    def _allocate(
+        self, plan: Plan, state: PoolState, choice: Choice, holder: str, advance: bool, now: float
+    ) -> tuple[LeasedIP, str | None]:
         cidr = str(choice.block)
         key = block_key(state.name, cidr)
         revision, block = self.block_for_write(plan, state.name, cidr)
@@ -143,23 +187,35 @@ class Planner(PlanReads):
             revision, block = 0, None  # compare "absent", lose the txn, re-read, plan again
         if block is None:
             block = BlockRecord(pool=state.name, cidr=cidr, affinity=self.node, claimed_at=now)
-            plan.put_affinity(affinity_key(self.node, state.name, cidr),
-                              state.indexed.get(cidr, 0), state.name, cidr, now)
+            plan.put_affinity(
+                affinity_key(self.node, state.name, cidr),
+                state.indexed.get(cidr, 0),
+                state.name,
+                cidr,
+                now,
+            )
             plan.events.append(("claim", state.name))
         if str(choice.address) in block.allocations:  # the policy saw another block value
-            raise InternalError(f"allocator bug: {choice.address} chosen but held by "
-                                f"{block.allocations[str(choice.address)]}")
+            raise InternalError(
+                f"allocator bug: {choice.address} chosen but held by "
+                f"{block.allocations[str(choice.address)]}"
+            )
         address = str(choice.address)
         owner = block.affinity if block.affinity != self.node else None
         if owner:
             plan.events.append(("borrow", state.name))
         block = block.pruned(now, state.pool.reuse_delay).with_allocation(
-            address, holder, advance=advance, borrower=self.node)
+            address, holder, advance=advance, borrower=self.node
+        )
         plan.write_block(key, revision, state.name, block)
         self.plan_pool_record(plan, state)
         gateway = state.pool.gateway_for(choice.address)
-        return LeasedIP(f"{address}/{state.pool.cidr.prefixlen}",
-                        str(gateway) if gateway else None, state.name, cidr), owner
+        return LeasedIP(
+            f"{address}/{state.pool.cidr.prefixlen}",
+            str(gateway) if gateway else None,
+            state.name,
+            cidr,
+        ), owner
 
     def plan_pool_record(self, plan: Plan, state: PoolState) -> None:
         """Compare the pool record as cached; write a netconf pool's record when it is absent
@@ -204,11 +260,16 @@ class Planner(PlanReads):
                     continue
                 if block.empty_since is None:  # emptied before blocks kept the time
                     plan.write_block(key, revision, state.name, replace(block, empty_since=now))
-                elif now - block.empty_since >= grace and \
-                        not block.cooling(now, state.pool.reuse_delay):
+                elif now - block.empty_since >= grace and not block.cooling(
+                    now, state.pool.reuse_delay
+                ):
                     plan.delete_block(key, revision, state.name, cidr)
-                    plan.delete_affinity(affinity_key(self.node, state.name, cidr),
-                                         state.indexed.get(cidr, 0), state.name, cidr)
+                    plan.delete_affinity(
+                        affinity_key(self.node, state.name, cidr),
+                        state.indexed.get(cidr, 0),
+                        state.name,
+                        cidr,
+                    )
                     plan.events.append(("return", state.name))
                     returned.append(f"{state.name} {cidr}")
         return returned
@@ -220,8 +281,10 @@ def check_reuse(existing: HandleRecord, requested: Iterable[Any]) -> HandleRecor
     asked = {str(getattr(item, "ip", item)) for item in requested}
     missing = sorted(asked - held)
     if missing:
-        raise AddressConflict(f"{existing.handle} already holds {', '.join(sorted(held))}",
-                              f"requested {', '.join(missing)}; DEL the attachment first")
+        raise AddressConflict(
+            f"{existing.handle} already holds {', '.join(sorted(held))}",
+            f"requested {', '.join(missing)}; DEL the attachment first",
+        )
     return existing
 
 
@@ -230,6 +293,7 @@ def exhausted(states: tuple[PoolState, ...], node: str) -> AddressExhausted:
     names = ", ".join(s.name for s in states)
     if all(s.base is not None for s in states):  # netconf ranges: name them as configured
         ranges = ", ".join(s.pool.describe() for s in states)
-        return AddressExhausted(f"no address left in range {ranges} for node {node} "
-                                f"(pool {names})", details)
+        return AddressExhausted(
+            f"no address left in range {ranges} for node {node} (pool {names})", details
+        )
     return AddressExhausted(f"no address left in pool {names} for node {node}", details)

@@ -13,14 +13,23 @@ So an address in its reuse delay is handed out only when nothing else is free. T
 come from a ``BlockView``, which may read the store lazily: the claimed-block list only
 when step 2 is reached, other nodes' blocks only when step 3 is.
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterable, Mapping, Protocol
+from typing import Protocol
 
-from ipam.alloc.allocator import (IPAddr, Pool, calc_seed, cidr_order, iter_candidate_blocks,
-                            parse_cidr, pick_address)
+from ipam.alloc.allocator import (
+    IPAddr,
+    Pool,
+    calc_seed,
+    cidr_order,
+    iter_candidate_blocks,
+    parse_cidr,
+    pick_address,
+)
 from ipam.records import BlockRecord, IPNet
 
 OWN, CLAIM, BORROW = "own", "claim", "borrow"
@@ -69,16 +78,17 @@ class StaticView:
         return self.other_blocks.get(pool.name, {})
 
 
-def choose_address(pools: Iterable[Pool], view: BlockView, node: str,
-                   now: float) -> Choice | None:
+def choose_address(pools: Iterable[Pool], view: BlockView, node: str, now: float) -> Choice | None:
     """The address ``node`` gets from ``pools`` (one family, in order); None: none left."""
     active = [p for p in pools if not p.disabled]
     lenient = [p for p in active if not p.strict_affinity]
-    return (pick_fresh(active, view.own, now, OWN)
-            or pick_claim(active, view, node)
-            or pick_fresh(lenient, lambda p: ordered_for(node, view.others(p)), now, BORROW)
-            or pick_cooling(active, view.own, now, OWN)
-            or pick_cooling(lenient, view.others, now, BORROW))
+    return (
+        pick_fresh(active, view.own, now, OWN)
+        or pick_claim(active, view, node)
+        or pick_fresh(lenient, lambda p: ordered_for(node, view.others(p)), now, BORROW)
+        or pick_cooling(active, view.own, now, OWN)
+        or pick_cooling(lenient, view.others, now, BORROW)
+    )
 
 
 Blocks = Callable[[Pool], Mapping[str, BlockRecord]]
@@ -100,8 +110,9 @@ def pick_fresh(pools: list[Pool], blocks: Blocks, now: float, kind: str) -> Choi
 
 def pick_claim(pools: list[Pool], view: BlockView, node: str) -> Choice | None:
     for pool in pools:
-        block = next(iter_candidate_blocks(pool, view.taken(pool), calc_seed(node, pool.name)),
-                     None)
+        block = next(
+            iter_candidate_blocks(pool, view.taken(pool), calc_seed(node, pool.name)), None
+        )
         if block is not None:
             return Choice(pool, block, pick_address(pool, block), CLAIM)
     return None
@@ -112,15 +123,19 @@ def pick_cooling(pools: list[Pool], blocks: Blocks, now: float, kind: str) -> Ch
     for pool in pools:
         for cidr, block in sorted_blocks(blocks(pool), True):
             net = parse_cidr(cidr)
-            waiting = [(t, a) for a, t in block.released.items()
-                       if a not in block.allocations and pool.allocatable(_ip(a))]
+            waiting = [
+                (t, a)
+                for a, t in block.released.items()
+                if a not in block.allocations and pool.allocatable(_ip(a))
+            ]
             if waiting:
                 return Choice(pool, net, _ip(min(waiting)[1]), kind)
     return None
 
 
-def sorted_blocks(blocks: Mapping[str, BlockRecord],
-                  by_address: bool) -> list[tuple[str, BlockRecord]]:
+def sorted_blocks(
+    blocks: Mapping[str, BlockRecord], by_address: bool
+) -> list[tuple[str, BlockRecord]]:
     items = list(blocks.items())
     return sorted(items, key=lambda item: cidr_order(item[0])) if by_address else items
 

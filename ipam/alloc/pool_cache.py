@@ -9,18 +9,30 @@ each key it read, so a stale entry can only make a txn fail, never hand out an a
 after a failed txn the compared keys are re-read (``refresh``). Not thread-safe on its own:
 the lease service runs every use under its lock.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from cni.spec.errors import CNIError
 from ipam.alloc.allocator import Pool, apply_pool_record, pool_from_record
-from ipam.records import (AFFINITY, BLOCKS, HANDLES, POOLS, BlockRecord, HandleRecord,
-                          affinity_prefix, block_key, blocks_prefix, decode, parse_block_key,
-                          pool_key)
+from ipam.records import (
+    AFFINITY,
+    BLOCKS,
+    HANDLES,
+    POOLS,
+    BlockRecord,
+    HandleRecord,
+    affinity_prefix,
+    block_key,
+    blocks_prefix,
+    decode,
+    parse_block_key,
+    pool_key,
+)
 from store.base import KV, Store
 
 log = logging.getLogger("pycnid.ipam")
@@ -72,8 +84,14 @@ class PoolState:
 
 
 class PoolCache:
-    def __init__(self, store: Store, node: str, *, list_ttl: float = 5.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: Store,
+        node: str,
+        *,
+        list_ttl: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.node = node
         self.list_ttl = list_ttl
@@ -122,8 +140,11 @@ class PoolCache:
         state = self.states.get(name)
         if state is None or fresh:
             revision, record = self.records[name]
-            state = PoolState(pool=self._pool_of(name) if not fresh else
-                              pool_from_record(record), record=record, record_rev=revision)
+            state = PoolState(
+                pool=self._pool_of(name) if not fresh else pool_from_record(record),
+                record=record,
+                record_rev=revision,
+            )
             self._load(state)
         return state
 
@@ -131,7 +152,7 @@ class PoolCache:
         records: dict[str, tuple[int, dict]] = {}
         self.bad_records = {}
         for kv in self.store.range(POOLS):
-            name = kv.key[len(POOLS):]
+            name = kv.key[len(POOLS) :]
             try:
                 record = decode(kv.key, kv.value)
                 if record.get("source") == "netconf":
@@ -153,8 +174,9 @@ class PoolCache:
         """Read the pool record (netconf pools) and this node's blocks."""
         if state.base is not None:
             kv = self.store.get(pool_key(state.name))
-            state.set_record(decode(kv.key, kv.value) if kv else None,
-                             kv.mod_revision if kv else 0)
+            state.set_record(
+                decode(kv.key, kv.value) if kv else None, kv.mod_revision if kv else 0
+            )
         for kv in self.store.range(affinity_prefix(self.node, state.name), keys_only=True):
             _, cidr = parse_block_key(kv.key)
             found = self.store.get(block_key(state.name, cidr))
@@ -167,8 +189,10 @@ class PoolCache:
     def taken(self, state: PoolState) -> set[str]:
         """Every claimed block's CIDR (read once with ``keys_only``, then kept current)."""
         if state.taken is None:
-            state.taken = {parse_block_key(kv.key)[1] for kv in
-                           self.store.range(blocks_prefix(state.name), keys_only=True)}
+            state.taken = {
+                parse_block_key(kv.key)[1]
+                for kv in self.store.range(blocks_prefix(state.name), keys_only=True)
+            }
         return state.taken
 
     def others(self, state: PoolState) -> dict[str, tuple[int, BlockRecord]]:
@@ -226,11 +250,12 @@ class PoolCache:
         txn expected)."""
         revision = kv.mod_revision if kv else 0
         if key.startswith(POOLS):
-            self.note_pool(key[len(POOLS):], revision, decode(kv.key, kv.value) if kv else None)
+            self.note_pool(key[len(POOLS) :], revision, decode(kv.key, kv.value) if kv else None)
         elif key.startswith(BLOCKS):
             pool, cidr = parse_block_key(key)
-            self.note_block(pool, cidr, revision,
-                            BlockRecord.from_bytes(kv.key, kv.value) if kv else None)
+            self.note_block(
+                pool, cidr, revision, BlockRecord.from_bytes(kv.key, kv.value) if kv else None
+            )
             state = self.states.get(pool)
             if compared == 0 and kv is not None and state is not None:
                 state.taken = None  # a lost claim: others claim too, re-list before the next
@@ -238,16 +263,24 @@ class PoolCache:
             pool, cidr = parse_block_key(key)
             self.note_affinity(pool, cidr, revision, kv is not None)
         elif key.startswith(HANDLES):
-            self.note_handle(key, revision,
-                             HandleRecord.from_bytes(kv.key, kv.value) if kv else None)
+            self.note_handle(
+                key, revision, HandleRecord.from_bytes(kv.key, kv.value) if kv else None
+            )
 
 
 def describe_blocks(state: PoolState) -> str:
     """For exhaustion messages: how the pool's blocks are spread."""
     others = len(state.taken) - len(state.own) if state.taken is not None else None
     spread = f", {others} claimed by other nodes" if others is not None else ""
-    flags = [flag for flag, on in (("pool disabled", state.pool.disabled),
-                                   ("strictAffinity", state.pool.strict_affinity
-                                    and state.pool.source == "cluster")) if on]
-    return (f"pool {state.pool.name}: {len(state.own)} block(s) of this node full{spread}"
-            + "".join(f", {flag}" for flag in flags))
+    flags = [
+        flag
+        for flag, on in (
+            ("pool disabled", state.pool.disabled),
+            ("strictAffinity", state.pool.strict_affinity and state.pool.source == "cluster"),
+        )
+        if on
+    ]
+    return (
+        f"pool {state.pool.name}: {len(state.own)} block(s) of this node full{spread}"
+        + "".join(f", {flag}" for flag in flags)
+    )

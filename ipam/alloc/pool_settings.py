@@ -4,11 +4,13 @@ The limits a pool record must keep (block sizes per IP family, the longest reuse
 gateway modes, Kubernetes label syntax for node selectors) and the defaults a record may leave
 out. ``ipam.alloc.pool_spec`` builds a ``PoolSpec`` from them.
 """
+
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from cni.spec.errors import InvalidConfig
 from ipam.alloc.intervals import Interval
@@ -75,8 +77,11 @@ def parse_cidr(text: Any, what: str = "cidr") -> IPNet:
 
 def calc_block_size(cidr: IPNet, requested: int | None) -> int:
     """The requested block size, or the family default narrowed to the pool; validated."""
-    size = requested if requested is not None else max(DEFAULT_BLOCK_SIZE[cidr.version],
-                                                       cidr.prefixlen)
+    size = (
+        requested
+        if requested is not None
+        else max(DEFAULT_BLOCK_SIZE[cidr.version], cidr.prefixlen)
+    )
     low, high = BLOCK_SIZE_LIMITS[cidr.version]
     if isinstance(size, bool) or not isinstance(size, int) or not low <= size <= high:
         raise invalid("blockSize", f"{size!r}: IPv{cidr.version} blocks are /{low} to /{high}")
@@ -87,8 +92,10 @@ def calc_block_size(cidr: IPNet, requested: int | None) -> int:
 
 def validate_name(name: Any) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise invalid("pool name", f"{name!r}: 1-63 letters, digits, '.', '_' or '-', "
-                                   "starting with a letter or digit")
+        raise invalid(
+            "pool name",
+            f"{name!r}: 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit",
+        )
     return name
 
 
@@ -98,8 +105,9 @@ def parse_node_selector(items: Iterable[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not LABEL_KEY_RE.fullmatch(key) or not LABEL_VALUE_RE.fullmatch(value):
-            raise invalid(f"node selector {item!r}", "expected label=value (Kubernetes label "
-                                                     "syntax)")
+            raise invalid(
+                f"node selector {item!r}", "expected label=value (Kubernetes label syntax)"
+            )
         if key in out and out[key] != value:
             raise invalid(f"node selector {item!r}", f"label {key} is given twice")
         out[key] = value
@@ -113,8 +121,11 @@ def validate_gateway(mode: Any) -> str:
 
 
 def validate_reuse_delay(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not 0 <= value <= MAX_REUSE_DELAY:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 <= value <= MAX_REUSE_DELAY
+    ):
         raise invalid("reuseDelay", f"{value!r}: expected 0..{MAX_REUSE_DELAY} seconds")
     return int(value) if float(value).is_integer() else float(value)
 

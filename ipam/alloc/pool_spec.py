@@ -13,18 +13,28 @@ address of the block that is not otherwise excluded. ``PoolSpec.block_capacity``
 ``PoolSpec.size`` count with it; integers throughout, so IPv6 /64 pools are exact and cheap.
 Each setting is validated in ``ipam.alloc.pool_settings``.
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from ipam.alloc.intervals import (Interval, count, fully_covered_blocks, intersect, merge,
-                                  subtract)
-from ipam.alloc.pool_settings import (DEFAULT_BLOCK_SIZE, DEFAULT_REUSE_DELAY, calc_block_size,
-                                      calc_exclusions, invalid, parse_cidr, parse_exclusion,
-                                      validate_gateway, validate_name, validate_reuse_delay)
+from ipam.alloc.intervals import Interval, count, fully_covered_blocks, intersect, merge, subtract
+from ipam.alloc.pool_settings import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_REUSE_DELAY,
+    calc_block_size,
+    calc_exclusions,
+    invalid,
+    parse_cidr,
+    parse_exclusion,
+    validate_gateway,
+    validate_name,
+    validate_reuse_delay,
+)
 
 IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -98,8 +108,9 @@ class PoolSpec:
             return usable
         blocks = 1 << (self.block_size - self.cidr.prefixlen)
         unusable = subtract([self.bounds], self.usable(*self.bounds))
-        return usable - (blocks - fully_covered_blocks(unusable, self.block_size,
-                                                       self.cidr.max_prefixlen))
+        return usable - (
+            blocks - fully_covered_blocks(unusable, self.block_size, self.cidr.max_prefixlen)
+        )
 
     @property
     def reserved(self) -> int:
@@ -126,37 +137,60 @@ class PoolSpec:
         return ipaddress.ip_network(f"{ip}/{self.block_size}", strict=False)
 
 
-def make_pool(name: str, cidr: str, *, block_size: int | None = None,
-              node_selector: Mapping[str, str] | None = None, disabled: bool = False,
-              strict_affinity: bool = False, exclusions: Iterable[str] = (),
-              gateway: str = "none", reuse_delay: float = DEFAULT_REUSE_DELAY,
-              created_at: float = 0.0) -> PoolSpec:
+def make_pool(
+    name: str,
+    cidr: str,
+    *,
+    block_size: int | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    disabled: bool = False,
+    strict_affinity: bool = False,
+    exclusions: Iterable[str] = (),
+    gateway: str = "none",
+    reuse_delay: float = DEFAULT_REUSE_DELAY,
+    created_at: float = 0.0,
+) -> PoolSpec:
     """A new cluster pool, every setting validated (PoolInvalid naming the bad one)."""
     net = parse_cidr(cidr)
-    spec = PoolSpec(name=validate_name(name), cidr=net,
-                    block_size=calc_block_size(net, block_size),
-                    disabled=bool(disabled), node_selector=dict(node_selector or {}),
-                    strict_affinity=bool(strict_affinity),
-                    exclusions=calc_exclusions(exclusions, net),
-                    gateway=validate_gateway(gateway),
-                    reuse_delay=validate_reuse_delay(reuse_delay), created_at=created_at)
+    spec = PoolSpec(
+        name=validate_name(name),
+        cidr=net,
+        block_size=calc_block_size(net, block_size),
+        disabled=bool(disabled),
+        node_selector=dict(node_selector or {}),
+        strict_affinity=bool(strict_affinity),
+        exclusions=calc_exclusions(exclusions, net),
+        gateway=validate_gateway(gateway),
+        reuse_delay=validate_reuse_delay(reuse_delay),
+        created_at=created_at,
+    )
     return validate_usable(spec)
 
 
 def validate_usable(spec: PoolSpec) -> PoolSpec:
     if spec.size == 0:
-        raise invalid(f"pool {spec.name}", f"no address of {spec.cidr} could ever be handed "
-                                           "out (exclusions, gateways, network/broadcast)")
+        raise invalid(
+            f"pool {spec.name}",
+            f"no address of {spec.cidr} could ever be handed "
+            "out (exclusions, gateways, network/broadcast)",
+        )
     return spec
 
 
 def record_of(spec: PoolSpec) -> dict[str, Any]:
     """The cluster pool record as stored (the issue-3 format)."""
-    return {"name": spec.name, "cidr": str(spec.cidr), "blockSize": spec.block_size,
-            "disabled": spec.disabled, "nodeSelector": dict(spec.node_selector),
-            "strictAffinity": spec.strict_affinity, "exclusions": list(spec.exclusions),
-            "gateway": spec.gateway, "reuseDelay": spec.reuse_delay,
-            "createdAt": spec.created_at}
+    return {
+        "name": spec.name,
+        "cidr": str(spec.cidr),
+        "blockSize": spec.block_size,
+        "disabled": spec.disabled,
+        "nodeSelector": dict(spec.node_selector),
+        "strictAffinity": spec.strict_affinity,
+        "exclusions": list(spec.exclusions),
+        "gateway": spec.gateway,
+        "reuseDelay": spec.reuse_delay,
+        "createdAt": spec.created_at,
+    }
 
 
 def spec_from_record(record: Mapping[str, Any]) -> PoolSpec:
@@ -164,26 +198,35 @@ def spec_from_record(record: Mapping[str, Any]) -> PoolSpec:
     name = str(record.get("name", "?"))
     net = parse_cidr(record.get("cidr"), f"pool {name} cidr")
     size = record.get("blockSize", max(DEFAULT_BLOCK_SIZE[net.version], net.prefixlen))
-    if isinstance(size, bool) or not isinstance(size, int) or \
-            not net.prefixlen <= size <= net.max_prefixlen:
+    if (
+        isinstance(size, bool)
+        or not isinstance(size, int)
+        or not net.prefixlen <= size <= net.max_prefixlen
+    ):
         raise invalid(f"pool {name} blockSize", f"{size!r} does not fit {net}")
     selector = record.get("nodeSelector")
     delay = record.get("reuseDelay", DEFAULT_REUSE_DELAY)
     return PoolSpec(
-        name=name, cidr=net, block_size=size, disabled=bool(record.get("disabled", False)),
+        name=name,
+        cidr=net,
+        block_size=size,
+        disabled=bool(record.get("disabled", False)),
         node_selector={str(k): str(v) for k, v in selector.items()}
-        if isinstance(selector, dict) else {},
+        if isinstance(selector, dict)
+        else {},
         strict_affinity=bool(record.get("strictAffinity", record.get("source") == "netconf")),
         exclusions=calc_exclusions(record.get("exclusions") or (), net),
         gateway=str(record.get("gateway") or "none"),
         reuse_delay=delay if isinstance(delay, (int, float)) else DEFAULT_REUSE_DELAY,
         created_at=float(record.get("createdAt") or 0),
         network=str(record["network"]) if record.get("source") == "netconf" else None,
-        ranges=parse_netconf_ranges(record.get("ranges"), net, name))
+        ranges=parse_netconf_ranges(record.get("ranges"), net, name),
+    )
 
 
-def parse_netconf_ranges(value: Any, cidr: IPNet, name: str) -> tuple[tuple[int, int, int | None],
-                                                                    ...]:
+def parse_netconf_ranges(
+    value: Any, cidr: IPNet, name: str
+) -> tuple[tuple[int, int, int | None], ...]:
     out = []
     for item in value or ():
         try:

@@ -10,10 +10,12 @@ cluster pools whose node selector matches this node.
 
 A *set* is the pools one address comes from; sets are IPv4 first, then IPv6.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from cni.spec.errors import AddressExhausted, InvalidConfig
 from ipam.alloc.allocator import IPAddr, Pool, Range
@@ -38,9 +40,11 @@ def missing_gateway(pool: str, address: str, key: str) -> InvalidConfig:
     """The refusal of an address from a pool that hands out no gateway when the main plugin
     (``key``: isGateway / isDefaultGateway) would put one on the node: it would have to guess
     one, and the guess (the subnet's first address) is an address the pool hands out."""
-    return InvalidConfig(f"pool {pool} hands out no gateway, but the netconf sets {key}",
-                         f"{address} would come with no gateway for the bridge; give the "
-                         f"pool gateways: pycni ipam pool set {pool} --gateway first")
+    return InvalidConfig(
+        f"pool {pool} hands out no gateway, but the netconf sets {key}",
+        f"{address} would come with no gateway for the bridge; give the "
+        f"pool gateways: pycni ipam pool set {pool} --gateway first",
+    )
 
 
 def as_selection(network: str, value: Selection | RangeSets) -> Selection:
@@ -66,13 +70,21 @@ def group_by_family(pools: Iterable[Pool]) -> PoolSets:
 
 def select_by_labels(pools: Iterable[Pool], labels: Mapping[str, str], node: str) -> PoolSets:
     """Enabled cluster pools selecting this node; AddressExhausted when there is none."""
-    chosen = sorted((p for p in pools if p.source == "cluster" and not p.disabled
-                     and matches(p.spec.node_selector, labels)), key=lambda p: p.name)
+    chosen = sorted(
+        (
+            p
+            for p in pools
+            if p.source == "cluster" and not p.disabled and matches(p.spec.node_selector, labels)
+        ),
+        key=lambda p: p.name,
+    )
     if not chosen:
         shown = ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
-        raise AddressExhausted(f"no IP pool selects node {node}",
-                               f"no enabled pool's nodeSelector matches its labels ({shown}); "
-                               "name pools in ipam.pools or add one with 'pycni ipam pool add'")
+        raise AddressExhausted(
+            f"no IP pool selects node {node}",
+            f"no enabled pool's nodeSelector matches its labels ({shown}); "
+            "name pools in ipam.pools or add one with 'pycni ipam pool add'",
+        )
     return group_by_family(chosen)
 
 
@@ -81,8 +93,10 @@ def select_by_name(names: tuple[str, ...], found: Mapping[str, Pool]) -> PoolSet
     missing = [(i, name) for i, name in enumerate(names) if name not in found]
     if missing:
         index, name = missing[0]
-        raise InvalidConfig(f"invalid ipam.pools[{index}]: no IP pool named {name!r}",
-                            "create it with 'pycni ipam pool add' or fix the netconf")
+        raise InvalidConfig(
+            f"invalid ipam.pools[{index}]: no IP pool named {name!r}",
+            "create it with 'pycni ipam pool add' or fix the netconf",
+        )
     return group_by_family(found[name] for name in dict.fromkeys(names))
 
 
@@ -96,9 +110,11 @@ def assign_requested(sets: PoolSets, requested: Iterable[Any]) -> dict[int, IPAd
         index = _set_of(sets, ip, source)
         if index in out:
             first, first_source = out[index]
-            raise InvalidConfig(f"two IPv{ip.version} addresses requested",
-                                f"{first} ({first_source}) and {ip} ({source}); one address "
-                                "is leased per IP family")
+            raise InvalidConfig(
+                f"two IPv{ip.version} addresses requested",
+                f"{first} ({first_source}) and {ip} ({source}); one address "
+                "is leased per IP family",
+            )
         out[index] = (ip, source)
     return {index: ip for index, (ip, _) in out.items()}
 
@@ -110,9 +126,12 @@ def _set_of(sets: PoolSets, ip: IPAddr, source: str) -> int:
                 continue
             reason = pool.spec.unallocatable_reason(ip)
             if reason is not None:
-                raise InvalidConfig(f"requested address {ip} ({source}) is never handed out",
-                                    f"in pool {pool.name}: {reason}")
+                raise InvalidConfig(
+                    f"requested address {ip} ({source}) is never handed out",
+                    f"in pool {pool.name}: {reason}",
+                )
             return index
     known = "; ".join(f"{p.name} {p.cidr}" for pools in sets for p in pools)
-    raise InvalidConfig(f"requested address {ip} ({source}) is outside every pool",
-                        f"pools: {known}")
+    raise InvalidConfig(
+        f"requested address {ip} ({source}) is outside every pool", f"pools: {known}"
+    )

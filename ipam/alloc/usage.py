@@ -5,10 +5,12 @@ show`` (``ipam.ops.show``) and the per-pool metrics of pycnid (``ipam.leases.met
 same way. It sits below both, over the record types of ``ipam.records``, so neither the daemon
 nor ``cni/`` imports the operator tools to count.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Protocol
+from typing import Protocol
 
 from ipam.alloc.pool_spec import PoolSpec
 from ipam.records import BlockRecord
@@ -32,13 +34,22 @@ class Usage:
     def free(self) -> int:
         return max(0, self.capacity - self.used - self.cooling)
 
-    def __add__(self, other: "Usage") -> "Usage":
-        return Usage(self.capacity + other.capacity, self.used + other.used,
-                     self.cooling + other.cooling, self.borrowed + other.borrowed)
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.capacity + other.capacity,
+            self.used + other.used,
+            self.cooling + other.cooling,
+            self.borrowed + other.borrowed,
+        )
 
     def to_dict(self) -> dict:
-        return {"capacity": self.capacity, "used": self.used, "free": self.free,
-                "cooling": self.cooling, "borrowed": self.borrowed}
+        return {
+            "capacity": self.capacity,
+            "used": self.used,
+            "free": self.free,
+            "cooling": self.cooling,
+            "borrowed": self.borrowed,
+        }
 
 
 def is_cooling(block: BlockRecord, ip: str, reuse_delay: float, now: float) -> bool:
@@ -55,16 +66,20 @@ def is_borrowed(block: BlockRecord, ip: str, handle: Holder | None) -> bool:
     return bool(handle.node and block.affinity and handle.node != block.affinity)
 
 
-def calc_block_usage(spec: PoolSpec, block: BlockRecord, handles: Mapping[str, Holder],
-                     now: float) -> Usage:
-    return Usage(spec.block_capacity(block.net), len(block.allocations),
-                 sum(1 for ip in block.released if is_cooling(block, ip, spec.reuse_delay, now)),
-                 sum(1 for ip, h in block.allocations.items()
-                     if is_borrowed(block, ip, handles.get(h))))
+def calc_block_usage(
+    spec: PoolSpec, block: BlockRecord, handles: Mapping[str, Holder], now: float
+) -> Usage:
+    return Usage(
+        spec.block_capacity(block.net),
+        len(block.allocations),
+        sum(1 for ip in block.released if is_cooling(block, ip, spec.reuse_delay, now)),
+        sum(1 for ip, h in block.allocations.items() if is_borrowed(block, ip, handles.get(h))),
+    )
 
 
-def calc_pool_usage(spec: PoolSpec, blocks: Iterable[BlockRecord],
-                    handles: Mapping[str, Holder], now: float) -> Usage:
+def calc_pool_usage(
+    spec: PoolSpec, blocks: Iterable[BlockRecord], handles: Mapping[str, Holder], now: float
+) -> Usage:
     """The whole pool: capacity is ``spec.size`` (claimed blocks or not)."""
     total = Usage(0, 0, 0, 0)
     for block in blocks:

@@ -13,12 +13,14 @@ leader runs at a time, so the cache is never used by two threads at once.
 With one caller at a time this is exactly "plan, commit, retry" under a lock; with many it
 turns N round trips into one, which is what keeps a node fast when kubelet starts many pods.
 """
+
 from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from cni.spec.errors import TryAgainLater
 from ipam.alloc.plan import MAX_TXN_OPS, Plan
@@ -62,8 +64,9 @@ class Combiner:
     retry: Retry = field(init=False)
 
     def __post_init__(self) -> None:
-        self.retry = Retry(self.attempts, base=FIRST_PAUSE, cap=BACKOFF_CAP, jitter=True,
-                           immediate=1)
+        self.retry = Retry(
+            self.attempts, base=FIRST_PAUSE, cap=BACKOFF_CAP, jitter=True, immediate=1
+        )
 
     def run(self, plan: Callable[[Plan], T], what: str = "request") -> T:
         job: Job[T] = Job(plan, what)
@@ -78,8 +81,10 @@ class Combiner:
             try:
                 while not job.done:  # its job is queued until a batch of this leader takes it
                     with self._lock:
-                        batch = [self._queue.popleft() for _ in range(min(len(self._queue),
-                                                                          self.max_batch))]
+                        batch = [
+                            self._queue.popleft()
+                            for _ in range(min(len(self._queue), self.max_batch))
+                        ]
                     self._lead(batch)
             finally:
                 self._hand_over(job)
@@ -107,8 +112,13 @@ class Combiner:
                     job.finish(error=exc)
 
     def _serve(self, batch: list[Job]) -> None:
-        run_cas(lambda: self._attempt(batch), self.retry, lambda: self._give_up(batch),
-                on_conflict=self.on_conflict, on_retry=self.on_retry)
+        run_cas(
+            lambda: self._attempt(batch),
+            self.retry,
+            lambda: self._give_up(batch),
+            on_conflict=self.on_conflict,
+            on_retry=self.on_retry,
+        )
 
     def _attempt(self, batch: list[Job]) -> bool | Lost:
         plan, planned = self._plan(batch)
@@ -122,9 +132,12 @@ class Combiner:
     def _give_up(self, batch: list[Job]) -> bool:
         for job in batch:
             if not job.done:
-                job.finish(error=TryAgainLater(
-                    f"could not commit the {job.what} after {self.attempts} attempts",
-                    f"{self.store_name} is contended; retry"))
+                job.finish(
+                    error=TryAgainLater(
+                        f"could not commit the {job.what} after {self.attempts} attempts",
+                        f"{self.store_name} is contended; retry",
+                    )
+                )
         return False
 
     def _plan(self, batch: list[Job]) -> tuple[Plan, list[tuple[Job, Any]]]:

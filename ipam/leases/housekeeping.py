@@ -8,13 +8,14 @@ pools. While an ADD's txn has an unknown outcome (the store failed mid-call), it
 0.5 s whether it landed (``LeaseService.resolve_in_doubt``). A failing store is logged and
 tried again next time (``common/loop.py``); the loop never dies of it.
 """
+
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from ipam.leases.service import LeaseService
 from common.loop import FOREVER, Errors, Loop, Periodic
+from ipam.leases.service import LeaseService
 
 log = logging.getLogger("pycnid.ipam")
 DOUBT_POLL = 0.5
@@ -27,13 +28,24 @@ class Housekeeping:
     def __init__(self, leases: LeaseService, interval: float, registry: Any = None) -> None:
         self.leases = leases
         self.interval = interval
-        self.rounds = Periodic("ipam-housekeeping", interval, self.run_once, first=interval,
-                               errors=Errors(log, "IPAM housekeeping"), registry=registry)
-        self.doubt = Loop("ipam-in-doubt", self.resolve, retry=0.0,
-                          wake=leases.doubt, errors=Errors(log, "in-doubt leases not resolved yet",
-                                                           logging.DEBUG), registry=registry)
+        self.rounds = Periodic(
+            "ipam-housekeeping",
+            interval,
+            self.run_once,
+            first=interval,
+            errors=Errors(log, "IPAM housekeeping"),
+            registry=registry,
+        )
+        self.doubt = Loop(
+            "ipam-in-doubt",
+            self.resolve,
+            retry=0.0,
+            wake=leases.doubt,
+            errors=Errors(log, "in-doubt leases not resolved yet", logging.DEBUG),
+            registry=registry,
+        )
 
-    def start(self) -> "Housekeeping":
+    def start(self) -> Housekeeping:
         if self.interval > 0:
             self.rounds.start()
         self.doubt.start()

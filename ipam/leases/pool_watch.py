@@ -16,16 +16,18 @@ snapshot and per resumed stream (logged with the first update after it).
 SQLite has no watch and needs none: its single pycnid is the only writer besides the CLI on
 that node, and what it caches is corrected by the compare of its next txn.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from cni.spec.errors import CNIError
-from ipam.alloc.allocator import pool_from_record
-from ipam.leases.service import LeaseService
-from ipam.alloc.pool_cache import PoolCache
 from common.loop import Backoff, Errors, Loop
+from ipam.alloc.allocator import pool_from_record
+from ipam.alloc.pool_cache import PoolCache
+from ipam.leases.service import LeaseService
 from ipam.records import POOLS, decode
 from store.base import KV
 
@@ -48,7 +50,7 @@ def is_older(cache: PoolCache, name: str, revision: int) -> bool:
 
 
 def apply_put(cache: PoolCache, kv: KV) -> None:
-    name = kv.key[len(POOLS):]
+    name = kv.key[len(POOLS) :]
     if is_older(cache, name, kv.mod_revision):
         return
     try:
@@ -74,9 +76,12 @@ def apply_delete(cache: PoolCache, name: str, revision: int) -> None:
 
 def apply_snapshot(cache: PoolCache, kvs: Sequence[KV], revision: int) -> None:
     """Every pool record as of ``revision``: those listed are noted, the others dropped."""
-    present = {kv.key[len(POOLS):] for kv in kvs}
-    cached = set(cache.records) | set(cache.bad_records) | {
-        name for name, state in cache.states.items() if state.record is not None}
+    present = {kv.key[len(POOLS) :] for kv in kvs}
+    cached = (
+        set(cache.records)
+        | set(cache.bad_records)
+        | {name for name, state in cache.states.items() if state.record is not None}
+    )
     for name in cached - present:
         apply_delete(cache, name, revision)
     for kv in kvs:
@@ -89,17 +94,24 @@ class PoolWatch:
 
     def __init__(self, store: Any, leases: LeaseService, registry: Any) -> None:
         self.store, self.leases = store, leases
-        self.events = registry.counter("pycni_ipam_pool_watch_events_total",
-                                       "pool record changes this node applied from its watch")
-        self.revision = registry.gauge("pycni_ipam_pool_watch_revision",
-                                       "the last store revision the pool watch has seen")
+        self.events = registry.counter(
+            "pycni_ipam_pool_watch_events_total",
+            "pool record changes this node applied from its watch",
+        )
+        self.revision = registry.gauge(
+            "pycni_ipam_pool_watch_revision", "the last store revision the pool watch has seen"
+        )
         self.watch: Any = None
         self._restarts = 0
-        self.loop = Loop("ipam-pool-watch", self.begin, retry=Backoff(RETRY_MIN, RETRY_MAX).next,
-                         errors=Errors(log, f"pool watch: cannot read {POOLS} yet"),
-                         registry=registry)
+        self.loop = Loop(
+            "ipam-pool-watch",
+            self.begin,
+            retry=Backoff(RETRY_MIN, RETRY_MAX).next,
+            errors=Errors(log, f"pool watch: cannot read {POOLS} yet"),
+            registry=registry,
+        )
 
-    def start(self) -> "PoolWatch":
+    def start(self) -> PoolWatch:
         self.loop.start()
         return self
 
@@ -111,8 +123,12 @@ class PoolWatch:
     def begin(self) -> None:
         """The loop's one step (retried while the store is away): read, then watch."""
         kvs, revision = self.store.range_at(POOLS)
-        log.info("pool watch: %d pool record(s) at revision %d; watching from %d",
-                 len(kvs), revision, revision + 1)
+        log.info(
+            "pool watch: %d pool record(s) at revision %d; watching from %d",
+            len(kvs),
+            revision,
+            revision + 1,
+        )
         self._in_cache(lambda cache: apply_snapshot(cache, kvs, revision), revision)
         self.revision.set(revision)
         if not self.loop.stopping:
@@ -123,18 +139,24 @@ class PoolWatch:
         restarts = self.watch.restarts if self.watch is not None else 0
         if restarts != self._restarts:
             self._restarts = restarts
-            log.info("pool watch resumed at revision %d (stream restarted %d time(s))",
-                     update.revision, restarts)
+            log.info(
+                "pool watch resumed at revision %d (stream restarted %d time(s))",
+                update.revision,
+                restarts,
+            )
         if update.snapshot:
-            log.info("pool watch: snapshot of %d pool record(s) at revision %d",
-                     len(update.events), update.revision)
+            log.info(
+                "pool watch: snapshot of %d pool record(s) at revision %d",
+                len(update.events),
+                update.revision,
+            )
             kvs = [e.kv for e in update.events]
-            self._in_cache(lambda cache: apply_snapshot(cache, kvs, update.revision),
-                           update.revision)
+            self._in_cache(
+                lambda cache: apply_snapshot(cache, kvs, update.revision), update.revision
+            )
             self.events.inc(kind="snapshot")
         else:
-            self._in_cache(lambda cache: self._apply_events(cache, update.events),
-                           update.revision)
+            self._in_cache(lambda cache: self._apply_events(cache, update.events), update.revision)
             for event in update.events:
                 self.events.inc(kind=event.kind)
         self.revision.set(update.revision)
@@ -143,7 +165,7 @@ class PoolWatch:
     def _apply_events(cache: PoolCache, events: Sequence[Any]) -> None:
         for event in events:
             if event.kind == "delete":
-                apply_delete(cache, event.kv.key[len(POOLS):], event.kv.mod_revision)
+                apply_delete(cache, event.kv.key[len(POOLS) :], event.kv.mod_revision)
             else:
                 apply_put(cache, event.kv)
 
@@ -151,8 +173,10 @@ class PoolWatch:
         """Run ``change`` on the cache as a combiner job (it plans no write: no txn of its
         own). Should the batch it joined fail, the change was made when it was planned."""
         try:
-            self.leases.run(lambda _plan: change(self.leases.cache),
-                            f"pool watch update at revision {revision}")
+            self.leases.run(
+                lambda _plan: change(self.leases.cache),
+                f"pool watch update at revision {revision}",
+            )
         except CNIError as err:
             log.debug("pool watch: the batch of revision %d failed: %s", revision, err)
 

@@ -15,22 +15,24 @@ runtime's valid attachments; ``valid=None`` (no valid-attachments key, as cnitoo
 nothing is valid. Handles of other nodes are never touched. Empty blocks go back to the pool
 after ``block_grace`` seconds (``return_empty_blocks``, run by the daemon's housekeeping).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Any, Callable, Collection, Iterable, Mapping, TypeVar
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, TypeVar
 
 from cni.spec.errors import AddressExhausted, CNIError, NotAvailable, TryAgainLater
-from ipam.leases.combiner import Combiner
 from ipam.alloc.plan import Plan
 from ipam.alloc.plan_view import PlanView
 from ipam.alloc.planner import Planner, exhausted
 from ipam.alloc.policy import choose_address
 from ipam.alloc.pool_cache import PoolCache
-from ipam.records import DEFAULT_BLOCK_GRACE, HANDLES, HandleId, HandleRecord, handles_prefix
 from ipam.alloc.selection import RangeSets, Selection, as_selection
+from ipam.leases.combiner import Combiner
+from ipam.records import DEFAULT_BLOCK_GRACE, HANDLES, HandleId, HandleRecord, handles_prefix
 from store.base import Store
 
 log = logging.getLogger("pycnid.ipam")
@@ -54,11 +56,19 @@ class LeaseService:
     ``on_event(kind, pool)`` per committed claim/borrow/return, ``on_latency(seconds)`` per
     ADD."""
 
-    def __init__(self, store: Store, node: str, *, labels: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.time, attempts: int = MAX_ATTEMPTS,
-                 on_conflict: Callable[[], None] | None = None,
-                 block_grace: float = DEFAULT_BLOCK_GRACE, max_batch: int = 16,
-                 pool_list_ttl: float = 5.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        node: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        attempts: int = MAX_ATTEMPTS,
+        on_conflict: Callable[[], None] | None = None,
+        block_grace: float = DEFAULT_BLOCK_GRACE,
+        max_batch: int = 16,
+        pool_list_ttl: float = 5.0,
+    ) -> None:
         self.store = store
         self.node = node
         self.clock = clock
@@ -70,8 +80,15 @@ class LeaseService:
         self.cache = PoolCache(store, node, list_ttl=pool_list_ttl)
         self.doubt = threading.Event()  # set when a txn's outcome became unknown
         self.planner = Planner(self.cache, node, labels or {}, clock)
-        self.combiner = Combiner(self.commit, self.refresh, attempts, max_batch, store.name,
-                                 lambda: self.on_retry(), lambda: self.on_conflict())
+        self.combiner = Combiner(
+            self.commit,
+            self.refresh,
+            attempts,
+            max_batch,
+            store.name,
+            lambda: self.on_retry(),
+            lambda: self.on_conflict(),
+        )
 
     @property
     def labels(self) -> dict[str, str]:
@@ -88,28 +105,37 @@ class LeaseService:
         return HandleRecord.from_bytes(kv.key, kv.value) if kv else None
 
     def handles(self, network: str) -> list[HandleRecord]:
-        return [HandleRecord.from_bytes(kv.key, kv.value)
-                for kv in self.store.range(handles_prefix(network))]
+        return [
+            HandleRecord.from_bytes(kv.key, kv.value)
+            for kv in self.store.range(handles_prefix(network))
+        ]
 
     # -- ADD / DEL -------------------------------------------------------------------------
-    def acquire(self, handle: HandleId, selection: Selection | RangeSets,
-                requested: Mapping[int, Any] | Iterable[Any] | None = None,
-                attributes: Mapping[str, str] | None = None) -> tuple[HandleRecord, bool]:
+    def acquire(
+        self,
+        handle: HandleId,
+        selection: Selection | RangeSets,
+        requested: Mapping[int, Any] | Iterable[Any] | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> tuple[HandleRecord, bool]:
         """Lease one address per pool set to ``handle``; (record, newly created). Repeating
         it for a handle that exists returns the addresses it holds. ``requested``: static
         addresses (IPs or ``Requested``), each leased from the set it belongs to."""
         started = time.perf_counter()
         chosen = as_selection(handle.network, selection)
         wanted = list(requested.values() if isinstance(requested, Mapping) else requested or ())
-        result = self.run(lambda plan: self.planner.plan_acquire(
-            plan, handle, chosen, wanted, attributes or {}), f"lease for {handle}")
+        result = self.run(
+            lambda plan: self.planner.plan_acquire(plan, handle, chosen, wanted, attributes or {}),
+            f"lease for {handle}",
+        )
         self.on_latency(time.perf_counter() - started)
         return result
 
     def release(self, handle: HandleId) -> HandleRecord | None:
         """Free every address ``handle`` holds and delete it; None when it holds nothing."""
-        return self.run(lambda plan: self.planner.plan_release(plan, handle),
-                        f"release of {handle}")
+        return self.run(
+            lambda plan: self.planner.plan_release(plan, handle), f"release of {handle}"
+        )
 
     # -- the txn ---------------------------------------------------------------------------
     def commit(self, plan: Plan) -> bool:
@@ -157,8 +183,11 @@ class LeaseService:
             return []
         released = self.run(self._plan_in_doubt, "rollback of in-doubt leases")
         if released:
-            log.info("rolled back %d lease(s) of failed ADDs that landed after all: %s",
-                     len(released), ", ".join(str(h) for h in released))
+            log.info(
+                "rolled back %d lease(s) of failed ADDs that landed after all: %s",
+                len(released),
+                ", ".join(str(h) for h in released),
+            )
         return released
 
     def _plan_in_doubt(self, plan: Plan) -> list[HandleId]:
@@ -190,8 +219,9 @@ class LeaseService:
                     self.cache.refresh(key, self.store.get(key), compared)
 
     # -- GC, STATUS, housekeeping ----------------------------------------------------------
-    def collect_garbage(self, network: str,
-                        valid: Collection[tuple[str, str]] | None) -> list[HandleId]:
+    def collect_garbage(
+        self, network: str, valid: Collection[tuple[str, str]] | None
+    ) -> list[HandleId]:
         """Release this node's handles in ``network`` that are not valid; keep going past
         errors and raise them together at the end."""
         released: list[HandleId] = []
@@ -206,12 +236,15 @@ class LeaseService:
                 errors.append(err)
         if errors:
             first = errors[0]
-            raise type(first)(f"GC of network {network} failed for {len(errors)} handle(s)",
-                              "; ".join(str(e) for e in errors))
+            raise type(first)(
+                f"GC of network {network} failed for {len(errors)} handle(s)",
+                "; ".join(str(e) for e in errors),
+            )
         return released
 
-    def ensure_capacity(self, selection: Selection | str,
-                        range_sets: RangeSets | None = None) -> None:
+    def ensure_capacity(
+        self, selection: Selection | str, range_sets: RangeSets | None = None
+    ) -> None:
         """NotAvailable (50) unless every pool set still has an address for this node.
         Re-reads the pools, so it also resynchronises the cache."""
         chosen = as_selection(selection, range_sets) if isinstance(selection, str) else selection
@@ -230,8 +263,10 @@ class LeaseService:
 
     def return_empty_blocks(self) -> list[str]:
         """Give back this node's blocks empty for longer than the grace period."""
-        returned = self.run(lambda plan: self.planner.plan_return_empty(plan, self.block_grace),
-                            "return of empty blocks")
+        returned = self.run(
+            lambda plan: self.planner.plan_return_empty(plan, self.block_grace),
+            "return of empty blocks",
+        )
         if returned:
             log.info("returned empty blocks to their pools: %s", ", ".join(returned))
         return returned

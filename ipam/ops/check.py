@@ -30,6 +30,7 @@ corrupt-record      a key whose value is not a usable record                    
 cluster-wide), or one missing pool; two networks' netconf pools may reuse a subnet.
 Restoring rather than dropping keeps an address a pod may still use from being handed out again.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -66,8 +67,7 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k != "fixes"}
         out["handles"] = list(self.handles)
-        out["fixes"] = [{k: v for k, v in asdict(f).items() if v is not None}
-                        for f in self.fixes]
+        out["fixes"] = [{k: v for k, v in asdict(f).items() if v is not None} for f in self.fixes]
         return out
 
 
@@ -80,13 +80,23 @@ def claim_scope(snap: Snapshot, pool: str) -> str:
 
 def find_problems(snap: Snapshot) -> list[Finding]:
     out = [Finding("corrupt-record", f"{key}: {why}", key) for key, why in snap.corrupt]
-    out += [Finding("bad-pool", f"pool {v.name}: {v.error}", pool_key(v.name))
-            for v in snap.pools.values() if v.spec is None]
+    out += [
+        Finding("bad-pool", f"pool {v.name}: {v.error}", pool_key(v.name))
+        for v in snap.pools.values()
+        if v.spec is None
+    ]
     out += find_block_problems(snap)
     orphans = {h.id for h in snap.handles.values() if is_orphan_handle(snap, h)}
-    out += [Finding("orphan-handle", f"handle {h} holds no address of any existing pool",
-                    snap.handles[h].key, handles=(h,), fixes=(Fix("delete-handle", handle=h),))
-            for h in sorted(orphans)]
+    out += [
+        Finding(
+            "orphan-handle",
+            f"handle {h} holds no address of any existing pool",
+            snap.handles[h].key,
+            handles=(h,),
+            fixes=(Fix("delete-handle", handle=h),),
+        )
+        for h in sorted(orphans)
+    ]
     out += find_claim_problems(snap, orphans)
     out += find_orphan_allocations(snap)
     out += find_affinity_problems(snap)
@@ -108,18 +118,37 @@ def find_block_problems(snap: Snapshot) -> list[Finding]:
     for block in sorted(snap.blocks.values(), key=lambda b: b.key):
         spec = snap.spec(block.pool)
         if block.pool not in snap.pools:
-            fixes = () if block.allocations else (Fix("delete-block", block_key=block.key,
-                                                      node=block.affinity or None),)
+            fixes = (
+                ()
+                if block.allocations
+                else (Fix("delete-block", block_key=block.key, node=block.affinity or None),)
+            )
             held = f"; it holds {len(block.allocations)} address(es)" if block.allocations else ""
-            out.append(Finding("orphan-block", f"block {block.cidr} of missing pool "
-                                               f"{block.pool} (node {block.affinity}){held}",
-                               block.key, fixes=fixes))
+            out.append(
+                Finding(
+                    "orphan-block",
+                    f"block {block.cidr} of missing pool "
+                    f"{block.pool} (node {block.affinity}){held}",
+                    block.key,
+                    fixes=fixes,
+                )
+            )
         elif spec is not None and not is_inside(block.net, spec.cidr):
-            out.append(Finding("bad-block", f"block {block.cidr} is outside pool "
-                                            f"{block.pool} {spec.cidr}", block.key))
+            out.append(
+                Finding(
+                    "bad-block",
+                    f"block {block.cidr} is outside pool {block.pool} {spec.cidr}",
+                    block.key,
+                )
+            )
         elif spec is not None and block.net.prefixlen != spec.block_size:
-            out.append(Finding("bad-block", f"block {block.cidr} is not a /{spec.block_size} "
-                                            f"block of pool {block.pool}", block.key))
+            out.append(
+                Finding(
+                    "bad-block",
+                    f"block {block.cidr} is not a /{spec.block_size} block of pool {block.pool}",
+                    block.key,
+                )
+            )
     return out
 
 
@@ -144,45 +173,108 @@ def holder_in_block(snap: Snapshot, item: HandleIP) -> str | None:
     return block.allocations.get(item.ip) if block else None
 
 
-def duplicate_finding(snap: Snapshot, ip: str,
-                      listed: list[tuple[HandleView, HandleIP]]) -> Finding:
+def duplicate_finding(
+    snap: Snapshot, ip: str, listed: list[tuple[HandleView, HandleIP]]
+) -> Finding:
     named = {h.id for h, item in listed if holder_in_block(snap, item) == h.id}
     ids = tuple(sorted({h.id for h, _ in listed}))
-    fixes = tuple(Fix("drop", ip=ip, handle=h.id, pool=item.pool, block_key=item.block_key)
-                  for h, item in sorted(listed, key=lambda x: x[0].id)
-                  if h.id not in named) if named else ()
-    keeper = f"; the block gives it to {', '.join(sorted(named))}" if named else \
-        "; no block names either: fix by hand (pycni ipam release)"
-    return Finding("duplicate-address", f"{ip} is listed by {len(ids)} handles: "
-                                        f"{', '.join(ids)}{keeper}",
-                   listed[0][1].block_key, ip=ip, handles=ids, fixes=fixes)
+    fixes = (
+        tuple(
+            Fix("drop", ip=ip, handle=h.id, pool=item.pool, block_key=item.block_key)
+            for h, item in sorted(listed, key=lambda x: x[0].id)
+            if h.id not in named
+        )
+        if named
+        else ()
+    )
+    keeper = (
+        f"; the block gives it to {', '.join(sorted(named))}"
+        if named
+        else "; no block names either: fix by hand (pycni ipam release)"
+    )
+    return Finding(
+        "duplicate-address",
+        f"{ip} is listed by {len(ids)} handles: {', '.join(ids)}{keeper}",
+        listed[0][1].block_key,
+        ip=ip,
+        handles=ids,
+        fixes=fixes,
+    )
 
 
 def single_claim_findings(snap: Snapshot, handle: HandleView, item: HandleIP) -> list[Finding]:
     if item.pool not in snap.pools:
-        return [Finding("missing-pool", f"handle {handle.id} lists {item.ip} of missing pool "
-                                        f"{item.pool}", handle.key, ip=item.ip,
-                        handles=(handle.id,),
-                        fixes=(Fix("drop", ip=item.ip, handle=handle.id, pool=item.pool,
-                                   block_key=item.block_key),))]
+        return [
+            Finding(
+                "missing-pool",
+                f"handle {handle.id} lists {item.ip} of missing pool {item.pool}",
+                handle.key,
+                ip=item.ip,
+                handles=(handle.id,),
+                fixes=(
+                    Fix(
+                        "drop",
+                        ip=item.ip,
+                        handle=handle.id,
+                        pool=item.pool,
+                        block_key=item.block_key,
+                    ),
+                ),
+            )
+        ]
     block = snap.blocks.get(item.block_key)
-    restore = Fix("restore", ip=item.ip, block_key=item.block_key, handle=handle.id,
-                  pool=item.pool, cidr=item.block, node=handle.node)
+    restore = Fix(
+        "restore",
+        ip=item.ip,
+        block_key=item.block_key,
+        handle=handle.id,
+        pool=item.pool,
+        cidr=item.block,
+        node=handle.node,
+    )
     if block is None:
-        return [Finding("missing-block", f"handle {handle.id} lists {item.ip} but block "
-                                         f"{item.block} of pool {item.pool} does not exist",
-                        item.block_key, ip=item.ip, handles=(handle.id,), fixes=(restore,))]
+        return [
+            Finding(
+                "missing-block",
+                f"handle {handle.id} lists {item.ip} but block "
+                f"{item.block} of pool {item.pool} does not exist",
+                item.block_key,
+                ip=item.ip,
+                handles=(handle.id,),
+                fixes=(restore,),
+            )
+        ]
     holder = block.allocations.get(item.ip)
     if holder is None:
-        return [Finding("not-allocated", f"handle {handle.id} lists {item.ip} but block "
-                                         f"{item.block} holds it for nobody", item.block_key,
-                        ip=item.ip, handles=(handle.id,), fixes=(restore,))]
+        return [
+            Finding(
+                "not-allocated",
+                f"handle {handle.id} lists {item.ip} but block {item.block} holds it for nobody",
+                item.block_key,
+                ip=item.ip,
+                handles=(handle.id,),
+                fixes=(restore,),
+            )
+        ]
     if holder != handle.id:
-        return [Finding("wrong-holder", f"handle {handle.id} lists {item.ip} but block "
-                                        f"{item.block} gives it to {holder}", item.block_key,
-                        ip=item.ip, handles=(handle.id, holder),
-                        fixes=(Fix("repoint", ip=item.ip, block_key=item.block_key,
-                                   handle=handle.id, holder=holder),))]
+        return [
+            Finding(
+                "wrong-holder",
+                f"handle {handle.id} lists {item.ip} but block {item.block} gives it to {holder}",
+                item.block_key,
+                ip=item.ip,
+                handles=(handle.id, holder),
+                fixes=(
+                    Fix(
+                        "repoint",
+                        ip=item.ip,
+                        block_key=item.block_key,
+                        handle=handle.id,
+                        holder=holder,
+                    ),
+                ),
+            )
+        ]
     return []
 
 
@@ -194,11 +286,17 @@ def find_orphan_allocations(snap: Snapshot) -> list[Finding]:
             if (block.key, ip) in listed:
                 continue  # a handle lists it: a claim finding covers any mismatch
             why = "is missing" if holder not in snap.handles else "does not list it"
-            out.append(Finding("orphan-allocation", f"block {block.cidr} of pool {block.pool} "
-                                                    f"holds {ip} for {holder}, which {why}",
-                               block.key, ip=ip, handles=(holder,),
-                               fixes=(Fix("free", ip=ip, block_key=block.key,
-                                          holder=holder),)))
+            out.append(
+                Finding(
+                    "orphan-allocation",
+                    f"block {block.cidr} of pool {block.pool} "
+                    f"holds {ip} for {holder}, which {why}",
+                    block.key,
+                    ip=ip,
+                    handles=(holder,),
+                    fixes=(Fix("free", ip=ip, block_key=block.key, holder=holder),),
+                )
+            )
     return out
 
 
@@ -208,18 +306,27 @@ def find_affinity_problems(snap: Snapshot) -> list[Finding]:
     for block in sorted(snap.blocks.values(), key=lambda b: b.key):
         key = block_affinity_key(block.affinity, block.key) if block.affinity else None
         if key and key not in snap.affinities:
-            out.append(Finding("missing-affinity", f"block {block.cidr} of pool {block.pool} "
-                                                   f"is node {block.affinity}'s but not in its "
-                                                   "index", block.key,
-                               fixes=(Fix("put-affinity", block_key=block.key,
-                                          node=block.affinity),)))
+            out.append(
+                Finding(
+                    "missing-affinity",
+                    f"block {block.cidr} of pool {block.pool} "
+                    f"is node {block.affinity}'s but not in its "
+                    "index",
+                    block.key,
+                    fixes=(Fix("put-affinity", block_key=block.key, node=block.affinity),),
+                )
+            )
     for key in sorted(snap.affinities):
-        node, _, rest = key[len(AFFINITY):].partition("/")
+        node, _, rest = key[len(AFFINITY) :].partition("/")
         block = snap.blocks.get(f"{BLOCKS}{rest}")
         if block is None or block.affinity != node:
             why = "is gone" if block is None else f"is node {block.affinity or '(none)'}'s"
-            out.append(Finding("stale-affinity", f"index entry of node {node}: block {rest} "
-                                                 f"{why}", key,
-                               fixes=(Fix("delete-affinity", block_key=f"{BLOCKS}{rest}",
-                                          node=node),)))
+            out.append(
+                Finding(
+                    "stale-affinity",
+                    f"index entry of node {node}: block {rest} {why}",
+                    key,
+                    fixes=(Fix("delete-affinity", block_key=f"{BLOCKS}{rest}", node=node),),
+                )
+            )
     return out

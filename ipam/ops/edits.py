@@ -6,10 +6,12 @@ edit the same ``BlockRecord`` / ``HandleRecord`` the daemon does; a field they d
 address is stamped in the block's ``released`` map (reuse cooldown, issue 3) and a block left
 without allocations gets ``emptySince``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ipam.records import BlockRecord, HandleRecord
 
@@ -28,8 +30,14 @@ def block_with(block: BlockRecord, ip: str, holder: str, node: str = "") -> Bloc
 
 def handle_without(handle: HandleRecord, ip: str, pool: str | None = None) -> HandleRecord:
     """The handle without ``ip`` (only the entry of ``pool`` when given)."""
-    return replace(handle, ips=tuple(item for item in handle.ips if not (
-        item.ip == ip and (pool is None or item.pool == pool))))
+    return replace(
+        handle,
+        ips=tuple(
+            item
+            for item in handle.ips
+            if not (item.ip == ip and (pool is None or item.pool == pool))
+        ),
+    )
 
 
 def block_at(key: str, data: Mapping[str, Any] | None) -> BlockRecord | None:
@@ -43,5 +51,6 @@ def handle_at(key: str, data: Mapping[str, Any] | None) -> HandleRecord | None:
 
 def lists(handle: HandleRecord | None, ip: str, block_key: str) -> bool:
     """Whether the handle record lists ``ip`` in the block at ``block_key``."""
-    return any(item.ip == ip and item.block_key == block_key
-               for item in (handle.ips if handle else ()))
+    return any(
+        item.ip == ip and item.block_key == block_key for item in (handle.ips if handle else ())
+    )

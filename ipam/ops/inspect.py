@@ -6,15 +6,28 @@ at; a corrupt record becomes an entry of ``Snapshot.corrupt`` instead of an exce
 Utilisation is counted from them by ``ipam.alloc.usage`` (shared with pycnid's metrics); the
 reports built on top live in ``ops.show`` (show) and ``ops.check`` (check/gc).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Iterable, Mapping
 
 from ipam.alloc.pool_settings import PoolInvalid
 from ipam.alloc.pool_spec import PoolSpec, spec_from_record
-from ipam.records import (AFFINITY, BLOCKS, HANDLES, HEARTBEATS, NODES, POOLS, BlockRecord,
-                          CorruptRecord, HandleRecord, LeasedIP, decode, is_buffer_handle)
+from ipam.records import (
+    AFFINITY,
+    BLOCKS,
+    HANDLES,
+    HEARTBEATS,
+    NODES,
+    POOLS,
+    BlockRecord,
+    CorruptRecord,
+    HandleRecord,
+    LeasedIP,
+    decode,
+    is_buffer_handle,
+)
 from store.base import KV
 
 HandleIP = LeasedIP  # an address a handle lists
@@ -41,7 +54,7 @@ class BlockView(BlockRecord):
     rev: int
 
     @classmethod
-    def from_kv(cls, kv: KV) -> "BlockView":
+    def from_kv(cls, kv: KV) -> BlockView:
         record = BlockRecord.at_key(kv.key, kv.value)
         return cls(**fields_of(record), key=kv.key, rev=kv.mod_revision)
 
@@ -55,7 +68,7 @@ class HandleView(HandleRecord):
 
     @property
     def id(self) -> str:  # as block allocations name it: "network/containerID/ifname"
-        return self.key[len(HANDLES):]
+        return self.key[len(HANDLES) :]
 
     @property
     def network(self) -> str:
@@ -66,12 +79,11 @@ class HandleView(HandleRecord):
         return is_buffer_handle(self.id)
 
     @classmethod
-    def from_kv(cls, kv: KV) -> "HandleView":
+    def from_kv(cls, kv: KV) -> HandleView:
         data = decode(kv.key, kv.value)
         record = HandleRecord.from_dict(kv.key, data)
         created = record.created_at or float(record.attributes.get("createdAt") or 0)
-        return cls(**{**fields_of(record), "created_at": created}, key=kv.key,
-                   rev=kv.mod_revision)
+        return cls(**{**fields_of(record), "created_at": created}, key=kv.key, rev=kv.mod_revision)
 
 
 @dataclass(frozen=True)
@@ -86,8 +98,10 @@ class Snapshot:
     affinities: Mapping[str, int] = field(default_factory=dict)  # affinity key -> revision
 
     def blocks_of(self, pool: str) -> list[BlockView]:
-        return sorted((b for b in self.blocks.values() if b.pool == pool),
-                      key=lambda b: (b.net.version, b.net))
+        return sorted(
+            (b for b in self.blocks.values() if b.pool == pool),
+            key=lambda b: (b.net.version, b.net),
+        )
 
     def spec(self, pool: str) -> PoolSpec | None:
         view = self.pools.get(pool)
@@ -102,24 +116,25 @@ def parse_snapshot(kvs: Iterable[KV], revision: int) -> Snapshot:
             if kv.key.startswith(AFFINITY):
                 affinities[kv.key] = kv.mod_revision
             elif kv.key.startswith(POOLS):
-                pools[kv.key[len(POOLS):]] = parse_pool(kv)
+                pools[kv.key[len(POOLS) :]] = parse_pool(kv)
             elif kv.key.startswith(BLOCKS):
                 blocks[kv.key] = BlockView.from_kv(kv)
             elif kv.key.startswith(HANDLES):
                 view = HandleView.from_kv(kv)
                 handles[view.id] = view
             elif kv.key.startswith(NODES):
-                nodes[kv.key[len(NODES):]] = decode(kv.key, kv.value)
+                nodes[kv.key[len(NODES) :]] = decode(kv.key, kv.value)
             elif kv.key.startswith(HEARTBEATS):
-                alive.add(kv.key[len(HEARTBEATS):])
+                alive.add(kv.key[len(HEARTBEATS) :])
         except CorruptRecord as exc:
             corrupt.append((kv.key, exc.details))
-    return Snapshot(revision, pools, blocks, handles, nodes, frozenset(alive), tuple(corrupt),
-                    affinities)
+    return Snapshot(
+        revision, pools, blocks, handles, nodes, frozenset(alive), tuple(corrupt), affinities
+    )
 
 
 def parse_pool(kv: KV) -> PoolView:
-    name = kv.key[len(POOLS):]
+    name = kv.key[len(POOLS) :]
     record = decode(kv.key, kv.value)
     try:
         return PoolView(name, kv.mod_revision, record, spec_from_record({**record, "name": name}))

@@ -5,16 +5,24 @@ cidr and blockSize (every block is cut by them): asking for another value is an 
 says what to do instead; repeating the current value is accepted. A netconf pool has no node
 selector (its network's netconf selects it); the allocator honours the rest of its record.
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from ipam.ops.inspect import Snapshot
-from ipam.alloc.pool_settings import (PoolInvalid, calc_exclusions, normalize_exclusion,
-                                      parse_cidr, validate_gateway, validate_reuse_delay)
+from ipam.alloc.pool_settings import (
+    PoolInvalid,
+    calc_exclusions,
+    normalize_exclusion,
+    parse_cidr,
+    validate_gateway,
+    validate_reuse_delay,
+)
 from ipam.alloc.pool_spec import spec_from_record, validate_usable
+from ipam.ops.inspect import Snapshot
 
 
 @dataclass(frozen=True)
@@ -37,23 +45,37 @@ class PoolUpdate:
 
     def excluded_but_held(self, snap: Snapshot, name: str, new: Mapping[str, Any]) -> list[str]:
         spec = spec_from_record(new)
-        held = sorted((ip for b in snap.blocks_of(name) for ip in b.allocations
-                       if (spec.unallocatable_reason(ipaddress.ip_address(ip)) or "")
-                       .startswith("excluded")), key=ipaddress.ip_address)
+        held = sorted(
+            (
+                ip
+                for b in snap.blocks_of(name)
+                for ip in b.allocations
+                if (spec.unallocatable_reason(ipaddress.ip_address(ip)) or "").startswith(
+                    "excluded"
+                )
+            ),
+            key=ipaddress.ip_address,
+        )
         if not held:
             return []
-        return [f"{len(held)} address(es) in the new exclusions stay held until released: "
-                + ", ".join(held[:10]) + (" ..." if len(held) > 10 else "")]
+        return [
+            f"{len(held)} address(es) in the new exclusions stay held until released: "
+            + ", ".join(held[:10])
+            + (" ..." if len(held) > 10 else "")
+        ]
 
 
 def validate_immutable(spec_cidr: Any, spec_block: int, update: PoolUpdate, name: str) -> None:
     if update.cidr is not None and parse_cidr(update.cidr) != spec_cidr:
-        raise PoolInvalid(f"cidr of pool {name} is immutable (it is {spec_cidr})",
-                          "create a new pool, move the workloads, then pycni ipam pool rm "
-                          f"{name}")
+        raise PoolInvalid(
+            f"cidr of pool {name} is immutable (it is {spec_cidr})",
+            f"create a new pool, move the workloads, then pycni ipam pool rm {name}",
+        )
     if update.block_size is not None and update.block_size != spec_block:
-        raise PoolInvalid(f"blockSize of pool {name} is immutable (it is /{spec_block})",
-                          "blocks already claimed are cut by it; create a new pool instead")
+        raise PoolInvalid(
+            f"blockSize of pool {name} is immutable (it is /{spec_block})",
+            "blocks already claimed are cut by it; create a new pool instead",
+        )
 
 
 def calc_updated_record(old: Mapping[str, Any], update: PoolUpdate) -> dict:
@@ -61,8 +83,10 @@ def calc_updated_record(old: Mapping[str, Any], update: PoolUpdate) -> dict:
     spec = spec_from_record(old)
     validate_immutable(spec.cidr, spec.block_size, update, spec.name)
     if spec.network is not None and update.node_selector is not None:
-        raise PoolInvalid(f"pool {spec.name} comes from the ranges of network {spec.network}",
-                          "its netconf selects it, a node selector does not apply")
+        raise PoolInvalid(
+            f"pool {spec.name} comes from the ranges of network {spec.network}",
+            "its netconf selects it, a node selector does not apply",
+        )
     new = dict(old)
     if update.disabled is not None:
         new["disabled"] = update.disabled
@@ -85,8 +109,10 @@ def calc_new_exclusions(current: list[str], update: PoolUpdate, cidr: Any) -> li
     for item in update.remove_exclusions:
         text = normalize_exclusion(item, cidr)
         if text not in out:
-            raise PoolInvalid(f"exclusion {item} is not set",
-                              f"the exclusions are: {', '.join(current) or 'none'}")
+            raise PoolInvalid(
+                f"exclusion {item} is not set",
+                f"the exclusions are: {', '.join(current) or 'none'}",
+            )
         out = [e for e in out if e != text]
     return list(calc_exclusions([*out, *update.add_exclusions], cidr))
 

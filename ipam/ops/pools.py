@@ -10,20 +10,31 @@
   after it), then outage-buffer reservations (and with force every allocation) are released
   block by block, the empty blocks deleted, and the record deleted comparing its revision.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from cni.spec.errors import AddressConflict, InvalidConfig, TryAgainLater
-from ipam.ops.inspect import PoolView, Snapshot, parse_pool
 from ipam.alloc.pool_spec import PoolSpec, record_of
+from ipam.ops.inspect import PoolView, Snapshot, parse_pool
 from ipam.ops.pool_update import PoolUpdate, calc_updated_record, find_gateway_conflicts
 from ipam.ops.release import CHUNK, release_in_block
 from ipam.ops.repair import read_snapshot
-from ipam.records import POOLS, BlockRecord, CorruptRecord, block_affinity_key, \
-    blocks_prefix, decode, encode, is_buffer_handle, pool_key
+from ipam.records import (
+    POOLS,
+    BlockRecord,
+    CorruptRecord,
+    block_affinity_key,
+    blocks_prefix,
+    decode,
+    encode,
+    is_buffer_handle,
+    pool_key,
+)
 from ipam.records import POOLS_MARKER as MARKER
 from store.base import KV, Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
@@ -56,23 +67,33 @@ def read_pool(store: Store, name: str) -> tuple[int, dict]:
 
 def attempts(what: str, store: Store, body: Callable[[], Any]) -> Any:
     """Run ``body`` until it returns non-None (a committed txn), a few times at most."""
-    return run_cas(lambda: LOST if (result := body()) is None else result, RETRY,
-                   TryAgainLater(f"{what}: the pools kept changing ({MAX_ATTEMPTS} attempts)",
-                                 f"store {store.name}; retry"))
+    return run_cas(
+        lambda: LOST if (result := body()) is None else result,
+        RETRY,
+        TryAgainLater(
+            f"{what}: the pools kept changing ({MAX_ATTEMPTS} attempts)",
+            f"store {store.name}; retry",
+        ),
+    )
 
 
 def add_pool(store: Store, spec: PoolSpec) -> dict:
     """Create ``spec`` (made by ``pool_spec.make_pool``); returns the stored record."""
+
     def once() -> dict | None:
         marker = store.get(MARKER)  # before the list: a pool added in between moves it
         pools = list_pools(store)
         validate_new(store, spec, pools)
         record = record_of(spec)
         key = pool_key(spec.name)
-        compares = [Compare(key, 0), Compare(MARKER, marker.mod_revision if marker else 0),
-                    *(Compare(pool_key(p.name), p.rev) for p in pools)]
+        compares = [
+            Compare(key, 0),
+            Compare(MARKER, marker.mod_revision if marker else 0),
+            *(Compare(pool_key(p.name), p.rev) for p in pools),
+        ]
         ops = [Put(key, encode(record)), Put(MARKER, encode(marker_record("add", spec.name)))]
         return record if store.txn(compares, ops).succeeded else None
+
     return attempts(f"pool add {spec.name}", store, once)
 
 
@@ -83,18 +104,27 @@ def marker_record(action: str, name: str) -> dict:
 def validate_new(store: Store, spec: PoolSpec, pools: list[PoolView]) -> None:
     for other in pools:
         if other.name == spec.name:
-            raise AddressConflict(f"pool {spec.name} already exists",
-                                  f"cidr {other.record.get('cidr')}; change it with "
-                                  "pycni ipam pool set")
-        if other.spec is not None and other.spec.cidr.version == spec.cidr.version and \
-                other.spec.cidr.overlaps(spec.cidr):
-            kind = f"netconf pool of network {other.spec.network}" if other.spec.network \
-                else "pool"
-            raise AddressConflict(f"{spec.cidr} overlaps {kind} {other.name} "
-                                  f"({other.spec.cidr})", "pools must not share addresses")
+            raise AddressConflict(
+                f"pool {spec.name} already exists",
+                f"cidr {other.record.get('cidr')}; change it with pycni ipam pool set",
+            )
+        if (
+            other.spec is not None
+            and other.spec.cidr.version == spec.cidr.version
+            and other.spec.cidr.overlaps(spec.cidr)
+        ):
+            kind = (
+                f"netconf pool of network {other.spec.network}" if other.spec.network else "pool"
+            )
+            raise AddressConflict(
+                f"{spec.cidr} overlaps {kind} {other.name} ({other.spec.cidr})",
+                "pools must not share addresses",
+            )
     if store.range(blocks_prefix(spec.name), keys_only=True, limit=1):
-        raise AddressConflict(f"blocks of an earlier pool {spec.name} are still stored",
-                              "run pycni ipam gc (or choose another name)")
+        raise AddressConflict(
+            f"blocks of an earlier pool {spec.name} are still stored",
+            "run pycni ipam gc (or choose another name)",
+        )
 
 
 @dataclass
@@ -114,9 +144,11 @@ def set_pool(store: Store, name: str, update: PoolUpdate) -> SetResult:
         if snap is not None:
             conflicts = find_gateway_conflicts(snap, name, new)
             if conflicts:
-                raise AddressConflict(f"gateway first: block gateway address(es) of pool "
-                                      f"{name} are held: {', '.join(conflicts[:5])}",
-                                      "release them first (pycni ipam release IP)")
+                raise AddressConflict(
+                    f"gateway first: block gateway address(es) of pool "
+                    f"{name} are held: {', '.join(conflicts[:5])}",
+                    "release them first (pycni ipam release IP)",
+                )
             warnings = update.excluded_but_held(snap, name, new)
             compares += [Compare(b.key, b.rev) for b in snap.blocks_of(name)]
         if new == old:
@@ -124,6 +156,7 @@ def set_pool(store: Store, name: str, update: PoolUpdate) -> SetResult:
         if store.txn(compares, [Put(pool_key(name), encode(new))]).succeeded:
             return SetResult(old, new, warnings)
         return None
+
     return attempts(f"pool set {name}", store, once)
 
 
@@ -157,18 +190,20 @@ def set_disabled(store: Store, name: str, disabled: bool) -> None:
             return True
         ops = [Put(pool_key(name), encode({**record, "disabled": disabled}))]
         return True if store.txn([Compare(pool_key(name), rev)], ops).succeeded else None
+
     attempts(f"pool {'disable' if disabled else 'enable'} {name}", store, once)
 
 
-def remove_pool(store: Store, name: str, force: bool = False,
-                now: float | None = None) -> dict:
+def remove_pool(store: Store, name: str, force: bool = False, now: float | None = None) -> dict:
     """Delete the pool, its blocks and (with ``force``) every address of it from its handles."""
     now = time.time() if now is None else now
     _, record = read_pool(store, name)
     held = held_addresses(read_snapshot(store), name, buffers=False)
     if held and not force:
-        raise PoolInUse(f"pool {name} still has addresses in use",
-                        f"{describe_held(held)}; release them or use --force")
+        raise PoolInUse(
+            f"pool {name} still has addresses in use",
+            f"{describe_held(held)}; release them or use --force",
+        )
     was_disabled = bool(record.get("disabled"))
     set_disabled(store, name, True)
     snap = read_snapshot(store)
@@ -179,17 +214,18 @@ def remove_pool(store: Store, name: str, force: bool = False,
         raise PoolInUse(f"pool {name} still has addresses in use", describe_held(held))
     released = release_all(store, snap, name, now)
     deleted = delete_blocks(store, name)
+
     def once() -> bool | None:
         rev, _ = read_pool(store, name)
         marker = store.get(MARKER)
-        ok = store.txn([Compare(pool_key(name), rev),
-                        Compare(MARKER, marker.mod_revision if marker else 0)],
-                       [Delete(pool_key(name)),
-                        Put(MARKER, encode(marker_record("rm", name)))]).succeeded
+        ok = store.txn(
+            [Compare(pool_key(name), rev), Compare(MARKER, marker.mod_revision if marker else 0)],
+            [Delete(pool_key(name)), Put(MARKER, encode(marker_record("rm", name)))],
+        ).succeeded
         return True if ok else None
+
     attempts(f"pool rm {name}", store, once)
-    return {"pool": name, "removed": True, "releasedAddresses": released,
-            "deletedBlocks": deleted}
+    return {"pool": name, "removed": True, "releasedAddresses": released, "deletedBlocks": deleted}
 
 
 def release_all(store: Store, snap: Snapshot, name: str, now: float) -> int:
@@ -202,9 +238,13 @@ def release_all(store: Store, snap: Snapshot, name: str, now: float) -> int:
         block = snap.blocks.get(block_key)
         ordered = sorted(ids)
         for start in range(0, max(len(ordered), 1), CHUNK):
-            chunk = ordered[start:start + CHUNK]
-            ips = {ip for h in chunk if h in snap.handles for ip in
-                   (i.ip for i in snap.handles[h].ips if i.block_key == block_key)}
+            chunk = ordered[start : start + CHUNK]
+            ips = {
+                ip
+                for h in chunk
+                if h in snap.handles
+                for ip in (i.ip for i in snap.handles[h].ips if i.block_key == block_key)
+            }
             ips |= {ip for ip, h in (block.allocations.items() if block else ()) if h in chunk}
             if release_in_block(store, block_key, ips, chunk, now) is not None:
                 count += len(ips)
@@ -230,21 +270,29 @@ def delete_blocks(store: Store, name: str) -> int:
             return deleted
         busy = [kv.key for kv, block in blocks if block and block.allocations]
         if busy:
-            raise PoolInUse(f"pool {name}: block(s) still hold addresses: {', '.join(busy[:3])}",
-                            "a release lost a race; run the command again")
+            raise PoolInUse(
+                f"pool {name}: block(s) still hold addresses: {', '.join(busy[:3])}",
+                "a release lost a race; run the command again",
+            )
         for start in range(0, len(blocks), CHUNK // 2):
             compares, ops = [], []
-            for kv, block in blocks[start:start + CHUNK // 2]:
+            for kv, block in blocks[start : start + CHUNK // 2]:
                 compares.append(Compare(kv.key, kv.mod_revision))
                 ops.append(Delete(kv.key))
-                index = store.get(block_affinity_key(block.affinity, kv.key)) \
-                    if block and block.affinity else None
+                index = (
+                    store.get(block_affinity_key(block.affinity, kv.key))
+                    if block and block.affinity
+                    else None
+                )
                 if index is not None:
                     compares.append(Compare(index.key, index.mod_revision))
                     ops.append(Delete(index.key))
             if store.txn(compares, ops).succeeded:
-                deleted += len(blocks[start:start + CHUNK // 2])
+                deleted += len(blocks[start : start + CHUNK // 2])
         return LOST
 
-    return run_cas(attempt, Retry(MAX_ATTEMPTS), TryAgainLater(
-        f"pool rm {name}: its blocks kept changing", f"store {store.name}"))
+    return run_cas(
+        attempt,
+        Retry(MAX_ATTEMPTS),
+        TryAgainLater(f"pool rm {name}: its blocks kept changing", f"store {store.name}"),
+    )

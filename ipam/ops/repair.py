@@ -5,18 +5,29 @@ finding came from) and commits only if none of them moved since (``Compare`` on 
 mod_revision, 0 = must still be absent). A fix whose reason is gone by then is skipped, never
 forced: gc can run next to busy nodes.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 from cni.spec.errors import TryAgainLater
 from ipam.ops.check import Fix
-from ipam.ops.edits import (block_at, block_with, block_without, handle_at, handle_without,
-                            lists)
+from ipam.ops.edits import block_at, block_with, block_without, handle_at, handle_without, lists
 from ipam.ops.inspect import Snapshot, parse_snapshot
-from ipam.records import (BLOCKS, AffinityRecord, BlockRecord, CorruptRecord, HandleRecord,
-                          block_affinity_key, decode, handle_key, is_buffer_handle, pool_key)
+from ipam.records import (
+    BLOCKS,
+    AffinityRecord,
+    BlockRecord,
+    CorruptRecord,
+    HandleRecord,
+    block_affinity_key,
+    decode,
+    handle_key,
+    is_buffer_handle,
+    pool_key,
+)
 from store.base import PREFIX, Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
 
@@ -68,24 +79,34 @@ def read(store: Store, keys: list[str]) -> Current:
 
 
 def commit(store: Store, change: Change) -> bool:
-    ops = [*(Put(k, v.to_bytes()) for k, v in change.puts.items()),
-           *(Delete(k) for k in change.deletes)]
+    ops = [
+        *(Put(k, v.to_bytes()) for k, v in change.puts.items()),
+        *(Delete(k) for k in change.deletes),
+    ]
     return store.txn([Compare(k, r) for k, r in change.compares.items()], ops).succeeded
 
 
-def apply_with_retry(store: Store, keys: list[str],
-                     plan: Callable[[Current], Change], what: str) -> Change:
+def apply_with_retry(
+    store: Store, keys: list[str], plan: Callable[[Current], Change], what: str
+) -> Change:
     """Read ``keys``, plan, commit; again on a lost compare. Skip propagates."""
+
     def attempt() -> Change | Lost:
         change = plan(read(store, keys))
         return change if commit(store, change) else LOST
 
-    return run_cas(attempt, RETRY, Contended(
-        f"{what}: the keys kept changing ({MAX_ATTEMPTS} attempts)", f"store {store.name}; retry"))
+    return run_cas(
+        attempt,
+        RETRY,
+        Contended(
+            f"{what}: the keys kept changing ({MAX_ATTEMPTS} attempts)",
+            f"store {store.name}; retry",
+        ),
+    )
 
 
 def pool_key_of(block_key: str) -> str:
-    return pool_key(block_key[len(BLOCKS):].rpartition("/")[0])
+    return pool_key(block_key[len(BLOCKS) :].rpartition("/")[0])
 
 
 def current_handle(cur: Current, handle_id: str) -> HandleRecord | None:
@@ -117,25 +138,46 @@ def allocations_of(block: BlockRecord | None) -> Mapping[str, str]:
     return block.allocations if block else {}
 
 
-def plan_free(fix: Fix, cur: Current, block: BlockRecord | None, handle: HandleRecord | None,
-              change: Change, now: float) -> None:
-    if allocations_of(block).get(fix.ip) != fix.holder or \
-            lists(current_handle(cur, fix.holder), fix.ip, fix.block_key):
+def plan_free(
+    fix: Fix,
+    cur: Current,
+    block: BlockRecord | None,
+    handle: HandleRecord | None,
+    change: Change,
+    now: float,
+) -> None:
+    if allocations_of(block).get(fix.ip) != fix.holder or lists(
+        current_handle(cur, fix.holder), fix.ip, fix.block_key
+    ):
         raise Skip("the allocation changed or its handle lists it now")
     change.puts[fix.block_key] = block_without(block, [fix.ip], now)
 
 
-def plan_repoint(fix: Fix, cur: Current, block: BlockRecord | None,
-                 handle: HandleRecord | None, change: Change, now: float) -> None:
-    if allocations_of(block).get(fix.ip) != fix.holder or not lists(handle, fix.ip,
-                                                                    fix.block_key) \
-            or lists(current_handle(cur, fix.holder), fix.ip, fix.block_key):
+def plan_repoint(
+    fix: Fix,
+    cur: Current,
+    block: BlockRecord | None,
+    handle: HandleRecord | None,
+    change: Change,
+    now: float,
+) -> None:
+    if (
+        allocations_of(block).get(fix.ip) != fix.holder
+        or not lists(handle, fix.ip, fix.block_key)
+        or lists(current_handle(cur, fix.holder), fix.ip, fix.block_key)
+    ):
         raise Skip("the allocation or the handles changed")
     change.puts[fix.block_key] = block_with(block, fix.ip, fix.handle, handle.node)
 
 
-def plan_restore(fix: Fix, cur: Current, block: BlockRecord | None,
-                 handle: HandleRecord | None, change: Change, now: float) -> None:
+def plan_restore(
+    fix: Fix,
+    cur: Current,
+    block: BlockRecord | None,
+    handle: HandleRecord | None,
+    change: Change,
+    now: float,
+) -> None:
     if not lists(handle, fix.ip, fix.block_key):
         raise Skip("the handle no longer lists it")
     if block is None:
@@ -144,21 +186,34 @@ def plan_restore(fix: Fix, cur: Current, block: BlockRecord | None,
         block = BlockRecord(fix.pool, fix.cidr, fix.node or "", claimed_at=now)
         if fix.node:  # the claim and its index entry together, as the allocator writes them
             change.puts[block_affinity_key(fix.node, fix.block_key)] = AffinityRecord(
-                fix.pool, fix.cidr, now)
+                fix.pool, fix.cidr, now
+            )
     elif allocations_of(block).get(fix.ip) is not None:
         raise Skip("the block holds it for someone now")
     change.puts[fix.block_key] = block_with(block, fix.ip, fix.handle, fix.node or "")
 
 
-def plan_drop(fix: Fix, cur: Current, block: BlockRecord | None, handle: HandleRecord | None,
-              change: Change, now: float) -> None:
+def plan_drop(
+    fix: Fix,
+    cur: Current,
+    block: BlockRecord | None,
+    handle: HandleRecord | None,
+    change: Change,
+    now: float,
+) -> None:
     if not lists(handle, fix.ip, fix.block_key) or allocations_of(block).get(fix.ip) == fix.handle:
         raise Skip("the handle no longer lists it, or the block now gives it to this handle")
     put_or_delete_handle(change, fix.handle, handle_without(handle, fix.ip, fix.pool))
 
 
-def plan_delete_handle(fix: Fix, cur: Current, block: BlockRecord | None,
-                       handle: HandleRecord | None, change: Change, now: float) -> None:
+def plan_delete_handle(
+    fix: Fix,
+    cur: Current,
+    block: BlockRecord | None,
+    handle: HandleRecord | None,
+    change: Change,
+    now: float,
+) -> None:
     if handle is None:
         raise Skip("already gone")
     pools = {item.pool for item in handle.ips}
@@ -166,8 +221,14 @@ def plan_delete_handle(fix: Fix, cur: Current, block: BlockRecord | None,
     change.deletes.append(handle_key(fix.handle))
 
 
-def plan_delete_block(fix: Fix, cur: Current, block: BlockRecord | None,
-                      handle: HandleRecord | None, change: Change, now: float) -> None:
+def plan_delete_block(
+    fix: Fix,
+    cur: Current,
+    block: BlockRecord | None,
+    handle: HandleRecord | None,
+    change: Change,
+    now: float,
+) -> None:
     if block is None or allocations_of(block) or cur[pool_key_of(fix.block_key)][1] is not None:
         raise Skip("the block is gone, holds addresses, or its pool exists again")
     change.deletes.append(fix.block_key)
@@ -176,26 +237,44 @@ def plan_delete_block(fix: Fix, cur: Current, block: BlockRecord | None,
         change.deletes.append(index)
 
 
-def plan_put_affinity(fix: Fix, cur: Current, block: BlockRecord | None,
-                      handle: HandleRecord | None, change: Change, now: float) -> None:
+def plan_put_affinity(
+    fix: Fix,
+    cur: Current,
+    block: BlockRecord | None,
+    handle: HandleRecord | None,
+    change: Change,
+    now: float,
+) -> None:
     index = block_affinity_key(fix.node, fix.block_key)
     if block is None or block.affinity != fix.node or cur[index][1] is not None:
         raise Skip("the block or its index entry changed")
     change.puts[index] = AffinityRecord(block.pool, block.cidr, block.claimed_at or now)
 
 
-def plan_delete_affinity(fix: Fix, cur: Current, block: BlockRecord | None,
-                         handle: HandleRecord | None, change: Change, now: float) -> None:
+def plan_delete_affinity(
+    fix: Fix,
+    cur: Current,
+    block: BlockRecord | None,
+    handle: HandleRecord | None,
+    change: Change,
+    now: float,
+) -> None:
     index = block_affinity_key(fix.node, fix.block_key)
     if cur[index][1] is None or (block is not None and block.affinity == fix.node):
         raise Skip("the index entry is gone or its block is this node's again")
     change.deletes.append(index)
 
 
-PLANNERS = {"free": plan_free, "repoint": plan_repoint, "restore": plan_restore,
-            "drop": plan_drop, "delete-handle": plan_delete_handle,
-            "delete-block": plan_delete_block, "put-affinity": plan_put_affinity,
-            "delete-affinity": plan_delete_affinity}
+PLANNERS = {
+    "free": plan_free,
+    "repoint": plan_repoint,
+    "restore": plan_restore,
+    "drop": plan_drop,
+    "delete-handle": plan_delete_handle,
+    "delete-block": plan_delete_block,
+    "put-affinity": plan_put_affinity,
+    "delete-affinity": plan_delete_affinity,
+}
 
 
 def put_or_delete_handle(change: Change, handle_id: str, record: HandleRecord) -> None:
@@ -209,8 +288,12 @@ def put_or_delete_handle(change: Change, handle_id: str, record: HandleRecord) -
 def apply_fix(store: Store, fix: Fix, now: float) -> tuple[str, str]:
     """("applied", ""), ("skipped", why) or ("failed", why); a store failure raises."""
     try:
-        apply_with_retry(store, fix_keys(fix), lambda cur: plan_fix(fix, cur, now),
-                         f"gc {fix.action} of {fix.ip or fix.handle or fix.block_key}")
+        apply_with_retry(
+            store,
+            fix_keys(fix),
+            lambda cur: plan_fix(fix, cur, now),
+            f"gc {fix.action} of {fix.ip or fix.handle or fix.block_key}",
+        )
     except Skip as why:
         return "skipped", str(why)
     except Contended as exc:

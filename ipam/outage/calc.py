@@ -1,20 +1,21 @@
 """The pure side of the outage guard: journal entries <-> records, which pools an ADD may be
 served from without the store, and which journalled ADDs a later DEL cancels."""
+
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ipam.alloc.planner import netconf_pools
-from ipam.records import HandleId, HandleRecord, LeasedIP
 from ipam.alloc.selection import Selection
+from ipam.records import HandleId, HandleRecord, LeasedIP
 
 Names = tuple[tuple[str, ...], ...]  # candidate pool names per address to lease
 
 
 def handle_dict(handle: HandleId) -> dict:
-    return {"network": handle.network, "containerID": handle.container_id,
-            "ifname": handle.ifname}
+    return {"network": handle.network, "containerID": handle.container_id, "ifname": handle.ifname}
 
 
 def entry_handle(entry: Mapping[str, Any]) -> HandleId:
@@ -28,8 +29,9 @@ def entry_record(entry: Mapping[str, Any]) -> HandleRecord:
 
 
 def leased_ip(data: Mapping[str, Any]) -> LeasedIP:
-    return LeasedIP(str(data["address"]), data.get("gateway"), str(data["pool"]),
-                    str(data["block"]))
+    return LeasedIP(
+        str(data["address"]), data.get("gateway"), str(data["pool"]), str(data["block"])
+    )
 
 
 def family_of(ips: list[LeasedIP]) -> int:
@@ -41,8 +43,10 @@ def calc_pool_names(selection: Selection, buffers: Mapping[str, list[LeasedIP]])
     derived from the netconf alone; named or selected cluster pools are grouped by the
     family of the addresses this node has buffered for them (IPv4 first)."""
     if selection.range_sets:
-        return tuple(tuple(p.name for p in netconf_pools(selection.network, rs))
-                     for rs in selection.range_sets)
+        return tuple(
+            tuple(p.name for p in netconf_pools(selection.network, rs))
+            for rs in selection.range_sets
+        )
     names = selection.pools or tuple(sorted(buffers))
     by_family: dict[int, list[str]] = {}
     for name in names:

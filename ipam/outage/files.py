@@ -12,6 +12,7 @@ After a restart the addresses a node may still hand out during an outage are the
 minus every address an ``add`` entry of the journal names. Crash safety relies on the order the
 reconciler keeps: snapshot first, then the journal shortened.
 """
+
 from __future__ import annotations
 
 import json
@@ -92,8 +93,9 @@ class OutageFiles:
             if created:
                 fsync_dir(self.dir)
         except OSError as exc:
-            raise TryAgainLater(f"cannot write the IPAM outage journal {self.journal_path}",
-                                str(exc)) from None
+            raise TryAgainLater(
+                f"cannot write the IPAM outage journal {self.journal_path}", str(exc)
+            ) from None
 
     def entries(self) -> list[dict]:
         try:
@@ -107,8 +109,9 @@ class OutageFiles:
     def rewrite(self, entries: list[dict]) -> None:
         """Replace the journal by ``entries`` (the ones not replayed yet)."""
         self.ensure_dir()
-        text = "".join(json.dumps(e, separators=(",", ":"), sort_keys=True) + "\n"
-                       for e in entries)
+        text = "".join(
+            json.dumps(e, separators=(",", ":"), sort_keys=True) + "\n" for e in entries
+        )
         write_atomically(self.journal_path, text.encode())
 
     def load_buffers(self) -> dict[str, list[dict]]:

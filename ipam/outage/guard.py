@@ -22,23 +22,25 @@ become unreachable and get no guard (``NoGuard``). Known limit: after a restart 
 of an outage, repeating an ADD made *before* the outage gets a second address (the handle then
 holds both once written back: nothing is freed that a container may use).
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from cni.spec.errors import CNIError, TryAgainLater
-from ipam.leases.service import LeaseService
 from common.loop import Errors, Loop
+from ipam.alloc.selection import Selection
+from ipam.leases.service import LeaseService
 from ipam.outage.calc import Names, calc_pool_names, handle_dict
 from ipam.outage.files import OutageFiles
 from ipam.outage.store import StoreUnreachable
 from ipam.outage.writeback import REFILL_PAUSE, WriteBack
 from ipam.records import HandleId, HandleRecord, LeasedIP
-from ipam.alloc.selection import Selection
 from store.deadline import call_budget
 
 log = logging.getLogger("pycnid.outage")
@@ -50,8 +52,16 @@ class OutageGuard(WriteBack):
     """Around a ``LeaseService`` whose store is a ``TrackedStore``; the write-back half (load,
     sync, replay, refill) is ``WriteBack``."""
 
-    def __init__(self, leases: LeaseService, files: OutageFiles, *, size: int, budget: float,
-                 clock: Callable[[], float] = time.time, metrics: Any = None) -> None:
+    def __init__(
+        self,
+        leases: LeaseService,
+        files: OutageFiles,
+        *,
+        size: int,
+        budget: float,
+        clock: Callable[[], float] = time.time,
+        metrics: Any = None,
+    ) -> None:
         self.leases, self.store, self.node = leases, leases.store, leases.node
         self.reach, self.files = leases.store.reach, files
         self.size, self.budget, self.clock = size, budget, clock
@@ -70,31 +80,50 @@ class OutageGuard(WriteBack):
         self._wake = threading.Event()
         self.reach.on_suspect = self._wake.set  # a failed call: probe the store now
         registry = self._counters(metrics)
-        self.loop = Loop("ipam-outage", self.reconcile, retry=self.calc_pause, wake=self._wake,
-                         errors=Errors(log, "outage sync", logging.DEBUG), registry=registry,
-                         join_timeout=10)
+        self.loop = Loop(
+            "ipam-outage",
+            self.reconcile,
+            retry=self.calc_pause,
+            wake=self._wake,
+            errors=Errors(log, "outage sync", logging.DEBUG),
+            registry=registry,
+            join_timeout=10,
+        )
 
     def _counters(self, metrics: Any) -> Any:
         if metrics is None:
             from common.metrics import Registry
+
             metrics = Registry()
-        self.served = metrics.counter("pycni_ipam_outage_served_total",
-                                      "ADDs answered from the outage buffer")
-        self.replayed = metrics.counter("pycni_ipam_outage_replayed_total",
-                                        "Journal entries written back to the store")
-        self.conflicts = metrics.counter("pycni_ipam_outage_conflicts_total",
-                                         "Buffer addresses found held by others at write-back")
-        metrics.gauge("pycni_ipam_outage_buffer_addresses",
-                      "Addresses this node may hand out during a store outage, by pool",
-                      lambda: {(("pool", p),): len(ips) for p, ips in self.buffers.items()})
-        metrics.gauge("pycni_ipam_outage_journal_entries", "Journal entries not written back",
-                      lambda: {(): len(self.entries)})
-        metrics.gauge("pycni_ipam_store_reachable", "1 when the IPAM store answered last",
-                      lambda: {(): 0 if self.reach.down else 1})
+        self.served = metrics.counter(
+            "pycni_ipam_outage_served_total", "ADDs answered from the outage buffer"
+        )
+        self.replayed = metrics.counter(
+            "pycni_ipam_outage_replayed_total", "Journal entries written back to the store"
+        )
+        self.conflicts = metrics.counter(
+            "pycni_ipam_outage_conflicts_total",
+            "Buffer addresses found held by others at write-back",
+        )
+        metrics.gauge(
+            "pycni_ipam_outage_buffer_addresses",
+            "Addresses this node may hand out during a store outage, by pool",
+            lambda: {(("pool", p),): len(ips) for p, ips in self.buffers.items()},
+        )
+        metrics.gauge(
+            "pycni_ipam_outage_journal_entries",
+            "Journal entries not written back",
+            lambda: {(): len(self.entries)},
+        )
+        metrics.gauge(
+            "pycni_ipam_store_reachable",
+            "1 when the IPAM store answered last",
+            lambda: {(): 0 if self.reach.down else 1},
+        )
         return metrics
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> "OutageGuard":
+    def start(self) -> OutageGuard:
         self.loop.start()
         return self
 
@@ -102,8 +131,14 @@ class OutageGuard(WriteBack):
         self.loop.stop()
 
     # -- the ADD / DEL path -------------------------------------------------------------------
-    def acquire(self, handle: HandleId, selection: Selection, attributes: Mapping[str, str],
-                commit: Commit, static: bool = False) -> tuple[HandleRecord, bool]:
+    def acquire(
+        self,
+        handle: HandleId,
+        selection: Selection,
+        attributes: Mapping[str, str],
+        commit: Commit,
+        static: bool = False,
+    ) -> tuple[HandleRecord, bool]:
         served = self.pending.get(handle.key)
         if served is not None:
             return served, False
@@ -158,39 +193,59 @@ class OutageGuard(WriteBack):
             self._sync.release()
         return not self.entries
 
-    def serve(self, handle: HandleId, selection: Selection, attributes: Mapping[str, str],
-              static: bool, cause: CNIError | None) -> tuple[HandleRecord, bool]:
+    def serve(
+        self,
+        handle: HandleId,
+        selection: Selection,
+        attributes: Mapping[str, str],
+        static: bool,
+        cause: CNIError | None,
+    ) -> tuple[HandleRecord, bool]:
         with self._lock:
             known = self.known.get(handle.key)
             if known is not None:
                 return known, False
             names = self.selections.get(selection) or calc_pool_names(selection, self.buffers)
             picks = self._pick(names, static, cause)
-            record = HandleRecord(handle, tuple(picks), {**attributes, "node": self.node},
-                                  self.clock())
-            self._journal({"op": "add", "handle": handle_dict(handle),
-                           "record": json.loads(record.to_bytes())})
+            record = HandleRecord(
+                handle, tuple(picks), {**attributes, "node": self.node}, self.clock()
+            )
+            self._journal(
+                {
+                    "op": "add",
+                    "handle": handle_dict(handle),
+                    "record": json.loads(record.to_bytes()),
+                }
+            )
             for ip in picks:
                 self.buffers[ip.pool].remove(ip)
             self.pending[handle.key] = record
         self.served.inc()
-        log.warning("ADD of %s served from the outage buffer: %s", handle,
-                    ", ".join(ip.address for ip in picks))
+        log.warning(
+            "ADD of %s served from the outage buffer: %s",
+            handle,
+            ", ".join(ip.address for ip in picks),
+        )
         return record, True
 
     def _pick(self, names: Names, static: bool, cause: CNIError | None) -> list[LeasedIP]:
         why = str(cause) if cause else self.reach.reason or "no answer"
         if static:
-            raise TryAgainLater(f"the store {self.store.name} is unreachable; a requested "
-                                "address cannot be checked until it is back", why)
+            raise TryAgainLater(
+                f"the store {self.store.name} is unreachable; a requested "
+                "address cannot be checked until it is back",
+                why,
+            )
         picks = []
         for pools in names:
             ip = next((ips[0] for p in pools if (ips := self.buffers.get(p))), None)
             if ip is None:
-                raise TryAgainLater(f"the store {self.store.name} is unreachable and node "
-                                    f"{self.node} has no outage buffer address left in pool "
-                                    f"{', '.join(pools) or '(none known)'}",
-                                    f"retry when the store is back ({why})")
+                raise TryAgainLater(
+                    f"the store {self.store.name} is unreachable and node "
+                    f"{self.node} has no outage buffer address left in pool "
+                    f"{', '.join(pools) or '(none known)'}",
+                    f"retry when the store is back ({why})",
+                )
             picks.append(ip)
         return picks
 
@@ -210,8 +265,9 @@ class OutageGuard(WriteBack):
         now = time.monotonic()
         for pool in (ip.pool for ip in record.ips):
             self.pools.add(pool)
-            if len(self.buffers.get(pool, ())) < self.size and \
-                    now >= self._next_wake.get(pool, 0.0):
+            if len(self.buffers.get(pool, ())) < self.size and now >= self._next_wake.get(
+                pool, 0.0
+            ):
                 self._next_wake[pool] = now + REFILL_PAUSE
                 self._wake.set()
 
@@ -219,8 +275,14 @@ class OutageGuard(WriteBack):
 class NoGuard:
     """The ADD/DEL path without outage handling (SQLite: the store is local)."""
 
-    def acquire(self, handle: HandleId, selection: Selection, attributes: Mapping[str, str],
-                commit: Commit, static: bool = False) -> tuple[HandleRecord, bool]:
+    def acquire(
+        self,
+        handle: HandleId,
+        selection: Selection,
+        attributes: Mapping[str, str],
+        commit: Commit,
+        static: bool = False,
+    ) -> tuple[HandleRecord, bool]:
         return commit()
 
     def release(self, handle: HandleId, commit: Callable[[], Any]) -> None:

@@ -10,11 +10,13 @@ behalf of a CNI request (a thread inside ``store.deadline.call_budget``) fail at
 without touching the store, so only the first ADD of an outage waits for a timeout (the other
 threads, e.g. the reconciler's probe, still ask the store).
 """
+
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from cni.spec.errors import NotAvailable, TryAgainLater
 from store import deadline
@@ -70,8 +72,9 @@ class TrackedStore:
 
     def _call(self, what: str, call: Callable[[], T]) -> T:
         if self.reach.down and deadline.in_request():
-            raise StoreUnreachable(f"the store {self.name} is unreachable",
-                                   self.reach.reason or f"{what} not tried")
+            raise StoreUnreachable(
+                f"the store {self.name} is unreachable", self.reach.reason or f"{what} not tried"
+            )
         try:
             result = call()
         except TryAgainLater as exc:
@@ -84,8 +87,9 @@ class TrackedStore:
         return self._call("get", lambda: self.inner.get(key))
 
     def range(self, prefix: str, *, keys_only: bool = False, limit: int = 0) -> list[KV]:
-        return self._call("range", lambda: self.inner.range(prefix, keys_only=keys_only,
-                                                            limit=limit))
+        return self._call(
+            "range", lambda: self.inner.range(prefix, keys_only=keys_only, limit=limit)
+        )
 
     def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> TxnResult:
         return self._call("txn", lambda: self.inner.txn(compares, ops))

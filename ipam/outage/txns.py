@@ -14,15 +14,24 @@ retried on conflict):
   the addresses just leave the buffer, with their reuse delay. An address the buffer no longer
   holds is taken if free; held by someone else, it is reported as a conflict and not written.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from cni.spec.errors import AddressExhausted
 from ipam.alloc.plan import Plan
 from ipam.alloc.planner import Planner
-from ipam.records import (BUFFER_NETWORK, BlockRecord, HandleId, HandleRecord, LeasedIP,
-                          affinity_key, block_key, handles_prefix)
+from ipam.records import (
+    BUFFER_NETWORK,
+    BlockRecord,
+    HandleId,
+    HandleRecord,
+    LeasedIP,
+    affinity_key,
+    block_key,
+    handles_prefix,
+)
 from store.base import Store
 
 BUFFER_ROLE = "outage-buffer"
@@ -38,8 +47,12 @@ def buffers_prefix(node: str) -> str:
 
 def read_buffers(store: Store, node: str) -> dict[str, HandleRecord]:
     """The node's buffer handles by pool."""
-    return {record.handle.ifname: record for record in
-            (HandleRecord.from_bytes(kv.key, kv.value) for kv in store.range(buffers_prefix(node)))}
+    return {
+        record.handle.ifname: record
+        for record in (
+            HandleRecord.from_bytes(kv.key, kv.value) for kv in store.range(buffers_prefix(node))
+        )
+    }
 
 
 def with_ips(record: HandleRecord, ips: tuple[LeasedIP, ...]) -> HandleRecord:
@@ -53,8 +66,9 @@ def put_or_delete(plan: Plan, revision: int, record: HandleRecord) -> None:
         plan.delete_handle(record.handle.key, revision)
 
 
-def plan_refill(planner: Planner, plan: Plan, pool: str, size: int,
-                clock: Callable[[], float]) -> HandleRecord | None:
+def plan_refill(
+    planner: Planner, plan: Plan, pool: str, size: int, clock: Callable[[], float]
+) -> HandleRecord | None:
     """Add addresses to the buffer of ``pool`` up to ``size``; the buffer as planned. A pool
     the cache does not know yet: a cluster pool is read now, a netconf pool (defined only by
     the netconf) waits for the next ADD that uses it."""
@@ -79,15 +93,19 @@ def plan_refill(planner: Planner, plan: Plan, pool: str, size: int,
         picks.append(lease)
     if not picks:
         return current
-    record = HandleRecord(holder, tuple(have) + tuple(picks),
-                          {"node": planner.node, "role": BUFFER_ROLE},
-                          current.created_at if current else clock())
+    record = HandleRecord(
+        holder,
+        tuple(have) + tuple(picks),
+        {"node": planner.node, "role": BUFFER_ROLE},
+        current.created_at if current else clock(),
+    )
     plan.put_handle(record, revision)
     return record
 
 
-def plan_replay(planner: Planner, plan: Plan, served: HandleRecord, cancelled: bool,
-                now: float) -> list[str]:
+def plan_replay(
+    planner: Planner, plan: Plan, served: HandleRecord, cancelled: bool, now: float
+) -> list[str]:
     """Write one buffer-served ADD back (see the module doc); returns the conflicts."""
     existing = None
     if not cancelled:
@@ -102,23 +120,34 @@ def plan_replay(planner: Planner, plan: Plan, served: HandleRecord, cancelled: b
         holder = block.allocations.get(ip.ip) if block else None
         if cancelled:
             if block is not None and holder == str(buffer_id):
-                plan.write_block(block_key(ip.pool, ip.block), revision, ip.pool,
-                                 block.without(ip.ip, released_at=now))
+                plan.write_block(
+                    block_key(ip.pool, ip.block),
+                    revision,
+                    ip.pool,
+                    block.without(ip.ip, released_at=now),
+                )
         elif holder in (None, str(buffer_id), str(served.handle)):
             block = block or new_block(planner, plan, ip, now)
-            plan.write_block(block_key(ip.pool, ip.block), revision, ip.pool,
-                             block.with_allocation(ip.ip, str(served.handle), advance=False,
-                                                   borrower=planner.node))
+            plan.write_block(
+                block_key(ip.pool, ip.block),
+                revision,
+                ip.pool,
+                block.with_allocation(
+                    ip.ip, str(served.handle), advance=False, borrower=planner.node
+                ),
+            )
             held.append(ip)
             moved = True
         else:
-            conflicts.append(f"{ip.ip}, served to {served.handle} during the outage, is held "
-                             f"by {holder}")
+            conflicts.append(
+                f"{ip.ip}, served to {served.handle} during the outage, is held by {holder}"
+            )
     if moved:
         old = existing[1] if existing and existing[1] else None
         attributes = {**(old.attributes if old else {}), **served.attributes}
-        record = HandleRecord(served.handle, tuple(held), attributes,
-                              old.created_at if old else served.created_at)
+        record = HandleRecord(
+            served.handle, tuple(held), attributes, old.created_at if old else served.created_at
+        )
         plan.put_handle(record, existing[0] if existing else 0)
     return conflicts
 
@@ -128,8 +157,9 @@ def take_from_buffer(planner: Planner, plan: Plan, ip: LeasedIP) -> HandleId:
     buffer_id = buffer_handle(planner.node, ip.pool)
     revision, buffer = planner.current_handle(plan, buffer_id.key)
     if buffer is not None and any(b.ip == ip.ip for b in buffer.ips):
-        put_or_delete(plan, revision, with_ips(buffer, tuple(b for b in buffer.ips
-                                                             if b.ip != ip.ip)))
+        put_or_delete(
+            plan, revision, with_ips(buffer, tuple(b for b in buffer.ips if b.ip != ip.ip))
+        )
     return buffer_id
 
 

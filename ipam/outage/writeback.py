@@ -8,12 +8,14 @@ runs on the guard's loop (``common/loop.py``, thread ``ipam-outage``): a step pr
 rewritten, then the journal shortened, and the buffers refilled. A failing probe or write-back
 is one debug line; the next step tries again.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Any, Callable, Self
+from collections.abc import Callable
+from typing import Any, Self
 
 from ipam.leases.service import LeaseService
 from ipam.outage.calc import calc_cancelled, entry_handle, entry_record, leased_ip
@@ -73,10 +75,14 @@ class WriteBack:
             else:
                 pending.pop(key, None)
         self.pending = pending
-        self.buffers = {} if self.files.corrupt else {
-            pool: [ip for ip in map(leased_ip, ips) if ip.ip not in served]
-            for pool, ips in snapshot.items()}
-
+        self.buffers = (
+            {}
+            if self.files.corrupt
+            else {
+                pool: [ip for ip in map(leased_ip, ips) if ip.ip not in served]
+                for pool, ips in snapshot.items()
+            }
+        )
 
     def reconcile(self) -> float:
         """The loop's step: one sync, then the pause until the next (a failed one too)."""
@@ -116,8 +122,10 @@ class WriteBack:
             self.known.pop(handle.key, None)
         else:
             record, now = entry_record(entry), self.clock()
-            conflicts = self.leases.run(lambda plan: plan_replay(
-                self.leases.planner, plan, record, cancelled, now), f"write-back of {handle}")
+            conflicts = self.leases.run(
+                lambda plan: plan_replay(self.leases.planner, plan, record, cancelled, now),
+                f"write-back of {handle}",
+            )
             for conflict in conflicts:
                 self.conflicts.inc()
                 log.error("outage write-back conflict: %s", conflict)
@@ -144,9 +152,10 @@ class WriteBack:
             have = len(stored[name].ips) if name in stored else 0
             if have >= self.size or now < self._next_refill.get(name, 0.0):
                 continue
-            record = self.leases.run(lambda plan: plan_refill(
-                self.leases.planner, plan, name, self.size, self.clock),
-                f"refill of the outage buffer of {name}")
+            record = self.leases.run(
+                lambda plan: plan_refill(self.leases.planner, plan, name, self.size, self.clock),
+                f"refill of the outage buffer of {name}",
+            )
             if record is not None:
                 stored[name] = record
             if (len(record.ips) if record else 0) < self.size:
@@ -160,4 +169,3 @@ class WriteBack:
     def _save(self, snapshot: dict[str, list[dict]]) -> None:
         self.files.save_buffers(snapshot)
         self.stored = snapshot
-

@@ -3,29 +3,39 @@ success) and is preceded by a fault point, so a test can fail every step in turn
 nothing left behind. The bridge, its gateway address and ip_forward are shared node state and
 are never undone (as the reference: bridges are never deleted).
 """
+
 from __future__ import annotations
 
 import errno
 import logging
 import os
 import socket
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from kernel import addr, link, route, sysctl
-from kernel.session import node_session, pod_session
 from cni.spec.errors import AttachmentExists, CNIError, InvalidEnvironment, NodeChangeFailed
 from cni.spec.request import Request
-from plugins.bridge.calc import (bridge_addresses, build_result, calc_ips, calc_routes, container_addresses, masq_pairs, route_specs)
-from plugins.bridge.config import BridgeConfig, parse_bridge_config
 from common.attachment import Attachment
-from plugins.bridge.overlay import ensure_neighbour_proxy, ensure_quick_resolve, fit_to_node
+from kernel import addr, link, route, sysctl
+from kernel.session import node_session, pod_session
+from plugins.bridge.calc import (
+    bridge_addresses,
+    build_result,
+    calc_ips,
+    calc_routes,
+    container_addresses,
+    masq_pairs,
+    route_specs,
+)
+from plugins.bridge.config import BridgeConfig, parse_bridge_config
 from plugins.bridge.delegate import delegate, validate_delegation
 from plugins.bridge.errors import describe, failing
+from plugins.bridge.overlay import ensure_neighbour_proxy, ensure_quick_resolve, fit_to_node
 
 if TYPE_CHECKING:
     from plugins.bridge.plugin import BridgePlugin
@@ -49,11 +59,11 @@ class AddState:
     container_mac: str = ""
 
 
-def ensure_bridge(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
+def ensure_bridge(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
     st.bridge = rt.bridges.ensure_bridge(st.node, st.cfg)
 
 
-def add_ipam(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
+def add_ipam(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
     """A failed IPAM ADD cleans up after itself (as the reference assumes): the IPAM DEL is
     pushed only once it has leased something."""
     result = delegate(rt.services.plugins, st.req, "ADD") or {}
@@ -63,18 +73,27 @@ def add_ipam(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
     st.dns = st.cfg.dns or result.get("dns") or {}
 
 
-def setup_veth(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
+def setup_veth(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
     """The veth pair: host end on the bridge (up, MTU), container end CNI_IFNAME in the pod."""
     host, ifname = st.att.host_veth, st.req.env.ifname
     st.host_mac, st.container_mac = link.random_mac(), st.cfg.mac or link.random_mac()
     try:
-        link.create_veth(st.node, host, ifname, st.req.netns_fd, host_mac=st.host_mac,
-                         peer_mac=st.container_mac, mtu=st.cfg.mtu, master=st.bridge.index)
+        link.create_veth(
+            st.node,
+            host,
+            ifname,
+            st.req.netns_fd,
+            host_mac=st.host_mac,
+            peer_mac=st.container_mac,
+            mtu=st.cfg.mtu,
+            master=st.bridge.index,
+        )
     except NetlinkError as exc:
         if exc.code == errno.EEXIST:
             raise explain_exists(host, ifname, st.req.env.netns) from None
-        raise NodeChangeFailed(f"failed to create veth pair {host}/{ifname}",
-                               describe(exc)) from None
+        raise NodeChangeFailed(
+            f"failed to create veth pair {host}/{ifname}", describe(exc)
+        ) from None
     undo.callback(quietly(f"delete {host}", link.delete_link, st.node, host))
     st.host_index = socket.if_nametoindex(host)
 
@@ -82,25 +101,32 @@ def setup_veth(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
 def explain_exists(host: str, ifname: str, netns: str) -> CNIError:
     if link.link_exists(host):
         return attachment_exists(host)
-    return AttachmentExists(f"container interface {ifname} already exists in {netns}",
-                            "CNI_IFNAME must not exist in the pod netns before ADD: "
-                            "choose another CNI_IFNAME or remove that interface")
+    return AttachmentExists(
+        f"container interface {ifname} already exists in {netns}",
+        "CNI_IFNAME must not exist in the pod netns before ADD: "
+        "choose another CNI_IFNAME or remove that interface",
+    )
 
 
 def attachment_exists(host: str) -> CNIError:
-    return AttachmentExists(f"host veth {host} of this attachment already exists",
-                            "ADD was repeated without DEL: run DEL of this attachment first")
+    return AttachmentExists(
+        f"host veth {host} of this attachment already exists",
+        "ADD was repeated without DEL: run DEL of this attachment first",
+    )
 
 
 def validate_pod_netns(req: Request) -> None:
     """CNI_NETNS must be a pod's netns, not the node's own (pycnid's)."""
     if req.netns_fd is None:
-        raise InvalidEnvironment(f"CNI_NETNS is required for {req.command}",
-                                 "no pod netns was received")
+        raise InvalidEnvironment(
+            f"CNI_NETNS is required for {req.command}", "no pod netns was received"
+        )
     pod, node = os.fstat(req.netns_fd), os.stat("/proc/thread-self/ns/net")
     if (pod.st_dev, pod.st_ino) == (node.st_dev, node.st_ino):
-        raise InvalidEnvironment("CNI_NETNS is the node's own network namespace",
-                                 f"{req.env.netns} is where pycnid and the bridge live")
+        raise InvalidEnvironment(
+            "CNI_NETNS is the node's own network namespace",
+            f"{req.env.netns} is where pycnid and the bridge live",
+        )
 
 
 def validate_new_attachment(att: Attachment) -> None:
@@ -110,14 +136,15 @@ def validate_new_attachment(att: Attachment) -> None:
         raise attachment_exists(att.host_veth)
 
 
-def setup_port(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
+def setup_port(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
     """Label the host veth with its attachment (for GC) and set hairpin mode."""
     with failing(f"failed to configure bridge port {st.att.host_veth}"):
-        link.set_port(st.node, st.host_index, alias=st.att.alias,
-                      hairpin=True if st.cfg.hairpin else None)
+        link.set_port(
+            st.node, st.host_index, alias=st.att.alias, hairpin=True if st.cfg.hairpin else None
+        )
 
 
-def setup_pod(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
+def setup_pod(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
     """Inside the pod: addresses, link up, routes (gw defaults to the family's gateway), each
     route on this attachment's device next to another attachment's route to the same dst."""
     ifname = st.req.env.ifname
@@ -137,18 +164,19 @@ def setup_pod(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
             route.add_route(pod, spec, exist_ok=True)
 
 
-def ensure_gateway(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
+def ensure_gateway(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
     """isGateway: the gateway addresses on the bridge (forceAddress replaces another one);
     a Pod address the bridge already holds is refused."""
     wanted = bridge_addresses(st.ips) if st.cfg.is_gateway else []
-    rt.bridges.ensure_gateway(st.node, st.bridge, wanted, st.cfg.force_address,
-                              container_addresses(st.ips))
+    rt.bridges.ensure_gateway(
+        st.node, st.bridge, wanted, st.cfg.force_address, container_addresses(st.ips)
+    )
     if wanted and rt.services.overlay is not None:
         with failing(f"failed to answer for remote Pods on {st.cfg.bridge}"):
             ensure_neighbour_proxy(st.cfg.bridge, {a.version for a in wanted})
 
 
-def ensure_forwarding(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
+def ensure_forwarding(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
     if not (st.cfg.is_gateway or st.cfg.ip_masq):
         return
     versions = {a.version for a in container_addresses(st.ips)}
@@ -159,7 +187,7 @@ def ensure_forwarding(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None
             sysctl.ensure_sysctl("net/ipv6/conf/all/forwarding", "1", missing_ok=True)
 
 
-def setup_masquerade(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
+def setup_masquerade(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
     if not (st.cfg.ip_masq and st.ips):
         return
     undo.callback(quietly("remove masquerade elements", rt.masq.remove, st.att.tag))
@@ -167,14 +195,20 @@ def setup_masquerade(rt: "BridgePlugin", st: AddState, undo: ExitStack) -> None:
         rt.masq.add(st.att.tag, st.cfg.bridge, masq_pairs(st.ips))
 
 
-STEPS: tuple[tuple[str, Callable[["BridgePlugin", AddState, ExitStack], None]], ...] = (
-    ("ensure-bridge", ensure_bridge), ("ipam-add", add_ipam), ("setup-veth", setup_veth),
-    ("setup-port", setup_port), ("setup-pod", setup_pod), ("ensure-gateway", ensure_gateway),
-    ("ensure-forwarding", ensure_forwarding), ("setup-masquerade", setup_masquerade))
+STEPS: tuple[tuple[str, Callable[[BridgePlugin, AddState, ExitStack], None]], ...] = (
+    ("ensure-bridge", ensure_bridge),
+    ("ipam-add", add_ipam),
+    ("setup-veth", setup_veth),
+    ("setup-port", setup_port),
+    ("setup-pod", setup_pod),
+    ("ensure-gateway", ensure_gateway),
+    ("ensure-forwarding", ensure_forwarding),
+    ("setup-masquerade", setup_masquerade),
+)
 ADD_STEPS = tuple(name for name, _ in STEPS) + ("finish",)
 
 
-def run_add(rt: "BridgePlugin", req: Request) -> dict:
+def run_add(rt: BridgePlugin, req: Request) -> dict:
     cfg = fit_to_node(parse_bridge_config(req), rt.services.overlay)
     validate_delegation(rt.services.plugins, req, parse=True)
     validate_pod_netns(req)
@@ -196,13 +230,21 @@ def add_result(st: AddState) -> dict:
     return build_result(
         bridge={"name": st.cfg.bridge, "mac": st.bridge.mac},
         host={"name": st.att.host_veth, "mac": st.host_mac, **mtu},
-        container={"name": st.req.env.ifname, "mac": st.container_mac, **mtu,
-                   "sandbox": st.req.env.netns},
-        ips=st.ips, routes=st.routes, dns=st.dns)
+        container={
+            "name": st.req.env.ifname,
+            "mac": st.container_mac,
+            **mtu,
+            "sandbox": st.req.env.netns,
+        },
+        ips=st.ips,
+        routes=st.routes,
+        dns=st.dns,
+    )
 
 
 def quietly(what: str, fn: Callable, *args) -> Callable[[], None]:
     """An undo that logs its own failure instead of hiding the error that caused the rollback."""
+
     def undo() -> None:
         try:
             fn(*args)
@@ -210,4 +252,5 @@ def quietly(what: str, fn: Callable, *args) -> Callable[[], None]:
             log.warning("rollback: %s failed: %s", what, err)
         except Exception:
             log.exception("rollback: %s failed", what)
+
     return undo

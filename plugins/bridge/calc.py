@@ -2,15 +2,16 @@
 
 No I/O here, so every rule is a unit test away.
 """
+
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
-from typing import Iterable
 
+from cni.spec.errors import InvalidConfig
 from kernel.addr import IPInterface
 from kernel.route import Route
-from cni.spec.errors import InvalidConfig
 
 BRIDGE_INDEX, HOST_INDEX, CONTAINER_INDEX = 0, 1, 2
 DEFAULT_DST = {4: ipaddress.ip_network("0.0.0.0/0"), 6: ipaddress.ip_network("::/0")}
@@ -42,13 +43,17 @@ def validate_gateway_not_pod(ip: dict, guessed: bool) -> None:
         raise InvalidConfig(
             f"the IPAM returned no gateway for {address} and isGateway would put the "
             f"subnet's first address {address.ip}, the Pod's own address, on the bridge",
-            "let the IPAM return a gateway, or keep that address out of its range")
-    raise InvalidConfig(f"the IPAM returned the Pod's own address {address} as its gateway",
-                        "an IPAM must never hand out its gateway: fix the IPAM config")
+            "let the IPAM return a gateway, or keep that address out of its range",
+        )
+    raise InvalidConfig(
+        f"the IPAM returned the Pod's own address {address} as its gateway",
+        "an IPAM must never hand out its gateway: fix the IPAM config",
+    )
 
 
-def calc_pod_on_bridge(pod: Iterable[IPInterface], bridge: Iterable[IPInterface]
-                       ) -> list[tuple[IPInterface, IPInterface]]:
+def calc_pod_on_bridge(
+    pod: Iterable[IPInterface], bridge: Iterable[IPInterface]
+) -> list[tuple[IPInterface, IPInterface]]:
     """(pod address, bridge address) pairs that are the same IP: one address on two
     interfaces, which the ADD refuses."""
     held = {b.ip: b for b in bridge}
@@ -65,7 +70,9 @@ def family_gateways(ips: Iterable[dict]) -> dict[int, IPAddress]:
     return out
 
 
-def calc_routes(ipam_routes: Iterable[dict], ips: list[dict], is_default_gateway: bool) -> list[dict]:
+def calc_routes(
+    ipam_routes: Iterable[dict], ips: list[dict], is_default_gateway: bool
+) -> list[dict]:
     """The result's routes: IPAM's, plus a default route per gateway family with
     isDefaultGateway when IPAM gave none."""
     routes = [dict(r) for r in ipam_routes]
@@ -84,9 +91,18 @@ def route_specs(routes: Iterable[dict], ips: list[dict], oif: int) -> list[Route
     for r in routes:
         dst = ipaddress.ip_network(r["dst"], strict=False)
         gw = ipaddress.ip_address(r["gw"]) if r.get("gw") else gateways.get(dst.version)
-        out.append(Route(dst=dst, gw=gw, oif=oif, priority=r.get("priority"),
-                         table=r.get("table"), scope=r.get("scope"), mtu=r.get("mtu"),
-                         advmss=r.get("advmss")))
+        out.append(
+            Route(
+                dst=dst,
+                gw=gw,
+                oif=oif,
+                priority=r.get("priority"),
+                table=r.get("table"),
+                scope=r.get("scope"),
+                mtu=r.get("mtu"),
+                advmss=r.get("advmss"),
+            )
+        )
     return out
 
 
@@ -106,8 +122,9 @@ def bridge_addresses(ips: Iterable[dict]) -> list[IPInterface]:
     return out
 
 
-def calc_bridge_conflicts(existing: Iterable[IPInterface], wanted: list[IPInterface]
-                          ) -> list[IPInterface]:
+def calc_bridge_conflicts(
+    existing: Iterable[IPInterface], wanted: list[IPInterface]
+) -> list[IPInterface]:
     """Bridge addresses that stand in the way of ``wanted`` (as the reference decides):
     any other IPv4 address once an IPv4 gateway is wanted; an IPv6 address that overlaps a
     wanted IPv6 subnet. Link-local addresses never conflict."""
@@ -117,8 +134,9 @@ def calc_bridge_conflicts(existing: Iterable[IPInterface], wanted: list[IPInterf
             continue
         if have.version == 4 and any(w.version == 4 for w in wanted):
             out.append(have)
-        elif have.version == 6 and any(w.version == 6 and w.network.overlaps(have.network)
-                                       for w in wanted):
+        elif have.version == 6 and any(
+            w.version == 6 and w.network.overlaps(have.network) for w in wanted
+        ):
             out.append(have)
     return out
 
@@ -128,8 +146,14 @@ def masq_pairs(ips: Iterable[dict]) -> list[tuple[IPAddress, IPv4Network | IPv6N
     return [(i.ip, i.network) for i in container_addresses(ips)]
 
 
-def build_result(*, bridge: dict, host: dict, container: dict, ips: list[dict],
-                 routes: list[dict], dns: dict) -> dict:
+def build_result(
+    *, bridge: dict, host: dict, container: dict, ips: list[dict], routes: list[dict], dns: dict
+) -> dict:
     """The canonical (1.1.0-shaped) ADD result: interfaces [bridge, host veth, container]."""
-    return {"cniVersion": "1.1.0", "interfaces": [bridge, host, container], "ips": ips,
-            "routes": routes, "dns": dns}
+    return {
+        "cniVersion": "1.1.0",
+        "interfaces": [bridge, host, container],
+        "ips": ips,
+        "routes": routes,
+        "dns": dns,
+    }

@@ -4,30 +4,31 @@ Checked: the container veth (in the pod, MAC, MTU), its host peer (name, peer in
 port, hairpin), the bridge (kind, MAC, promisc, gateway address), the addresses and routes
 inside the pod, the masquerade elements, and the IPAM lease (delegated CHECK).
 """
+
 from __future__ import annotations
 
 import ipaddress
 from typing import TYPE_CHECKING
 
-from kernel import addr, link, route
-from kernel.session import node_session, pod_session
 from cni.spec.errors import CheckFailed, InvalidConfig
 from cni.spec.request import Request
 from cni.spec.result import canonical
+from common.attachment import Attachment
+from kernel import addr, link, route
+from kernel.session import node_session, pod_session
+from masq.rules import FAMILY, TABLE, elements_for
 from plugins.bridge.add import validate_pod_netns
 from plugins.bridge.calc import bridge_addresses, masq_pairs, route_specs
 from plugins.bridge.config import BridgeConfig, parse_bridge_config
-from plugins.bridge.errors import failing
-from common.attachment import Attachment
-from plugins.bridge.overlay import fit_to_node
 from plugins.bridge.delegate import delegate
-from masq.rules import FAMILY, TABLE, elements_for
+from plugins.bridge.errors import failing
+from plugins.bridge.overlay import fit_to_node
 
 if TYPE_CHECKING:
     from plugins.bridge.plugin import BridgePlugin
 
 
-def run_check(rt: "BridgePlugin", req: Request) -> None:
+def run_check(rt: BridgePlugin, req: Request) -> None:
     cfg = fit_to_node(parse_bridge_config(req), rt.services.overlay)
     prev = expected_result(req)
     validate_pod_netns(req)
@@ -50,8 +51,11 @@ def run_check(rt: "BridgePlugin", req: Request) -> None:
 
 def expected_result(req: Request) -> dict:
     if req.prev_result in (None, {}, ""):
-        raise InvalidConfig("required prevResult missing", "CHECK compares the live state with "
-                            "the ADD result, which the runtime passes as prevResult")
+        raise InvalidConfig(
+            "required prevResult missing",
+            "CHECK compares the live state with "
+            "the ADD result, which the runtime passes as prevResult",
+        )
     return canonical(req.prev_result, req.version)
 
 
@@ -68,17 +72,23 @@ def validate_container(pod, req: Request, expected: dict, cfg: BridgeConfig) -> 
     if found is None:
         raise CheckFailed(f"container interface {ifname} is missing from {req.env.netns}")
     if found.kind != "veth":
-        raise CheckFailed(f"container interface {ifname} is a {found.kind or 'device'}, not a veth")
+        raise CheckFailed(
+            f"container interface {ifname} is a {found.kind or 'device'}, not a veth"
+        )
     if expected.get("mac") and expected["mac"].lower() != found.mac:
-        raise CheckFailed(f"container interface {ifname} has MAC {found.mac}, "
-                          f"prevResult says {expected['mac']}")
+        raise CheckFailed(
+            f"container interface {ifname} has MAC {found.mac}, prevResult says {expected['mac']}"
+        )
     if cfg.mtu and found.mtu != cfg.mtu:
-        raise CheckFailed(f"container interface {ifname} has MTU {found.mtu}, config says {cfg.mtu}")
+        raise CheckFailed(
+            f"container interface {ifname} has MTU {found.mtu}, config says {cfg.mtu}"
+        )
     return found
 
 
-def validate_host_veth(node, att: Attachment, container: link.LinkInfo,
-                       cfg: BridgeConfig) -> link.LinkInfo:
+def validate_host_veth(
+    node, att: Attachment, container: link.LinkInfo, cfg: BridgeConfig
+) -> link.LinkInfo:
     host = link.get_link(node, att.host_veth)
     if host is None:
         raise CheckFailed(f"host veth {att.host_veth} of {att.ifname} is missing from the node")
@@ -99,10 +109,13 @@ def validate_bridge(node, cfg: BridgeConfig, host: link.LinkInfo, prev: dict) ->
         raise CheckFailed(f"host veth {host.name} has hairpin mode off, config says on")
     listed = [i for i in prev.get("interfaces", []) if i.get("name") == cfg.bridge]
     if listed and listed[0].get("mac") and listed[0]["mac"].lower() != bridge.mac:
-        raise CheckFailed(f"bridge {cfg.bridge} has MAC {bridge.mac}, "
-                          f"prevResult says {listed[0]['mac']}")
+        raise CheckFailed(
+            f"bridge {cfg.bridge} has MAC {bridge.mac}, prevResult says {listed[0]['mac']}"
+        )
     if cfg.promisc and not bridge.promisc:
-        raise CheckFailed(f"bridge {cfg.bridge} is not in promiscuous mode, config says promiscMode")
+        raise CheckFailed(
+            f"bridge {cfg.bridge} is not in promiscuous mode, config says promiscMode"
+        )
     return bridge
 
 
@@ -119,8 +132,10 @@ def validate_routes(pod, routes: list[dict], ips: list[dict], container: link.Li
     live = {v: route.list_routes(pod, v, table=None) for v in (4, 6)}
     for want in route_specs(routes, ips, container.index):
         table = want.table or route.MAIN_TABLE
-        if not any(r.dst == want.dst and r.gw == want.gw and r.oif == want.oif
-                   and r.table == table for r in live[want.dst.version]):
+        if not any(
+            r.dst == want.dst and r.gw == want.gw and r.oif == want.oif and r.table == table
+            for r in live[want.dst.version]
+        ):
             via = f" via {want.gw}" if want.gw else ""
             raise CheckFailed(f"route {want.dst}{via} dev {container.name} is missing in the pod")
 
@@ -132,9 +147,11 @@ def validate_gateway(node, bridge: link.LinkInfo, ips: list[dict]) -> None:
             raise CheckFailed(f"gateway address {want} is missing from bridge {bridge.name}")
 
 
-def validate_masquerade(rt: "BridgePlugin", att: Attachment, bridge: str, ips: list[dict]) -> None:
+def validate_masquerade(rt: BridgePlugin, att: Attachment, bridge: str, ips: list[dict]) -> None:
     have = rt.masq.elements(att.tag)
     for elem in elements_for(att.tag, bridge, masq_pairs(ips)):
         if elem not in have:
-            raise CheckFailed(f"masquerade element {elem.key} of {att.tag} is missing from "
-                              f"set {elem.set} of table {FAMILY} {TABLE}")
+            raise CheckFailed(
+                f"masquerade element {elem.key} of {att.tag} is missing from "
+                f"set {elem.set} of table {FAMILY} {TABLE}"
+            )

@@ -4,20 +4,27 @@ Reference `bridge` field names where the meaning is the same (CNI-CHECKLIST §2.
 invalid value is InvalidConfig (7) naming the key; reference keys whose feature pycni does not
 implement are UnsupportedField (2) when switched on; other unknown keys are ignored.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
-from kernel.link import normalize_mac
 from cni.spec.errors import InvalidConfig, UnsupportedField
 from cni.spec.request import Request
+from kernel.link import normalize_mac
 from masq.rules import ifname_literal
 
 DEFAULT_BRIDGE = "pycni0"
-BOOL_KEYS = {"isGateway": "is_gateway", "isDefaultGateway": "is_default_gateway",
-             "forceAddress": "force_address", "ipMasq": "ip_masq",
-             "hairpinMode": "hairpin", "promiscMode": "promisc"}
+BOOL_KEYS = {
+    "isGateway": "is_gateway",
+    "isDefaultGateway": "is_default_gateway",
+    "forceAddress": "force_address",
+    "ipMasq": "ip_masq",
+    "hairpinMode": "hairpin",
+    "promiscMode": "promisc",
+}
 UNSUPPORTED = ("vlan", "vlanTrunk", "macspoofchk", "portIsolation", "disableContainerInterface")
 DNS_LISTS = ("nameservers", "search", "options")
 BACKEND_TYPES = ("vxlan", "host-gw")
@@ -45,17 +52,25 @@ def parse_bridge_config(req: Request) -> BridgeConfig:
     if flags["is_default_gateway"]:
         flags["is_gateway"] = True
     if flags["hairpin"] and flags["promisc"]:
-        raise InvalidConfig("invalid keys 'hairpinMode' and 'promiscMode'",
-                            "they are mutually exclusive: set at most one of them")
+        raise InvalidConfig(
+            "invalid keys 'hairpinMode' and 'promiscMode'",
+            "they are mutually exclusive: set at most one of them",
+        )
     validate_unsupported(conf)
     validate_masq_backend(conf)
     bridge = validate_bridge_name(conf.get("bridge", DEFAULT_BRIDGE))
     if flags["ip_masq"]:
         ifname_literal(bridge)  # nft must be able to match it: refused before anything is made
     ipam = conf.get("ipam")
-    return BridgeConfig(bridge=bridge, mtu=validate_mtu(conf.get("mtu")), mac=calc_mac(req),
-                        dns=validate_dns(conf.get("dns")), has_ipam=bool(ipam),
-                        backend=validate_backend(conf), **flags)
+    return BridgeConfig(
+        bridge=bridge,
+        mtu=validate_mtu(conf.get("mtu")),
+        mac=calc_mac(req),
+        dns=validate_dns(conf.get("dns")),
+        has_ipam=bool(ipam),
+        backend=validate_backend(conf),
+        **flags,
+    )
 
 
 def validate_bool(conf: Mapping[str, Any], key: str) -> bool:
@@ -76,11 +91,16 @@ def validate_bridge_name(name: Any) -> str:
         size = len(name.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidConfig("invalid key 'bridge'", f"{name!r} is not valid Unicode") from None
-    if size > 15 or name in (".", "..") or any(c in "/:" or c.isspace() or not c.isprintable()
-                                                for c in name):
-        raise InvalidConfig("invalid key 'bridge'",
-                            f"{name!r} is not a valid interface name (at most 15 bytes, "
-                            "no '/', ':', whitespace or control characters)")
+    if (
+        size > 15
+        or name in (".", "..")
+        or any(c in "/:" or c.isspace() or not c.isprintable() for c in name)
+    ):
+        raise InvalidConfig(
+            "invalid key 'bridge'",
+            f"{name!r} is not a valid interface name (at most 15 bytes, "
+            "no '/', ':', whitespace or control characters)",
+        )
     return name
 
 
@@ -99,11 +119,16 @@ def validate_dns(value: Any) -> dict:
         raise InvalidConfig("invalid key 'dns'", f"expected an object, got {value!r}")
     for key in DNS_LISTS:
         items = value.get(key)
-        if items is not None and not (isinstance(items, list)
-                                      and all(isinstance(i, str) for i in items)):
-            raise InvalidConfig(f"invalid key 'dns.{key}'", f"expected a list of strings, got {items!r}")
+        if items is not None and not (
+            isinstance(items, list) and all(isinstance(i, str) for i in items)
+        ):
+            raise InvalidConfig(
+                f"invalid key 'dns.{key}'", f"expected a list of strings, got {items!r}"
+            )
     if value.get("domain") is not None and not isinstance(value["domain"], str):
-        raise InvalidConfig("invalid key 'dns.domain'", f"expected a string, got {value['domain']!r}")
+        raise InvalidConfig(
+            "invalid key 'dns.domain'", f"expected a string, got {value['domain']!r}"
+        )
     return {k: value[k] for k in ("nameservers", "domain", "search", "options") if value.get(k)}
 
 
@@ -111,24 +136,30 @@ def validate_unsupported(conf: Mapping[str, Any]) -> None:
     for key in UNSUPPORTED:
         value = conf.get(key)
         if value not in (None, False, 0, [], {}):
-            raise UnsupportedField(f"unsupported key {key!r}",
-                                   f"pycni-bridge does not implement {key} (value {value!r})")
+            raise UnsupportedField(
+                f"unsupported key {key!r}",
+                f"pycni-bridge does not implement {key} (value {value!r})",
+            )
 
 
 def validate_masq_backend(conf: Mapping[str, Any]) -> None:
     backend = conf.get("ipMasqBackend")
     if backend not in (None, "nftables"):
-        raise InvalidConfig("invalid key 'ipMasqBackend'",
-                            f"pycni-bridge masquerades with nftables only, got {backend!r}")
+        raise InvalidConfig(
+            "invalid key 'ipMasqBackend'",
+            f"pycni-bridge masquerades with nftables only, got {backend!r}",
+        )
 
 
 def calc_mac(req: Request) -> str | None:
     """The requested container MAC: runtimeConfig.mac > args.cni.mac > CNI_ARGS MAC=."""
     args = req.config.get("args")
     cni_args = args.get("cni") if isinstance(args, dict) else None
-    for key, value in (("runtimeConfig.mac", req.runtime_config.get("mac")),
-                       ("args.cni.mac", cni_args.get("mac") if isinstance(cni_args, dict) else None),
-                       ("CNI_ARGS MAC", req.env.args.get("MAC"))):
+    for key, value in (
+        ("runtimeConfig.mac", req.runtime_config.get("mac")),
+        ("args.cni.mac", cni_args.get("mac") if isinstance(cni_args, dict) else None),
+        ("CNI_ARGS MAC", req.env.args.get("MAC")),
+    ):
         if value in (None, ""):
             continue
         mac = normalize_mac(value) if isinstance(value, str) else None
@@ -144,6 +175,7 @@ def validate_backend(conf: Mapping[str, Any]) -> str | None:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
     if kind not in BACKEND_TYPES:
-        raise InvalidConfig("invalid key 'backend'",
-                            f"expected {{\"type\": \"vxlan\" | \"host-gw\"}}, got {value!r}")
+        raise InvalidConfig(
+            "invalid key 'backend'", f'expected {{"type": "vxlan" | "host-gw"}}, got {value!r}'
+        )
     return kind

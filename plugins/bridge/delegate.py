@@ -4,6 +4,7 @@
 `static`, `dhcp` …) is executed from CNI_PATH exactly as the spec says: the whole config on
 stdin, the same environment with only CNI_COMMAND changed, its stderr passed to our log.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,12 +14,18 @@ import subprocess
 from dataclasses import replace
 from typing import Any
 
-from cni.spec.errors import (CNIError, DelegateFailed, InvalidEnvironment, TryAgainLater,
-                             InternalError, error_from_dict)
-from plugins.ipam.config import cached_ipam_config
 from cni.spec import request
+from cni.spec.errors import (
+    CNIError,
+    DelegateFailed,
+    InternalError,
+    InvalidEnvironment,
+    TryAgainLater,
+    error_from_dict,
+)
 from cni.spec.request import Request
 from cni.spec.result import canonical
+from plugins.ipam.config import cached_ipam_config
 
 log = logging.getLogger("pycnid.delegate")
 IN_PROCESS = "pycni-ipam"
@@ -60,8 +67,13 @@ def delegate(plugins: dict[str, Any], req: Request, command: str) -> dict | None
 
 
 def _in_process(plugin: Any, req: Request) -> dict | None:
-    verb = {"ADD": plugin.add, "DEL": plugin.delete, "CHECK": plugin.check,
-            "STATUS": plugin.status, "GC": plugin.gc}[req.command]
+    verb = {
+        "ADD": plugin.add,
+        "DEL": plugin.delete,
+        "CHECK": plugin.check,
+        "STATUS": plugin.status,
+        "GC": plugin.gc,
+    }[req.command]
     return verb(req)
 
 
@@ -70,20 +82,27 @@ def find_plugin(kind: str, path: tuple[str, ...]) -> str:
         candidate = os.path.join(directory, kind)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    raise InvalidEnvironment(f"failed to find IPAM plugin {kind!r} in CNI_PATH",
-                             f"CNI_PATH={':'.join(path) or '(empty)'}")
+    raise InvalidEnvironment(
+        f"failed to find IPAM plugin {kind!r} in CNI_PATH",
+        f"CNI_PATH={':'.join(path) or '(empty)'}",
+    )
 
 
 def _exec(kind: str, req: Request) -> dict | None:
     binary = find_plugin(kind, req.env.path)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CNI_")},
-           **{k: v for k, v in req.raw_env.items() if k.startswith("CNI_") and "=" not in k}}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CNI_")},
+        **{k: v for k, v in req.raw_env.items() if k.startswith("CNI_") and "=" not in k},
+    }
     try:
-        proc = subprocess.run([binary], input=req.raw_config, env=env, capture_output=True,
-                              timeout=EXEC_TIMEOUT)
+        proc = subprocess.run(
+            [binary], input=req.raw_config, env=env, capture_output=True, timeout=EXEC_TIMEOUT
+        )
     except subprocess.TimeoutExpired:
-        err = TryAgainLater(f"IPAM plugin {kind} timed out after {EXEC_TIMEOUT:g}s",
-                            f"{binary} did not answer {req.command}")
+        err = TryAgainLater(
+            f"IPAM plugin {kind} timed out after {EXEC_TIMEOUT:g}s",
+            f"{binary} did not answer {req.command}",
+        )
         raise undo_unsettled_add(kind, req, err) from None
     if proc.stderr:
         log.info("ipam %s stderr: %s", kind, proc.stderr.decode(errors="replace").strip())
@@ -93,8 +112,11 @@ def _exec(kind: str, req: Request) -> dict | None:
     if req.command != "ADD":
         return None
     try:
-        return canonical(request.decode_json(out, f"result of IPAM plugin {kind}"), req.version,
-                         where=f"result of IPAM plugin {kind}")
+        return canonical(
+            request.decode_json(out, f"result of IPAM plugin {kind}"),
+            req.version,
+            where=f"result of IPAM plugin {kind}",
+        )
     except CNIError as exc:
         err = DelegateFailed(f"IPAM plugin {kind} returned an unreadable result", str(exc))
         raise undo_unsettled_add(kind, req, err) from None

@@ -1,14 +1,15 @@
 """Turning mechanism failures (netlink, sysctl, nft) into CNI errors that say what failed."""
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from cni.spec.errors import CNIError, NodeChangeFailed
 from kernel.link import LinkError
 from kernel.nft import NftError
-from cni.spec.errors import CNIError, NodeChangeFailed
 
 MECHANISM_ERRORS = (NetlinkError, OSError, NftError, LinkError)
 

@@ -6,18 +6,19 @@ remembered so the next ADD confirms it with cheap ioctls instead of netlink roun
 address dumps that grow with every pod on the node. Anything that no longer matches (bridge
 recreated or down, gateway address gone) falls back to the full, self-healing path.
 """
+
 from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from pyroute2 import IPRoute
 
+from cni.spec.errors import InvalidConfig
 from kernel import addr, ioctl, link, sysctl
 from kernel.addr import IPInterface
-from cni.spec.errors import InvalidConfig
 from plugins.bridge.calc import calc_bridge_conflicts, calc_pod_on_bridge
 from plugins.bridge.config import BridgeConfig
 from plugins.bridge.errors import failing
@@ -63,15 +64,27 @@ class NodeBridges:
             link.set_promisc(ipr, bridge.index)
         return bridge
 
-    def ensure_gateway(self, ipr: IPRoute, bridge: link.LinkInfo, wanted: list[IPInterface],
-                       force: bool, pod: Iterable[IPInterface] = ()) -> None:
+    def ensure_gateway(
+        self,
+        ipr: IPRoute,
+        bridge: link.LinkInfo,
+        wanted: list[IPInterface],
+        force: bool,
+        pod: Iterable[IPInterface] = (),
+    ) -> None:
         """The gateway addresses on the bridge, marked as pycni's (ADDR_PROTO_PYCNI), so it may
         hold several; a same-family address that is not pycni's is an error (code 7) unless
         ``force``, which replaces it. A Pod address the bridge holds is an error (code 7)."""
-        with self.lock(bridge.name), failing(f"failed to set the gateway address on {bridge.name}"):
+        with (
+            self.lock(bridge.name),
+            failing(f"failed to set the gateway address on {bridge.name}"),
+        ):
             known = self._known.get(bridge.name)
-            if known and known.others is not None and \
-                    all(gateway_present(bridge.name, w, known.gateways) for w in wanted):
+            if (
+                known
+                and known.others is not None
+                and all(gateway_present(bridge.name, w, known.gateways) for w in wanted)
+            ):
                 refuse_pod_on_bridge(bridge.name, pod, known.gateways | known.others)
                 return
             existing = addr.list_addresses_by_proto(ipr, bridge.index)
@@ -82,13 +95,16 @@ class NodeBridges:
             if conflicts and not force:
                 raise InvalidConfig(
                     f"bridge {bridge.name} already has an address {conflicts[0]} different "
-                    f"from {', '.join(map(str, wanted))}", "set forceAddress to replace it")
+                    f"from {', '.join(map(str, wanted))}",
+                    "set forceAddress to replace it",
+                )
             for old in conflicts:
                 addr.delete_address(ipr, bridge.index, old)
             for address in wanted:
                 if address not in existing:
-                    addr.add_address(ipr, bridge.index, address, exist_ok=True,
-                                     proto=addr.ADDR_PROTO_PYCNI)
+                    addr.add_address(
+                        ipr, bridge.index, address, exist_ok=True, proto=addr.ADDR_PROTO_PYCNI
+                    )
                 elif existing[address] != addr.ADDR_PROTO_PYCNI:  # set before marking began
                     addr.mark_address(ipr, bridge.index, address, addr.ADDR_PROTO_PYCNI)
             if known:
@@ -96,8 +112,9 @@ class NodeBridges:
                 known.others = set(existing) - ours - set(wanted) - set(conflicts)
 
 
-def refuse_pod_on_bridge(name: str, pod: Iterable[IPInterface],
-                         bridge: Iterable[IPInterface]) -> None:
+def refuse_pod_on_bridge(
+    name: str, pod: Iterable[IPInterface], bridge: Iterable[IPInterface]
+) -> None:
     """InvalidConfig naming a Pod address that is an address of the bridge already."""
     found = calc_pod_on_bridge(pod, bridge)
     if found:
@@ -106,7 +123,8 @@ def refuse_pod_on_bridge(name: str, pod: Iterable[IPInterface],
             f"the Pod's address {mine} is already an address of bridge {name} ({held})",
             "one address cannot be on two interfaces: if it is a stale gateway, delete it "
             f"from the bridge, or keep {mine.ip} out of the IPAM's pool (pycni ipam pool set "
-            f"POOL --exclude {mine.ip})")
+            f"POOL --exclude {mine.ip})",
+        )
 
 
 def still_current(bridge: link.LinkInfo, promisc: bool) -> bool:
@@ -116,8 +134,11 @@ def still_current(bridge: link.LinkInfo, promisc: bool) -> bool:
     except OSError:
         return False
     flags = ioctl.if_flags(bridge.name) or 0
-    return (index == bridge.index and bool(flags & link.IFF_UP)
-            and (not promisc or bool(flags & link.IFF_PROMISC)))
+    return (
+        index == bridge.index
+        and bool(flags & link.IFF_UP)
+        and (not promisc or bool(flags & link.IFF_PROMISC))
+    )
 
 
 def gateway_present(name: str, wanted: IPInterface, verified: set) -> bool:

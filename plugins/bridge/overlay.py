@@ -10,13 +10,14 @@ whose route to that Pod's block points into the overlay, answers for it — at o
 (``proxy_delay`` 0, as Calico sets it): the kernel's default delays a proxied ARP reply by up to
 0.8 s, and the first packets to a new remote Pod were lost in the wait.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
-from kernel import sysctl
 from cni.spec.errors import InvalidConfig
+from kernel import sysctl
 from plugins.bridge.config import BridgeConfig
 
 RETRANS_MS = 200  # a Pod's neighbour retry on an overlay node (kernel: 1000); whole jiffies
@@ -28,20 +29,26 @@ def fit_to_node(cfg: BridgeConfig, overlay: Any) -> BridgeConfig:
     ``NodeEnd`` or None)."""
     if overlay is None:
         if cfg.backend:
-            raise InvalidConfig(f"the netconf asks for backend {cfg.backend!r}, but pycnid on "
-                                "this node runs no overlay",
-                                "add an \"overlay\" section to pycnid's config "
-                                f"(\"backend\": \"{cfg.backend}\") and restart it")
+            raise InvalidConfig(
+                f"the netconf asks for backend {cfg.backend!r}, but pycnid on "
+                "this node runs no overlay",
+                'add an "overlay" section to pycnid\'s config '
+                f'("backend": "{cfg.backend}") and restart it',
+            )
         return cfg
     if cfg.backend and cfg.backend != overlay.backend:
-        raise InvalidConfig(f"the netconf asks for backend {cfg.backend!r}, but this node's "
-                            f"overlay is {overlay.backend!r}",
-                            "the backend is the node's (pycnid's overlay.backend): drop the "
-                            "netconf's backend or make them agree")
+        raise InvalidConfig(
+            f"the netconf asks for backend {cfg.backend!r}, but this node's "
+            f"overlay is {overlay.backend!r}",
+            "the backend is the node's (pycnid's overlay.backend): drop the "
+            "netconf's backend or make them agree",
+        )
     if cfg.mtu and cfg.mtu > overlay.mtu:
-        raise InvalidConfig(f"invalid key 'mtu': {cfg.mtu} is above the overlay's MTU "
-                            f"{overlay.mtu}", f"the {overlay.backend} underlay carries at most "
-                            f"{overlay.mtu} bytes per Pod packet: leave 'mtu' out to get it")
+        raise InvalidConfig(
+            f"invalid key 'mtu': {cfg.mtu} is above the overlay's MTU {overlay.mtu}",
+            f"the {overlay.backend} underlay carries at most "
+            f"{overlay.mtu} bytes per Pod packet: leave 'mtu' out to get it",
+        )
     return replace(cfg, mtu=cfg.mtu or overlay.mtu)
 
 
@@ -62,5 +69,6 @@ def ensure_quick_resolve(ifname: str) -> None:
     the bridge cannot answer for it yet); the kernel's one-second retry was the first reply's
     whole delay."""
     for family in ("ipv4", "ipv6"):
-        sysctl.ensure_sysctl(f"net/{family}/neigh/{ifname}/retrans_time_ms", str(RETRANS_MS),
-                             missing_ok=True)
+        sysctl.ensure_sysctl(
+            f"net/{family}/neigh/{ifname}/retrans_time_ms", str(RETRANS_MS), missing_ok=True
+        )

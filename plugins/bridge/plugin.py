@@ -11,25 +11,26 @@ session is per request), bridge set-up is serialised per bridge name (and tolera
 - CHECK: ``bridge_check``. STATUS: forwarded to IPAM. GC: host veths and masquerade elements
   of this network whose attachment is not valid any more, then IPAM GC.
 """
+
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from cni.spec.errors import CleanupIncomplete, CNIError
+from cni.spec.request import Request, gc_valid_attachments
+from common.attachment import Attachment, tag_in_network, tag_of_alias
 from kernel import link
 from kernel.nft import Nft
 from kernel.session import close_node_sessions, node_session
-from cni.spec.errors import CleanupIncomplete, CNIError
-from cni.spec.request import Request, gc_valid_attachments
+from masq.table import Masquerader
 from plugins.base import Services
 from plugins.bridge.add import ADD_STEPS, run_add
 from plugins.bridge.check import run_check
-from plugins.bridge.errors import MECHANISM_ERRORS, describe
-from common.attachment import Attachment, tag_in_network, tag_of_alias
-from plugins.bridge.node import NodeBridges
 from plugins.bridge.delegate import delegate, validate_delegation
-from masq.table import Masquerader
+from plugins.bridge.errors import MECHANISM_ERRORS, describe
+from plugins.bridge.node import NodeBridges
 
 log = logging.getLogger("pycnid.bridge")
 __all__ = ["ADD_STEPS", "BridgePlugin", "create"]
@@ -66,8 +67,9 @@ class BridgePlugin:
             veth_error = veth_removed.result()
         errors = ([veth_error] if veth_error else []) + errors
         if errors:
-            raise CleanupIncomplete("DEL could not remove everything: repeat DEL",
-                                    "; ".join(errors))
+            raise CleanupIncomplete(
+                "DEL could not remove everything: repeat DEL", "; ".join(errors)
+            )
 
     def close(self) -> None:
         self.helpers.shutdown(wait=False, cancel_futures=True)
@@ -94,8 +96,10 @@ class BridgePlugin:
         except CNIError as exc:
             errors.append(f"IPAM GC: {exc}")
         if errors:
-            raise CleanupIncomplete(f"GC of network {req.network} finished with "
-                                    f"{len(errors)} error(s): repeat GC", "; ".join(errors))
+            raise CleanupIncomplete(
+                f"GC of network {req.network} finished with {len(errors)} error(s): repeat GC",
+                "; ".join(errors),
+            )
 
     def _collect_veths(self, keep: Any) -> list[str]:
         errors = []
@@ -138,6 +142,7 @@ def valid_attachment_filter(req: Request) -> Any:
             return True
         parts = tag.split("/")
         return len(parts) == 3 and parts[1] in any_ifname
+
     return keep
 
 

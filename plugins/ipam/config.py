@@ -14,20 +14,22 @@ Where addresses come from (``ipam.alloc.selection``), first match wins:
 (code 7) naming the key. The ranges are parsed in ``plugins.ipam.ranges``, the requested
 static IPs in ``plugins.ipam.requested``.
 """
+
 from __future__ import annotations
 
 import ipaddress
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from plugins.ipam.ranges import invalid, parse_ip, parse_range_sets
 from cni.spec.errors import InvalidConfig
 from cni.spec.result import ROUTE_INT_LIMITS
 from ipam.alloc.allocator import Range
 from ipam.alloc.selection import Selection
 from ipam.records import DEFAULT_BLOCK_GRACE
+from plugins.ipam.ranges import invalid, parse_ip, parse_range_sets
 
 CACHE_SIZE = 256  # distinct IPAM netconfs remembered (cleared whole when full)
 DNS_LIST_KEYS = ("nameservers", "search", "options")
@@ -58,9 +60,14 @@ def parse_ipam_config(config: Mapping[str, Any]) -> IpamConfig:
     range_sets: tuple[tuple[Range, ...], ...] = ()
     if by_capability or (not pools and ("ranges" in ipam or "subnet" in ipam)):
         range_sets = parse_range_sets(ipam, runtime)
-    return IpamConfig(str(config["name"]), range_sets, parse_routes(ipam.get("routes")),
-                      parse_dns(ipam.get("dns")), () if by_capability else pools,
-                      calc_gateway_key(config))
+    return IpamConfig(
+        str(config["name"]),
+        range_sets,
+        parse_routes(ipam.get("routes")),
+        parse_dns(ipam.get("dns")),
+        () if by_capability else pools,
+        calc_gateway_key(config),
+    )
 
 
 def calc_gateway_key(config: Mapping[str, Any]) -> str:
@@ -93,8 +100,9 @@ def ipam_config_key(config: Mapping[str, Any]) -> str | None:
     runtime = config.get("runtimeConfig")
     ip_ranges = runtime.get("ipRanges") if isinstance(runtime, dict) else None
     try:
-        return json.dumps((config.get("name"), config.get("ipam"), ip_ranges or None,
-                           calc_gateway_key(config)))
+        return json.dumps(
+            (config.get("name"), config.get("ipam"), ip_ranges or None, calc_gateway_key(config))
+        )
     except (TypeError, ValueError):
         return None
 
@@ -103,12 +111,18 @@ def parse_pool_names(ipam: Mapping) -> tuple[str, ...]:
     value = ipam.get("pools")
     if value is None:
         return ()
-    if not isinstance(value, list) or not value or \
-            not all(isinstance(v, str) and v for v in value):
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, str) and v for v in value)
+    ):
         raise invalid("ipam.pools", "expected a non-empty list of pool names")
     if "ranges" in ipam or "subnet" in ipam:
-        raise invalid("ipam.pools", "set either ipam.pools (cluster pools) or "
-                                    "ipam.ranges/ipam.subnet (host-local style), not both")
+        raise invalid(
+            "ipam.pools",
+            "set either ipam.pools (cluster pools) or "
+            "ipam.ranges/ipam.subnet (host-local style), not both",
+        )
     return tuple(value)
 
 
@@ -175,23 +189,35 @@ class DaemonOptions:
 
 def parse_daemon_options(raw: Mapping[str, Any]) -> DaemonOptions:
     labels = raw.get("nodeLabels") or {}
-    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                               for k, v in labels.items()):
-        raise InvalidConfig("invalid daemon config key 'nodeLabels'",
-                            "expected an object of string labels")
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise InvalidConfig(
+            "invalid daemon config key 'nodeLabels'", "expected an object of string labels"
+        )
     ipam = raw.get("ipam") or {}
     if not isinstance(ipam, dict):
         raise InvalidConfig("invalid daemon config key 'ipam'", "expected an object")
-    values = {attr: _seconds(ipam[key], f"ipam.{key}") for key, attr in
-              (("blockReturnGrace", "block_grace"),
-               ("housekeepingInterval", "housekeeping_interval"),
-               ("metricsInterval", "metrics_interval")) if key in ipam}
+    values = {
+        attr: _seconds(ipam[key], f"ipam.{key}")
+        for key, attr in (
+            ("blockReturnGrace", "block_grace"),
+            ("housekeepingInterval", "housekeeping_interval"),
+            ("metricsInterval", "metrics_interval"),
+        )
+        if key in ipam
+    }
     return DaemonOptions(dict(labels), **values)
 
 
 def _seconds(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not 0 <= value <= threading.TIMEOUT_MAX:  # not NaN, inf, 1e400: no thread waits them
-        raise InvalidConfig(f"invalid daemon config key '{key}'",
-                            f"expected a number of seconds >= 0, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 <= value <= threading.TIMEOUT_MAX
+    ):  # not NaN, inf, 1e400: no thread waits them
+        raise InvalidConfig(
+            f"invalid daemon config key '{key}'",
+            f"expected a number of seconds >= 0, got {value!r}",
+        )
     return float(value)

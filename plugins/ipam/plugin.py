@@ -17,6 +17,7 @@ housekeeping thread also rolls back failed ADDs whose txn landed after all. pycn
 store and starts those threads at start-up (``pycnid/wiring.py``); the handler only
 reads ``Services.leases`` and ``Services.node``.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -24,18 +25,17 @@ import logging
 from contextlib import ExitStack
 from typing import Any
 
-from plugins.base import Services
-from plugins.ipam.config import IpamConfig, cached_ipam_config
-from plugins.ipam.requested import parse_requested_ips, requested_by_set
 from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
-from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
 from ipam.alloc.selection import missing_gateway
+from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
+from plugins.base import Services
+from plugins.ipam.config import IpamConfig, cached_ipam_config
+from plugins.ipam.requested import parse_requested_ips, requested_by_set
 
 log = logging.getLogger("pycnid.ipam")
-POD_ATTRIBUTES = {"K8S_POD_NAMESPACE": "namespace", "K8S_POD_NAME": "pod",
-                  "K8S_POD_UID": "podUID"}
+POD_ATTRIBUTES = {"K8S_POD_NAMESPACE": "namespace", "K8S_POD_NAME": "pod", "K8S_POD_UID": "podUID"}
 
 
 def handle_of(req: Request) -> HandleId:
@@ -45,11 +45,12 @@ def handle_of(req: Request) -> HandleId:
 def render_result(record: HandleRecord, cfg: IpamConfig) -> dict:
     """The canonical (1.1.0-shaped) abbreviated IPAM result; its routes and dns are copies
     (``cfg`` is shared by every ADD of the netconf)."""
-    ips = [{"address": ip.address, **({"gateway": ip.gateway} if ip.gateway else {})}
-           for ip in record.ips]
+    ips = [
+        {"address": ip.address, **({"gateway": ip.gateway} if ip.gateway else {})}
+        for ip in record.ips
+    ]
     dns = {k: list(v) if isinstance(v, list) else v for k, v in (cfg.dns or {}).items()}
-    return {"cniVersion": "1.1.0", "ips": ips, "routes": [dict(r) for r in cfg.routes],
-            "dns": dns}
+    return {"cniVersion": "1.1.0", "ips": ips, "routes": [dict(r) for r in cfg.routes], "dns": dns}
 
 
 def require_gateways(record: HandleRecord, cfg: IpamConfig) -> None:
@@ -61,8 +62,9 @@ def require_gateways(record: HandleRecord, cfg: IpamConfig) -> None:
 
 
 def pod_attributes(req: Request) -> dict[str, str]:
-    return {name: req.env.args[arg] for arg, name in POD_ATTRIBUTES.items()
-            if req.env.args.get(arg)}
+    return {
+        name: req.env.args[arg] for arg, name in POD_ATTRIBUTES.items() if req.env.args.get(arg)
+    }
 
 
 class IpamPlugin:
@@ -82,8 +84,12 @@ class IpamPlugin:
             self.services.faults.point(req, "ipam-allocate")
             attributes = pod_attributes(req)
             record, created = self.guard.acquire(  # the outage buffer when etcd is away
-                handle, cfg.selection, attributes, lambda: self.leases.acquire(
-                    handle, cfg.selection, requested, attributes), static=bool(requested))
+                handle,
+                cfg.selection,
+                attributes,
+                lambda: self.leases.acquire(handle, cfg.selection, requested, attributes),
+                static=bool(requested),
+            )
             if created:
                 undo.callback(self._rollback, handle)
             require_gateways(record, cfg)  # the outage buffer's and older leases too
@@ -111,8 +117,10 @@ class IpamPlugin:
             return
         record = self.leases.lookup(handle)
         if record is None:
-            raise CheckFailed(f"no address lease for {handle}",
-                              "the attachment holds no address in the IPAM store")
+            raise CheckFailed(
+                f"no address lease for {handle}",
+                "the attachment holds no address in the IPAM store",
+            )
         for ip in record.ips:
             self._check_block(record, ip.pool, ip.block, ip.ip)
         if req.prev_result is not None:
@@ -122,8 +130,10 @@ class IpamPlugin:
         kv = self.leases.store.get(block_key(pool, cidr))
         holder = BlockRecord.from_bytes(kv.key, kv.value).allocations.get(ip) if kv else None
         if holder != str(record.handle):
-            raise CheckFailed(f"address {ip} of {record.handle} is not allocated to it",
-                              f"block {cidr} of pool {pool} records holder {holder!r}")
+            raise CheckFailed(
+                f"address {ip} of {record.handle} is not allocated to it",
+                f"block {cidr} of pool {pool} records holder {holder!r}",
+            )
 
     def status(self, req: Request) -> None:
         try:
@@ -138,8 +148,12 @@ class IpamPlugin:
         released = self.leases.collect_garbage(req.network, valid)
         self.guard.forget(released)
         if released:
-            log.info("GC released %d lease(s) in %s: %s", len(released), req.network,
-                     ", ".join(str(h) for h in released))
+            log.info(
+                "GC released %d lease(s) in %s: %s",
+                len(released),
+                req.network,
+                ", ".join(str(h) for h in released),
+            )
         self.node.reap()  # dead nodes' addresses, after their grace period (nodes/reaper.py)
 
     def close(self) -> None:
@@ -154,13 +168,18 @@ def compare_with_prev_result(record: HandleRecord, prev: Any, version: str) -> N
     if expected != held:
         details = []
         if expected - held:
-            details.append(f"prevResult lists {', '.join(sorted(expected - held))} "
-                           "which the lease does not hold")
+            details.append(
+                f"prevResult lists {', '.join(sorted(expected - held))} "
+                "which the lease does not hold"
+            )
         if held - expected:
-            details.append(f"the lease holds {', '.join(sorted(held - expected))} "
-                           "which prevResult does not list")
-        raise CheckFailed(f"the addresses of {record.handle} differ from prevResult",
-                          "; ".join(details))
+            details.append(
+                f"the lease holds {', '.join(sorted(held - expected))} "
+                "which prevResult does not list"
+            )
+        raise CheckFailed(
+            f"the addresses of {record.handle} differ from prevResult", "; ".join(details)
+        )
 
 
 def create(services: Services) -> IpamPlugin:

@@ -4,15 +4,16 @@
 A range set is a non-empty list of ranges of one IP family; one address is leased per set.
 Range sets must not share addresses. Every problem is InvalidConfig (code 7) naming the key.
 """
+
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cni.spec.errors import InvalidConfig
 from ipam.alloc.allocator import IPAddr, Range, is_reserved_v4
 from ipam.records import IPNet
-
 
 
 def invalid(key: str, details: str) -> InvalidConfig:
@@ -27,8 +28,10 @@ def parse_range_sets(ipam: Mapping, runtime: Any) -> tuple[tuple[Range, ...], ..
         if ipam.get("subnet") is not None:
             sets = ((parse_range(ipam, "ipam"),),) + sets
     if not sets:
-        raise InvalidConfig("invalid ipam config: no address range",
-                            "set ipam.ranges (a list of range sets) or ipam.subnet")
+        raise InvalidConfig(
+            "invalid ipam config: no address range",
+            "set ipam.ranges (a list of range sets) or ipam.subnet",
+        )
     validate_no_overlap(sets)
     return sets
 
@@ -80,10 +83,14 @@ def parse_range(item: Any, where: str) -> Range:
         raise invalid(where, "expected an object with 'subnet'")
     subnet = parse_subnet(item.get("subnet"), f"{where}.subnet")
     start, end = _range_limits(item, where, subnet)
-    gateway = (parse_gateway(item["gateway"], f"{where}.gateway", subnet)
-               if item.get("gateway") else subnet.network_address + 1)
-    return Range(subnet, start, end, gateway, _block_size(item.get("blockSize"), where, subnet),
-                 where)
+    gateway = (
+        parse_gateway(item["gateway"], f"{where}.gateway", subnet)
+        if item.get("gateway")
+        else subnet.network_address + 1
+    )
+    return Range(
+        subnet, start, end, gateway, _block_size(item.get("blockSize"), where, subnet), where
+    )
 
 
 def parse_gateway(value: Any, key: str, subnet: IPNet) -> IPAddr:
@@ -113,10 +120,15 @@ def _range_limits(item: Mapping, where: str, subnet: IPNet) -> tuple[IPAddr, IPA
 def _block_size(value: Any, where: str, subnet: IPNet) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or \
-            not 0 <= value <= subnet.max_prefixlen:
-        raise invalid(f"{where}.blockSize",
-                      f"expected a prefix length 0..{subnet.max_prefixlen}, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= subnet.max_prefixlen
+    ):
+        raise invalid(
+            f"{where}.blockSize",
+            f"expected a prefix length 0..{subnet.max_prefixlen}, got {value!r}",
+        )
     return value
 
 
@@ -125,7 +137,7 @@ def validate_no_overlap(sets: tuple[tuple[Range, ...], ...]) -> None:
     disjoint ranges."""
     flat = [(i, rng) for i, ranges in enumerate(sets) for rng in ranges]
     for n, (i, a) in enumerate(flat):
-        for j, b in flat[n + 1:]:
+        for j, b in flat[n + 1 :]:
             if a.subnet.version != b.subnet.version or not a.subnet.overlaps(b.subnet):
                 continue
             if i == j and a.subnet == b.subnet and (a.end < b.start or b.end < a.start):

@@ -11,20 +11,26 @@ from ``args.cni.ports``: ``[{"name": "http", "containerPort": 8080, "protocol": 
 record keeps name -> port). Its addresses are prevResult's that belong to this ifname (or to
 no interface). Anything else is refused with code 7 naming the key.
 """
+
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cni.spec.errors import InvalidConfig
 from cni.spec.result import canonical
 from services.validate import DNS_LABEL, LABEL_VALUE  # the Service side's, the same rules
 
-DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-                           r"(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?"
-                       r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+    r"(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 PORT_NAME = re.compile(r"^(?=.{1,15}$)(?=.*[a-z])[a-z0-9]+(-[a-z0-9]+)*$")
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 
@@ -38,11 +44,15 @@ def validate_identity(args: Mapping[str, str]) -> tuple[str, str]:
     namespace = args.get("K8S_POD_NAMESPACE", "")
     pod = args.get("K8S_POD_NAME", "")
     if not DNS_LABEL.fullmatch(namespace):
-        raise refuse("CNI_ARGS K8S_POD_NAMESPACE", f"{namespace!r} is not a DNS label "
-                     "(pycni-svc publishes the Pod under its namespace)")
+        raise refuse(
+            "CNI_ARGS K8S_POD_NAMESPACE",
+            f"{namespace!r} is not a DNS label (pycni-svc publishes the Pod under its namespace)",
+        )
     if not DNS_SUBDOMAIN.fullmatch(pod):
-        raise refuse("CNI_ARGS K8S_POD_NAME", f"{pod!r} is not a DNS subdomain "
-                     "(pycni-svc publishes the Pod under its name)")
+        raise refuse(
+            "CNI_ARGS K8S_POD_NAME",
+            f"{pod!r} is not a DNS subdomain (pycni-svc publishes the Pod under its name)",
+        )
     return namespace, pod
 
 

@@ -16,18 +16,25 @@ carries this node and the attachment (network, containerID, ifname) that wrote i
 - STATUS: code 50 while the store cannot serve writes.
 A network without pycni-svc never reaches this handler, so it writes nothing.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from cni.spec.errors import CheckFailed, CNIError, InvalidConfig
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
-from services.record import EndpointRecord, endpoint_key
 from plugins.base import Services
 from plugins.svc.args import calc_ips, parse_labels, parse_ports, validate_identity
-from plugins.svc.store import (attachment_of, decode_endpoint, ensure_published, find_keys, withdraw, withdraw_all)
+from plugins.svc.store import (
+    attachment_of,
+    decode_endpoint,
+    ensure_published,
+    find_keys,
+    withdraw_all,
+)
+from services.record import EndpointRecord, endpoint_key
 
 log = logging.getLogger("pycnid.svc")
 COMPARED = ("ips", "labels", "ports", "node", "containerID", "network")
@@ -38,8 +45,9 @@ def calc_record(req: Request, node: str, with_ips: bool = True) -> EndpointRecor
     namespace, pod = validate_identity(req.env.args)
     labels, ports = parse_labels(req.config, req.env.args), parse_ports(req.config)
     ips = calc_ips(req.prev_result, req.version, req.env.ifname) if with_ips else ()
-    return EndpointRecord(namespace, pod, req.env.ifname, ips, labels, node, ports,
-                          req.env.container_id, req.network)
+    return EndpointRecord(
+        namespace, pod, req.env.ifname, ips, labels, node, ports, req.env.container_id, req.network
+    )
 
 
 def owned_by(req: Request) -> Callable[[EndpointRecord], bool]:
@@ -48,11 +56,15 @@ def owned_by(req: Request) -> Callable[[EndpointRecord], bool]:
     return lambda record: attachment_of(record) == mine
 
 
-def calc_differences(stored: EndpointRecord, wanted: EndpointRecord,
-                     fields: tuple[str, ...]) -> list[str]:
+def calc_differences(
+    stored: EndpointRecord, wanted: EndpointRecord, fields: tuple[str, ...]
+) -> list[str]:
     have, want = stored.to_dict(), wanted.to_dict()
-    return [f"{name}: the store has {have[name]!r}, the request {want[name]!r}"
-            for name in fields if have[name] != want[name]]
+    return [
+        f"{name}: the store has {have[name]!r}, the request {want[name]!r}"
+        for name in fields
+        if have[name] != want[name]
+    ]
 
 
 class SvcPlugin:
@@ -62,9 +74,10 @@ class SvcPlugin:
 
     def add(self, req: Request) -> dict:
         if req.prev_result is None:
-            raise InvalidConfig("pycni-svc needs prevResult",
-                                "key 'prevResult' is missing: put pycni-svc after the main "
-                                "plugin in the conflist")
+            raise InvalidConfig(
+                "pycni-svc needs prevResult",
+                "key 'prevResult' is missing: put pycni-svc after the main plugin in the conflist",
+            )
         record = calc_record(req, self.services.node_name)
         self.services.faults.point(req, "svc-publish")
         ensure_published(self.store, record)
@@ -88,9 +101,10 @@ class SvcPlugin:
         kv = self.store.get(wanted.key)
         stored = decode_endpoint(kv) if kv is not None else None
         if stored is None:
-            raise CheckFailed(f"no endpoint record {wanted.key}",
-                              "pycni-svc published nothing for this attachment (or it is "
-                              "corrupt): repeat ADD")
+            raise CheckFailed(
+                f"no endpoint record {wanted.key}",
+                "pycni-svc published nothing for this attachment (or it is corrupt): repeat ADD",
+            )
         fields = COMPARED if with_ips else COMPARED[1:]
         differences = calc_differences(stored, wanted, fields)
         if differences:
@@ -103,8 +117,9 @@ class SvcPlugin:
         stale = calc_stale_filter(req, self.services.node_name)
         gone = withdraw_all(self.store, find_keys(self.store, stale), stale)
         if gone:
-            log.info("GC withdrew %d endpoint(s) of %s: %s", len(gone), req.network,
-                     ", ".join(gone))
+            log.info(
+                "GC withdrew %d endpoint(s) of %s: %s", len(gone), req.network, ", ".join(gone)
+            )
 
     def close(self) -> None:
         """Nothing of its own: the store is pycnid's to close."""
@@ -119,8 +134,11 @@ def calc_stale_filter(req: Request, node: str) -> Callable[[EndpointRecord], boo
     def stale(record: EndpointRecord) -> bool:
         if record.node != node or record.network != req.network:
             return False
-        return (record.container_id, record.ifname) not in valid and \
-            record.container_id not in any_ifname
+        return (
+            record.container_id,
+            record.ifname,
+        ) not in valid and record.container_id not in any_ifname
+
     return stale
 
 

@@ -6,10 +6,11 @@ attachment that wrote it (network, containerID, ifname): a Pod recreated under t
 then finds another attachment's record there and leaves it. Each write compares the key at
 the revision read, so a DEL never removes a record an ADD wrote after it looked.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from cni.spec.errors import TryAgainLater
 from ipam.records import ENDPOINTS, CorruptRecord
@@ -41,6 +42,7 @@ def lost_race(what: str) -> TryAgainLater:
 
 def ensure_published(store: Store, record: EndpointRecord) -> None:
     """Write ``record`` at its key unless it is there already (a repeated ADD)."""
+
     def attempt() -> None | Lost:
         kv = store.get(record.key)
         if kv is not None and kv.value == record.to_bytes():
@@ -48,11 +50,13 @@ def ensure_published(store: Store, record: EndpointRecord) -> None:
         revision = kv.mod_revision if kv is not None else 0
         done = store.txn([Compare(record.key, revision)], [Put(record.key, record.to_bytes())])
         return None if done.succeeded else LOST
+
     run_cas(attempt, RETRY, lost_race(f"publish endpoint {record.key}"))
 
 
 def withdraw(store: Store, key: str, owned: Callable[[EndpointRecord], bool]) -> bool:
     """Delete the record at ``key`` if ``owned`` says it is ours; True when one went."""
+
     def attempt() -> bool | Lost:
         kv = store.get(key)
         record = decode_endpoint(kv) if kv is not None else None
@@ -60,6 +64,7 @@ def withdraw(store: Store, key: str, owned: Callable[[EndpointRecord], bool]) ->
             return False
         done = store.txn([Compare(key, kv.mod_revision)], [Delete(key)])
         return True if done.succeeded else LOST
+
     return run_cas(attempt, RETRY, lost_race(f"withdraw endpoint {key}"))
 
 
@@ -69,7 +74,8 @@ def find_keys(store: Store, owned: Callable[[EndpointRecord], bool]) -> list[str
     return [r.key for r in records if r is not None and owned(r)]
 
 
-def withdraw_all(store: Store, keys: Iterable[str],
-                 owned: Callable[[EndpointRecord], bool]) -> list[str]:
+def withdraw_all(
+    store: Store, keys: Iterable[str], owned: Callable[[EndpointRecord], bool]
+) -> list[str]:
     """Withdraw each key still ``owned`` at its own CAS; the keys that went."""
     return [key for key in keys if withdraw(store, key, owned)]

@@ -7,17 +7,23 @@ the nodePort of the old port of the same name and protocol (or number and protoc
 they name one, a Service becoming ClusterIP drops its nodePorts, and the clusterIPs stay
 unless it names them. Settings that would strand a Service's VIP or nodePort are refused.
 """
+
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cni.spec.errors import InvalidConfig
 from ipam.records import SERVICES, SERVICES_META, CorruptRecord
-from services.allocate import (commit, create_service, read_service, remove_service,
-                                    update_service)
-from services.record import (EndpointRecord, ServiceRecord, ServiceSettings,
-                                  endpoints_prefix, service_key)
+from services.allocate import commit, create_service, read_service, remove_service, update_service
+from services.record import (
+    EndpointRecord,
+    ServiceRecord,
+    ServiceSettings,
+    endpoints_prefix,
+    service_key,
+)
 from services.selectors import calc_endpoints
 from services.validate import validate_settings
 from store.base import KV, Compare, Put, Store
@@ -50,9 +56,12 @@ def set_settings(store: Store, cidrs: list[str], node_port_range: str) -> dict:
             raise InvalidConfig(f"invalid service settings: {stranded}")
         extra = read_extra(old)
         new = ServiceSettings(settings.cidrs, settings.node_port_range, extra)
-        done = store.txn([Compare(SERVICES_META, old.mod_revision if old else 0)],
-                         [Put(SERVICES_META, new.to_bytes())])
+        done = store.txn(
+            [Compare(SERVICES_META, old.mod_revision if old else 0)],
+            [Put(SERVICES_META, new.to_bytes())],
+        )
         return new if done.succeeded else LOST
+
     return {"settings": commit(store, attempt).to_dict()}
 
 
@@ -68,8 +77,10 @@ def create(store: Store, spec: Mapping[str, Any]) -> dict:
 def calc_kept_ports(old: list[dict], new: list, node_ports: bool) -> list:
     """The new ports, each keeping the nodePort of its old twin unless it names one."""
     if not node_ports:
-        return [{k: v for k, v in p.items() if k != "nodePort"} if isinstance(p, dict) else p
-                for p in new]
+        return [
+            {k: v for k, v in p.items() if k != "nodePort"} if isinstance(p, dict) else p
+            for p in new
+        ]
     by_name = {(p.get("name"), p.get("protocol")): p.get("nodePort") for p in old}
     by_port = {(p.get("port"), p.get("protocol")): p.get("nodePort") for p in old}
     kept = []
@@ -98,16 +109,21 @@ def change(store: Store, namespace: str, name: str, changes: Mapping[str, Any]) 
     for field in ("namespace", "name"):
         if field in changes and changes[field] != {"namespace": namespace, "name": name}[field]:
             raise InvalidConfig(f"invalid Service field {field}: a Service cannot be renamed")
-    record = update_service(store, service_key(namespace, name),
-                            lambda spec: calc_changed(spec, changes))
+    record = update_service(
+        store, service_key(namespace, name), lambda spec: calc_changed(spec, changes)
+    )
     return {"service": record.to_dict()}
 
 
 def remove(store: Store, namespace: str, name: str) -> dict:
     record = remove_service(store, service_key(namespace, name))
-    return {"removed": record.ref, "freed": {
-        "clusterIPs": list(record.cluster_ips),
-        "nodePorts": [f"{p.protocol}/{p.node_port}" for p in record.ports if p.node_port]}}
+    return {
+        "removed": record.ref,
+        "freed": {
+            "clusterIPs": list(record.cluster_ips),
+            "nodePorts": [f"{p.protocol}/{p.node_port}" for p in record.ports if p.node_port],
+        },
+    }
 
 
 def read_extra(kv: KV | None) -> dict:
@@ -146,15 +162,28 @@ def show(store: Store, namespace: str, name: str) -> dict:
 
 
 def matched(store: Store, record: ServiceRecord) -> list[tuple[EndpointRecord, dict]]:
-    endpoints = [EndpointRecord.from_bytes(kv.key, kv.value)
-                 for kv in store.range(endpoints_prefix(record.namespace))]
+    endpoints = [
+        EndpointRecord.from_bytes(kv.key, kv.value)
+        for kv in store.range(endpoints_prefix(record.namespace))
+    ]
     return calc_endpoints(record, endpoints)
 
 
 def endpoints(store: Store, namespace: str, name: str) -> dict:
     """The endpoints the Service's selector picks, with the ports each one serves."""
     record, _ = read_service(store, service_key(namespace, name))
-    return {"service": record.ref, "selector": dict(record.selector),
-            "endpoints": [{"namespace": e.namespace, "pod": e.pod, "ifname": e.ifname,
-                           "ips": list(e.ips), "node": e.node, "ports": ports}
-                          for e, ports in matched(store, record)]}
+    return {
+        "service": record.ref,
+        "selector": dict(record.selector),
+        "endpoints": [
+            {
+                "namespace": e.namespace,
+                "pod": e.pod,
+                "ifname": e.ifname,
+                "ips": list(e.ips),
+                "node": e.node,
+                "ports": ports,
+            }
+            for e, ports in matched(store, record)
+        ],
+    }

@@ -5,15 +5,16 @@ watches), so the answer is what that node programs, not a second reading of the 
 node other than the one asking is known by its node record: its NodePorts answer on the
 record's address (the proxy on the node also answers on its other global addresses).
 """
+
 from __future__ import annotations
 
 import ipaddress
 from typing import Any
 
+from cni.spec.errors import InvalidConfig
 from services.proxy.model import PROTOCOLS, IPAddress
 from services.proxy.trace import explain, render_answer
 from services.proxy.view import PREFIXES, Records, calc_model
-from cni.spec.errors import InvalidConfig
 from store.base import Store
 
 
@@ -29,8 +30,11 @@ def parse_endpoint(text: str, option: str, need_port: bool) -> tuple[IPAddress, 
         ip = ipaddress.ip_address(host)
         number = int(port) if port else 0
     except ValueError:
-        why = "a port is a number (a Service port's name is not traced)" if port and \
-            not port.isdigit() else "IP[:PORT] is expected"
+        why = (
+            "a port is a number (a Service port's name is not traced)"
+            if port and not port.isdigit()
+            else "IP[:PORT] is expected"
+        )
         raise InvalidConfig(f"invalid {option} {text!r}: {why}") from None
     if not 0 <= number < 65536 or (need_port and not number):
         raise InvalidConfig(f"invalid {option} {text!r}: a port 1-65535 is expected")
@@ -42,8 +46,9 @@ def parse_target(text: str) -> tuple[IPAddress, int, str]:
     address, _, proto = text.partition("/")
     proto = (proto or "tcp").lower()
     if proto not in PROTOCOLS:
-        raise InvalidConfig(f"invalid --to {text!r}: the protocol is one of "
-                            f"{', '.join(PROTOCOLS)}")
+        raise InvalidConfig(
+            f"invalid --to {text!r}: the protocol is one of {', '.join(PROTOCOLS)}"
+        )
     ip, port = parse_endpoint(address, "--to", need_port=True)
     return ip, port, proto
 
@@ -63,13 +68,20 @@ def trace(store: Store, node: str, source: str, target: str) -> dict[str, Any]:
         raise InvalidConfig("invalid --from: not the family of --to")
     records = read_records(store)
     if node not in records.nodes:
-        raise InvalidConfig(f"invalid --node {node!r}: no node record of that name",
-                            "pycni node ls lists the nodes")
+        raise InvalidConfig(
+            f"invalid --node {node!r}: no node record of that name",
+            "pycni node ls lists the nodes",
+        )
     model = calc_model(records, node, dst_ip.version)
     answer = explain(model, model.node, src_ip, src_port, dst_ip, dst_port, proto)
     host = f"[{dst_ip}]" if dst_ip.version == 6 else str(dst_ip)
-    return {"node": node, "from": source, "to": f"{host}:{dst_port}/{proto}",
-            "answer": answer.to_dict(), "text": render_answer(answer)}
+    return {
+        "node": node,
+        "from": source,
+        "to": f"{host}:{dst_port}/{proto}",
+        "answer": answer.to_dict(),
+        "text": render_answer(answer),
+    }
 
 
 def render_trace(doc: dict) -> str:

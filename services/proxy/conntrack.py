@@ -7,11 +7,12 @@ until it idles out. After each sync, for every UDP entry point whose serving bac
 (all of them after a full render), entries whose reply source is not a serving backend are
 deleted. TCP is left alone: RST and FIN end it. The ``conntrack`` tool runs in pycnid's netns.
 """
+
 from __future__ import annotations
 
 import logging
 import subprocess
-from typing import Mapping
+from collections.abc import Mapping
 
 from services.proxy.model import ProxyModel
 
@@ -36,8 +37,9 @@ def calc_udp_serving(model: ProxyModel | None) -> dict[Entry, frozenset[str]]:
     return out
 
 
-def calc_checks(before: Mapping[Entry, frozenset[str]], after: Mapping[Entry, frozenset[str]],
-                full: bool) -> dict[Entry, frozenset[str]]:
+def calc_checks(
+    before: Mapping[Entry, frozenset[str]], after: Mapping[Entry, frozenset[str]], full: bool
+) -> dict[Entry, frozenset[str]]:
     """The entry points to clean, with who may still answer them: changed ones (all after a
     full render), and those gone, which nobody serves any more."""
     checks = {e: s for e, s in after.items() if full or before.get(e) != s}
@@ -63,18 +65,32 @@ def parse_flows(listing: str) -> list[tuple[Entry, str]]:
     return flows
 
 
-def calc_stale(checks: Mapping[Entry, frozenset[str]], flows: list[tuple[Entry, str]]
-               ) -> list[tuple[Entry, str]]:
+def calc_stale(
+    checks: Mapping[Entry, frozenset[str]], flows: list[tuple[Entry, str]]
+) -> list[tuple[Entry, str]]:
     """(entry point, reply source) pairs to delete: a checked entry answered by a source
     that does not serve it."""
-    return sorted({(entry, source) for entry, source in flows
-                   if entry in checks and source not in checks[entry]})
+    return sorted(
+        {
+            (entry, source)
+            for entry, source in flows
+            if entry in checks and source not in checks[entry]
+        }
+    )
 
 
 def selector_args(entry: Entry, family: int) -> list[str]:
     ip, port = entry
-    return ["-f", "ipv6" if family == 6 else "ipv4", "-p", "udp", "--orig-dst", ip,
-            "--dport", str(port)]
+    return [
+        "-f",
+        "ipv6" if family == 6 else "ipv4",
+        "-p",
+        "udp",
+        "--orig-dst",
+        ip,
+        "--dport",
+        str(port),
+    ]
 
 
 def clean_stale(checks: Mapping[Entry, frozenset[str]], family: int) -> int:

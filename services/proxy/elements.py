@@ -6,14 +6,28 @@ rewrites the static chains and flushes every data map, but not the ``sticky-i`` 
 resync keeps clients' affinity. A full render of 10k Services is ~70k elements, so the
 per-element work here is kept to building tuples and strings (addresses are formatted once).
 """
+
 from __future__ import annotations
 
 import operator
 import socket
-from typing import Iterable
+from collections.abc import Iterable
 
 from services.proxy.model import Backend, IPAddress, ProxyModel, ServicePortView
-from services.proxy.render import (DATA_MAPS, DATA_SETS, FAMILY, PREFIX, TABLE, Element, Shape, backends_map, calc_index_objects, calc_shape_chains, render_shape, render_skeleton)
+from services.proxy.render import (
+    DATA_MAPS,
+    DATA_SETS,
+    FAMILY,
+    PREFIX,
+    TABLE,
+    Element,
+    Shape,
+    backends_map,
+    calc_index_objects,
+    calc_shape_chains,
+    render_shape,
+    render_skeleton,
+)
 
 REJECT, DROP = "goto reject-chain", "drop"
 
@@ -21,10 +35,12 @@ REJECT, DROP = "goto reject-chain", "drop"
 def calc_entries(view: ServicePortView, model: ProxyModel) -> list[tuple[str, str, bool]]:
     """(entry kind, nft key, external?) of every way a packet reaches this service port."""
     proto, port, svc = view.port.protocol, view.port.port, view.service
-    entries = [("vip", f"{_text(ip)} . {proto} . {port}", False)
-               for ip in _family(svc.vips, model)]
-    entries += [("vip", f"{_text(ip)} . {proto} . {port}", True)
-                for ip in _family(svc.external_ips, model)]
+    entries = [
+        ("vip", f"{_text(ip)} . {proto} . {port}", False) for ip in _family(svc.vips, model)
+    ]
+    entries += [
+        ("vip", f"{_text(ip)} . {proto} . {port}", True) for ip in _family(svc.external_ips, model)
+    ]
     if view.port.node_port is not None and model.node.node_ips:
         entries.append(("np", f"{proto} . {view.port.node_port}", True))
     return entries
@@ -69,8 +85,9 @@ NO_ENDPOINTS = {"vip": "no-endpoints", "np": "no-endpoint-nodeports"}
 DISPATCH = {"vip": "service-ips", "np": "service-nodeports"}
 
 
-def _dispatch_elements(view: ServicePortView, entry: str, key: str, shape: Shape,
-                       backends: tuple[Backend, ...]) -> list[Element]:
+def _dispatch_elements(
+    view: ServicePortView, entry: str, key: str, shape: Shape, backends: tuple[Backend, ...]
+) -> list[Element]:
     out = [Element(DISPATCH[entry], key, f"goto {shape.chain}")]
     data, slot = backends_map(entry, view.port.protocol), f"{PREFIX[entry]}slot-"
     for i, b in enumerate(backends):
@@ -91,9 +108,14 @@ def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset
         port_elements, port_shapes = calc_port_parts(view, model)
         elements += port_elements
         shapes |= port_shapes
-        elements += [Element("service-vips", _text(ip)) for ip in _family(view.service.vips, model)]
-        elements += [Element("hairpin", f"{text} . {text}") for b in view.backends
-                     if b.local and b.ip.version == model.family and (text := _text(b.ip))]
+        elements += [
+            Element("service-vips", _text(ip)) for ip in _family(view.service.vips, model)
+        ]
+        elements += [
+            Element("hairpin", f"{text} . {text}")
+            for b in view.backends
+            if b.local and b.ip.version == model.family and (text := _text(b.ip))
+        ]
     return frozenset(elements), frozenset(shapes)
 
 
@@ -118,8 +140,10 @@ def render_elements(family: int, verb: str, elements: Iterable[Element]) -> str:
     for el in elements:
         by_name.setdefault(el.name, []).append(el)
     t = f"{FAMILY[family]} {TABLE}"
-    return "".join(f"{verb} element {t} {name} {{ {_render_sorted(by_name[name])} }}\n"
-                   for name in sorted(by_name))
+    return "".join(
+        f"{verb} element {t} {name} {{ {_render_sorted(by_name[name])} }}\n"
+        for name in sorted(by_name)
+    )
 
 
 def _render_sorted(elements: list[Element]) -> str:
@@ -136,5 +160,9 @@ def render_full_script(family: int, shapes: Iterable[Shape], elements: Iterable[
     slots = sorted(o for o in calc_index_objects(calc_shape_chains(shapes)) if "slot-" in o)
     flushes = [f"flush set {t} {n}\n" for n in DATA_SETS]
     flushes += [f"flush map {t} {n}\n" for n in (*DATA_MAPS, *slots)]
-    return (render_skeleton(family) + "".join(render_shape(family, s) for s in shapes)
-            + "".join(flushes) + render_elements(family, "add", elements))
+    return (
+        render_skeleton(family)
+        + "".join(render_shape(family, s) for s in shapes)
+        + "".join(flushes)
+        + render_elements(family, "add", elements)
+    )

@@ -5,6 +5,7 @@ renderer (render.py) and the tracer (trace.py) read the very same objects, so th
 answer is the ruleset's behaviour by construction rather than a second interpretation.
 ``Backend.local`` is relative to the node being rendered: the view is per node.
 """
+
 from __future__ import annotations
 
 import ipaddress

@@ -28,13 +28,14 @@ tcp dport`` makes nft add ``meta l4proto tcp`` to the dnat rule, and ``th dport`
 read back by a later transaction; hence ``backends-tcp|udp|sctp``. The ``slot-i`` maps are
 plain ``type`` maps, whose ``inet_service`` data carries no protocol: one serves all three.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from services.proxy.model import PROTOCOLS
-
 
 TABLE = "pycni-svc"
 FAMILY = {4: "ip", 6: "ip6"}
@@ -126,15 +127,24 @@ def render_skeleton(family: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-BASE_CHAINS = (("nat-prerouting", "type nat hook prerouting priority -100"),
-               ("nat-output", "type nat hook output priority -100"),
-               ("nat-postrouting", "type nat hook postrouting priority 100"),
-               ("filter-input", "type filter hook input priority 0"),
-               ("filter-forward", "type filter hook forward priority 0"),
-               ("filter-output", "type filter hook output priority 0"))
+BASE_CHAINS = (
+    ("nat-prerouting", "type nat hook prerouting priority -100"),
+    ("nat-output", "type nat hook output priority -100"),
+    ("nat-postrouting", "type nat hook postrouting priority 100"),
+    ("filter-input", "type filter hook input priority 0"),
+    ("filter-forward", "type filter hook forward priority 0"),
+    ("filter-output", "type filter hook output priority 0"),
+)
 HELPER_CHAINS = ("services", "endpoints-check", "reject-chain")
-DATA_SETS = ("cluster-cidrs", "service-cidrs", "nodeport-ips", "service-vips", "external-masq",
-             "nodeport-masq", "hairpin")
+DATA_SETS = (
+    "cluster-cidrs",
+    "service-cidrs",
+    "nodeport-ips",
+    "service-vips",
+    "external-masq",
+    "nodeport-masq",
+    "hairpin",
+)
 
 
 def backends_map(entry: str, proto: str) -> str:
@@ -143,52 +153,81 @@ def backends_map(entry: str, proto: str) -> str:
 
 
 BACKENDS_MAPS = tuple(backends_map(entry, proto) for entry in PREFIX for proto in PROTOCOLS)
-DATA_MAPS = ("service-ips", "service-nodeports", *BACKENDS_MAPS, "no-endpoints",
-             "no-endpoint-nodeports")
+DATA_MAPS = (
+    "service-ips",
+    "service-nodeports",
+    *BACKENDS_MAPS,
+    "no-endpoints",
+    "no-endpoint-nodeports",
+)
 
 
 def _static_sets(a: str) -> list[tuple[str, str]]:
     vip = KEY_TYPE["vip"].format(a=a)
-    return [("cluster-cidrs", f"type {a}; flags interval;"),
-            ("service-cidrs", f"type {a}; flags interval;"),
-            ("nodeport-ips", f"type {a};"), ("service-vips", f"type {a};"),
-            ("external-masq", f"type {vip};"),
-            ("nodeport-masq", f"type {KEY_TYPE['np']};"), ("hairpin", f"type {a} . {a};")]
+    return [
+        ("cluster-cidrs", f"type {a}; flags interval;"),
+        ("service-cidrs", f"type {a}; flags interval;"),
+        ("nodeport-ips", f"type {a};"),
+        ("service-vips", f"type {a};"),
+        ("external-masq", f"type {vip};"),
+        ("nodeport-masq", f"type {KEY_TYPE['np']};"),
+        ("hairpin", f"type {a} . {a};"),
+    ]
 
 
 def _static_maps(f: str, a: str) -> list[tuple[str, str]]:
     vip, np = KEY_TYPE["vip"].format(a=a), KEY_TYPE["np"]
-    return [("service-ips", f"type {vip} : verdict;"), ("service-nodeports", f"type {np} : verdict;"),
-            *_backends_maps(f), ("no-endpoints", f"type {vip} : verdict;"),
-            ("no-endpoint-nodeports", f"type {np} : verdict;")]
+    return [
+        ("service-ips", f"type {vip} : verdict;"),
+        ("service-nodeports", f"type {np} : verdict;"),
+        *_backends_maps(f),
+        ("no-endpoints", f"type {vip} : verdict;"),
+        ("no-endpoint-nodeports", f"type {np} : verdict;"),
+    ]
 
 
 def _backends_maps(f: str) -> list[tuple[str, str]]:
     """Data ``daddr . P dport``: not ``th dport``, which nft 1.0.6 cannot read back."""
-    return [(backends_map(entry, proto),
-             f"typeof {KEY[entry].format(f=f)} . numgen random mod 1 : {f} daddr . {proto} dport;")
-            for entry in PREFIX for proto in PROTOCOLS]
+    return [
+        (
+            backends_map(entry, proto),
+            f"typeof {KEY[entry].format(f=f)} . numgen random mod 1 : {f} daddr . {proto} dport;",
+        )
+        for entry in PREFIX
+        for proto in PROTOCOLS
+    ]
 
 
 def _static_rules(f: str) -> dict[str, list[str]]:
     vip, np, mark = KEY["vip"].format(f=f), KEY["np"], f"meta mark set meta mark | {MASQ_MARK}"
     nodeport = f"{f} daddr @nodeport-ips"
     return {
-        "nat-prerouting": ["jump services"], "nat-output": ["jump services"],
-        "services": [f"{f} daddr @service-vips {f} saddr != @cluster-cidrs {mark}",
-                     f"{vip} @external-masq {mark}", f"{nodeport} {np} @nodeport-masq {mark}",
-                     f"{vip} vmap @service-ips", f"{nodeport} {np} vmap @service-nodeports"],
-        "nat-postrouting": [f"ct status dnat {f} saddr . {f} daddr @hairpin masquerade",
-                            f"meta mark & {MASQ_MARK} == 0 return",
-                            f"meta mark set meta mark ^ {MASQ_MARK}", "masquerade fully-random"],
-        "endpoints-check": [f"{vip} vmap @no-endpoints",
-                            f"{nodeport} {np} vmap @no-endpoint-nodeports",
-                            f"{f} daddr @service-vips goto reject-chain",
-                            f"{f} daddr @service-cidrs drop"],
+        "nat-prerouting": ["jump services"],
+        "nat-output": ["jump services"],
+        "services": [
+            f"{f} daddr @service-vips {f} saddr != @cluster-cidrs {mark}",
+            f"{vip} @external-masq {mark}",
+            f"{nodeport} {np} @nodeport-masq {mark}",
+            f"{vip} vmap @service-ips",
+            f"{nodeport} {np} vmap @service-nodeports",
+        ],
+        "nat-postrouting": [
+            f"ct status dnat {f} saddr . {f} daddr @hairpin masquerade",
+            f"meta mark & {MASQ_MARK} == 0 return",
+            f"meta mark set meta mark ^ {MASQ_MARK}",
+            "masquerade fully-random",
+        ],
+        "endpoints-check": [
+            f"{vip} vmap @no-endpoints",
+            f"{nodeport} {np} vmap @no-endpoint-nodeports",
+            f"{f} daddr @service-vips goto reject-chain",
+            f"{f} daddr @service-cidrs drop",
+        ],
         "reject-chain": ["meta l4proto tcp reject with tcp reset", "reject"],
         "filter-input": ["ct state new jump endpoints-check"],
         "filter-forward": ["ct state new jump endpoints-check"],
-        "filter-output": ["ct state new jump endpoints-check"]}
+        "filter-output": ["ct state new jump endpoints-check"],
+    }
 
 
 def render_shape(family: int, shape: Shape) -> str:
@@ -196,7 +235,9 @@ def render_shape(family: int, shape: Shape) -> str:
     t, f = f"{FAMILY[family]} {TABLE}", FAMILY[family]
     if shape.kind == "lb":
         return _render_chain(t, shape.chain, _lb_rules(f, shape))
-    lines = [_render_affinity_index(family, shape.entry, i, shape.timeout) for i in range(shape.count)]
+    lines = [
+        _render_affinity_index(family, shape.entry, i, shape.timeout) for i in range(shape.count)
+    ]
     return "".join(lines) + _render_chain(t, shape.chain, _affinity_rules(f, shape))
 
 
@@ -208,16 +249,23 @@ def _render_chain(t: str, chain: str, rules: list[str]) -> str:
 def _lb_rules(f: str, shape: Shape) -> list[str]:
     """One guarded rule per protocol: each protocol's packets read that protocol's map."""
     key, n = KEY[shape.entry].format(f=f), shape.count
-    return [f"meta l4proto {proto} dnat {f} to {key} . numgen random mod {n} "
-            f"map @{backends_map(shape.entry, proto)}" for proto in PROTOCOLS]
+    return [
+        f"meta l4proto {proto} dnat {f} to {key} . numgen random mod {n} "
+        f"map @{backends_map(shape.entry, proto)}"
+        for proto in PROTOCOLS
+    ]
 
 
 def _affinity_rules(f: str, shape: Shape) -> list[str]:
     key, client, p = KEY[shape.entry].format(f=f), CLIENT.format(f=f), PREFIX[shape.entry]
-    sticky = [f"{client} @sticky-{i} update @sticky-{i} {{ {client} timeout {shape.timeout}s }} "
-              f"dnat {f} to {key} map @{p}slot-{i}" for i in range(shape.count)]
-    picks = ", ".join(f"{i} : goto {pick_chain(shape.entry, shape.timeout, i)}"
-                      for i in range(shape.count))
+    sticky = [
+        f"{client} @sticky-{i} update @sticky-{i} {{ {client} timeout {shape.timeout}s }} "
+        f"dnat {f} to {key} map @{p}slot-{i}"
+        for i in range(shape.count)
+    ]
+    picks = ", ".join(
+        f"{i} : goto {pick_chain(shape.entry, shape.timeout, i)}" for i in range(shape.count)
+    )
     return sticky + [f"numgen random mod {shape.count} vmap {{ {picks} }}"]
 
 
@@ -226,9 +274,13 @@ def _render_affinity_index(family: int, entry: str, i: int, timeout: int) -> str
     t, f, a, p = f"{FAMILY[family]} {TABLE}", FAMILY[family], ADDR[family], PREFIX[entry]
     client = CLIENT.format(f=f)
     key_type, dest = KEY_TYPE[entry].format(a=a), f"{a} . inet_service"
-    lines = [f"add set {t} sticky-{i} {{ type {a} . {a} . inet_proto . inet_service; "
-             "flags dynamic,timeout; }",
-             f"add map {t} {p}slot-{i} {{ type {key_type} : {dest}; }}"]
-    rules = [f"update @sticky-{i} {{ {client} timeout {timeout}s }}",
-             f"dnat {f} to {KEY[entry].format(f=f)} map @{p}slot-{i}"]
+    lines = [
+        f"add set {t} sticky-{i} {{ type {a} . {a} . inet_proto . inet_service; "
+        "flags dynamic,timeout; }",
+        f"add map {t} {p}slot-{i} {{ type {key_type} : {dest}; }}",
+    ]
+    rules = [
+        f"update @sticky-{i} {{ {client} timeout {timeout}s }}",
+        f"dnat {f} to {KEY[entry].format(f=f)} map @{p}slot-{i}",
+    ]
     return "\n".join(lines) + "\n" + _render_chain(t, pick_chain(entry, timeout, i), rules)

@@ -5,11 +5,13 @@
 ``resyncInterval`` is the seconds between full renders (default 30). A bad value stops pycnid
 from starting, naming the key (code 7).
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from cni.spec.errors import InvalidConfig
 from services.proxy.sync import ProxySync
@@ -34,14 +36,18 @@ def parse_proxy_config(raw: Mapping[str, Any]) -> ProxyConfig | None:
     if not isinstance(proxy, bool):
         raise InvalidConfig("invalid key 'services.proxy': true or false is expected")
     interval = section.get("resyncInterval", DEFAULT_PROXY_RESYNC)
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) \
-            or not 0 < interval < float("inf"):
+    if (
+        isinstance(interval, bool)
+        or not isinstance(interval, (int, float))
+        or not 0 < interval < float("inf")
+    ):
         raise InvalidConfig("invalid key 'services.resyncInterval': seconds > 0 are expected")
     return ProxyConfig(float(interval)) if proxy else None
 
 
-def start_proxy(raw: Mapping[str, Any], node: str, store: Any, registry: Any,
-                on_shutdown: list) -> ProxySync | None:
+def start_proxy(
+    raw: Mapping[str, Any], node: str, store: Any, registry: Any, on_shutdown: list
+) -> ProxySync | None:
     """The proxy of this node, started; None when the config does not turn it on."""
     config = parse_proxy_config(raw)
     if config is None:

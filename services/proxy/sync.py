@@ -17,25 +17,27 @@ A family gets its table once the service settings hold a CIDR of it or a Service
 it. Nothing is programmed before the first complete read (an empty view must not reject every
 Service). Metrics: sync seconds, Services programmed, refused transactions.
 """
+
 from __future__ import annotations
 
 import gc
 import logging
 import threading
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
-from kernel.nft import Nft, NftError
-from kernel.session import node_session
 from cni.spec.errors import CNIError
 from common.loop import Errors, Loop
-from store.watched import WatchedPrefixes
+from kernel.nft import Nft, NftError
+from kernel.session import node_session
 from services.proxy import conntrack
 from services.proxy.model import ProxyModel
 from services.proxy.render import FAMILY, TABLE, is_shape_chain
 from services.proxy.table import Planned, ServiceTable, TablePlan
 from services.proxy.view import PREFIXES, Records, calc_changes
+from store.watched import WatchedPrefixes
 
 log = logging.getLogger("pycnid.proxy")
 RETRY = 1.0
@@ -44,15 +46,19 @@ POLL = 0.5  # a store without watches (SQLite): how often its revision is looked
 
 class ProxyMetrics:
     def __init__(self, registry: Any) -> None:
-        self.seconds = registry.histogram("pycni_proxy_sync_seconds",
-                                          "time of one Service proxy sync")
-        self.services = registry.gauge("pycni_proxy_services",
-                                       "Service ports programmed, by family")
-        self.failures = registry.counter("pycni_proxy_sync_failures_total",
-                                         "nftables transactions the kernel refused")
+        self.seconds = registry.histogram(
+            "pycni_proxy_sync_seconds", "time of one Service proxy sync"
+        )
+        self.services = registry.gauge(
+            "pycni_proxy_services", "Service ports programmed, by family"
+        )
+        self.failures = registry.counter(
+            "pycni_proxy_sync_failures_total", "nftables transactions the kernel refused"
+        )
         self.syncs = registry.counter("pycni_proxy_syncs_total", "proxy syncs applied")
-        self.stale = registry.counter("pycni_proxy_conntrack_deleted_total",
-                                      "stale UDP conntrack reply sources deleted")
+        self.stale = registry.counter(
+            "pycni_proxy_conntrack_deleted_total", "stale UDP conntrack reply sources deleted"
+        )
 
 
 class ProxySync:
@@ -61,19 +67,25 @@ class ProxySync:
         self.records = Records()
         self.lock = threading.Lock()
         self.wake = threading.Event()
-        self.watched = WatchedPrefixes(store, PREFIXES, self.records, self.lock,
-                                       lambda _changed: self.wake.set())
+        self.watched = WatchedPrefixes(
+            store, PREFIXES, self.records, self.lock, lambda _changed: self.wake.set()
+        )
         self.tables: dict[int, ServiceTable | None] = {4: None, 6: None}
         self.chains: dict[int, set[str] | None] = {4: None, 6: None}  # None: to be listed
         self.hints: dict[int, dict] = {4: {}, 6: {}}  # a dropped table's Services: its slots
         self.full_due = 0.0
         self.nft: Nft | None = None
         self.metrics = ProxyMetrics(registry)
-        self.loop = Loop("proxy-sync", self.step, retry=RETRY, wake=self.wake,
-                         errors=Errors(log, "proxy sync", expected=(CNIError, NftError)),
-                         registry=registry)
+        self.loop = Loop(
+            "proxy-sync",
+            self.step,
+            retry=RETRY,
+            wake=self.wake,
+            errors=Errors(log, "proxy sync", expected=(CNIError, NftError)),
+            registry=registry,
+        )
 
-    def start(self) -> "ProxySync":
+    def start(self) -> ProxySync:
         self.nft = Nft()  # made here: in the node netns
         self.loop.start()
         return self
@@ -97,8 +109,11 @@ class ProxySync:
     def local_addresses(self) -> list[str]:
         """This node's global addresses (NodePorts answer on them too)."""
         with node_session() as ipr:
-            return [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr()
-                    if a["scope"] == 0 and a.get_attr("IFA_ADDRESS")]
+            return [
+                a.get_attr("IFA_ADDRESS")
+                for a in ipr.get_addr()
+                if a["scope"] == 0 and a.get_attr("IFA_ADDRESS")
+            ]
 
     def sync(self) -> None:
         """One pass for both families; a family the kernel refused is rendered whole next
@@ -111,8 +126,19 @@ class ProxySync:
         with paused_gc():
             with self.lock:
                 dirty = self.records.take_dirty()
-                plans = {f: calc_plan(self.records, self.node, f, local, self.tables[f], dirty,
-                                      chains.get(f, ()), self.hints[f]) for f in (4, 6)}
+                plans = {
+                    f: calc_plan(
+                        self.records,
+                        self.node,
+                        f,
+                        local,
+                        self.tables[f],
+                        dirty,
+                        chains.get(f, ()),
+                        self.hints[f],
+                    )
+                    for f in (4, 6)
+                }
             planned = time.perf_counter()
             refused = [exc for f, plan in plans.items() if plan and (exc := self.apply(f, plan))]
             full = any(plan and plan.full for plan in plans.values())
@@ -121,9 +147,12 @@ class ProxySync:
                 self.nft.release_cache()
         done = time.perf_counter()
         self.metrics.seconds.observe(done - started)
-        (log.info if full else log.debug)("proxy: pass of %d dirty Service(s): %.1f ms "
-                                          "(plan %.1f ms)", len(dirty), (done - started) * 1e3,
-                                          (planned - started) * 1e3)
+        (log.info if full else log.debug)(
+            "proxy: pass of %d dirty Service(s): %.1f ms (plan %.1f ms)",
+            len(dirty),
+            (done - started) * 1e3,
+            (planned - started) * 1e3,
+        )
         if refused:
             raise refused[0]
 
@@ -145,8 +174,12 @@ class ProxySync:
         self.metrics.syncs.inc()
         self.metrics.services.set(table.port_count, family=f"ipv{family}")
         self.clean_conntrack(family, plan)
-        log.info("proxy: IPv%d table %s, %d Service(s) changed", family,
-                 "rendered" if plan.full else "updated", len(plan.services))
+        log.info(
+            "proxy: IPv%d table %s, %d Service(s) changed",
+            family,
+            "rendered" if plan.full else "updated",
+            len(plan.services),
+        )
         return None
 
     def drop_table(self, family: int) -> None:
@@ -164,22 +197,36 @@ class ProxySync:
         if known is not None or self.nft is None:
             return known or set()
         doc = self.nft.list_json(f"list chains {FAMILY[family]}")
-        return {c["chain"]["name"] for c in doc.get("nftables", []) if "chain" in c
-                and c["chain"].get("table") == TABLE and is_shape_chain(c["chain"]["name"])}
+        return {
+            c["chain"]["name"]
+            for c in doc.get("nftables", [])
+            if "chain" in c
+            and c["chain"].get("table") == TABLE
+            and is_shape_chain(c["chain"]["name"])
+        }
 
     def clean_conntrack(self, family: int, plan: TablePlan) -> None:
         """UDP entries of the changed Services whose answer comes from a non-serving source."""
         before = ProxyModel(family, plan.node, tuple(v for vs in plan.before.values() for v in vs))
-        after = ProxyModel(family, plan.node, tuple(v for p in plan.services.values()
-                                                    for v in p.views))
-        checks = conntrack.calc_checks(conntrack.calc_udp_serving(before),
-                                       conntrack.calc_udp_serving(after), plan.full)
+        after = ProxyModel(
+            family, plan.node, tuple(v for p in plan.services.values() for v in p.views)
+        )
+        checks = conntrack.calc_checks(
+            conntrack.calc_udp_serving(before), conntrack.calc_udp_serving(after), plan.full
+        )
         self.metrics.stale.inc(conntrack.clean_stale(checks, family))
 
 
-def calc_plan(records: Records, node: str, family: int, local: list[str],
-              table: ServiceTable | None, dirty: set[str], chains: Iterable[str] = (),
-              hints: Mapping[str, Planned] | None = None) -> TablePlan | None:
+def calc_plan(
+    records: Records,
+    node: str,
+    family: int,
+    local: list[str],
+    table: ServiceTable | None,
+    dirty: set[str],
+    chains: Iterable[str] = (),
+    hints: Mapping[str, Planned] | None = None,
+) -> TablePlan | None:
     """A pass's transaction for one family (None: nothing to do): the dirty Services against
     the table, or every Service rendered whole when there is none. A family's table is made
     once a service CIDR or a ClusterIP of it exists (``Records.wants``: until then a pass

@@ -12,17 +12,31 @@ this memory is the only copy of what was committed.
 kernel took it, ``commit(plan)``. A refused transaction leaves the table unknown: the caller
 drops it and the next sync renders the family whole (``plan(..., full=True)``).
 """
+
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from itertools import chain
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
+from itertools import chain
 
-from services.proxy.elements import (calc_node_elements, calc_service_parts, render_elements, render_full_script)
+from services.proxy.elements import (
+    calc_node_elements,
+    calc_service_parts,
+    render_elements,
+    render_full_script,
+)
 from services.proxy.model import Backend, NodeView, ProxyModel, ServicePortView
-from services.proxy.render import (FAMILY, TABLE, Element, Shape, calc_index_objects, calc_shape_chains, render_shape)
+from services.proxy.render import (
+    FAMILY,
+    TABLE,
+    Element,
+    Shape,
+    calc_index_objects,
+    calc_shape_chains,
+    render_shape,
+)
 
 log = logging.getLogger("pycnid.proxy")
 Views = tuple[ServicePortView, ...]
@@ -65,8 +79,14 @@ class ServiceTable:
     owners: dict[tuple[str, str], str] = field(default_factory=dict)  # entry -> Service
     left_out: set[str] = field(default_factory=set)  # retried every pass (calc_plan)
 
-    def plan(self, node: NodeView, changes: Mapping[str, Views], full: bool = False,
-             chains: Iterable[str] = (), hints: Mapping[str, Planned] | None = None) -> TablePlan:
+    def plan(
+        self,
+        node: NodeView,
+        changes: Mapping[str, Views],
+        full: bool = False,
+        chains: Iterable[str] = (),
+        hints: Mapping[str, Planned] | None = None,
+    ) -> TablePlan:
         """The transaction that gives the Services in ``changes`` their views (``()``: the
         Service is gone). A changed node view re-plans every Service (NodePort addresses);
         ``full`` starts from an empty table and renders the whole family, deleting the shape
@@ -76,16 +96,22 @@ class ServiceTable:
             return self._plan_full(node, changes, set(chains), hints or {})
         if node != self.node:
             changes = {**{k: p.views for k, p in self.services.items()}, **changes}
-        planned = {key: self._calc_planned(node, views, self.services.get(key))
-                   for key, views in changes.items()}
+        planned = {
+            key: self._calc_planned(node, views, self.services.get(key))
+            for key, views in changes.items()
+        }
         return self._plan_update(node, self._claim(planned, self.owners))
 
     def _calc_planned(self, node: NodeView, views: Views, old: Planned | None) -> Planned:
         views = calc_stable_views(views, old.views) if old else views
         return Planned(views, *calc_service_parts(ProxyModel(self.family, node, views)))
 
-    def _claim(self, planned: dict[str, Planned], owners: Mapping[tuple[str, str], str],
-               claimed: dict[tuple[str, str], str] | None = None) -> dict[str, Planned]:
+    def _claim(
+        self,
+        planned: dict[str, Planned],
+        owners: Mapping[tuple[str, str], str],
+        claimed: dict[tuple[str, str], str] | None = None,
+    ) -> dict[str, Planned]:
         """Each map key belongs to one Service: a Service whose VIP, externalIP or nodePort
         port another one already holds (hand-written records; the store's index keys prevent
         it for VIPs and nodePorts) is left out, logged, rather than refusing the whole
@@ -98,25 +124,33 @@ class ServiceTable:
             held = {claimed.get(k) or _holder(owners.get(k), planned) for k in mine} - {None, key}
             if held:
                 if key not in self.left_out:
-                    log.warning("proxy: Service %s left out: its ports are %s's", key,
-                                sorted(held)[0])
+                    log.warning(
+                        "proxy: Service %s left out: its ports are %s's", key, sorted(held)[0]
+                    )
                 planned[key] = Planned((), frozenset(), frozenset(), left_out=True)
             else:
                 claimed.update(dict.fromkeys(mine, key))
         return planned
 
-    def _plan_full(self, node: NodeView, changes: Mapping[str, Views], chains: set[str],
-                   hints: Mapping[str, Planned]) -> TablePlan:
+    def _plan_full(
+        self,
+        node: NodeView,
+        changes: Mapping[str, Views],
+        chains: set[str],
+        hints: Mapping[str, Planned],
+    ) -> TablePlan:
         planned = {k: self._calc_planned(node, v, hints.get(k)) for k, v in changes.items() if v}
         owners: dict[tuple[str, str], str] = {}
-        planned = {k: p for k, p in self._claim(planned, {}, owners).items()
-                   if p.views or p.left_out}
+        planned = {
+            k: p for k, p in self._claim(planned, {}, owners).items() if p.views or p.left_out
+        }
         node_elements = calc_node_elements(ProxyModel(self.family, node))
         elements = set(node_elements).union(*(p.elements for p in planned.values()))
         shapes = set().union(*(p.shapes for p in planned.values()))
         live = calc_shape_chains(shapes)
-        script = (render_full_script(self.family, shapes, elements)
-                  + self._render_deletes(chains - live, live))
+        script = render_full_script(self.family, shapes, elements) + self._render_deletes(
+            chains - live, live
+        )
         return TablePlan(script, True, node, node_elements, planned, {}, owners)
 
     def _plan_update(self, node: NodeView, planned: dict[str, Planned]) -> TablePlan:
@@ -134,26 +168,35 @@ class ServiceTable:
         before = {k: self.services[k].views for k in planned if k in self.services}
         return TablePlan(script, False, node, node_elements, planned, before)
 
-    def _render_update(self, deletes: list[Element], adds: list[Element],
-                       new_shapes: list[Shape], old_shapes: list[Shape]) -> str:
+    def _render_update(
+        self,
+        deletes: list[Element],
+        adds: list[Element],
+        new_shapes: list[Shape],
+        old_shapes: list[Shape],
+    ) -> str:
         """New chains first, element deletes (a changed value included), adds, then the
         chains no entry points at any more."""
         live = {s for s, n in self.shape_counts.items() if n} - set(old_shapes) | set(new_shapes)
         live_chains = calc_shape_chains(live)
         stale = calc_shape_chains(old_shapes) - live_chains
-        return ("".join(render_shape(self.family, s) for s in sorted(new_shapes))
-                + render_elements(self.family, "delete", deletes)
-                + render_elements(self.family, "add", adds)
-                + self._render_deletes(stale, live_chains))
+        return (
+            "".join(render_shape(self.family, s) for s in sorted(new_shapes))
+            + render_elements(self.family, "delete", deletes)
+            + render_elements(self.family, "add", adds)
+            + self._render_deletes(stale, live_chains)
+        )
 
     def _render_deletes(self, stale: set[str], live: set[str]) -> str:
         """The stale chains, then the affinity index objects (``slot-i``, ``sticky-i``) no
         live chain uses: a chain must go before what it names."""
         t = f"{FAMILY[self.family]} {TABLE}"
         objects = calc_index_objects(stale) - calc_index_objects(live)
-        return ("".join(f"delete chain {t} {c}\n" for c in sorted(stale, key=_referrers_first))
-                + "".join(f"delete {'map' if 'slot-' in o else 'set'} {t} {o}\n"
-                          for o in sorted(objects)))
+        return "".join(
+            f"delete chain {t} {c}\n" for c in sorted(stale, key=_referrers_first)
+        ) + "".join(
+            f"delete {'map' if 'slot-' in o else 'set'} {t} {o}\n" for o in sorted(objects)
+        )
 
     def chains(self) -> set[str]:
         """The shape chains this table's elements use (what the kernel holds once committed)."""
@@ -164,7 +207,8 @@ class ServiceTable:
         if plan.full:
             return self._commit_full(plan)
         self.left_out = (self.left_out - set(plan.services)) | {
-            k for k, p in plan.services.items() if p.left_out}
+            k for k, p in plan.services.items() if p.left_out
+        }
         for key, new in plan.services.items():
             old = self.services.pop(key, None)
             self.port_count += len(new.views) - (len(old.views) if old else 0)
@@ -199,8 +243,12 @@ class ServiceTable:
         return frozenset(e for e, n in self.element_counts.items() if n)
 
 
-ENTRY_MAPS = {"service-ips": "vip", "no-endpoints": "vip", "service-nodeports": "np",
-              "no-endpoint-nodeports": "np"}
+ENTRY_MAPS = {
+    "service-ips": "vip",
+    "no-endpoints": "vip",
+    "service-nodeports": "np",
+    "no-endpoint-nodeports": "np",
+}
 
 
 def _map_keys(elements: Iterable[Element]) -> set[tuple[str, str]]:
@@ -255,8 +303,9 @@ def calc_stable_views(views: Views, old: Views) -> Views:
     return tuple(out)
 
 
-def calc_stable_order(prior: tuple[Backend, ...], backends: tuple[Backend, ...]
-                      ) -> tuple[Backend, ...]:
+def calc_stable_order(
+    prior: tuple[Backend, ...], backends: tuple[Backend, ...]
+) -> tuple[Backend, ...]:
     """``backends`` in ``prior``'s slots where they were (see ``calc_stable_views``)."""
     wanted = {(b.ip, b.port): b for b in backends}
     slots: list[Backend | None] = [wanted.pop((b.ip, b.port), None) for b in prior]

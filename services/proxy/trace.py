@@ -5,6 +5,7 @@ The walk follows the ruleset's order: masquerade marks, then the ``service-ips``
 unknown port of a known VIP, unallocated service address). Entries and backends come from
 ``calc_entries`` / ``calc_backends``, the functions that render the elements.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -42,8 +43,15 @@ class Answer:
         return asdict(self)
 
 
-def explain(model: ProxyModel, node: NodeView, src_ip: IPAddress, src_port: int,
-            dst_ip: IPAddress, dst_port: int, proto: str) -> Answer:
+def explain(
+    model: ProxyModel,
+    node: NodeView,
+    src_ip: IPAddress,
+    src_port: int,
+    dst_ip: IPAddress,
+    dst_port: int,
+    proto: str,
+) -> Answer:
     """The tracer: ``node`` is the node whose table is asked (its NodePort addresses)."""
     model = ProxyModel(model.family, node, model.ports)
     for view in model.ports:
@@ -55,8 +63,14 @@ def explain(model: ProxyModel, node: NodeView, src_ip: IPAddress, src_port: int,
     return _miss(model, dst_ip)
 
 
-def _matches(entry: str, key: str, view: ServicePortView, dst_ip: IPAddress, dst_port: int,
-             model: ProxyModel) -> bool:
+def _matches(
+    entry: str,
+    key: str,
+    view: ServicePortView,
+    dst_ip: IPAddress,
+    dst_port: int,
+    model: ProxyModel,
+) -> bool:
     if entry == "np":
         return dst_ip in model.node.node_ips and dst_port == view.port.node_port
     return key.split(" . ")[0] == str(dst_ip) and dst_port == view.port.port
@@ -66,8 +80,9 @@ def _label(view: ServicePortView, entry: str, external: bool) -> str:
     return "NodePort" if entry == "np" else ("externalIP" if external else "ClusterIP")
 
 
-def _answer(view: ServicePortView, entry: str, external: bool, src_ip: IPAddress,
-            model: ProxyModel) -> Answer:
+def _answer(
+    view: ServicePortView, entry: str, external: bool, src_ip: IPAddress, model: ProxyModel
+) -> Answer:
     name = f"{view.service.namespace}/{view.service.name}:{view.port.name or view.port.port}"
     label, backends = _label(view, entry, external), view.calc_backends(external)
     if not backends:
@@ -84,8 +99,14 @@ def _no_backends(view: ServicePortView, label: str, name: str, external: bool) -
     return Answer(label, "reject", name, "no endpoints")
 
 
-def _choice(b: Backend, p: float, view: ServicePortView, external: bool, src_ip: IPAddress,
-            model: ProxyModel) -> Choice:
+def _choice(
+    b: Backend,
+    p: float,
+    view: ServicePortView,
+    external: bool,
+    src_ip: IPAddress,
+    model: ProxyModel,
+) -> Choice:
     why = []
     if b.ip == src_ip:
         why.append("hairpin: the client is this endpoint")
@@ -109,7 +130,9 @@ def render_answer(a: Answer) -> str:
     head = f"{a.entry} {a.service or ''}".strip()
     lines = [f"{head}: {a.verdict}" + (f" ({a.reason})" if a.reason else "")]
     if a.sticky:
-        lines.append(f"  ClientIP affinity: sticky for {a.affinity_timeout}s after the first choice")
+        lines.append(
+            f"  ClientIP affinity: sticky for {a.affinity_timeout}s after the first choice"
+        )
     for c in a.choices:
         masq = "masquerade: " + "; ".join(c.why) if c.masquerade else "client IP kept"
         lines.append(f"  -> {c.ip}:{c.port} on {c.node}  p={c.probability:.3f}  {masq}")

@@ -7,6 +7,7 @@ both call ``calc_model``, so the tracer explains the very table a node programs.
 cannot be read, or a Service the model refuses, is skipped (and logged once by the caller's
 ``Records``): one bad record must not take every other Service down.
 """
+
 from __future__ import annotations
 
 import functools
@@ -14,17 +15,25 @@ import ipaddress
 import logging
 import socket
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from cni.spec.errors import CNIError
+from ipam.records import ENDPOINTS, NODES, POOLS, SERVICES, SERVICES_META, CorruptRecord, decode
 from nodes.record import NodeRecord
-from ipam.records import (ENDPOINTS, NODES, POOLS, SERVICES, SERVICES_META, CorruptRecord,
-                          decode)
+from services.proxy.model import (
+    LOOPBACK,
+    Backend,
+    IPAddress,
+    NodeView,
+    ProxyModel,
+    ProxyPort,
+    ProxyService,
+    ServicePortView,
+)
 from services.record import EndpointRecord, ServiceRecord, ServiceSettings
 from services.selectors import calc_served_ports, matches
 from store.base import KV
-from services.proxy.model import (LOOPBACK, Backend, IPAddress, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView)
 
 log = logging.getLogger("pycnid.proxy")
 PREFIXES = (SERVICES, ENDPOINTS, POOLS, SERVICES_META, NODES)
@@ -76,7 +85,7 @@ class Records:
         elif kv.key == SERVICES_META:
             self.settings = ServiceSettings.from_bytes(kv.key, kv.value)
         elif kv.key.startswith(NODES):
-            self.nodes[kv.key[len(NODES):]] = NodeRecord.from_bytes(kv.key, kv.value)
+            self.nodes[kv.key[len(NODES) :]] = NodeRecord.from_bytes(kv.key, kv.value)
 
     def _put_service(self, key: str, record: ServiceRecord | None) -> None:
         old = self.services.pop(key, None)
@@ -108,8 +117,9 @@ class Records:
         """The Services whose selector picks ``endpoint``."""
         if endpoint is None:
             return set()
-        keys = set().union(*(self.selecting.get(p, ()) for p in
-                             _pairs(endpoint.namespace, endpoint.labels)))
+        keys = set().union(
+            *(self.selecting.get(p, ()) for p in _pairs(endpoint.namespace, endpoint.labels))
+        )
         return {k for k in keys if matches(self.services[k].selector, endpoint.labels)}
 
     def selected(self, service: ServiceRecord) -> list[tuple[EndpointRecord, tuple]]:
@@ -137,7 +147,7 @@ class Records:
         if key == SERVICES_META:
             self.settings = None
         if key.startswith(NODES):
-            self.nodes.pop(key[len(NODES):], None)
+            self.nodes.pop(key[len(NODES) :], None)
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
         """A snapshot of one prefix replaces what was known under it; a record that did not
@@ -192,8 +202,9 @@ def _unindex(index: dict[LabelKey, set[str]], pairs: Iterable[LabelKey], key: st
                 del index[pair]
 
 
-def calc_node_ips(family: int, record_address: str, local: Iterable[str],
-                  cluster_cidrs: Iterable[str]) -> tuple[IPAddress, ...]:
+def calc_node_ips(
+    family: int, record_address: str, local: Iterable[str], cluster_cidrs: Iterable[str]
+) -> tuple[IPAddress, ...]:
     """Where NodePorts answer: the node record's address and the node's other addresses of
     ``family``, never loopback, link-local nor a Pod pool's (a bridge gateway is no node IP)."""
     pools = [ipaddress.ip_network(c) for c in cluster_cidrs]
@@ -210,13 +221,18 @@ def calc_node_ips(family: int, record_address: str, local: Iterable[str],
     return tuple(sorted(found))
 
 
-def calc_node_view(records: Records, node: str, family: int,
-                   local: Iterable[str] = ()) -> NodeView:
+def calc_node_view(
+    records: Records, node: str, family: int, local: Iterable[str] = ()
+) -> NodeView:
     record = records.nodes.get(node)
     pools = sorted(set(records.pools.values()))
     cidrs = records.settings.cidrs if records.settings else ()
-    return NodeView(node, calc_node_ips(family, record.address if record else "", local, pools),
-                    _nets(pools, family), _nets(cidrs, family))
+    return NodeView(
+        node,
+        calc_node_ips(family, record.address if record else "", local, pools),
+        _nets(pools, family),
+        _nets(cidrs, family),
+    )
 
 
 def _nets(cidrs: Iterable[str], family: int) -> tuple:
@@ -226,21 +242,28 @@ def _nets(cidrs: Iterable[str], family: int) -> tuple:
 
 def calc_model(records: Records, node: str, family: int, local: Iterable[str] = ()) -> ProxyModel:
     """The table ``node`` programs for ``family`` (``local``: its own addresses, if known)."""
-    views = [v for key in sorted(records.services)
-             for v in calc_service_views(records, key, node, family)]
+    views = [
+        v
+        for key in sorted(records.services)
+        for v in calc_service_views(records, key, node, family)
+    ]
     return ProxyModel(family, calc_node_view(records, node, family, local), tuple(views))
 
 
-def calc_changes(records: Records, node: str, family: int, local: Iterable[str],
-                 keys: Iterable[str]) -> tuple[NodeView, dict[str, tuple[ServicePortView, ...]]]:
+def calc_changes(
+    records: Records, node: str, family: int, local: Iterable[str], keys: Iterable[str]
+) -> tuple[NodeView, dict[str, tuple[ServicePortView, ...]]]:
     """What a sync hands the table: the node's view and the views of Services ``keys``
     (the dirty ones, or every Service for a full render; ``()`` for one that is gone)."""
-    return (calc_node_view(records, node, family, local),
-            {key: calc_service_views(records, key, node, family) for key in keys})
+    return (
+        calc_node_view(records, node, family, local),
+        {key: calc_service_views(records, key, node, family) for key in keys},
+    )
 
 
-def calc_service_views(records: Records, key: str, node: str,
-                       family: int) -> tuple[ServicePortView, ...]:
+def calc_service_views(
+    records: Records, key: str, node: str, family: int
+) -> tuple[ServicePortView, ...]:
     """One Service's port views for ``family`` (none: gone, no VIP of it, or refused)."""
     record = records.services.get(key)
     if record is None:
@@ -254,14 +277,23 @@ def calc_service_views(records: Records, key: str, node: str,
 
 def calc_service(record: ServiceRecord, family: int) -> ProxyService:
     external = record.type in EXTERNAL_TYPES
-    ports = tuple(ProxyPort(p.name, p.protocol.lower(), p.port,
-                            p.node_port if external and p.node_port else None)
-                  for p in record.ports)
+    ports = tuple(
+        ProxyPort(
+            p.name, p.protocol.lower(), p.port, p.node_port if external and p.node_port else None
+        )
+        for p in record.ports
+    )
     timeout = record.timeout_seconds if record.session_affinity == "ClientIP" else None
-    return ProxyService(record.namespace, record.name, _ips(record.cluster_ips, family),
-                        _ips(record.external_ips, family), ports, timeout,
-                        record.external_traffic_policy == "Local",
-                        record.internal_traffic_policy == "Local")
+    return ProxyService(
+        record.namespace,
+        record.name,
+        _ips(record.cluster_ips, family),
+        _ips(record.external_ips, family),
+        ports,
+        timeout,
+        record.external_traffic_policy == "Local",
+        record.internal_traffic_policy == "Local",
+    )
 
 
 def _ips(texts: Iterable[str], family: int) -> tuple[IPAddress, ...]:
@@ -290,23 +322,40 @@ def calc_fixed_ports(record: ServiceRecord) -> dict[str, int] | None:
     return {p.name or str(p.port): p.target_port for p in record.ports}
 
 
-def calc_port_views(record: ServiceRecord,
-                    endpoints: list[tuple[EndpointRecord, tuple[IPAddress, ...]]], node: str,
-                    family: int) -> list[ServicePortView]:
+def calc_port_views(
+    record: ServiceRecord,
+    endpoints: list[tuple[EndpointRecord, tuple[IPAddress, ...]]],
+    node: str,
+    family: int,
+) -> list[ServicePortView]:
     """One view per port of a Service with a VIP of ``family`` (none: not in this table);
     ``endpoints`` are those its selector picks (``Records.selected``), with their addresses."""
     service = calc_service(record, family)
     if not service.vips:
         return []
     fixed = calc_fixed_ports(record)  # numeric targetPorts: the same for every endpoint
-    picked = [(e, [ip for ip in ips if ip.version == family],
-               fixed if fixed is not None else calc_served_ports(record, e))
-              for e, ips in endpoints]
+    picked = [
+        (
+            e,
+            [ip for ip in ips if ip.version == family],
+            fixed if fixed is not None else calc_served_ports(record, e),
+        )
+        for e, ips in endpoints
+    ]
     views = []
     for port, spec in zip(service.ports, record.ports):
         label = spec.name or str(spec.port)
-        backends = {(int(ip), ports[label], e.node): ip for e, ips, ports in picked
-                    if label in ports for ip in ips}
-        views.append(ServicePortView(service, port, tuple(
-            Backend(ip, p, n, n == node) for (_, p, n), ip in sorted(backends.items()))))
+        backends = {
+            (int(ip), ports[label], e.node): ip
+            for e, ips, ports in picked
+            if label in ports
+            for ip in ips
+        }
+        views.append(
+            ServicePortView(
+                service,
+                port,
+                tuple(Backend(ip, p, n, n == node) for (_, p, n), ip in sorted(backends.items())),
+            )
+        )
     return views

@@ -1,4 +1,5 @@
 """Assertions shared by the cluster tests: store invariants, `pycni ipam check`, leftovers."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -39,20 +40,27 @@ def assert_handles_match(view: StoreView, calls: list[Call], network: str = NETW
     extra = sorted(set(handles) - set(expected))
     assert not missing, f"{len(missing)} successful ADD(s) have no handle: {missing[:10]}"
     assert not extra, f"{len(extra)} handle(s) from no successful ADD: {extra[:10]}"
-    wrong = [f"{h}: store {handles[h]} vs ADD {c.ips()}" for h, c in expected.items()
-             if sorted(handles[h]) != sorted(c.ips())]
+    wrong = [
+        f"{h}: store {handles[h]} vs ADD {c.ips()}"
+        for h, c in expected.items()
+        if sorted(handles[h]) != sorted(c.ips())
+    ]
     assert not wrong, "handles disagree with the ADD results:\n" + "\n".join(wrong[:10])
-    nodes = [f"{h}: {view.handles[h].get('attributes', {}).get('node')} != {c.node}"
-             for h, c in expected.items()
-             if view.handles[h].get("attributes", {}).get("node") != c.node]
+    nodes = [
+        f"{h}: {view.handles[h].get('attributes', {}).get('node')} != {c.node}"
+        for h, c in expected.items()
+        if view.handles[h].get("attributes", {}).get("node") != c.node
+    ]
     assert not nodes, "handles name the wrong node:\n" + "\n".join(nodes[:10])
 
 
 def assert_from_own_blocks(view: StoreView, network: str = NETWORK) -> None:
     """With free blocks left in the pool, every pod address comes from a block affine to the
     node that served it (no borrowing needed, so nodes write their own blocks only)."""
-    affinity = {(rec["pool"], str(ipaddress.ip_network(rec["cidr"]))): rec.get("affinity")
-                for rec in view.blocks.values()}
+    affinity = {
+        (rec["pool"], str(ipaddress.ip_network(rec["cidr"]))): rec.get("affinity")
+        for rec in view.blocks.values()
+    }
     foreign = []
     for holder in view.pod_handles(network):
         record = view.handles[holder]

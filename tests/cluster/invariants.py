@@ -10,6 +10,7 @@ here from the documented key layout, not with pycni's record classes), used next
 does not record for it, a block allocation whose handle is missing or does not list it, an
 address outside its block, a block and its affinity index entry that disagree.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -28,15 +29,15 @@ class StoreView:
     affinity: set[str] = field(default_factory=set)  # "<node>/<pool>/<cidr-key>"
 
     @classmethod
-    def parse(cls, dump: dict[str, tuple[bytes, int]]) -> "StoreView":
+    def parse(cls, dump: dict[str, tuple[bytes, int]]) -> StoreView:
         view = cls()
         for key, (value, _rev) in dump.items():
             if key.startswith(BLOCKS):
                 view.blocks[key] = json.loads(value)
             elif key.startswith(HANDLES):
-                view.handles[key[len(HANDLES):]] = json.loads(value)
+                view.handles[key[len(HANDLES) :]] = json.loads(value)
             elif key.startswith(AFFINITY):
-                view.affinity.add(key[len(AFFINITY):])
+                view.affinity.add(key[len(AFFINITY) :])
         return view
 
     def handle_ips(self, holder: str) -> list[str]:
@@ -56,8 +57,10 @@ class StoreView:
     def problems(self) -> list[str]:
         found: list[str] = []
         owner: dict[str, str] = {}
-        by_block = {(rec.get("pool"), str(ipaddress.ip_network(rec.get("cidr")))): rec
-                    for rec in self.blocks.values()}
+        by_block = {
+            (rec.get("pool"), str(ipaddress.ip_network(rec.get("cidr")))): rec
+            for rec in self.blocks.values()
+        }
         for holder, record in self.handles.items():
             for ip in record.get("ips") or []:
                 address = ip["address"].split("/")[0]
@@ -66,11 +69,15 @@ class StoreView:
                 owner[address] = holder
                 block = by_block.get((ip.get("pool"), str(ipaddress.ip_network(ip.get("block")))))
                 if block is None:
-                    found.append(f"{holder}: block {ip.get('block')} of pool {ip.get('pool')} "
-                                 "does not exist")
+                    found.append(
+                        f"{holder}: block {ip.get('block')} of pool {ip.get('pool')} "
+                        "does not exist"
+                    )
                 elif (block.get("allocations") or {}).get(address) != holder:
-                    found.append(f"{holder}: block {ip.get('block')} records {address} for "
-                                 f"{(block.get('allocations') or {}).get(address)!r}")
+                    found.append(
+                        f"{holder}: block {ip.get('block')} records {address} for "
+                        f"{(block.get('allocations') or {}).get(address)!r}"
+                    )
         for key, record in self.blocks.items():
             cidr = ipaddress.ip_network(record["cidr"])
             for address, holder in (record.get("allocations") or {}).items():
@@ -84,9 +91,15 @@ class StoreView:
 
     def affinity_problems(self) -> list[str]:
         """Each claimed block has its index entry under its node, and nothing else does."""
-        claimed = {f"{rec['affinity']}/{rec['pool']}/{rec['cidr'].replace('/', '-')}"
-                   for rec in self.blocks.values() if rec.get("affinity")}
-        return ([f"block claimed without an affinity index entry: {e}"
-                 for e in sorted(claimed - self.affinity)] +
-                [f"affinity index entry without its claimed block: {e}"
-                 for e in sorted(self.affinity - claimed)])
+        claimed = {
+            f"{rec['affinity']}/{rec['pool']}/{rec['cidr'].replace('/', '-')}"
+            for rec in self.blocks.values()
+            if rec.get("affinity")
+        }
+        return [
+            f"block claimed without an affinity index entry: {e}"
+            for e in sorted(claimed - self.affinity)
+        ] + [
+            f"affinity index entry without its claimed block: {e}"
+            for e in sorted(self.affinity - claimed)
+        ]

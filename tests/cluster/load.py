@@ -5,15 +5,16 @@ daemon) against one node's pycnid socket. The executable is started from the tes
 not inside the node's: a unix socket is reached by path from any netns and IPAM never touches
 the caller's network, so ``ip netns exec`` would only add a fork and a mount per call.
 """
+
 from __future__ import annotations
 
 import os
-import sys
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 from dataclasses import dataclass
 
 from tests.fixtures.cluster import ClusterNode
@@ -25,8 +26,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def netconf(ranges: list | None = None, name: str = NETWORK, **ipam) -> dict:
     ranges = ranges if ranges is not None else [[{"subnet": "10.96.0.0/20", "blockSize": 26}]]
-    return {"cniVersion": "1.1.0", "name": name, "type": "ptp",
-            "ipam": {"type": "pycni-ipam", "ranges": ranges, **ipam}}
+    return {
+        "cniVersion": "1.1.0",
+        "name": name,
+        "type": "ptp",
+        "ipam": {"type": "pycni-ipam", "ranges": ranges, **ipam},
+    }
 
 
 @dataclass
@@ -49,17 +54,33 @@ class Call:
         return [ip["address"].split("/")[0] for ip in (self.run.json or {}).get("ips", [])]
 
 
-def ipam(cni_bin: str, node: ClusterNode, command: str, conf: dict, cid: str = "",
-         args: str = "", timeout: float = 60) -> Call:
+def ipam(
+    cni_bin: str,
+    node: ClusterNode,
+    command: str,
+    conf: dict,
+    cid: str = "",
+    args: str = "",
+    timeout: float = 60,
+) -> Call:
     started = time.monotonic()
-    run = run_plugin(os.path.join(cni_bin, "pycni-ipam"), command, conf, container_id=cid,
-                     netns=node.pod.path if command in ("ADD", "CHECK") else "",
-                     args=args, cni_path=cni_bin, socket=node.socket, timeout=timeout)
+    run = run_plugin(
+        os.path.join(cni_bin, "pycni-ipam"),
+        command,
+        conf,
+        container_id=cid,
+        netns=node.pod.path if command in ("ADD", "CHECK") else "",
+        args=args,
+        cni_path=cni_bin,
+        socket=node.socket,
+        timeout=timeout,
+    )
     return Call(node.name, cid, command, run, time.monotonic() - started)
 
 
-def run_all(cni_bin: str, jobs: list[tuple[ClusterNode, str, str]], conf: dict,
-            per_node: int = 16) -> list[Call]:
+def run_all(
+    cni_bin: str, jobs: list[tuple[ClusterNode, str, str]], conf: dict, per_node: int = 16
+) -> list[Call]:
     """Run (node, command, cid) jobs with ``per_node`` in flight on each node at once."""
     nodes = {node.name for node, _, _ in jobs}
     if not jobs:
@@ -68,9 +89,14 @@ def run_all(cni_bin: str, jobs: list[tuple[ClusterNode, str, str]], conf: dict,
         return list(pool.map(lambda job: ipam(cni_bin, job[0], job[1], conf, job[2]), jobs))
 
 
-def run_with_incident(cni_bin: str, jobs: list[tuple[ClusterNode, str, str]], conf: dict,
-                      after: int, incident: Callable[[], None],
-                      per_node: int = 16) -> tuple[list[Call], int]:
+def run_with_incident(
+    cni_bin: str,
+    jobs: list[tuple[ClusterNode, str, str]],
+    conf: dict,
+    after: int,
+    incident: Callable[[], None],
+    per_node: int = 16,
+) -> tuple[list[Call], int]:
     """Like ``run_all``, but once ``after`` calls have finished ``incident()`` runs (in this
     thread) while the others are still in flight; returns (calls, calls finished before it)."""
     nodes = {node.name for node, _, _ in jobs}
@@ -96,22 +122,44 @@ def run_with_incident(cni_bin: str, jobs: list[tuple[ClusterNode, str, str]], co
         return [f.result() for f in futures], before
 
 
-def interleave(nodes: list[ClusterNode], command: str, count: int,
-               cid=lambda node, i: f"{node.name}-c{i}") -> list[tuple[ClusterNode, str, str]]:
+def interleave(
+    nodes: list[ClusterNode], command: str, count: int, cid=lambda node, i: f"{node.name}-c{i}"
+) -> list[tuple[ClusterNode, str, str]]:
     """``count`` jobs per node, interleaved so every node is busy for the whole run."""
     return [(node, command, cid(node, i)) for i in range(count) for node in nodes]
 
 
-def pycni_ipam_cli(node: ClusterNode, *args: str,
-                   timeout: float = 60) -> subprocess.CompletedProcess:
+def pycni_ipam_cli(
+    node: ClusterNode, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """`pycni ipam ARGS` run inside the node's namespace with its daemon's config."""
-    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m", "cli", "ipam",
-           *args, "--config", os.path.join(node.daemon.workdir, "pycnid.json")]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        node.host.ns.name,
+        sys.executable,
+        "-m",
+        "cli",
+        "ipam",
+        *args,
+        "--config",
+        os.path.join(node.daemon.workdir, "pycnid.json"),
+    ]
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
 
 
 def gc_conf(conf: dict, valid: list[tuple[str, str]]) -> dict:
     """The netconf of a CNI GC request naming the attachments that are still valid."""
-    return {**conf, "cni.dev/valid-attachments": [{"containerID": cid, "ifname": ifname}
-                                                  for cid, ifname in valid]}
+    return {
+        **conf,
+        "cni.dev/valid-attachments": [
+            {"containerID": cid, "ifname": ifname} for cid, ifname in valid
+        ],
+    }

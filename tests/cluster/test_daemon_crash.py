@@ -1,11 +1,19 @@
 """pycnid killed with SIGKILL in the middle of ADDs, restarted, then a CNI GC naming the ADDs
 that succeeded: no address leaks, and the other node's leases are untouched."""
+
 from __future__ import annotations
 
 import pytest
 
-from .checks import (assert_cli_checks_clean, assert_handles_match, assert_no_duplicates,
-                     assert_only_buffers_left, assert_store_consistent, cli_check, store_view)
+from .checks import (
+    assert_cli_checks_clean,
+    assert_handles_match,
+    assert_no_duplicates,
+    assert_only_buffers_left,
+    assert_store_consistent,
+    cli_check,
+    store_view,
+)
 from .load import NETWORK, gc_conf, interleave, ipam, netconf, run_all, run_with_incident
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
@@ -20,8 +28,13 @@ def test_sigkill_mid_adds_restart_gc_leaks_nothing(make_cluster, cni_bin):
     kept = run_all(cni_bin, interleave([steady], "ADD", 40), conf)
     assert all(c.ok for c in kept), [c.run.stdout for c in kept if not c.ok][:3]
 
-    calls, before_kill = run_with_incident(cni_bin, interleave([victim], "ADD", ADDS), conf,
-                                           after=ADDS // 3, incident=victim.daemon.kill)
+    calls, before_kill = run_with_incident(
+        cni_bin,
+        interleave([victim], "ADD", ADDS),
+        conf,
+        after=ADDS // 3,
+        incident=victim.daemon.kill,
+    )
     assert before_kill < ADDS, "the daemon was killed only after every ADD had finished"
     failed = [c for c in calls if not c.ok]
     assert failed, "no ADD was in flight or pending when pycnid was killed"
@@ -41,10 +54,18 @@ def test_sigkill_mid_adds_restart_gc_leaks_nothing(make_cluster, cni_bin):
     again = run_all(cni_bin, [(victim, "ADD", c.cid) for c in failed], conf)
     assert all(c.ok for c in again), [c.run.stdout for c in again if not c.ok][:3]
     assert_no_duplicates(kept + succeeded + again)
-    dels = run_all(cni_bin, [(n, "DEL", c.cid) for n, group in ((steady, kept),
-                                                                (victim, succeeded + again))
-                             for c in group], conf)
-    assert all(c.ok for c in dels), [(c.run.code, c.run.stdout, c.run.stderr[-800:]) for c in dels if not c.ok][:3]
+    dels = run_all(
+        cni_bin,
+        [
+            (n, "DEL", c.cid)
+            for n, group in ((steady, kept), (victim, succeeded + again))
+            for c in group
+        ],
+        conf,
+    )
+    assert all(c.ok for c in dels), [
+        (c.run.code, c.run.stdout, c.run.stderr[-800:]) for c in dels if not c.ok
+    ][:3]
     view = store_view(cluster)
     assert_store_consistent(view)
     assert_only_buffers_left(view, NETWORK)

@@ -2,14 +2,22 @@
 the raft leader is SIGKILLed in the middle of the ADDs and restarted: no address is handed out
 twice, no allocation is lost, and every failed ADD is code 11, left nothing, and succeeds when
 retried."""
+
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from .checks import (assert_cli_checks_clean, assert_handles_match, assert_no_duplicates,
-                     assert_only_buffers_left, assert_store_consistent, cli_check, store_view)
+from .checks import (
+    assert_cli_checks_clean,
+    assert_handles_match,
+    assert_no_duplicates,
+    assert_only_buffers_left,
+    assert_store_consistent,
+    cli_check,
+    store_view,
+)
 from .load import NETWORK, interleave, netconf, run_all, run_with_incident
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
@@ -29,13 +37,20 @@ def test_leader_killed_and_restarted_mid_run(make_cluster, cni_bin):
         time.sleep(DOWN_SECONDS)
         victim.start(timeout=30)
 
-    adds, before = run_with_incident(cni_bin, interleave(cluster.nodes, "ADD", ADDS_PER_NODE),
-                                     conf, after=ADDS_PER_NODE, incident=lose_leader,
-                                     per_node=IN_FLIGHT_PER_NODE)
+    adds, before = run_with_incident(
+        cni_bin,
+        interleave(cluster.nodes, "ADD", ADDS_PER_NODE),
+        conf,
+        after=ADDS_PER_NODE,
+        incident=lose_leader,
+        per_node=IN_FLIGHT_PER_NODE,
+    )
     assert before < 3 * ADDS_PER_NODE, "the leader was killed only after every ADD finished"
     failed = [c for c in adds if not c.ok]
-    print(f"leader {victim.name} killed after {before} ADDs; {len(failed)} failed; "
-          f"slowest ADD {max(c.seconds for c in adds):.2f}s")
+    print(
+        f"leader {victim.name} killed after {before} ADDs; {len(failed)} failed; "
+        f"slowest ADD {max(c.seconds for c in adds):.2f}s"
+    )
     assert {c.code for c in failed} <= {11}, {c.code: c.run.stdout for c in failed}
     cluster.etcd.wait_healthy()
 
@@ -55,8 +70,9 @@ def test_leader_killed_and_restarted_mid_run(make_cluster, cni_bin):
     assert_store_consistent(view)
     assert_handles_match(view, succeeded)
 
-    dels = run_all(cni_bin, interleave(cluster.nodes, "DEL", ADDS_PER_NODE), conf,
-                   per_node=IN_FLIGHT_PER_NODE)
+    dels = run_all(
+        cni_bin, interleave(cluster.nodes, "DEL", ADDS_PER_NODE), conf, per_node=IN_FLIGHT_PER_NODE
+    )
     assert all(c.ok for c in dels), [c.run.stdout for c in dels if not c.ok][:3]
     view = store_view(cluster)
     assert_store_consistent(view)

@@ -2,17 +2,25 @@
 (`/pycni/v1/handles/_buffer/<node>/<pool>`), then answer code 11 within 3 s once it is empty;
 STATUS is 50 throughout; after etcd restarts the journal is replayed (handles reconciled with
 the addresses the ADDs returned) and the store checks clean."""
+
 from __future__ import annotations
 
 from functools import partial
 
 import pytest
 
-from .checks import (assert_cli_checks_clean, assert_no_duplicates, assert_only_buffers_left,
-                     assert_store_consistent, cli_check, store_view)
+from tests.fixtures import waiting
+
+from .checks import (
+    assert_cli_checks_clean,
+    assert_no_duplicates,
+    assert_only_buffers_left,
+    assert_store_consistent,
+    cli_check,
+    store_view,
+)
 from .invariants import StoreView
 from .load import NETWORK, Call, ipam, netconf
-from tests.fixtures import waiting
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
 
@@ -21,8 +29,12 @@ RECONCILE_WAIT = 30.0
 
 
 def buffer_ips(view: StoreView, node: str) -> set[str]:
-    return {ip for holder in view.handles if holder.startswith(f"_buffer/{node}/")
-            for ip in view.handle_ips(holder)}
+    return {
+        ip
+        for holder in view.handles
+        if holder.startswith(f"_buffer/{node}/")
+        for ip in view.handle_ips(holder)
+    }
 
 
 wait_for = partial(waiting.wait_for, step=0.3)  # each probe reads the store or runs STATUS
@@ -34,8 +46,11 @@ def test_outage_served_from_buffer_then_11_then_reconciled(make_cluster, cni_bin
     conf = netconf()
     first = ipam(cni_bin, node, "ADD", conf, "before")
     assert first.ok, first.run.stdout
-    buffered = wait_for("the node's outage buffer to be reserved in etcd",
-                        lambda: buffer_ips(store_view(cluster), node.name), BUFFER_WAIT)
+    buffered = wait_for(
+        "the node's outage buffer to be reserved in etcd",
+        lambda: buffer_ips(store_view(cluster), node.name),
+        BUFFER_WAIT,
+    )
     assert not buffered & set(first.ips())
 
     etcd.stop()
@@ -65,8 +80,9 @@ def test_outage_served_from_buffer_then_11_then_reconciled(make_cluster, cni_bin
     view = wait_for("the outage journal to be replayed into etcd", reconciled, RECONCILE_WAIT)
     assert_store_consistent(view)
     holder = view.allocations().get(released.ips()[0])
-    assert holder is None or holder.startswith("_buffer/"), \
+    assert holder is None or holder.startswith("_buffer/"), (
         f"{released.ips()[0]}, DELeted during the outage, is still held by {holder}"
+    )
     wait_for("STATUS to recover", lambda: ipam(cni_bin, node, "STATUS", conf).ok, RECONCILE_WAIT)
     checks = [cli_check(cluster, "after the journal replay")]
 

@@ -4,6 +4,7 @@ dual-stack ADD writes nothing (the IPv6 side, which has room, is not half-leased
 
 Two pool kinds: a netconf range (host-local semantics) and named cluster pools written to
 etcd as an operator would (exclusions and a gateway per block never handed out)."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -13,8 +14,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from .checks import (assert_cli_checks_clean, assert_handles_match, assert_no_duplicates,
-                     assert_only_buffers_left, assert_store_consistent, cli_check, store_view)
+from .checks import (
+    assert_cli_checks_clean,
+    assert_handles_match,
+    assert_no_duplicates,
+    assert_only_buffers_left,
+    assert_store_consistent,
+    cli_check,
+    store_view,
+)
 from .invariants import StoreView
 from .load import NETWORK, ipam, netconf
 
@@ -30,28 +38,56 @@ class Case:
 
     def conf(self) -> dict:
         if self.pools:
-            return {"cniVersion": "1.1.0", "name": NETWORK, "type": "ptp",
-                    "ipam": {"type": "pycni-ipam", "pools": [p["name"] for p in self.pools]}}
-        return netconf([[{"subnet": self.v4, "blockSize": 28}],
-                        [{"subnet": "fd97::/120", "blockSize": 124}]])
+            return {
+                "cniVersion": "1.1.0",
+                "name": NETWORK,
+                "type": "ptp",
+                "ipam": {"type": "pycni-ipam", "pools": [p["name"] for p in self.pools]},
+            }
+        return netconf(
+            [[{"subnet": self.v4, "blockSize": 28}], [{"subnet": "fd97::/120", "blockSize": 124}]]
+        )
 
 
 def pool_record(name: str, cidr: str, block: int, **keys) -> dict:
-    return {"name": name, "cidr": cidr, "blockSize": block, "disabled": False,
-            "nodeSelector": {}, "strictAffinity": False, "exclusions": [], "gateway": "none",
-            "reuseDelay": 120, "createdAt": time.time(), **keys}
+    return {
+        "name": name,
+        "cidr": cidr,
+        "blockSize": block,
+        "disabled": False,
+        "nodeSelector": {},
+        "strictAffinity": False,
+        "exclusions": [],
+        "gateway": "none",
+        "reuseDelay": 120,
+        "createdAt": time.time(),
+        **keys,
+    }
 
 
 CASES = {
     # .0 network, .1 the range's gateway, .31 broadcast: 29 usable (.2-.30)
     "netconf-range": Case("10.97.0.0/27", 29, ("10.97.0.0", "10.97.0.1", "10.97.0.31")),
     # 32 - network/broadcast - 3 excluded - a gateway per /28 block (.1 and .16) = 25
-    "cluster-pools": Case("10.98.0.0/27", 25,
-                          ("10.98.0.0", "10.98.0.1", "10.98.0.16", "10.98.0.20", "10.98.0.21",
-                           "10.98.0.22", "10.98.0.31"),
-                          (pool_record("small4", "10.98.0.0/27", 28, gateway="first",
-                                       exclusions=["10.98.0.20-10.98.0.22"]),
-                           pool_record("big6", "fd98::/120", 124))),
+    "cluster-pools": Case(
+        "10.98.0.0/27",
+        25,
+        (
+            "10.98.0.0",
+            "10.98.0.1",
+            "10.98.0.16",
+            "10.98.0.20",
+            "10.98.0.21",
+            "10.98.0.22",
+            "10.98.0.31",
+        ),
+        (
+            pool_record(
+                "small4", "10.98.0.0/27", 28, gateway="first", exclusions=["10.98.0.20-10.98.0.22"]
+            ),
+            pool_record("big6", "fd98::/120", 124),
+        ),
+    ),
 }
 
 
@@ -63,8 +99,11 @@ def pod_state(view: StoreView) -> tuple[dict, dict]:
 
 def buffered(view: StoreView, subnet: str) -> int:
     net = ipaddress.ip_network(subnet)
-    return sum(1 for ip, h in view.allocations().items()
-               if h.startswith("_buffer/") and ipaddress.ip_address(ip) in net)
+    return sum(
+        1
+        for ip, h in view.allocations().items()
+        if h.startswith("_buffer/") and ipaddress.ip_address(ip) in net
+    )
 
 
 def pool_name_of(dump: dict, subnet: str) -> str:
@@ -119,8 +158,9 @@ def test_exhausted_pool_precise_error_nothing_half_written(make_cluster, cni_bin
         failed = ipam(cni_bin, node, "ADD", conf, f"{node.name}-late")
         err = failed.run.json
         assert failed.code == 101, failed.run.stdout
-        assert pool in err["msg"] and node.name in err["msg"], \
+        assert pool in err["msg"] and node.name in err["msg"], (
             f"expected 'no address left in pool {pool} for node {node.name}', got {err}"
+        )
     assert pod_state(store_view(cluster)) == before, "a failed ADD wrote an allocation"
     checks = [cli_check(cluster, "with the pool exhausted")]
 
@@ -129,8 +169,9 @@ def test_exhausted_pool_precise_error_nothing_half_written(make_cluster, cni_bin
     assert ipam(cni_bin, node, "DEL", conf, freed.cid).ok
     reuse = ipam(cni_bin, node, "ADD", conf, f"{node.name}-reuse")
     assert reuse.ok, reuse.run.stdout  # in its reuse delay, but nothing else is free
-    assert [ip for ip in reuse.ips() if ":" not in ip] == [ip for ip in freed.ips()
-                                                           if ":" not in ip]
+    assert [ip for ip in reuse.ips() if ":" not in ip] == [
+        ip for ip in freed.ips() if ":" not in ip
+    ]
     for call in adds + [reuse]:
         node = next(n for n in cluster.nodes if n.name == call.node)
         assert ipam(cni_bin, node, "DEL", conf, call.cid).ok

@@ -1,12 +1,20 @@
 """Three node namespaces, each with its own pycnid, against one etcd in the control plane:
 300 ADDs per node at once through the real pycni-ipam executable, then DEL of all."""
+
 from __future__ import annotations
 
 import pytest
 
-from .checks import (assert_cli_checks_clean, assert_from_own_blocks, assert_handles_match,
-                     assert_no_duplicates, assert_only_buffers_left, assert_store_consistent,
-                     cli_check, store_view)
+from .checks import (
+    assert_cli_checks_clean,
+    assert_from_own_blocks,
+    assert_handles_match,
+    assert_no_duplicates,
+    assert_only_buffers_left,
+    assert_store_consistent,
+    cli_check,
+    store_view,
+)
 from .load import interleave, netconf, run_all
 
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
@@ -19,8 +27,9 @@ def test_three_nodes_300_concurrent_adds_each_then_del_all(make_cluster, cni_bin
     cluster = make_cluster(nodes=3, etcd_members=1)
     conf = netconf()
 
-    adds = run_all(cni_bin, interleave(cluster.nodes, "ADD", ADDS_PER_NODE), conf,
-                   per_node=IN_FLIGHT_PER_NODE)
+    adds = run_all(
+        cni_bin, interleave(cluster.nodes, "ADD", ADDS_PER_NODE), conf, per_node=IN_FLIGHT_PER_NODE
+    )
     failed = [(c.node, c.cid, c.run.stdout) for c in adds if not c.ok]
     assert not failed, f"{len(failed)} ADD(s) failed: {failed[:5]}"
     assert_no_duplicates(adds)
@@ -31,8 +40,9 @@ def test_three_nodes_300_concurrent_adds_each_then_del_all(make_cluster, cni_bin
     assert_from_own_blocks(view)
     checks = [cli_check(cluster, "after the ADDs")]
 
-    dels = run_all(cni_bin, interleave(cluster.nodes, "DEL", ADDS_PER_NODE), conf,
-                   per_node=IN_FLIGHT_PER_NODE)
+    dels = run_all(
+        cni_bin, interleave(cluster.nodes, "DEL", ADDS_PER_NODE), conf, per_node=IN_FLIGHT_PER_NODE
+    )
     failed = [(c.node, c.cid, c.run.stdout) for c in dels if not c.ok]
     assert not failed, f"{len(failed)} DEL(s) failed: {failed[:5]}"
     view = store_view(cluster)

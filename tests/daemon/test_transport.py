@@ -1,5 +1,6 @@
 """pycnid's socket transport against a real daemon: the request size limit (answered, never
 dropped, no fd kept), DEL over the limit, idle connections, the socket path (issue 6 §5)."""
+
 from __future__ import annotations
 
 import json
@@ -80,26 +81,42 @@ def test_the_executable_reads_the_refusal_after_its_send_fails(pycnid):
 
 def test_an_add_over_the_limit_is_code_7_from_the_executable(cni_bin, pycnid, netns_factory):
     pod = netns_factory("pod")
-    out = run_plugin(f"{cni_bin}/pycni-bridge", "ADD", {**CONF, "x": "y" * OVER},
-                     container_id="c1", netns=pod.path, socket=pycnid.socket)
+    out = run_plugin(
+        f"{cni_bin}/pycni-bridge",
+        "ADD",
+        {**CONF, "x": "y" * OVER},
+        container_id="c1",
+        netns=pod.path,
+        socket=pycnid.socket,
+    )
     assert out.code == 1 and out.error_code() == 7, out.stdout
     assert str(wire.MAX_REQUEST) in out.json["msg"]
     assert node_veths(pycnid.node, "bignet") == []
 
 
 @pytest.mark.parametrize("bulk", ["prevResult", "runtimeConfig", "x", "ipam"])
-def test_a_del_over_the_limit_still_releases_the_attachment(cni_bin, cni_path, pycnid,
-                                                             netns_factory, bulk):
+def test_a_del_over_the_limit_still_releases_the_attachment(
+    cni_bin, cni_path, pycnid, netns_factory, bulk
+):
     pod = netns_factory("pod")
     run = lambda command, conf: run_plugin(  # noqa: E731
-        f"{cni_bin}/pycni-bridge", command, conf, container_id="c-del", netns=pod.path,
-        cni_path=cni_path, socket=pycnid.socket)
+        f"{cni_bin}/pycni-bridge",
+        command,
+        conf,
+        container_id="c-del",
+        netns=pod.path,
+        cni_path=cni_path,
+        socket=pycnid.socket,
+    )
     added = run("ADD", CONF)
     assert added.ok, added.stdout
     assert ipam_handles(pycnid.config["store"]["path"], "bignet") != []
     padding = "y" * OVER
-    conf = ({**CONF, "ipam": {**CONF["ipam"], "x": padding}} if bulk == "ipam"
-            else {**CONF, bulk: {"padding": padding}})
+    conf = (
+        {**CONF, "ipam": {**CONF["ipam"], "x": padding}}
+        if bulk == "ipam"
+        else {**CONF, bulk: {"padding": padding}}
+    )
     deleted = run("DEL", conf)
     assert deleted.ok and deleted.stdout.strip() == "", deleted.stdout
     assert node_veths(pycnid.node, "bignet") == []
@@ -108,8 +125,9 @@ def test_a_del_over_the_limit_still_releases_the_attachment(cni_bin, cni_path, p
 
 def test_an_idle_client_is_closed_and_others_are_served(cni_bin, node, netns_factory):
     workdir = tempfile.mkdtemp(prefix="pycnid-")
-    daemon = Pycnid(node=node, workdir=workdir,
-                    config=daemon_config(workdir, workers=1, receiveTimeout=1))
+    daemon = Pycnid(
+        node=node, workdir=workdir, config=daemon_config(workdir, workers=1, receiveTimeout=1)
+    )
     daemon.start()
     pod, held = netns_factory("pod"), netns_factory("pod")
     try:
@@ -120,12 +138,20 @@ def test_an_idle_client_is_closed_and_others_are_served(cni_bin, node, netns_fac
             partial.connect(daemon.socket)
             netns_fd = os.open(held.path, os.O_RDONLY | os.O_CLOEXEC)
             try:  # a header that never ends, with a netns fd
-                partial.sendmsg([b"PYCNI1 bridge 10 "], [(
-                    socket.SOL_SOCKET, socket.SCM_RIGHTS, netns_fd.to_bytes(4, sys.byteorder))])
+                partial.sendmsg(
+                    [b"PYCNI1 bridge 10 "],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, netns_fd.to_bytes(4, sys.byteorder))],
+                )
             finally:
                 os.close(netns_fd)
-            served = run_plugin(f"{cni_bin}/pycni-bridge", "DEL", CONF, container_id="c2",
-                                netns=pod.path, socket=daemon.socket)
+            served = run_plugin(
+                f"{cni_bin}/pycni-bridge",
+                "DEL",
+                CONF,
+                container_id="c2",
+                netns=pod.path,
+                socket=daemon.socket,
+            )
             assert served.ok, served.stdout
             assert idle.recv(100) == b"" and partial.recv(100) == b""  # closed by pycnid
         none_kept(daemon, held.path)
@@ -141,9 +167,13 @@ def start_on(node, workdir: str, socket_path: str) -> subprocess.CompletedProces
     with open(cfg, "w") as fh:
         json.dump(daemon_config(workdir) | {"socket": socket_path}, fh)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return subprocess.run(["ip", "netns", "exec", node.name, sys.executable, "-m",
-                           "pycnid.main", "--config", cfg], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": root})
+    return subprocess.run(
+        ["ip", "netns", "exec", node.name, sys.executable, "-m", "pycnid.main", "--config", cfg],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": root},
+    )
 
 
 @pytest.mark.parametrize("kind", ["file", "directory", "symlink"])
@@ -169,8 +199,9 @@ def test_a_stale_socket_is_replaced(node, tmp_path):
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(path)
     stale.close()  # the file stays, nobody listens
-    daemon = Pycnid(node=node, workdir=str(tmp_path),
-                    config=daemon_config(str(tmp_path)) | {"socket": path})
+    daemon = Pycnid(
+        node=node, workdir=str(tmp_path), config=daemon_config(str(tmp_path)) | {"socket": path}
+    )
     daemon.start()
     try:
         with socket.socket(socket.AF_UNIX) as probe:
@@ -179,8 +210,9 @@ def test_a_stale_socket_is_replaced(node, tmp_path):
         daemon.stop()
 
 
-@pytest.mark.parametrize("frame", [b"PYCNI2 bridge 0 0 0\n", b"GET / HTTP/1.1\r\n\r\n",
-                                   b"PYCNI1 bridge 5 0 0\nabc"])
+@pytest.mark.parametrize(
+    "frame", [b"PYCNI2 bridge 0 0 0\n", b"GET / HTTP/1.1\r\n\r\n", b"PYCNI1 bridge 5 0 0\nabc"]
+)
 def test_a_frame_of_another_protocol_is_answered_code_6(pycnid, frame):
     """An executable of another pycni version (or any other client) learns why, instead of
     a silent close that the executable reports as 11 (retried for ever)."""

@@ -1,4 +1,5 @@
 """Failover and outages on real etcd: a member killed, the whole cluster down or hung, recovery."""
+
 from __future__ import annotations
 
 import time
@@ -42,8 +43,7 @@ def test_each_member_killed_in_turn_writes_keep_working(etcd_cluster, open_store
     etcd_cluster.wait_healthy()
 
 
-def test_a_dead_endpoint_in_the_list_costs_nothing_after_the_first_call(etcd_server,
-                                                                       open_store):
+def test_a_dead_endpoint_in_the_list_costs_nothing_after_the_first_call(etcd_server, open_store):
     dead = f"http://127.0.0.1:{free_port()}"
     store = open_store([dead, etcd_server.endpoint], options={"endpointRetry": 30})
     store.get("/warm-up")  # may try the dead one first
@@ -122,8 +122,10 @@ def test_hung_etcd_never_hangs_the_caller(etcd_server: EtcdServer, open_store):
 
 
 def test_timeouts_come_from_the_config(etcd_server, open_store):
-    store = open_store(etcd_server.endpoints,
-                       options={"requestTimeout": 0.6, "callTimeout": 0.2, "statusTimeout": 0.3})
+    store = open_store(
+        etcd_server.endpoints,
+        options={"requestTimeout": 0.6, "callTimeout": 0.2, "statusTimeout": 0.3},
+    )
     etcd_server.pause()
     try:
         start = time.monotonic()

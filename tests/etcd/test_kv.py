@@ -1,4 +1,5 @@
 """Store semantics on a real etcd: get/range/txn, compare-and-swap, create-if-absent, prefixes."""
+
 from __future__ import annotations
 
 import threading
@@ -23,8 +24,11 @@ def test_create_if_absent_wins_once(store):
     assert first.succeeded and not second.succeeded
     assert second.revision == first.revision  # nothing written by the failed txn
     kv = store.get("/k")
-    assert (kv.value, kv.mod_revision, kv.create_revision) == (b"one", first.revision,
-                                                                first.revision)
+    assert (kv.value, kv.mod_revision, kv.create_revision) == (
+        b"one",
+        first.revision,
+        first.revision,
+    )
 
 
 def test_cas_on_mod_revision(store):
@@ -42,17 +46,21 @@ def test_txn_is_all_or_nothing_across_keys(store):
     a, b = store.get("/a"), store.get("/b")
     bumped = store.txn([], [Put("/b", b"2")])
     # one stale compare: no op is applied, not even the ones on keys that matched
-    result = store.txn([Compare("/a", a.mod_revision), Compare("/b", b.mod_revision),
-                        Compare("/c", 0)],
-                       [Put("/a", b"x"), Put("/b", b"x"), Put("/c", b"x")])
+    result = store.txn(
+        [Compare("/a", a.mod_revision), Compare("/b", b.mod_revision), Compare("/c", 0)],
+        [Put("/a", b"x"), Put("/b", b"x"), Put("/c", b"x")],
+    )
     assert not result.succeeded and result.revision == bumped.revision
     assert store.get("/a").value == b"1" and store.get("/b").value == b"2"
     assert store.get("/c") is None
 
 
 def test_range_prefix_sorted_keys_only_and_limit(store):
-    store.txn([], [Put(f"/p/{k}", k.encode()) for k in ("c", "a", "b")]
-              + [Put("/q/a", b"x"), Put("/p", b"not under /p/")])
+    store.txn(
+        [],
+        [Put(f"/p/{k}", k.encode()) for k in ("c", "a", "b")]
+        + [Put("/q/a", b"x"), Put("/p", b"not under /p/")],
+    )
     kvs = store.range("/p/")
     assert [(kv.key, kv.value) for kv in kvs] == [("/p/a", b"a"), ("/p/b", b"b"), ("/p/c", b"c")]
     keys = store.range("/p/", keys_only=True)
@@ -91,8 +99,10 @@ def test_concurrent_cas_increments_lose_nothing(store):
         for _ in range(25):
             while True:
                 kv = store.get("/counter")
-                result = store.txn([Compare(kv.key, kv.mod_revision)],
-                                   [Put(kv.key, str(int(kv.value) + 1).encode())])
+                result = store.txn(
+                    [Compare(kv.key, kv.mod_revision)],
+                    [Put(kv.key, str(int(kv.value) + 1).encode())],
+                )
                 if result.succeeded:
                     break
 
@@ -110,15 +120,18 @@ def test_duplicate_key_in_txn_is_an_error_not_a_traceback(store):
     assert "duplicate key" in err.value.details
 
 
-@pytest.mark.parametrize("endpoints, kw, fragment", [
-    ([], {}, "at least one endpoint"),
-    (["127.0.0.1:2379"], {}, "not http(s)://host:port"),
-    (["http://a:1", "https://b:2"], {"ca": "/x"}, "mixes http"),
-    (["http://a:1"], {"ca": "/x"}, "use https://"),
-    (["https://a:1"], {"cert": "/c"}, "both 'cert' and 'key'"),
-    (["https://a:1"], {"ca": "/does/not/exist"}, "cannot read /does/not/exist"),
-    (["http://a:1"], {"options": {"requestTimeout": "2s"}}, "store.requestTimeout"),
-])
+@pytest.mark.parametrize(
+    "endpoints, kw, fragment",
+    [
+        ([], {}, "at least one endpoint"),
+        (["127.0.0.1:2379"], {}, "not http(s)://host:port"),
+        (["http://a:1", "https://b:2"], {"ca": "/x"}, "mixes http"),
+        (["http://a:1"], {"ca": "/x"}, "use https://"),
+        (["https://a:1"], {"cert": "/c"}, "both 'cert' and 'key'"),
+        (["https://a:1"], {"ca": "/does/not/exist"}, "cannot read /does/not/exist"),
+        (["http://a:1"], {"options": {"requestTimeout": "2s"}}, "store.requestTimeout"),
+    ],
+)
 def test_bad_config_is_invalid_config(endpoints, kw, fragment):
     with pytest.raises(InvalidConfig) as err:
         EtcdStore(endpoints, **kw)
@@ -129,8 +142,16 @@ def test_from_config_passes_options(etcd_shared):
     from pycnid.config import parse_daemon_config
     from store import open_store
 
-    config = parse_daemon_config({"store": {"type": "etcd", "endpoints": etcd_shared.endpoints,
-                                            "requestTimeout": 1.5, "statusTimeout": 0.5}})
+    config = parse_daemon_config(
+        {
+            "store": {
+                "type": "etcd",
+                "endpoints": etcd_shared.endpoints,
+                "requestTimeout": 1.5,
+                "statusTimeout": 0.5,
+            }
+        }
+    )
     store = open_store(config.store)
     try:
         assert isinstance(store, EtcdStore)

@@ -1,5 +1,6 @@
 """Leases on real etcd: the keepalive loop holds a key past its TTL, re-grants an expired lease,
 and close() revokes it so the key vanishes at once."""
+
 from __future__ import annotations
 
 import time
@@ -10,7 +11,6 @@ from store.base import Put
 from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.etcd
-
 
 
 def heartbeat(store, key: str):

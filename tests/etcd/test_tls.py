@@ -1,4 +1,5 @@
 """mTLS to etcd: CA + client cert connect; a missing client cert or a foreign CA is refused."""
+
 from __future__ import annotations
 
 import shutil
@@ -37,8 +38,13 @@ def test_server_from_a_foreign_ca_is_refused(etcd_tls, open_store):
     other = tempfile.mkdtemp(prefix="pycni-other-ca-")
     try:
         foreign = make_tls(other)
-        store = open_store(etcd_tls.endpoints, ca=foreign.ca, cert=foreign.client_cert,
-                           key=foreign.client_key, options=FAST)
+        store = open_store(
+            etcd_tls.endpoints,
+            ca=foreign.ca,
+            cert=foreign.client_cert,
+            key=foreign.client_key,
+            options=FAST,
+        )
         with pytest.raises(TryAgainLater):
             store.get("/tls")
     finally:
@@ -57,7 +63,8 @@ def test_tls_server_name_override(etcd_tls, open_store):
     files = {"ca": tls.ca, "cert": tls.client_cert, "key": tls.client_key}
     good = open_store(etcd_tls.endpoints, **files, options={"tlsServerName": "localhost"})
     assert good.txn([], [Put("/sni", b"1")]).succeeded
-    bad = open_store(etcd_tls.endpoints, **files,
-                     options={"tlsServerName": "etcd.example", **FAST})
+    bad = open_store(
+        etcd_tls.endpoints, **files, options={"tlsServerName": "etcd.example", **FAST}
+    )
     with pytest.raises(TryAgainLater):
         bad.get("/sni")

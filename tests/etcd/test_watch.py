@@ -1,5 +1,6 @@
 """Watches on real etcd: events in order, resumed after restarts and member failures without
 loss or duplicates, and a full re-list when the resume revision was compacted."""
+
 from __future__ import annotations
 
 import threading
@@ -26,8 +27,12 @@ class Recorder:
             self._cond.notify_all()
 
     def events(self) -> list[tuple[str, str, bytes]]:
-        return [(e.kind, e.kv.key, e.kv.value) for u in self.updates if not u.snapshot
-                for e in u.events]
+        return [
+            (e.kind, e.kv.key, e.kv.value)
+            for u in self.updates
+            if not u.snapshot
+            for e in u.events
+        ]
 
     def wait(self, predicate, seconds: float = 10.0) -> None:
         with self._cond:

@@ -8,6 +8,7 @@
 No example database (nothing is written into the repository). The profiles are looked up
 explicitly by each test, never loaded globally, so other suites keep their own settings.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,12 +19,22 @@ PROFILE = os.environ.get("PYCNI_FUZZ_PROFILE", "ci")
 SCALE = {"ci": 1, "fuzz": 50}  # ci: ~330 cases in all; fuzz: ~16,000
 
 settings.register_profile(
-    "ci", deadline=None, database=None, print_blob=True, max_examples=1,
+    "ci",
+    deadline=None,
+    database=None,
+    print_blob=True,
+    max_examples=1,
     phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                           HealthCheck.filter_too_much, HealthCheck.large_base_example])
-settings.register_profile("fuzz", settings.get_profile("ci"),
-                          phases=[Phase.explicit, Phase.generate, Phase.shrink])
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+        HealthCheck.large_base_example,
+    ],
+)
+settings.register_profile(
+    "fuzz", settings.get_profile("ci"), phases=[Phase.explicit, Phase.generate, Phase.shrink]
+)
 
 if PROFILE not in SCALE:
     raise RuntimeError(f"PYCNI_FUZZ_PROFILE={PROFILE!r}: expected one of {sorted(SCALE)}")

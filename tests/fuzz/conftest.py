@@ -1,5 +1,6 @@
 """Fixtures of the generated-input tests: one node namespace with its own pycnid per module
 (a daemon per case would cost more than the cases), a pod for it, and the anchor attachment."""
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ read the log, compare the state (a refused request changes nothing; an accepted 
 deleted again and must leave nothing), then probe that pycnid still serves (a CHECK of the
 ``anchor`` attachment, which every case must leave intact).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from hypothesis import event
 
@@ -36,6 +37,7 @@ ANCHOR_SUBNET = "10.92.0.0/24"
 class State:
     """What a request can change on the node: links (bridges apart), nft elements, leases,
     endpoint records (key and revision: a rewrite with the same value is a change too)."""
+
     node_links: tuple
     pod_links: tuple
     elements: tuple
@@ -68,17 +70,42 @@ class FuzzNode:
 
     # --- configs -----------------------------------------------------------------------
 
-    def bridge_conf(self, version: str, ipam: str = "pycni-ipam", name: str = "fznet",
-                    bridge: str = "fz0", subnet: str = FUZZ_SUBNET) -> dict:
-        ipam_conf = (pycni_ipam(subnet) if ipam == "pycni-ipam"
-                     else host_local_ipam(self.host_local_dir, subnet))
-        return {"cniVersion": version, "name": name, "type": "pycni-bridge", "bridge": bridge,
-                "isGateway": True, "isDefaultGateway": True, "ipMasq": True, "ipam": ipam_conf}
+    def bridge_conf(
+        self,
+        version: str,
+        ipam: str = "pycni-ipam",
+        name: str = "fznet",
+        bridge: str = "fz0",
+        subnet: str = FUZZ_SUBNET,
+    ) -> dict:
+        ipam_conf = (
+            pycni_ipam(subnet)
+            if ipam == "pycni-ipam"
+            else host_local_ipam(self.host_local_dir, subnet)
+        )
+        return {
+            "cniVersion": version,
+            "name": name,
+            "type": "pycni-bridge",
+            "bridge": bridge,
+            "isGateway": True,
+            "isDefaultGateway": True,
+            "ipMasq": True,
+            "ipam": ipam_conf,
+        }
 
     def ipam_conf(self, version: str, name: str = "fzipam") -> dict:
-        return {"cniVersion": version, "name": name, "type": "ptp",
-                "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": "10.93.0.0/24"}]],
-                         "routes": [{"dst": "0.0.0.0/0"}], "dns": {"nameservers": ["10.93.0.53"]}}}
+        return {
+            "cniVersion": version,
+            "name": name,
+            "type": "ptp",
+            "ipam": {
+                "type": "pycni-ipam",
+                "ranges": [[{"subnet": "10.93.0.0/24"}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+                "dns": {"nameservers": ["10.93.0.53"]},
+            },
+        }
 
     # --- talking to pycnid -----------------------------------------------------------------
 
@@ -86,8 +113,9 @@ class FuzzNode:
         """One raw frame (write side shut after it), the reply bytes; a hang fails the case."""
         return send_frame(self.socket, frame, fds, HANG)
 
-    def request(self, plugin: str, env: dict[str, str], stdin: bytes,
-                netns: str | None = None) -> tuple[int, str]:
+    def request(
+        self, plugin: str, env: dict[str, str], stdin: bytes, netns: str | None = None
+    ) -> tuple[int, str]:
         """A request as the executable frames it (cni/spec/wire.py), with the netns fd."""
         blob = b"\0".join(f"{k}={v}".encode("utf-8", "surrogatepass") for k, v in env.items())
         head = b"PYCNI1 %s %d %d %d\n" % (plugin.encode(), len(blob), len(stdin), bool(netns))
@@ -101,8 +129,9 @@ class FuzzNode:
         assert sep and head.isdigit(), f"not a pycnid reply: {reply[:200]!r}"
         return int(head), body.decode("utf-8")
 
-    def env(self, command: str, cid: str = "", ifname: str = "eth0", netns: str = "",
-            args: str = "") -> dict[str, str]:
+    def env(
+        self, command: str, cid: str = "", ifname: str = "eth0", netns: str = "", args: str = ""
+    ) -> dict[str, str]:
         env = {"CNI_COMMAND": command, "CNI_PATH": f"{self.cni_bin}:/usr/lib/cni"}
         if command in ("ADD", "DEL", "CHECK"):
             env.update(CNI_CONTAINERID=cid, CNI_IFNAME=ifname, CNI_NETNS=netns, CNI_ARGS=args)
@@ -114,19 +143,33 @@ class FuzzNode:
         return json.loads(ns.run(["ip", "-j", "-d", "link", "show"]).stdout)
 
     def bridges(self) -> set[str]:
-        return {link["ifname"] for link in self.links(self.node)
-                if link.get("linkinfo", {}).get("info_kind") == "bridge"}
+        return {
+            link["ifname"]
+            for link in self.links(self.node)
+            if link.get("linkinfo", {}).get("info_kind") == "bridge"
+        }
 
     def snapshot(self) -> State:
         def describe(ns: Netns) -> tuple:
-            return tuple(sorted((link["ifname"], link.get("linkinfo", {}).get("info_kind", ""),
-                                 link.get("ifalias", "")) for link in self.links(ns)
-                                if link.get("linkinfo", {}).get("info_kind") != "bridge"))
+            return tuple(
+                sorted(
+                    (
+                        link["ifname"],
+                        link.get("linkinfo", {}).get("info_kind", ""),
+                        link.get("ifalias", ""),
+                    )
+                    for link in self.links(ns)
+                    if link.get("linkinfo", {}).get("info_kind") != "bridge"
+                )
+            )
 
-        return State(node_links=describe(self.node),
-                     pod_links=tuple(describe(pod) for pod in self.pods),
-                     elements=tuple(masq_elements(self.node)), leases=tuple(self.leases()),
-                     endpoints=tuple(sorted(self.endpoints().items())))
+        return State(
+            node_links=describe(self.node),
+            pod_links=tuple(describe(pod) for pod in self.pods),
+            elements=tuple(masq_elements(self.node)),
+            leases=tuple(self.leases()),
+            endpoints=tuple(sorted(self.endpoints().items())),
+        )
 
     def open_store(self) -> SqliteStore:
         return SqliteStore(self.daemon.config["store"]["path"])
@@ -146,24 +189,34 @@ class FuzzNode:
         finally:
             store.close()
         for root, _dirs, files in os.walk(self.host_local_dir):
-            found += [os.path.join(root, f) for f in files
-                      if f != "lock" and not f.startswith("last_reserved_ip")]
+            found += [
+                os.path.join(root, f)
+                for f in files
+                if f != "lock" and not f.startswith("last_reserved_ip")
+            ]
         return sorted(found)
 
     # --- one case ----------------------------------------------------------------------
 
-    def exercise(self, command: str, send: Callable[[], tuple[int, str, str]],
-                 undo: Callable[[], tuple[int, str, str]] | None, stdin: bytes,
-                 context: str, accepted: Callable[[Verdict, State], None] | None = None
-                 ) -> Verdict:
+    def exercise(
+        self,
+        command: str,
+        send: Callable[[], tuple[int, str, str]],
+        undo: Callable[[], tuple[int, str, str]] | None,
+        stdin: bytes,
+        context: str,
+        accepted: Callable[[Verdict, State], None] | None = None,
+    ) -> Verdict:
         """Run one case and check every invariant; ``accepted`` checks an accepted ADD (given
         the state before it) before ``undo`` deletes it."""
         before, bridges = self.snapshot(), self.bridges()
         self.log.new_lines()
         exit_code, stdout, stderr = send()
         verdict = judge_output(command, exit_code, stdout, stderr)
-        event(f"{command if command in COMMANDS else 'odd command'} "
-              + ("ok" if verdict.ok else f"code {verdict.value['code']}"))
+        event(
+            f"{command if command in COMMANDS else 'odd command'} "
+            + ("ok" if verdict.ok else f"code {verdict.value['code']}")
+        )
         self.log.assert_no_stack(context)
         try:
             if verdict.ok and command == "ADD" and accepted is not None:
@@ -204,8 +257,10 @@ class FuzzNode:
         for ns, old in [(self.node, before.node_links)] + list(zip(self.pods, before.pod_links)):
             names = {item[0] for item in old}
             for link in self.links(ns):
-                if link["ifname"] not in names and link.get("linkinfo", {}).get(
-                        "info_kind") == "veth":
+                if (
+                    link["ifname"] not in names
+                    and link.get("linkinfo", {}).get("info_kind") == "veth"
+                ):
                     ns.run(["ip", "link", "delete", link["ifname"]], check=False)
 
     # --- the anchor: one live attachment every case must leave alone ------------------------
@@ -213,20 +268,26 @@ class FuzzNode:
     def add_anchor(self) -> None:
         conf = self.bridge_conf("1.1.0", name="fzanchor", bridge="fza", subnet=ANCHOR_SUBNET)
         env = self.env("ADD", "fzanchor", "eth9", self.pods[0].path)
-        exit_code, stdout = self.request("bridge", env, json.dumps(conf).encode(),
-                                         self.pods[0].path)
+        exit_code, stdout = self.request(
+            "bridge", env, json.dumps(conf).encode(), self.pods[0].path
+        )
         assert exit_code == 0, f"anchor ADD failed: {stdout}"
         self.anchor = {"conf": conf, "result": json.loads(stdout)}
 
     def anchor_request(self, command: str, conf: dict) -> tuple[int, str]:
-        return self.request("bridge", self.env(command, "fzanchor", "eth9", self.pods[0].path),
-                            json.dumps(conf).encode(), self.pods[0].path)
+        return self.request(
+            "bridge",
+            self.env(command, "fzanchor", "eth9", self.pods[0].path),
+            json.dumps(conf).encode(),
+            self.pods[0].path,
+        )
 
     def probe(self, context: str) -> None:
         conf = {**self.anchor["conf"], "prevResult": self.anchor["result"]}
         exit_code, stdout = self.anchor_request("CHECK", conf)
-        assert (exit_code, stdout) == (0, ""), \
+        assert (exit_code, stdout) == (0, ""), (
             f"after {context}: CHECK of the untouched anchor attachment failed: {stdout}"
+        )
 
 
 def diff(before: State, after: State) -> str:
@@ -246,15 +307,19 @@ def start_fuzz_node(cni_bin: str, pods: int = 1) -> FuzzNode:
         pod_ns = [new_netns("fuzzpod") for _ in range(pods)]
         made += pod_ns
         workdir = tempfile.mkdtemp(prefix="pycnid-fuzz-")
-        daemon = Pycnid(node=node, workdir=workdir,
-                        config=daemon_config(workdir, faultInjection=False, logLevel="info"))
+        daemon = Pycnid(
+            node=node,
+            workdir=workdir,
+            config=daemon_config(workdir, faultInjection=False, logLevel="info"),
+        )
         start_in(daemon, workdir)
     except BaseException:
         for ns in made:
             ns.delete()
         raise
-    fz = FuzzNode(node=node, pods=pod_ns, daemon=daemon, cni_bin=cni_bin,
-                  log=LogWatch(daemon.log_path))
+    fz = FuzzNode(
+        node=node, pods=pod_ns, daemon=daemon, cni_bin=cni_bin, log=LogWatch(daemon.log_path)
+    )
     return fz
 
 
@@ -285,7 +350,11 @@ def run_exe(path: str, env: dict[bytes, bytes], stdin: bytes) -> tuple[int, str,
     try:
         proc = subprocess.run([path], input=stdin, env=env, capture_output=True, timeout=HANG)
     except subprocess.TimeoutExpired:
-        raise AssertionError(f"{os.path.basename(path)} did not exit within {HANG}s "
-                             f"(env {env!r})") from None
-    return proc.returncode, proc.stdout.decode("utf-8", "replace"), \
-        proc.stderr.decode("utf-8", "replace")
+        raise AssertionError(
+            f"{os.path.basename(path)} did not exit within {HANG}s (env {env!r})"
+        ) from None
+    return (
+        proc.returncode,
+        proc.stdout.decode("utf-8", "replace"),
+        proc.stderr.decode("utf-8", "replace"),
+    )

@@ -5,6 +5,7 @@ object, a result for a successful ADD, nothing for another successful verb, a sp
 a known code and a non-empty ``msg`` otherwise. ``LogWatch`` reads what pycnid logged since
 the last look and refuses a stack (a ``Traceback`` or an ``exc`` field).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,11 @@ INTERNAL = 999
 
 def known_code(code: object) -> bool:
     """A spec code or a plugin-specific one (100+); 999 is an internal error, never bad input."""
-    return isinstance(code, int) and not isinstance(code, bool) and (
-        code in SPEC_CODES or 100 <= code < INTERNAL)
+    return (
+        isinstance(code, int)
+        and not isinstance(code, bool)
+        and (code in SPEC_CODES or 100 <= code < INTERNAL)
+    )
 
 
 @dataclass(frozen=True)

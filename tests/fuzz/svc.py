@@ -6,6 +6,7 @@ Two records stand for what a request must never remove: the anchor attachment's 
 network ``fzsvc`` (written into the store directly). Generated DELs and CHECKs may name their
 Pods (``anchor``, ``remote``): a late DEL of another sandbox must leave them.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -23,32 +24,62 @@ from .strategies import result_in
 
 NETWORK = "fzsvc"
 NAMESPACE = "fz"
-SVC_ARGS = {"cni": {"labels": [{"key": "app", "value": "web"}],
-                    "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]}}
+SVC_ARGS = {
+    "cni": {
+        "labels": [{"key": "app", "value": "web"}],
+        "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+    }
+}
 ADD_PODS = ("web-0", "anchor", "db.x-1")  # an ADD is deleted again: never the remote key
 ALL_PODS = ADD_PODS + ("remote",)
-REMOTE = EndpointRecord(NAMESPACE, "remote", "eth0", ("10.91.0.9",), {"app": "web"}, "node2",
-                        {"http": 8080}, "fzremote", NETWORK)
+REMOTE = EndpointRecord(
+    NAMESPACE,
+    "remote",
+    "eth0",
+    ("10.91.0.9",),
+    {"app": "web"},
+    "node2",
+    {"http": 8080},
+    "fzremote",
+    NETWORK,
+)
 
 
 # args.cni shapes a runtime sends, odd but plausible ones, and refused ones
 CNI_SECTIONS = (
-    {"labels": {"app": "web", "tier": "front"}}, {"labels": {"app": ""}},
+    {"labels": {"app": "web", "tier": "front"}},
+    {"labels": {"app": ""}},
     {"labels": [{"key": "app", "value": "a"}, {"key": "app", "value": "b"}]},
-    {"labels": {"k8s.io/name": "web", "A_b.c": "x" * 63}}, {"labels": None}, {"labels": []},
-    {"ports": []}, {"ports": [{"name": "dns", "containerPort": 53, "protocol": "UDP"},
-                              {"name": "a" * 15, "containerPort": 65535}]},
+    {"labels": {"k8s.io/name": "web", "A_b.c": "x" * 63}},
+    {"labels": None},
+    {"labels": []},
+    {"ports": []},
+    {
+        "ports": [
+            {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+            {"name": "a" * 15, "containerPort": 65535},
+        ]
+    },
     {"ports": [{"name": "sctp-1", "containerPort": 1, "protocol": "SCTP"}]},
     {"ports": [{"name": "http", "containerPort": 80}, {"name": "http", "containerPort": 81}]},
-    {"ports": [{"containerPort": 80}]}, {"labels": {"app": "web\n"}},
-    {"ports": [{"name": "http\n", "containerPort": 80}]}, {"mac": "x", "ips": ["10.0.0.1"]},
-    {"labels": {"app": "a" * 64}}, {"labels": {"-app": "web"}})
+    {"ports": [{"containerPort": 80}]},
+    {"labels": {"app": "web\n"}},
+    {"ports": [{"name": "http\n", "containerPort": 80}]},
+    {"mac": "x", "ips": ["10.0.0.1"]},
+    {"labels": {"app": "a" * 64}},
+    {"labels": {"-app": "web"}},
+)
 
 
 def svc_conf(fz: FuzzNode, command: str, version: str, with_prev: bool) -> dict:
     """A valid pycni-svc netconf after pycni-bridge (prevResult in the netconf's version)."""
-    conf: dict = {"cniVersion": version, "name": NETWORK, "type": "pycni-svc",
-                  "daemonSocket": fz.socket, "args": SVC_ARGS}
+    conf: dict = {
+        "cniVersion": version,
+        "name": NETWORK,
+        "type": "pycni-svc",
+        "daemonSocket": fz.socket,
+        "args": SVC_ARGS,
+    }
     if command == "GC":
         conf["cni.dev/valid-attachments"] = [{"containerID": "fzother", "ifname": "eth0"}]
     if with_prev and command in ("ADD", "DEL", "CHECK"):
@@ -58,10 +89,20 @@ def svc_conf(fz: FuzzNode, command: str, version: str, with_prev: bool) -> dict:
 
 def add_svc_anchors(fz: FuzzNode) -> None:
     """The anchor attachment's endpoint (a real ADD) and another node's, in the store."""
-    conf = {"cniVersion": "1.1.0", "name": "fzanchor", "type": "pycni-svc",
-            "args": SVC_ARGS, "prevResult": fz.anchor["result"]}
-    env = fz.env("ADD", "fzanchor", "eth9", fz.pods[0].path,
-                 f"K8S_POD_NAMESPACE={NAMESPACE};K8S_POD_NAME=anchor")
+    conf = {
+        "cniVersion": "1.1.0",
+        "name": "fzanchor",
+        "type": "pycni-svc",
+        "args": SVC_ARGS,
+        "prevResult": fz.anchor["result"],
+    }
+    env = fz.env(
+        "ADD",
+        "fzanchor",
+        "eth9",
+        fz.pods[0].path,
+        f"K8S_POD_NAMESPACE={NAMESPACE};K8S_POD_NAME=anchor",
+    )
     exit_code, stdout = fz.request("svc", env, json.dumps(conf).encode(), fz.pods[0].path)
     assert exit_code == 0, f"svc anchor ADD failed: {stdout}"
     store = fz.open_store()
@@ -74,21 +115,51 @@ def add_svc_anchors(fz: FuzzNode) -> None:
 
 # --- CNI_ARGS ------------------------------------------------------------------------------
 
-ARG_KEYS = ("K8S_POD_NAMESPACE", "K8S_POD_NAME", "PYCNI_LABELS", "IgnoreUnknown",
-            "K8S_POD_INFRA_CONTAINER_ID", "K8S_POD_UID", "X")
+ARG_KEYS = (
+    "K8S_POD_NAMESPACE",
+    "K8S_POD_NAME",
+    "PYCNI_LABELS",
+    "IgnoreUnknown",
+    "K8S_POD_INFRA_CONTAINER_ID",
+    "K8S_POD_UID",
+    "X",
+)
 odd_values = st.one_of(
-    st.sampled_from(["", "a=b", "=", "web-1", "Web", "fz", "ü", "🙂", "a" * 254, "app:web=x",
-                     "app:", ":web", "app:web,,tier:x", "a b", "default", "x.y"]),
+    st.sampled_from(
+        [
+            "",
+            "a=b",
+            "=",
+            "web-1",
+            "Web",
+            "fz",
+            "ü",
+            "🙂",
+            "a" * 254,
+            "app:web=x",
+            "app:",
+            ":web",
+            "app:web,,tier:x",
+            "a b",
+            "default",
+            "x.y",
+        ]
+    ),
     st.text(st.characters(codec="utf-8", exclude_characters=";"), max_size=12),
-    st.builds(lambda n, c: c * n, st.sampled_from([1000, 70_000]), st.sampled_from("aü=")))
+    st.builds(lambda n, c: c * n, st.sampled_from([1000, 70_000]), st.sampled_from("aü=")),
+)
 
 
 @st.composite
 def cni_args_text(draw, pods: tuple[str, ...]) -> str:
     """Well-formed CNI_ARGS (every pair KEY=VALUE): the Pod's pairs, now and then one left
     out, mixed with repeated keys, '=' in values, empty, non-ASCII and huge values."""
-    pairs = [("IgnoreUnknown", "1"), ("K8S_POD_NAMESPACE", NAMESPACE),
-             ("K8S_POD_NAME", draw(st.sampled_from(pods))), ("PYCNI_LABELS", "app:web")]
+    pairs = [
+        ("IgnoreUnknown", "1"),
+        ("K8S_POD_NAMESPACE", NAMESPACE),
+        ("K8S_POD_NAME", draw(st.sampled_from(pods))),
+        ("PYCNI_LABELS", "app:web"),
+    ]
     pairs = [pair for pair in pairs if draw(st.integers(0, 7)) < 7]
     pairs += draw(st.lists(st.tuples(st.sampled_from(ARG_KEYS), odd_values), max_size=3))
     sep = draw(st.sampled_from([";", ";", "; ", ";;"]))
@@ -98,8 +169,9 @@ def cni_args_text(draw, pods: tuple[str, ...]) -> str:
 
 def any_cni_args(pods: tuple[str, ...]) -> st.SearchStrategy[str]:
     """Mostly well-formed CNI_ARGS; sometimes a pair without '=', or text that is not UTF-8."""
-    odd = st.sampled_from(["novalue", "=x", "K8S_POD_NAME", "a;b=c", "K8S_POD_NAME=\udcff",
-                           "\ud800=1", ";", " = "])
+    odd = st.sampled_from(
+        ["novalue", "=x", "K8S_POD_NAME", "a;b=c", "K8S_POD_NAME=\udcff", "\ud800=1", ";", " = "]
+    )
     return st.one_of(*[cni_args_text(pods)] * 4, odd, st.text(max_size=16))
 
 
@@ -112,10 +184,14 @@ def model_args(text: str) -> dict[str, str]:
 
 # --- what an accepted ADD publishes, stated apart from cni/plugins/svc* --------------------------
 
+
 def expected_ips(prev: dict, ifname: str) -> tuple[str, ...]:
     names = [i.get("name") for i in prev.get("interfaces") or []]
-    return tuple(str(ipaddress.ip_interface(ip["address"]).ip) for ip in prev.get("ips") or []
-                 if ip.get("interface") is None or names[ip["interface"]] == ifname)
+    return tuple(
+        str(ipaddress.ip_interface(ip["address"]).ip)
+        for ip in prev.get("ips") or []
+        if ip.get("interface") is None or names[ip["interface"]] == ifname
+    )
 
 
 def expected_labels(config: dict, args: dict[str, str]) -> dict[str, str]:
@@ -135,10 +211,17 @@ def expected_ports(config: dict) -> dict[str, int]:
 
 def expected_record(config: dict, args_text: str, cid: str, ifname: str) -> EndpointRecord:
     args = model_args(args_text)
-    return EndpointRecord(args["K8S_POD_NAMESPACE"], args["K8S_POD_NAME"], ifname,
-                          expected_ips(config["prevResult"], ifname),
-                          expected_labels(config, args), "node1", expected_ports(config), cid,
-                          str(config["name"]))
+    return EndpointRecord(
+        args["K8S_POD_NAMESPACE"],
+        args["K8S_POD_NAME"],
+        ifname,
+        expected_ips(config["prevResult"], ifname),
+        expected_labels(config, args),
+        "node1",
+        expected_ports(config),
+        cid,
+        str(config["name"]),
+    )
 
 
 def changed_keys(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
@@ -159,7 +242,13 @@ def named(pattern: re.Pattern, text: str) -> bool:
 def record_problems(record: EndpointRecord) -> list[str]:
     """What an accepted record holds that no Pod spec could: label keys and values, port names
     that are not Kubernetes names, ports out of range."""
-    problems = [f"label {k!r}: {v!r}" for k, v in record.labels.items()
-                if not (named(LABEL_KEY, k) and named(LABEL_VALUE, v))]
-    return problems + [f"port {n!r}: {p!r}" for n, p in record.ports.items()
-                       if not (named(PORT_NAME, n) and 1 <= p <= 65535)]
+    problems = [
+        f"label {k!r}: {v!r}"
+        for k, v in record.labels.items()
+        if not (named(LABEL_KEY, k) and named(LABEL_VALUE, v))
+    ]
+    return problems + [
+        f"port {n!r}: {p!r}"
+        for n, p in record.ports.items()
+        if not (named(PORT_NAME, n) and 1 <= p <= 65535)
+    ]

@@ -5,13 +5,15 @@ A well-formed frame gets a reply (exit code line + a result, nothing, or a spec 
 known code); a malformed one gets such a reply or none at all, never a partial one. Either way
 pycnid logs no stack, keeps no fd, changes nothing and keeps serving.
 """
+
 from __future__ import annotations
 
 import json
 import os
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cni.spec import wire
 from pycnid import server
@@ -25,8 +27,13 @@ pytestmark = pytest.mark.netns
 
 
 def open_fds(fz: FuzzNode, which: str) -> list[int]:
-    paths = {"none": [], "pod": [fz.pods[0].path], "devnull": ["/dev/null"],
-             "two": [fz.pods[0].path, "/dev/null"], "five": ["/dev/null"] * 5}[which]
+    paths = {
+        "none": [],
+        "pod": [fz.pods[0].path],
+        "devnull": ["/dev/null"],
+        "two": [fz.pods[0].path, "/dev/null"],
+        "five": ["/dev/null"] * 5,
+    }[which]
     return [os.open(p, os.O_RDONLY) for p in paths]
 
 
@@ -78,14 +85,18 @@ def exchange(fz: FuzzNode, frame: bytes, fds: list[int], framed: bool, context: 
 def test_raw_frames(fz, data):
     stdin = json.dumps(fz.bridge_conf("1.1.0")).encode()
     frame, framed = data.draw(frames(stdin), label="frame")
-    fds = open_fds(fz, data.draw(st.sampled_from(["none", "pod", "devnull", "two", "five"]),
-                                 label="fds"))
+    fds = open_fds(
+        fz, data.draw(st.sampled_from(["none", "pod", "devnull", "two", "five"]), label="fds")
+    )
     exchange(fz, frame, fds, framed, f"frame {frame[:300]!r}")
 
 
 @cases(2)
-@given(command=st.sampled_from(["ADD", "DEL"]), extra=st.sampled_from([1, 1 << 20]),
-       where=st.sampled_from(["padding", "prevResult"]))
+@given(
+    command=st.sampled_from(["ADD", "DEL"]),
+    extra=st.sampled_from([1, 1 << 20]),
+    where=st.sampled_from(["padding", "prevResult"]),
+)
 def test_oversized_request_is_answered(fz, command, extra, where):
     """Over the request limit: a definitive answer (not a dropped connection, which the
     executable reports as 11, retried for ever), and no fd kept (the netns fd rides along)."""

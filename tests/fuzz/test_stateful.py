@@ -7,6 +7,7 @@ attachment is deleted and nothing is left: no host veth, no masquerade element, 
 interface in any Pod. Mostly driven over pycnid's socket (fast); now and then through the
 real executable, where the environment and framing matter.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,9 +37,11 @@ class Network:
     default_route: bool
 
 
-NETWORKS = (Network("fzsa", "eth0", "fzs1", "10.94.0.0/24", "pycni-ipam", True),
-            Network("fzsb", "net1", "fzs2", "10.94.0.0/24", "pycni-ipam", True),
-            Network("fzsc", "net2", "fzs1", "10.95.0.0/24", "host-local", False))
+NETWORKS = (
+    Network("fzsa", "eth0", "fzs1", "10.94.0.0/24", "pycni-ipam", True),
+    Network("fzsb", "net1", "fzs2", "10.94.0.0/24", "pycni-ipam", True),
+    Network("fzsc", "net2", "fzs1", "10.95.0.0/24", "host-local", False),
+)
 PODS = 3
 
 
@@ -63,9 +66,14 @@ def conf_of(fz: FuzzNode, net: Network) -> dict:
 
 
 def make_machine(fz: FuzzNode):
-    residue_of = BridgeNode(node=fz.node, socket=fz.socket, exe="", cni_path="",
-                            store_path=fz.daemon.config["store"]["path"],
-                            host_local_dir=fz.host_local_dir).residue
+    residue_of = BridgeNode(
+        node=fz.node,
+        socket=fz.socket,
+        exe="",
+        cni_path="",
+        store_path=fz.daemon.config["store"]["path"],
+        host_local_dir=fz.host_local_dir,
+    ).residue
 
     class Attachments(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -74,8 +82,9 @@ def make_machine(fz: FuzzNode):
 
         # --- one request -------------------------------------------------------------
 
-        def call(self, command: str, n: int, p: int, extra: dict | None = None,
-                 exe: bool = False) -> tuple[bool, dict | None]:
+        def call(
+            self, command: str, n: int, p: int, extra: dict | None = None, exe: bool = False
+        ) -> tuple[bool, dict | None]:
             net, pod = NETWORKS[n], fz.pods[p]
             conf = {**conf_of(fz, net), **(extra or {})}
             stdin = json.dumps(conf).encode()
@@ -98,8 +107,11 @@ def make_machine(fz: FuzzNode):
 
         # --- rules ---------------------------------------------------------------------
 
-        @rule(n=st.integers(0, len(NETWORKS) - 1), p=st.integers(0, PODS - 1),
-              exe=st.sampled_from([False, False, False, True]))
+        @rule(
+            n=st.integers(0, len(NETWORKS) - 1),
+            p=st.integers(0, PODS - 1),
+            exe=st.sampled_from([False, False, False, True]),
+        )
         def add(self, n: int, p: int, exe: bool) -> None:
             if (n, p) in self.live:
                 ok, error = self.call("ADD", n, p, exe=exe)
@@ -108,13 +120,17 @@ def make_machine(fz: FuzzNode):
             ok, value = self.call("ADD", n, p, exe=exe)
             other_default = any(NETWORKS[m].default_route for m, q in self.live if q == p)
             if not ok:  # the one refusal allowed: a second default route, said clearly
-                assert NETWORKS[n].default_route and other_default, \
+                assert NETWORKS[n].default_route and other_default, (
                     f"ADD {NETWORKS[n].name} pod {p} refused: {value}"
+                )
                 return
             self.live[(n, p)] = value
 
-        @rule(n=st.integers(0, len(NETWORKS) - 1), p=st.integers(0, PODS - 1),
-              exe=st.sampled_from([False, False, False, True]))
+        @rule(
+            n=st.integers(0, len(NETWORKS) - 1),
+            p=st.integers(0, PODS - 1),
+            exe=st.sampled_from([False, False, False, True]),
+        )
         def delete(self, n: int, p: int, exe: bool) -> None:
             prev = self.live.pop((n, p), None)
             ok, error = self.call("DEL", n, p, {"prevResult": prev} if prev else None, exe=exe)
@@ -125,8 +141,11 @@ def make_machine(fz: FuzzNode):
         # with 3 "missing containerID", so pycni-bridge's GC of it always fails (105)
         @rule(n=st.sampled_from([i for i, net in enumerate(NETWORKS) if net.ipam != "host-local"]))
         def gc(self, n: int) -> None:
-            valid = [{"containerID": f"fzpod{p}", "ifname": NETWORKS[n].ifname}
-                     for m, p in self.live if m == n]
+            valid = [
+                {"containerID": f"fzpod{p}", "ifname": NETWORKS[n].ifname}
+                for m, p in self.live
+                if m == n
+            ]
             ok, error = self.call("GC", n, 0, {"cni.dev/valid-attachments": valid})
             assert ok, f"GC {NETWORKS[n].name} failed: {error}"
 
@@ -153,5 +172,4 @@ def make_machine(fz: FuzzNode):
 
 
 def test_random_attachment_sequences(fzs):
-    run_state_machine_as_test(make_machine(fzs),
-                              settings=cases(4, stateful_step_count=12))
+    run_state_machine_as_test(make_machine(fzs), settings=cases(4, stateful_step_count=12))

@@ -8,13 +8,15 @@ passes CHECK; its DEL removes it. A DEL of an attachment that was never added su
 without netns and prevResult, whatever well-formed CNI_ARGS it carries, and leaves the anchor's
 and another node's records alone.
 """
+
 from __future__ import annotations
 
 import json
 import re
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cni.spec.errors import CNIError
 from cni.spec.request import MAX_DEPTH, decode_json
@@ -25,10 +27,28 @@ from services.record import EndpointRecord
 from .budget import cases
 from .node import FuzzNode, State, new_cid
 from .oracle import Verdict
-from .strategies import (COMMANDS, VERSIONS, garbage_stdin, mutated, mutation, result_in,
-                         to_bytes, version_for)
-from .svc import (ADD_PODS, ALL_PODS, CNI_SECTIONS, add_svc_anchors, any_cni_args, changed_keys,
-                  cni_args_text, expected_record, record_problems, svc_conf)
+from .strategies import (
+    COMMANDS,
+    VERSIONS,
+    garbage_stdin,
+    mutated,
+    mutation,
+    result_in,
+    to_bytes,
+    version_for,
+)
+from .svc import (
+    ADD_PODS,
+    ALL_PODS,
+    CNI_SECTIONS,
+    add_svc_anchors,
+    any_cni_args,
+    changed_keys,
+    cni_args_text,
+    expected_record,
+    record_problems,
+    svc_conf,
+)
 
 pytestmark = pytest.mark.netns
 
@@ -42,8 +62,9 @@ def svc_fz(fz: FuzzNode) -> FuzzNode:
 class Case:
     """One attachment's requests to the svc handler, all with the same stdin and CNI_ARGS."""
 
-    def __init__(self, fz: FuzzNode, stdin: bytes, args: str, netns: str,
-                 ifname: str = "eth0") -> None:
+    def __init__(
+        self, fz: FuzzNode, stdin: bytes, args: str, netns: str, ifname: str = "eth0"
+    ) -> None:
         self.fz, self.stdin, self.args, self.netns, self.ifname = fz, stdin, args, netns, ifname
         self.cid = new_cid()
 
@@ -52,10 +73,18 @@ class Case:
         return (*self.fz.request("svc", env, self.stdin, self.netns or None), "")
 
     def run(self, command: str) -> Verdict:
-        context = (f"svc {command} netns={self.netns!r} CNI_ARGS={self.args[:300]!r} "
-                   f"stdin={self.stdin[:400]!r}")
-        return self.fz.exercise(command, lambda: self.send(command), lambda: self.send("DEL"),
-                                self.stdin, context, accepted=self.check_accepted_add)
+        context = (
+            f"svc {command} netns={self.netns!r} CNI_ARGS={self.args[:300]!r} "
+            f"stdin={self.stdin[:400]!r}"
+        )
+        return self.fz.exercise(
+            command,
+            lambda: self.send(command),
+            lambda: self.send("DEL"),
+            self.stdin,
+            context,
+            accepted=self.check_accepted_add,
+        )
 
     def check_accepted_add(self, verdict: Verdict, before: State) -> None:
         """What an accepted ADD must have done; on a failure the ADD is still deleted, so
@@ -85,14 +114,16 @@ class Case:
         if prev == result_in(version, self.fz.pods[0].path):
             assert output == prev, f"ADD changed prevResult: {output!r}"
         else:
-            assert output == render(canonical(prev, version), version), \
+            assert output == render(canonical(prev, version), version), (
                 f"ADD changed prevResult {prev!r}: {output!r}"
+            )
 
     def check_published(self, config: dict, before: dict) -> None:
         want = expected_record(config, self.args, self.cid, self.ifname)
         after = self.fz.endpoints()
-        assert changed_keys(before, after) == {want.key}, \
+        assert changed_keys(before, after) == {want.key}, (
             f"ADD should write {want.key} only; changed {sorted(changed_keys(before, after))}"
+        )
         got = EndpointRecord.from_bytes(want.key, after[want.key][1])
         assert got == want, f"ADD published {got!r}, its input says {want!r}"
         assert not record_problems(got), f"ADD accepted {record_problems(got)}"
@@ -172,7 +203,8 @@ def test_svc_del_of_nothing_succeeds(svc_fz, data):
 
 attachments = st.fixed_dictionaries(
     {"containerID": st.sampled_from(["fzanchor", "fzremote", "fzother", "fzc-1"])},
-    optional={"ifname": st.sampled_from(["eth0", "eth9", ""])})
+    optional={"ifname": st.sampled_from(["eth0", "eth9", ""])},
+)
 
 
 @cases(15)
@@ -191,18 +223,24 @@ def test_svc_gc_of_a_network_with_nothing_on_this_node_succeeds(svc_fz, data):
     assert verdict.ok, f"GC refused: {verdict.value}"
 
 
-NEWLINES = {"args.cni.labels key": ({"labels": {"app\n": "web"}}, ""),
-            "args.cni.labels value": ({"labels": [{"key": "app", "value": "web\n"}]}, ""),
-            "CNI_ARGS PYCNI_LABELS value": ({}, ";PYCNI_LABELS=app:web\n,tier:front"),
-            "args.cni.ports name": ({"ports": [{"name": "http\n", "containerPort": 80}]}, "")}
+NEWLINES = {
+    "args.cni.labels key": ({"labels": {"app\n": "web"}}, ""),
+    "args.cni.labels value": ({"labels": [{"key": "app", "value": "web\n"}]}, ""),
+    "CNI_ARGS PYCNI_LABELS value": ({}, ";PYCNI_LABELS=app:web\n,tier:front"),
+    "args.cni.ports name": ({"ports": [{"name": "http\n", "containerPort": 80}]}, ""),
+}
 
 
 @pytest.mark.parametrize("where", sorted(NEWLINES))
 def test_a_name_with_a_trailing_newline_is_refused(svc_fz, where):
     cni, extra_args = NEWLINES[where]
     conf = {**svc_conf(svc_fz, "ADD", "1.1.0", with_prev=True), "args": {"cni": cni}}
-    case = Case(svc_fz, json.dumps(conf).encode(),
-                f"K8S_POD_NAMESPACE=fz;K8S_POD_NAME=web-0{extra_args}", svc_fz.pods[0].path)
+    case = Case(
+        svc_fz,
+        json.dumps(conf).encode(),
+        f"K8S_POD_NAMESPACE=fz;K8S_POD_NAME=web-0{extra_args}",
+        svc_fz.pods[0].path,
+    )
     before = svc_fz.endpoints()
     exit_code, stdout, _ = case.send("ADD")
     if exit_code == 0:

@@ -1,5 +1,6 @@
 """Interop fixtures: the libcni driver (built once per session with Debian's Go) and
 runners for it and for `pycni net`, both executing inside the test's node namespace."""
+
 from __future__ import annotations
 
 import importlib.util

@@ -10,6 +10,7 @@ RuntimeConf carries CNI_ARGS and capability args only, and the driver passes jus
 refuse unknown CNI_ARGS keys without it. GC is driven through pycni's runtime only (lists of
 1.1.0; libcni 1.1.2 has no GC) and without portmap (the reference plugins stop at 1.0.0).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,10 +24,24 @@ from cni.runtime.tool import container_id_for
 from ipam.records import ENDPOINTS, handles_prefix
 from services.record import EndpointRecord, endpoint_key
 from store.sqlite import SqliteStore
-from tests.fixtures.cnirun import REPO, assert_host_port_reaches, cache_entry_path, \
-    ipv4_only_tools_path, link_client, pod_ipv4, write_network
-from .test_libcni_interop import HOST_PORT, PORT_MAPPINGS, RUNTIMES, daemon_socket, main_conf, \
-    modules_for
+from tests.fixtures.cnirun import (
+    REPO,
+    assert_host_port_reaches,
+    cache_entry_path,
+    ipv4_only_tools_path,
+    link_client,
+    pod_ipv4,
+    write_network,
+)
+
+from .test_libcni_interop import (
+    HOST_PORT,
+    PORT_MAPPINGS,
+    RUNTIMES,
+    daemon_socket,
+    main_conf,
+    modules_for,
+)
 
 pytestmark = [pytest.mark.interop, pytest.mark.netns]
 
@@ -36,14 +51,19 @@ MAINS = ["pycni-bridge", "bridge"]
 
 
 def pod_args(name: str = "web-0") -> str:
-    return (f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};"
-            "PYCNI_LABELS=app:web,tier:front")
+    return (
+        f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};"
+        "PYCNI_LABELS=app:web,tier:front"
+    )
 
 
-def svc_conflist(main: str, tmp_path, socket: str, version: str = "1.0.0",
-                 portmap: bool = True) -> dict:
-    plugins = [main_conf(main, SUBNET, tmp_path, socket),
-               {"type": "pycni-svc", "daemonSocket": socket}]
+def svc_conflist(
+    main: str, tmp_path, socket: str, version: str = "1.0.0", portmap: bool = True
+) -> dict:
+    plugins = [
+        main_conf(main, SUBNET, tmp_path, socket),
+        {"type": "pycni-svc", "daemonSocket": socket},
+    ]
     if portmap:
         plugins.append({"type": "portmap", "capabilities": {"portMappings": True}})
     return {"cniVersion": version, "name": NETWORK, "plugins": plugins}
@@ -74,8 +94,9 @@ def endpoints(store) -> dict[str, EndpointRecord]:
 
 def add(runner, pod, name: str = "web-0") -> str:
     """ADD with the hostPort and the Pod's CNI_ARGS; the Pod's IPv4 address."""
-    result = runner.must("add", NETWORK, pod.path, cap_args=PORT_MAPPINGS,
-                         cni_args=pod_args(name)).json
+    result = runner.must(
+        "add", NETWORK, pod.path, cap_args=PORT_MAPPINGS, cni_args=pod_args(name)
+    ).json
     assert any(i.get("sandbox") == pod.path for i in result["interfaces"])  # prevResult passed on
     return pod_ipv4(result)
 
@@ -114,8 +135,9 @@ def assert_all_gone(main: str, runner, store, node, tmp_path, pod_ip: str) -> No
 
 @pytest.mark.parametrize("main", MAINS)
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_svc_publishes_the_pod_and_the_host_port_reaches_it(runtime, main, svc_net, node,
-                                                            netns_factory, tmp_path):
+def test_svc_publishes_the_pod_and_the_host_port_reaches_it(
+    runtime, main, svc_net, node, netns_factory, tmp_path
+):
     runner, store = svc_net(runtime, main)
     pod, client = netns_factory("pod"), netns_factory("client")
     node_ip = link_client(node, client)
@@ -135,8 +157,7 @@ def test_svc_publishes_the_pod_and_the_host_port_reaches_it(runtime, main, svc_n
 @pytest.mark.parametrize("cached", [True, False], ids=["prevResult", "no-prevResult"])
 @pytest.mark.parametrize("main", MAINS)
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_del_with_the_netns_gone(runtime, main, cached, svc_net, node, netns_factory,
-                                 tmp_path):
+def test_del_with_the_netns_gone(runtime, main, cached, svc_net, node, netns_factory, tmp_path):
     runner, store = svc_net(runtime, main)
     pod = netns_factory("pod")
     pod_ip, path = add(runner, pod), pod.path
@@ -163,10 +184,23 @@ runtime.gc_network_list(load_network_conf(conf_dir, network), [tuple(v) for v in
 def gc_keeping(runner, valid: list[tuple[str, str]]) -> None:
     """GC through pycni's runtime library with a valid-attachments list (`pycni net gc`, like
     cnitool's, always sends none), run in the node namespace like the runtimes."""
-    cmd = ["ip", "netns", "exec", runner.node.name, sys.executable, "-c", GC_KEEPING,
-           runner.conf_dir, runner.cache_dir, runner.cni_path, NETWORK, json.dumps(valid)]
-    proc = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True,
-                          text=True, timeout=120)
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        runner.node.name,
+        sys.executable,
+        "-c",
+        GC_KEEPING,
+        runner.conf_dir,
+        runner.cache_dir,
+        runner.cni_path,
+        NETWORK,
+        json.dumps(valid),
+    ]
+    proc = subprocess.run(
+        cmd, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
 
 

@@ -3,9 +3,10 @@
 ``store`` runs a test on a fresh SQLite file and on the session's real etcd (emptied first);
 ``sqlite_path`` / ``etcd_endpoints`` are what a `pycni ipam` command line names.
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

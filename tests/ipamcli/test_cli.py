@@ -1,5 +1,6 @@
 """`pycni ipam` through click's CliRunner, on SQLite and on a real etcd: JSON shapes, pool
 round trip, check finding injected damage and gc repairing it, release, errors."""
+
 from __future__ import annotations
 
 import json
@@ -26,31 +27,57 @@ def ipam(store_args):
         if "json" in args and result.stdout.strip():
             return json.loads(result.stdout)
         return result
+
     return run
 
 
 def test_pool_round_trip_in_json(ipam):
-    added = ipam("pool", "add", "v4", "--cidr", "10.60.0.0/16", "--block-size", "24",
-                 "--node-selector", "zone=a", "--exclude", "10.60.0.0/30", "--gateway",
-                 "first", "--reuse-delay", "30", "--strict-affinity", "-o", "json")
+    added = ipam(
+        "pool",
+        "add",
+        "v4",
+        "--cidr",
+        "10.60.0.0/16",
+        "--block-size",
+        "24",
+        "--node-selector",
+        "zone=a",
+        "--exclude",
+        "10.60.0.0/30",
+        "--gateway",
+        "first",
+        "--reuse-delay",
+        "30",
+        "--strict-affinity",
+        "-o",
+        "json",
+    )
     assert set(added) == {"pool"}
     assert {k: v for k, v in added["pool"].items() if k != "createdAt"} == {
-        "name": "v4", "cidr": "10.60.0.0/16", "blockSize": 24, "disabled": False,
-        "nodeSelector": {"zone": "a"}, "strictAffinity": True, "exclusions": ["10.60.0.0/30"],
-        "gateway": "first", "reuseDelay": 30}
+        "name": "v4",
+        "cidr": "10.60.0.0/16",
+        "blockSize": 24,
+        "disabled": False,
+        "nodeSelector": {"zone": "a"},
+        "strictAffinity": True,
+        "exclusions": ["10.60.0.0/30"],
+        "gateway": "first",
+        "reuseDelay": 30,
+    }
     assert abs(added["pool"]["createdAt"] - time.time()) < 60
     ipam("pool", "add", "v6", "--cidr", "fd00:60::/64", "--disabled")
     listed = ipam("pool", "ls", "-o", "json")
     assert [(p["name"], p["cidr"], p["source"], p["disabled"]) for p in listed["pools"]] == [
-        ("v4", "10.60.0.0/16", "cluster", False), ("v6", "fd00:60::/64", "cluster", True)]
+        ("v4", "10.60.0.0/16", "cluster", False),
+        ("v6", "fd00:60::/64", "cluster", True),
+    ]
     changed = ipam("pool", "set", "v6", "--enabled", "--exclude", "fd00:60::1", "-o", "json")
     assert set(changed) == {"pool", "previous", "changed", "warnings"}
     assert changed["changed"] == ["disabled", "exclusions"]
     assert changed["pool"]["exclusions"] == ["fd00:60::1/128"]
     assert changed["previous"]["disabled"] is True and changed["warnings"] == []
     removed = ipam("pool", "rm", "v6", "-o", "json")
-    assert removed == {"pool": "v6", "removed": True, "releasedAddresses": 0,
-                       "deletedBlocks": 0}
+    assert removed == {"pool": "v6", "removed": True, "releasedAddresses": 0, "deletedBlocks": 0}
     assert [p["name"] for p in ipam("pool", "ls", "-o", "json")["pools"]] == ["v4"]
 
 
@@ -58,10 +85,23 @@ def test_pool_table_output_is_aligned(ipam):
     ipam("pool", "add", "a", "--cidr", "10.60.0.0/16")
     ipam("pool", "add", "longer-name", "--cidr", "fd00:60::/64", "--node-selector", "zone=b")
     lines = ipam("pool", "ls").stdout.splitlines()
-    assert lines[0].split() == ["NAME", "CIDR", "BLOCK", "SOURCE", "DISABLED", "STRICT",
-                                "GATEWAY", "REUSE", "SELECTOR", "EXCLUSIONS", "ERROR"]
-    assert [line.index("/") for line in lines[1:]] == [lines[0].index("CIDR") + 9,
-                                                       lines[0].index("CIDR") + 9]
+    assert lines[0].split() == [
+        "NAME",
+        "CIDR",
+        "BLOCK",
+        "SOURCE",
+        "DISABLED",
+        "STRICT",
+        "GATEWAY",
+        "REUSE",
+        "SELECTOR",
+        "EXCLUSIONS",
+        "ERROR",
+    ]
+    assert [line.index("/") for line in lines[1:]] == [
+        lines[0].index("CIDR") + 9,
+        lines[0].index("CIDR") + 9,
+    ]
     assert lines[2].split()[:3] == ["longer-name", "fd00:60::/64", "/122"]
 
 
@@ -69,13 +109,19 @@ def test_pool_errors_are_one_line_and_exit_1(ipam):
     ipam("pool", "add", "a", "--cidr", "10.60.0.0/16")
     cases = [
         (("pool", "add", "b", "--cidr", "10.60.1.0/24"), "overlaps pool a (10.60.0.0/16)"),
-        (("pool", "add", "c", "--cidr", "10.61.0.0/16", "--block-size", "18"),
-         "IPv4 blocks are /20 to /32"),
+        (
+            ("pool", "add", "c", "--cidr", "10.61.0.0/16", "--block-size", "18"),
+            "IPv4 blocks are /20 to /32",
+        ),
         (("pool", "add", "c", "--cidr", "10.61.0.1/16"), "host bits set"),
-        (("pool", "add", "c", "--cidr", "10.61.0.0/16", "--exclude", "10.62.0.0/24"),
-         "not inside pool"),
-        (("pool", "add", "c", "--cidr", "10.61.0.0/16", "--node-selector", "zone"),
-         "expected label=value"),
+        (
+            ("pool", "add", "c", "--cidr", "10.61.0.0/16", "--exclude", "10.62.0.0/24"),
+            "not inside pool",
+        ),
+        (
+            ("pool", "add", "c", "--cidr", "10.61.0.0/16", "--node-selector", "zone"),
+            "expected label=value",
+        ),
         (("pool", "set", "a", "--cidr", "10.60.0.0/17"), "cidr of pool a is immutable"),
         (("pool", "set", "a", "--block-size", "28"), "blockSize of pool a is immutable"),
         (("pool", "set", "a"), "nothing to change for pool a"),
@@ -96,16 +142,43 @@ def test_show_reports_in_json(ipam, store):
     overview = ipam("show", "-o", "json")
     assert set(overview) == {"revision", "pools", "blocks", "nodes"}
     (pool,) = overview["pools"]
-    assert {k: pool[k] for k in ("name", "size", "reserved", "used", "free", "cooling",
-                                 "borrowed", "blocks")} == {
-        "name": "p", "size": 250, "reserved": 6, "used": 1, "free": 249, "cooling": 0,
-        "borrowed": 0, "blocks": 1}
-    assert overview["blocks"] == [{"pool": "p", "cidr": "10.1.0.0/26", "node": "node1",
-                                   "capacity": 62, "used": 1, "free": 61, "cooling": 0,
-                                   "borrowed": 0, "emptySince": None}]
-    assert overview["nodes"] == [{"name": "node1", "alive": False, "registered": False,
-                                  "blocks": ["p:10.1.0.0/26"], "used": 1, "handles": 1,
-                                  "addresses": 1}]
+    assert {
+        k: pool[k]
+        for k in ("name", "size", "reserved", "used", "free", "cooling", "borrowed", "blocks")
+    } == {
+        "name": "p",
+        "size": 250,
+        "reserved": 6,
+        "used": 1,
+        "free": 249,
+        "cooling": 0,
+        "borrowed": 0,
+        "blocks": 1,
+    }
+    assert overview["blocks"] == [
+        {
+            "pool": "p",
+            "cidr": "10.1.0.0/26",
+            "node": "node1",
+            "capacity": 62,
+            "used": 1,
+            "free": 61,
+            "cooling": 0,
+            "borrowed": 0,
+            "emptySince": None,
+        }
+    ]
+    assert overview["nodes"] == [
+        {
+            "name": "node1",
+            "alive": False,
+            "registered": False,
+            "blocks": ["p:10.1.0.0/26"],
+            "used": 1,
+            "handles": 1,
+            "addresses": 1,
+        }
+    ]
     held = ipam("show", "10.1.0.2", "-o", "json")
     assert held["ip"] == "10.1.0.2" and held["listedByHandles"] == ["net/c1/eth0"]
     assert (held["matches"][0]["state"], held["matches"][0]["pod"]) == ("allocated", "web-1")
@@ -134,30 +207,41 @@ def test_check_finds_injected_damage_and_gc_repairs_it(ipam, store, store_kind):
     assert report["ok"] is False
     assert [(p["kind"], p["ip"], p["handles"]) for p in report["problems"]] == [
         ("duplicate-address", "10.1.0.2", ["net/c1/eth0", "net/dup/eth0"]),
-        ("orphan-allocation", "10.1.0.9", ["net/gone/eth0"])]
-    assert report["problems"][1]["fixes"] == [{"action": "free", "ip": "10.1.0.9",
-                                               "holder": "net/gone/eth0",
-                                               "block_key": block_key("p", "10.1.0.0/26")}]
+        ("orphan-allocation", "10.1.0.9", ["net/gone/eth0"]),
+    ]
+    assert report["problems"][1]["fixes"] == [
+        {
+            "action": "free",
+            "ip": "10.1.0.9",
+            "holder": "net/gone/eth0",
+            "block_key": block_key("p", "10.1.0.0/26"),
+        }
+    ]
     assert "duplicate-address" in ipam("check", code=2).stdout
     planned = ipam("gc", "--dry-run", "-o", "json")
-    assert [(f["action"], f["status"]) for f in planned["fixes"]] == [("drop", "planned"),
-                                                                     ("free", "planned")]
+    assert [(f["action"], f["status"]) for f in planned["fixes"]] == [
+        ("drop", "planned"),
+        ("free", "planned"),
+    ]
     assert planned["dryRun"] is True and set(planned["reaper"]) >= {"summary"}
     assert len(ipam("check", "-o", "json", code=2)["problems"]) == 2  # dry run wrote nothing
     done = ipam("gc", "-o", "json")
     assert [(f["kind"], f["action"], f["status"]) for f in done["fixes"]] == [
-        ("duplicate-address", "drop", "applied"), ("orphan-allocation", "free", "applied")]
+        ("duplicate-address", "drop", "applied"),
+        ("orphan-allocation", "free", "applied"),
+    ]
     assert done["remaining"] == []
     assert ipam("check", "-o", "json")["ok"] is True
     if store_kind == "sqlite":  # no heartbeats: every node would look dead
-        assert done["reaper"]["available"] is False and "keeps no node heartbeats" in \
-            done["reaper"]["summary"]
+        assert (
+            done["reaper"]["available"] is False
+            and "keeps no node heartbeats" in done["reaper"]["summary"]
+        )
     else:  # etcd: node1 (it has a block) has no heartbeat, a first look makes it a suspect;
         # node2 is only named by a handle's attribute (no node record, no block), and the
         # reaper's candidates are the nodes the store lists by key (records, blocks, suspicions)
         assert done["reaper"]["available"] is True and done["reaper"]["grace"] == 900
-        assert {(n["node"], n["state"]) for n in done["reaper"]["nodes"]} == {
-            ("node1", "suspect")}
+        assert {(n["node"], n["state"]) for n in done["reaper"]["nodes"]} == {("node1", "suspect")}
     block = json.loads(store.get(block_key("p", "10.1.0.0/26")).value)
     assert block["allocations"] == {"10.1.0.2": "net/c1/eth0", "10.1.0.3": "net/c2/eth0"}
 
@@ -195,7 +279,9 @@ def test_gc_reaps_a_dead_node_on_a_second_look(ipam, store, store_kind):
     c.write(store)
     first = ipam("gc", "--grace", "0", "-o", "json")
     assert {(n["node"], n["state"]) for n in first["reaper"]["nodes"]} == {
-        ("node1", "alive"), ("node2", "suspect")}
+        ("node1", "alive"),
+        ("node2", "suspect"),
+    }
     assert store.get(f"{P}handles/net/dead/eth0") is not None  # one look is not enough
     planned = ipam("gc", "--grace", "0", "--dry-run", "-o", "json")
     assert ("node2", "reaped") in {(n["node"], n["state"]) for n in planned["reaper"]["nodes"]}
@@ -205,5 +291,8 @@ def test_gc_reaps_a_dead_node_on_a_second_look(ipam, store, store_kind):
     assert store.get(f"{P}handles/net/dead/eth0") is None
     assert store.get(f"{P}handles/net/alive/eth0") is not None
     assert ipam("check", "-o", "json")["ok"] is True
-    assert ipam("gc", "--grace", "0").stdout.splitlines()[-1].startswith(
-        "dead-node reaper: 1 node(s) alive")
+    assert (
+        ipam("gc", "--grace", "0")
+        .stdout.splitlines()[-1]
+        .startswith("dead-node reaper: 1 node(s) alive")
+    )

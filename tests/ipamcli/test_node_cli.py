@@ -1,6 +1,7 @@
 """`pycni node ls|show|rm` over what pycnid's own code writes: node records with an overlay
 (write_node, and on etcd a live heartbeat kept by Liveness), blocks claimed and an address
 borrowed by three nodes' lease services; on SQLite and on a real etcd."""
+
 from __future__ import annotations
 
 import json
@@ -10,20 +11,28 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from ipam.alloc.selection import Selection
 from cli import cli
+from ipam.alloc.selection import Selection
 from ipam.leases.service import LeaseService
+from ipam.records import AFFINITY, HANDLES, HandleId
 from nodes.liveness import Liveness, write_node
 from nodes.record import NodeRecord, OverlayInfo, heartbeat_key, node_key
-from ipam.records import AFFINITY, HANDLES, HandleId
 from store.base import Put
 
 POOLS = Selection("net", pools=("tiny",))
-ROW_KEYS = {"name", "record", "address", "labels", "startedAt", "overlay", "blockCount",
-            "health"}
+ROW_KEYS = {"name", "record", "address", "labels", "startedAt", "overlay", "blockCount", "health"}
 HEALTH_KEYS = {"state", "heartbeat", "leaseTTL", "age", "suspectSince", "text"}
-RM_KEYS = {"node", "dryRun", "force", "hadRecord", "release", "complete", "heartbeatDeleted",
-           "forgotten", "summary"}
+RM_KEYS = {
+    "node",
+    "dryRun",
+    "force",
+    "hadRecord",
+    "release",
+    "complete",
+    "heartbeatDeleted",
+    "forgotten",
+    "summary",
+}
 VXLAN = OverlayInfo("vxlan", "192.168.77.1", "66:8a:11:22:33:01", ("10.66.0.1",), 1, 4789, 1450)
 HOSTGW = OverlayInfo("host-gw", "127.0.0.1", mtu=1500)  # local wherever the test runs
 
@@ -33,10 +42,12 @@ def node(store_args):
     runner = CliRunner()
 
     def run(*args: str, code: int = 0):
-        result = runner.invoke(cli, ["node", *args, *store_args, "-o", "json"],
-                               catch_exceptions=False)
+        result = runner.invoke(
+            cli, ["node", *args, *store_args, "-o", "json"], catch_exceptions=False
+        )
         assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
         return json.loads(result.stdout) if code == 0 else result
+
     return run
 
 
@@ -45,8 +56,22 @@ def cluster(store, store_kind, store_args):
     """tiny 10.66.0.0/27 in /28 blocks: node1 (vxlan, alive on etcd) and node2 (host-gw) hold
     a block each; node3 (no overlay) borrows an address from one of them."""
     runner = CliRunner()
-    added = runner.invoke(cli, ["ipam", "pool", "add", "tiny", "--cidr", "10.66.0.0/27",
-                                "--block-size", "28", "--reuse-delay", "0", *store_args])
+    added = runner.invoke(
+        cli,
+        [
+            "ipam",
+            "pool",
+            "add",
+            "tiny",
+            "--cidr",
+            "10.66.0.0/27",
+            "--block-size",
+            "28",
+            "--reuse-delay",
+            "0",
+            *store_args,
+        ],
+    )
     assert added.exit_code == 0, added.stderr
     live = Liveness(store, NodeRecord("node1", "192.168.77.1", overlay=VXLAN), ttl=30).start()
     assert live.wait(10)
@@ -54,8 +79,9 @@ def cluster(store, store_kind, store_args):
     write_node(store, NodeRecord("node3", "192.168.77.3"))
     leases = {}
     for name in ("node1", "node2", "node3"):
-        leases[name] = LeaseService(store, name).acquire(HandleId("net", f"c-{name}", "eth0"),
-                                                         POOLS)[0]
+        leases[name] = LeaseService(store, name).acquire(
+            HandleId("net", f"c-{name}", "eth0"), POOLS
+        )[0]
     yield live, leases
     live.stop()
 
@@ -81,8 +107,14 @@ def test_ls_lists_every_node_with_overlay_blocks_and_health(node, cluster, store
 def test_ls_table_names_the_columns_and_each_node(store_args, cluster):
     out = CliRunner().invoke(cli, ["node", "ls", *store_args]).stdout.splitlines()
     assert out[0].split() == ["NAME", "UNDERLAY", "BACKEND", "VTEP", "MTU", "BLOCKS", "HEALTH"]
-    assert out[1].split()[:6] == ["node1", "192.168.77.1", "vxlan", "66:8a:11:22:33:01",
-                                  "10.66.0.1", "1450"]
+    assert out[1].split()[:6] == [
+        "node1",
+        "192.168.77.1",
+        "vxlan",
+        "66:8a:11:22:33:01",
+        "10.66.0.1",
+        "1450",
+    ]
     assert [line.split()[0] for line in out[1:]] == ["node1", "node2", "node3"]
 
 
@@ -92,8 +124,14 @@ def test_show_gives_blocks_borrowed_addresses_and_host_gw_reachability(node, clu
     shown = node("show", "node3")["node"]
     assert set(shown) == ROW_KEYS | {"blocks", "borrowed", "reachability"}
     assert shown["blocks"] == [] and shown["reachability"] is None
-    assert shown["borrowed"] == [{"address": borrowed.ip, "pool": "tiny", "block": borrowed.block,
-                                  "owner": leases["node3"].attributes["borrowedFrom"]}]
+    assert shown["borrowed"] == [
+        {
+            "address": borrowed.ip,
+            "pool": "tiny",
+            "block": borrowed.block,
+            "owner": leases["node3"].attributes["borrowedFrom"],
+        }
+    ]
     host_gw = node("show", "node2")["node"]
     assert host_gw["blocks"] == [{"pool": "tiny", "cidr": leases["node2"].ips[0].block}]
     assert host_gw["borrowed"] == [] and host_gw["reachability"] == "a local address of this node"
@@ -117,8 +155,9 @@ def test_dry_run_writes_nothing(node, store, cluster):
     before = [(kv.key, kv.mod_revision) for kv in store.range("/pycni/v1/")]
     doc = node("rm", "node2", "--dry-run")
     assert set(doc) == RM_KEYS and doc["dryRun"] and not doc["forgotten"]
-    assert doc["release"]["released"] == [{"handle": "net/c-node2/eth0",
-                                           "ips": [cluster[1]["node2"].ips[0].ip]}]
+    assert doc["release"]["released"] == [
+        {"handle": "net/c-node2/eth0", "ips": [cluster[1]["node2"].ips[0].ip]}
+    ]
     assert [(kv.key, kv.mod_revision) for kv in store.range("/pycni/v1/")] == before
 
 
@@ -153,8 +192,10 @@ def test_show_from_a_node_namespace_reports_direct_or_the_gateway(netns_factory,
     from store.sqlite import SqliteStore
 
     ns = netns_factory("node")
-    ns.run("ip link add u0 type veth && ip addr add 192.168.88.1/24 dev u0 && "
-           "ip link set u0 up && ip route add default via 192.168.88.254")
+    ns.run(
+        "ip link add u0 type veth && ip addr add 192.168.88.1/24 dev u0 && "
+        "ip link set u0 up && ip route add default via 192.168.88.254"
+    )
     store = SqliteStore(sqlite_path)
     write_node(store, NodeRecord("near", overlay=OverlayInfo("host-gw", "192.168.88.2")))
     write_node(store, NodeRecord("far", overlay=OverlayInfo("host-gw", "10.99.0.2")))
@@ -162,10 +203,24 @@ def test_show_from_a_node_namespace_reports_direct_or_the_gateway(netns_factory,
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
     def show(name: str) -> dict:
-        out = ns.run([sys.executable, "-m", "cli", "node", "show", name, "--store-path",
-                      sqlite_path, "-o", "json"], env={**os.environ, "PYTHONPATH": repo})
+        out = ns.run(
+            [
+                sys.executable,
+                "-m",
+                "cli",
+                "node",
+                "show",
+                name,
+                "--store-path",
+                sqlite_path,
+                "-o",
+                "json",
+            ],
+            env={**os.environ, "PYTHONPATH": repo},
+        )
         return json.loads(out.stdout)["node"]
 
     assert show("near")["reachability"] == "direct"
-    assert show("far")["reachability"] == \
-        "not directly connected: routed via gateway 192.168.88.254"
+    assert (
+        show("far")["reachability"] == "not directly connected: routed via gateway 192.168.88.254"
+    )

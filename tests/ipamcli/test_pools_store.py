@@ -1,4 +1,5 @@
 """Pool CRUD on real stores (SQLite and etcd): validation, CAS, rm with and without force."""
+
 from __future__ import annotations
 
 import json
@@ -7,12 +8,19 @@ import threading
 import pytest
 
 from cni.spec.errors import AddressConflict
-from ipam.ops.check import find_problems
 from ipam.alloc.pool_settings import PoolInvalid
 from ipam.alloc.pool_spec import make_pool
+from ipam.ops.check import find_problems
 from ipam.ops.pool_update import PoolUpdate
-from ipam.ops.pools import (MARKER, PoolInUse, PoolNotFound, add_pool, list_pools, remove_pool,
-                        set_pool)
+from ipam.ops.pools import (
+    MARKER,
+    PoolInUse,
+    PoolNotFound,
+    add_pool,
+    list_pools,
+    remove_pool,
+    set_pool,
+)
 from ipam.ops.repair import read_snapshot
 from tests.fixtures.ipam_contents import Contents, affinity_key, block_key
 
@@ -25,13 +33,32 @@ def record(store, key: str) -> dict | None:
 
 
 def test_add_stores_the_issue3_record_and_bumps_the_marker(store):
-    stored = add_pool(store, make_pool("v4", "10.60.0.0/16", exclusions=["10.60.0.0/30"],
-                                       node_selector={"zone": "a"}, created_at=5.0))
-    assert record(store, f"{P}pools/v4") == stored == {
-        "name": "v4", "cidr": "10.60.0.0/16", "blockSize": 26, "disabled": False,
-        "nodeSelector": {"zone": "a"}, "strictAffinity": False,
-        "exclusions": ["10.60.0.0/30"], "gateway": "none", "reuseDelay": 120,
-        "createdAt": 5.0}
+    stored = add_pool(
+        store,
+        make_pool(
+            "v4",
+            "10.60.0.0/16",
+            exclusions=["10.60.0.0/30"],
+            node_selector={"zone": "a"},
+            created_at=5.0,
+        ),
+    )
+    assert (
+        record(store, f"{P}pools/v4")
+        == stored
+        == {
+            "name": "v4",
+            "cidr": "10.60.0.0/16",
+            "blockSize": 26,
+            "disabled": False,
+            "nodeSelector": {"zone": "a"},
+            "strictAffinity": False,
+            "exclusions": ["10.60.0.0/30"],
+            "gateway": "none",
+            "reuseDelay": 120,
+            "createdAt": 5.0,
+        }
+    )
     assert record(store, MARKER)["pool"] == "v4"
     assert [v.name for v in list_pools(store)] == ["v4"]
 
@@ -85,7 +112,7 @@ def test_concurrent_adds_of_overlapping_pools_one_wins(store_kind, request):
         names = [v.name for v in list_pools(stores[0])]
         cidrs = [v.spec.cidr for v in list_pools(stores[0])]
         for i, a in enumerate(cidrs):  # whatever won, nothing overlaps
-            assert not any(a.overlaps(b) for b in cidrs[i + 1:]), names
+            assert not any(a.overlaps(b) for b in cidrs[i + 1 :]), names
         assert sorted(n for n in outcomes if n != "conflict") == sorted(names)
     finally:
         for s in stores:
@@ -94,17 +121,47 @@ def test_concurrent_adds_of_overlapping_pools_one_wins(store_kind, request):
 
 def test_set_changes_mutable_settings_only(store):
     add_pool(store, make_pool("p", "10.60.0.0/24"))
-    result = set_pool(store, "p", PoolUpdate(disabled=True, node_selector={"zone": "b"},
-                                            add_exclusions=("10.60.0.9",), gateway="first",
-                                            reuse_delay=30, strict_affinity=True))
-    assert {k: result.new[k] for k in ("disabled", "nodeSelector", "exclusions", "gateway",
-                                       "reuseDelay", "strictAffinity")} == {
-        "disabled": True, "nodeSelector": {"zone": "b"}, "exclusions": ["10.60.0.9/32"],
-        "gateway": "first", "reuseDelay": 30, "strictAffinity": True}
+    result = set_pool(
+        store,
+        "p",
+        PoolUpdate(
+            disabled=True,
+            node_selector={"zone": "b"},
+            add_exclusions=("10.60.0.9",),
+            gateway="first",
+            reuse_delay=30,
+            strict_affinity=True,
+        ),
+    )
+    assert {
+        k: result.new[k]
+        for k in (
+            "disabled",
+            "nodeSelector",
+            "exclusions",
+            "gateway",
+            "reuseDelay",
+            "strictAffinity",
+        )
+    } == {
+        "disabled": True,
+        "nodeSelector": {"zone": "b"},
+        "exclusions": ["10.60.0.9/32"],
+        "gateway": "first",
+        "reuseDelay": 30,
+        "strictAffinity": True,
+    }
     assert record(store, f"{P}pools/p") == result.new
-    again = set_pool(store, "p", PoolUpdate(remove_exclusions=("10.60.0.9/32",),
-                                           node_selector={}, cidr="10.60.0.0/24",
-                                           block_size=26))
+    again = set_pool(
+        store,
+        "p",
+        PoolUpdate(
+            remove_exclusions=("10.60.0.9/32",),
+            node_selector={},
+            cidr="10.60.0.0/24",
+            block_size=26,
+        ),
+    )
     assert again.new["exclusions"] == [] and again.new["nodeSelector"] == {}
     with pytest.raises(PoolInvalid, match=r"cidr of pool p is immutable \(it is 10.60.0.0/24\)"):
         set_pool(store, "p", PoolUpdate(cidr="10.60.0.0/16"))
@@ -132,8 +189,9 @@ def test_gateway_first_refused_when_a_block_gateway_is_held(store):
     with pytest.raises(AddressConflict, match=r"10.60.0.64 \(net/c1/eth0\)"):
         set_pool(store, "p", PoolUpdate(gateway="first"))
     warned = set_pool(store, "p", PoolUpdate(add_exclusions=("10.60.0.64/30",)))
-    assert warned.warnings == ["1 address(es) in the new exclusions stay held until "
-                               "released: 10.60.0.64"]
+    assert warned.warnings == [
+        "1 address(es) in the new exclusions stay held until released: 10.60.0.64"
+    ]
 
 
 def test_netconf_pool_takes_no_node_selector(store):
@@ -175,7 +233,8 @@ def test_rm_of_an_unused_pool_deletes_blocks_index_and_buffers(store):
     assert record(store, f"{P}handles/_buffer/node1/p")["ips"] == []  # the buffer stays
     assert find_problems(read_snapshot(store)) == []
     assert record(store, block_key("q", "10.61.0.0/26"))["allocations"] == {
-        "10.61.0.5": "net/c9/eth0"}
+        "10.61.0.5": "net/c9/eth0"
+    }
 
 
 def test_rm_force_releases_every_address_and_strips_handles(store):

@@ -1,5 +1,6 @@
 """The real `pycni` command (a separate process): store selection from pycnid's config or the
 command line, SQLite and etcd (plain and mTLS), JSON documents, and errors without tracebacks."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,13 @@ def pycni_command() -> list[str]:
 
 def pycni(*args: str, code: int = 0, env: dict | None = None, timeout: float = 60):
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PYCNI_")}
-    proc = subprocess.run([*pycni_command(), "ipam", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**clean, "PYTHONPATH": REPO, **(env or {})})
+    proc = subprocess.run(
+        [*pycni_command(), "ipam", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**clean, "PYTHONPATH": REPO, **(env or {})},
+    )
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
@@ -35,8 +41,7 @@ def pycni(*args: str, code: int = 0, env: dict | None = None, timeout: float = 6
 
 def write_config(tmp_path, store: dict) -> str:
     path = tmp_path / "pycnid.json"
-    path.write_text(json.dumps({"nodeName": "node1", "store": store,
-                                "ipam": {"reapGrace": 600}}))
+    path.write_text(json.dumps({"nodeName": "node1", "store": store, "ipam": {"reapGrace": 600}}))
     return str(path)
 
 
@@ -44,8 +49,9 @@ def write_config(tmp_path, store: dict) -> str:
 def config(tmp_path, store_kind, request) -> str:
     """A pycnid config naming the test's store (as /etc/pycni/pycnid.json would)."""
     if store_kind == "sqlite":
-        return write_config(tmp_path, {"type": "sqlite",
-                                       "path": request.getfixturevalue("sqlite_path")})
+        return write_config(
+            tmp_path, {"type": "sqlite", "path": request.getfixturevalue("sqlite_path")}
+        )
     endpoints = request.getfixturevalue("etcd_endpoints").split(",")
     return write_config(tmp_path, {"type": "etcd", "endpoints": endpoints})
 
@@ -57,8 +63,11 @@ def test_the_pycni_command_end_to_end(config, store):
 
     run("pool", "add", "p", "--cidr", "10.1.0.0/24", "--gateway", "first")
     run("pool", "add", "p6", "--cidr", "fd00:1::/120", "--block-size", "122")
-    c = Contents(records={f"{P}pools/{n}": json.loads(store.get(f"{P}pools/{n}").value)
-                          for n in ("p", "p6")})
+    c = Contents(
+        records={
+            f"{P}pools/{n}": json.loads(store.get(f"{P}pools/{n}").value) for n in ("p", "p6")
+        }
+    )
     c.allocate("p", "10.1.0.2", "net/c1/eth0").allocate("p6", "fd00:1::2", "net/c1/eth0")
     c.allocate("p", "10.1.0.3", "net/c2/eth0")
     c.write(store)
@@ -67,8 +76,10 @@ def test_the_pycni_command_end_to_end(config, store):
     c.block("p", "10.1.0.0/26", "node1")["allocations"]["10.1.0.9"] = "net/gone/eth0"
     c.list_in_handle("net/dup/eth0", "p", "10.1.0.3")
     c.write(store)
-    assert [p["kind"] for p in run("check", code=2)["problems"]] == ["duplicate-address",
-                                                                     "orphan-allocation"]
+    assert [p["kind"] for p in run("check", code=2)["problems"]] == [
+        "duplicate-address",
+        "orphan-allocation",
+    ]
     gc = run("gc")
     assert [f["status"] for f in gc["fixes"]] == ["applied", "applied"]
     assert gc["reaper"]["summary"] and gc["remaining"] == []
@@ -76,11 +87,14 @@ def test_the_pycni_command_end_to_end(config, store):
     released = run("release", "fd00:1::2")
     assert released["released"] and released["handles"] == ["net/c1/eth0"]
     assert [i["address"] for i in run("show", "net/c1/eth0")["handles"][0]["ips"]] == [
-        "10.1.0.2/24"]
+        "10.1.0.2/24"
+    ]
     assert run("show", "fd00:1::2")["matches"][0]["state"] == "cooling"
     run("pool", "rm", "p6")
-    assert "pool p still has addresses in use" in pycni("pool", "rm", "p", "--config", config,
-                                                        code=1).stderr
+    assert (
+        "pool p still has addresses in use"
+        in pycni("pool", "rm", "p", "--config", config, code=1).stderr
+    )
     assert run("pool", "rm", "p", "--force")["releasedAddresses"] == 2
     assert run("pool", "ls") == {"pools": []} and run("check")["ok"] is True
 
@@ -88,8 +102,17 @@ def test_the_pycni_command_end_to_end(config, store):
 @pytest.mark.etcd
 def test_command_line_overrides_and_environment(sqlite_path, etcd_endpoints, tmp_path):
     sqlite_config = write_config(tmp_path, {"type": "sqlite", "path": sqlite_path})
-    pycni("pool", "add", "e", "--cidr", "10.2.0.0/16", "--etcd-endpoints", etcd_endpoints,
-          "--config", sqlite_config)
+    pycni(
+        "pool",
+        "add",
+        "e",
+        "--cidr",
+        "10.2.0.0/16",
+        "--etcd-endpoints",
+        etcd_endpoints,
+        "--config",
+        sqlite_config,
+    )
     pycni("pool", "add", "s", "--cidr", "10.3.0.0/16", "--config", sqlite_config)
 
     def names(*args: str, env: dict | None = None) -> list[str]:
@@ -106,15 +129,31 @@ def test_command_line_overrides_and_environment(sqlite_path, etcd_endpoints, tmp
 @pytest.mark.etcd
 def test_etcd_with_mtls_from_the_config_or_the_command_line(etcd_tls, tmp_path):  # noqa: F811
     tls = etcd_tls.tls
-    config = write_config(tmp_path, {"type": "etcd", "endpoints": etcd_tls.endpoints,
-                                     "ca": tls.ca, "cert": tls.client_cert,
-                                     "key": tls.client_key})
+    config = write_config(
+        tmp_path,
+        {
+            "type": "etcd",
+            "endpoints": etcd_tls.endpoints,
+            "ca": tls.ca,
+            "cert": tls.client_cert,
+            "key": tls.client_key,
+        },
+    )
     pycni("pool", "add", "t", "--cidr", "10.4.0.0/16", "--config", config)
-    flags = ["--etcd-endpoints", etcd_tls.endpoint, "--etcd-ca", tls.ca, "--etcd-cert",
-             tls.client_cert, "--etcd-key", tls.client_key]
+    flags = [
+        "--etcd-endpoints",
+        etcd_tls.endpoint,
+        "--etcd-ca",
+        tls.ca,
+        "--etcd-cert",
+        tls.client_cert,
+        "--etcd-key",
+        tls.client_key,
+    ]
     assert json.loads(pycni("pool", "ls", "-o", "json", *flags).stdout)["pools"][0]["name"] == "t"
-    refused = pycni("pool", "ls", "--etcd-endpoints", etcd_tls.endpoint, "--etcd-ca", tls.ca,
-                    code=1)
+    refused = pycni(
+        "pool", "ls", "--etcd-endpoints", etcd_tls.endpoint, "--etcd-ca", tls.ca, code=1
+    )
     assert refused.stderr.startswith("pycni ipam: ") and etcd_tls.endpoint in refused.stderr
 
 

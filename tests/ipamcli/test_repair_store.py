@@ -1,4 +1,5 @@
 """gc's fixes and `release IP` on real stores (SQLite and etcd): each one CAS txn, re-checked."""
+
 from __future__ import annotations
 
 import json
@@ -40,14 +41,19 @@ def broken(store) -> Contents:
     c.allocate("p", "10.1.0.2", "net/c1/eth0").allocate("p6", "fd00:1::2", "net/c1/eth0")
     c.allocate("p", "10.1.0.3", "net/c2/eth0", node="node2", block_node="node1")
     c.allocate("p", "10.1.0.66", "net/c3/eth0", node="node2")
-    c.list_in_handle("net/dup/eth0", "p", "10.1.0.2", node="node2")       # duplicate
+    c.list_in_handle("net/dup/eth0", "p", "10.1.0.2", node="node2")  # duplicate
     c.block("p", "10.1.0.0/26", "node1")["allocations"]["10.1.0.9"] = "net/gone/eth0"  # orphan
-    c.list_in_handle("net/c3/eth0", "p", "10.1.0.70", node="node2")        # not-allocated
-    c.list_in_handle("net/c4/eth0", "p", "10.1.0.130", node="node3")       # missing-block
-    c.records[f"{P}handles/net/empty/eth0"] = {"network": "net", "containerID": "empty",
-                                               "ifname": "eth0", "ips": [], "attributes": {}}
-    c.block("gone", "10.9.0.0/26", "node1")                                 # orphan block
-    del c.records[affinity_key("node2", "p", "10.1.0.64/26")]               # missing index
+    c.list_in_handle("net/c3/eth0", "p", "10.1.0.70", node="node2")  # not-allocated
+    c.list_in_handle("net/c4/eth0", "p", "10.1.0.130", node="node3")  # missing-block
+    c.records[f"{P}handles/net/empty/eth0"] = {
+        "network": "net",
+        "containerID": "empty",
+        "ifname": "eth0",
+        "ips": [],
+        "attributes": {},
+    }
+    c.block("gone", "10.9.0.0/26", "node1")  # orphan block
+    del c.records[affinity_key("node2", "p", "10.1.0.64/26")]  # missing index
     c.records[affinity_key("node4", "p", "10.1.0.192/26")] = {"pool": "p"}  # stale index
     c.write(store)
     return c
@@ -55,27 +61,42 @@ def broken(store) -> Contents:
 
 def test_check_finds_every_injected_problem(store, broken):
     got = sorted((f.kind, f.ip or f.key) for f in find_problems(read_snapshot(store)))
-    assert got == sorted([
-        ("duplicate-address", "10.1.0.2"), ("orphan-allocation", "10.1.0.9"),
-        ("not-allocated", "10.1.0.70"), ("missing-block", "10.1.0.130"),
-        ("orphan-handle", f"{P}handles/net/empty/eth0"),
-        ("orphan-block", block_key("gone", "10.9.0.0/26")),
-        ("missing-affinity", block_key("p", "10.1.0.64/26")),
-        ("stale-affinity", affinity_key("node4", "p", "10.1.0.192/26"))])
+    assert got == sorted(
+        [
+            ("duplicate-address", "10.1.0.2"),
+            ("orphan-allocation", "10.1.0.9"),
+            ("not-allocated", "10.1.0.70"),
+            ("missing-block", "10.1.0.130"),
+            ("orphan-handle", f"{P}handles/net/empty/eth0"),
+            ("orphan-block", block_key("gone", "10.9.0.0/26")),
+            ("missing-affinity", block_key("p", "10.1.0.64/26")),
+            ("stale-affinity", affinity_key("node4", "p", "10.1.0.192/26")),
+        ]
+    )
 
 
 def test_gc_repairs_everything_and_check_is_clean(store, broken):
     done = gc_rounds(store)
-    assert sorted(a for _, a, status in done if status == "applied") == sorted([
-        "drop", "free", "restore", "restore", "delete-handle", "delete-block", "put-affinity",
-        "delete-affinity"])
+    assert sorted(a for _, a, status in done if status == "applied") == sorted(
+        [
+            "drop",
+            "free",
+            "restore",
+            "restore",
+            "delete-handle",
+            "delete-block",
+            "put-affinity",
+            "delete-affinity",
+        ]
+    )
     assert find_problems(read_snapshot(store)) == []
     first = record(store, block_key("p", "10.1.0.0/26"))
     assert first["allocations"] == {"10.1.0.2": "net/c1/eth0", "10.1.0.3": "net/c2/eth0"}
     assert first["released"] == {"10.1.0.9": NOW}  # freed with its reuse delay
     assert record(store, f"{P}handles/net/dup/eth0") is None  # left with nothing: deleted
-    assert record(store, block_key("p", "10.1.0.64/26"))["allocations"]["10.1.0.70"] == \
-        "net/c3/eth0"
+    assert (
+        record(store, block_key("p", "10.1.0.64/26"))["allocations"]["10.1.0.70"] == "net/c3/eth0"
+    )
     made = record(store, block_key("p", "10.1.0.128/26"))  # re-created for its handle's node
     assert (made["affinity"], made["allocations"]) == ("node3", {"10.1.0.130": "net/c4/eth0"})
     assert store.get(affinity_key("node3", "p", "10.1.0.128/26")) is not None
@@ -88,13 +109,16 @@ def test_a_fix_whose_reason_is_gone_is_skipped(store, broken):
     snap = read_snapshot(store)
     (orphan,) = [f for f in find_problems(snap) if f.kind == "orphan-allocation"]
     # the handle appears between the check and the fix (e.g. a journal replay): keep it
-    Contents(now=NOW, records={k: v for k, v in broken.records.items()
-                               if k.startswith(f"{P}pools/")}) \
-        .list_in_handle("net/gone/eth0", "p", "10.1.0.9").write(store)
-    assert apply_fix(store, orphan.fixes[0], NOW) == ("skipped", "the allocation changed or "
-                                                                 "its handle lists it now")
-    assert record(store, block_key("p", "10.1.0.0/26"))["allocations"]["10.1.0.9"] == \
-        "net/gone/eth0"
+    Contents(
+        now=NOW, records={k: v for k, v in broken.records.items() if k.startswith(f"{P}pools/")}
+    ).list_in_handle("net/gone/eth0", "p", "10.1.0.9").write(store)
+    assert apply_fix(store, orphan.fixes[0], NOW) == (
+        "skipped",
+        "the allocation changed or its handle lists it now",
+    )
+    assert (
+        record(store, block_key("p", "10.1.0.0/26"))["allocations"]["10.1.0.9"] == "net/gone/eth0"
+    )
 
 
 def test_a_fix_planned_on_a_stale_snapshot_rereads_and_keeps_the_new_state(store, broken):
@@ -116,20 +140,29 @@ def test_release_ip_frees_it_and_drops_it_from_its_handle(store):
     c.block("p", "10.1.0.0/26", "node1")["borrowed"] = {"10.1.0.3": "node2"}
     c.write(store)
     doc = release_ip(store, "10.1.0.2", now=NOW)
-    assert doc == {"ip": "10.1.0.2", "released": True, "pool": "p",
-                   "blockKey": block_key("p", "10.1.0.0/26"), "handles": ["net/c1/eth0"],
-                   "deletedHandles": []}
+    assert doc == {
+        "ip": "10.1.0.2",
+        "released": True,
+        "pool": "p",
+        "blockKey": block_key("p", "10.1.0.0/26"),
+        "handles": ["net/c1/eth0"],
+        "deletedHandles": [],
+    }
     block = record(store, block_key("p", "10.1.0.0/26"))
     assert block["allocations"] == {"10.1.0.3": "net/c2/eth0"}
     assert block["released"] == {"10.1.0.2": NOW}
     assert [ip["address"] for ip in record(store, f"{P}handles/net/c1/eth0")["ips"]] == [
-        "fd00:1::2/120"]
+        "fd00:1::2/120"
+    ]
     doc = release_ip(store, "10.1.0.3", now=NOW)
     assert doc["deletedHandles"] == ["net/c2/eth0"]
     block = record(store, block_key("p", "10.1.0.0/26"))
     assert block["allocations"] == {} and "borrowed" not in block and block["emptySince"] == NOW
-    assert release_ip(store, "10.1.0.3") == {"ip": "10.1.0.3", "released": False,
-                                             "reason": "no block or handle holds it"}
+    assert release_ip(store, "10.1.0.3") == {
+        "ip": "10.1.0.3",
+        "released": False,
+        "reason": "no block or handle holds it",
+    }
     assert find_problems(read_snapshot(store)) == []
 
 

@@ -2,6 +2,7 @@
 VIPs and nodePorts, refusals that name the field and write nothing (the whole store compared),
 set keeping allocations, rm freeing them, concurrent creates in separate processes never
 sharing a VIP, and endpoints picked by selector from records written through the codec."""
+
 from __future__ import annotations
 
 import json
@@ -24,17 +25,27 @@ def svc(store_args):
     runner = CliRunner()
 
     def run(*args: str, code: int = 0):
-        result = runner.invoke(cli, ["svc", *args, *store_args, "-o", "json"],
-                               catch_exceptions=False)
+        result = runner.invoke(
+            cli, ["svc", *args, *store_args, "-o", "json"], catch_exceptions=False
+        )
         assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
         return json.loads(result.stdout) if code == 0 else result.stderr
+
     return run
 
 
 @pytest.fixture
 def configured(svc):
-    svc("config", "set", "--cidr", "10.96.0.0/28", "--cidr", "fd00:96::/124",
-        "--node-port-range", "30000-30009")
+    svc(
+        "config",
+        "set",
+        "--cidr",
+        "10.96.0.0/28",
+        "--cidr",
+        "fd00:96::/124",
+        "--node-port-range",
+        "30000-30009",
+    )
     return svc
 
 
@@ -45,16 +56,29 @@ def snapshot(store) -> dict:
 def test_settings_show_what_was_set(svc):
     assert svc("config", "show") == {"settings": None}
     svc("config", "set", "--cidr", "10.96.0.0/16")
-    assert svc("config", "show")["settings"] == {"cidrs": ["10.96.0.0/16"],
-                                                 "nodePortRange": "30000-32767"}
+    assert svc("config", "show")["settings"] == {
+        "cidrs": ["10.96.0.0/16"],
+        "nodePortRange": "30000-32767",
+    }
 
 
 def test_create_allocates_and_explicit_values_are_kept(configured, store):
-    web = configured("create", "default/web", "--port", "http:80:8080", "--selector",
-                     "app=web")["service"]
+    web = configured("create", "default/web", "--port", "http:80:8080", "--selector", "app=web")[
+        "service"
+    ]
     assert web["clusterIPs"] == ["10.96.0.1", "fd00:96::1"] and "nodePort" not in web["ports"][0]
-    np = configured("create", "default/np", "--type", "NodePort", "--port", "http:80/TCP:http",
-                    "--port", "dns:53/UDP::30005", "--cluster-ip", "10.96.0.9")["service"]
+    np = configured(
+        "create",
+        "default/np",
+        "--type",
+        "NodePort",
+        "--port",
+        "http:80/TCP:http",
+        "--port",
+        "dns:53/UDP::30005",
+        "--cluster-ip",
+        "10.96.0.9",
+    )["service"]
     assert np["clusterIPs"] == ["10.96.0.9"]
     assert [p["nodePort"] for p in np["ports"]] == [30000, 30005]
     assert store.get("/pycni/v1/serviceips/10.96.0.9").value == b"default/np"
@@ -74,8 +98,7 @@ REFUSALS = [
     (["default/x", "--type", "NodePort", "--port", "80::30000"], "nodePort TCP/30000 is held"),
     (["default/web", "--port", "80"], "Service default/web exists"),
     (["default/x", "--port", "80", "--affinity-timeout", "5"], "timeoutSeconds"),
-    (["default/x", "--port", "80", "--external-traffic-policy", "Local"],
-     "externalTrafficPolicy"),
+    (["default/x", "--port", "80", "--external-traffic-policy", "Local"], "externalTrafficPolicy"),
     (["default/x", "--port", "80:8080:abc"], "--port"),
     (["nonsense", "--port", "80"], "NAMESPACE/NAME"),
 ]
@@ -93,31 +116,46 @@ def test_an_unknown_field_in_json_is_refused(configured, store, tmp_path):
     path = tmp_path / "svc.json"
     path.write_text(json.dumps({"ports": [{"port": 80, "nodeport": 30001}]}))
     before = snapshot(store)
-    assert "ports[0].nodeport: unknown field" in configured("create", "default/x",
-                                                            "--from-json", str(path), code=1)
+    assert "ports[0].nodeport: unknown field" in configured(
+        "create", "default/x", "--from-json", str(path), code=1
+    )
     assert snapshot(store) == before
 
 
 def test_set_keeps_allocations_and_re_indexes_what_changes(configured, store):
-    first = configured("create", "default/np", "--type", "NodePort", "--port", "http:80",
-                       "--port", "dns:53/UDP")["service"]
-    changed = configured("set", "default/np", "--port", "http:80:8080", "--port",
-                         "dns:53/UDP::30009", "--session-affinity", "ClientIP")["service"]
+    first = configured(
+        "create", "default/np", "--type", "NodePort", "--port", "http:80", "--port", "dns:53/UDP"
+    )["service"]
+    changed = configured(
+        "set",
+        "default/np",
+        "--port",
+        "http:80:8080",
+        "--port",
+        "dns:53/UDP::30009",
+        "--session-affinity",
+        "ClientIP",
+    )["service"]
     assert changed["clusterIPs"] == first["clusterIPs"]
     assert [p["nodePort"] for p in changed["ports"]] == [first["ports"][0]["nodePort"], 30009]
     assert changed["ports"][0]["targetPort"] == 8080 and changed["timeoutSeconds"] == 10800
     assert store.get(f"/pycni/v1/nodeports/UDP/{first['ports'][1]['nodePort']}") is None
     assert store.get("/pycni/v1/nodeports/UDP/30009").value == b"default/np"
-    assert configured("set", "default/np", "--type", "ClusterIP")["service"]["ports"][0] \
-        .get("nodePort") is None
+    assert (
+        configured("set", "default/np", "--type", "ClusterIP")["service"]["ports"][0].get(
+            "nodePort"
+        )
+        is None
+    )
     assert store.range("/pycni/v1/nodeports/") == []
 
 
 def test_rm_frees_what_the_service_held(configured, store):
     configured("create", "default/np", "--type", "NodePort", "--port", "80")
     assert configured("rm", "default/np") == {
-        "removed": "default/np", "freed": {"clusterIPs": ["10.96.0.1", "fd00:96::1"],
-                                           "nodePorts": ["TCP/30000"]}}
+        "removed": "default/np",
+        "freed": {"clusterIPs": ["10.96.0.1", "fd00:96::1"], "nodePorts": ["TCP/30000"]},
+    }
     assert store.range("/pycni/v1/") == store.range("/pycni/v1/meta/")
     again = configured("create", "default/np2", "--type", "NodePort", "--port", "80")
     assert again["service"]["clusterIPs"][0] == "10.96.0.1"
@@ -126,10 +164,29 @@ def test_rm_frees_what_the_service_held(configured, store):
 
 def test_concurrent_creates_never_share_a_vip(configured, store_args):
     env = {**os.environ, "PYTHONPATH": ROOT}
-    procs = [subprocess.Popen([sys.executable, "-m", "cli", "svc", "create", f"ns/s{i}",
-                               "--type", "NodePort", "--port", "80", *store_args, "-o", "json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-             for i in range(8)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cli",
+                "svc",
+                "create",
+                f"ns/s{i}",
+                "--type",
+                "NodePort",
+                "--port",
+                "80",
+                *store_args,
+                "-o",
+                "json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        for i in range(8)
+    ]
     docs = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -141,16 +198,30 @@ def test_concurrent_creates_never_share_a_vip(configured, store_args):
 
 
 def test_endpoints_are_the_pods_the_selector_matches(configured, store):
-    configured("create", "default/web", "--port", "http:80:http", "--port", "raw:81:9000",
-               "--selector", "app=web")
-    pods = [EndpointRecord("default", "p1", "eth0", ("10.22.0.5",), {"app": "web"}, "node1",
-                           {"http": 8080}, "c1"),
-            EndpointRecord("default", "p2", "eth0", ("10.22.0.6",), {"app": "web", "x": "y"},
-                           "node2", {}, "c2"),
-            EndpointRecord("default", "p3", "eth0", ("10.22.0.7",), {"app": "db"}, "node1"),
-            EndpointRecord("other", "p4", "eth0", ("10.22.0.8",), {"app": "web"}, "node1")]
+    configured(
+        "create",
+        "default/web",
+        "--port",
+        "http:80:http",
+        "--port",
+        "raw:81:9000",
+        "--selector",
+        "app=web",
+    )
+    pods = [
+        EndpointRecord(
+            "default", "p1", "eth0", ("10.22.0.5",), {"app": "web"}, "node1", {"http": 8080}, "c1"
+        ),
+        EndpointRecord(
+            "default", "p2", "eth0", ("10.22.0.6",), {"app": "web", "x": "y"}, "node2", {}, "c2"
+        ),
+        EndpointRecord("default", "p3", "eth0", ("10.22.0.7",), {"app": "db"}, "node1"),
+        EndpointRecord("other", "p4", "eth0", ("10.22.0.8",), {"app": "web"}, "node1"),
+    ]
     store.txn([], [Put(e.key, e.to_bytes()) for e in pods])
     doc = configured("endpoints", "default/web")
     assert [(e["pod"], e["ports"]) for e in doc["endpoints"]] == [
-        ("p1", {"http": 8080, "raw": 9000}), ("p2", {"raw": 9000})]
+        ("p1", {"http": 8080, "raw": 9000}),
+        ("p2", {"raw": 9000}),
+    ]
     assert configured("show", "default/web")["endpointCount"] == 2

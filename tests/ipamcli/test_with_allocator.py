@@ -1,6 +1,7 @@
 """`pycni ipam` over what the real allocator writes: pools made by the CLI, addresses leased by
 three nodes' lease services (claims, borrowing, dual-stack), then show/check/release/
 release-node/pool rm on SQLite and on a real etcd — the reports must agree with the leases."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli import cli
+from ipam.alloc.selection import Selection
 from ipam.leases.service import LeaseService
 from ipam.records import HandleId
-from ipam.alloc.selection import Selection
 
 
 @pytest.fixture
@@ -19,10 +20,12 @@ def ipam(store_args):
     runner = CliRunner()
 
     def run(*args: str, code: int = 0):
-        result = runner.invoke(cli, ["ipam", *args, *store_args, "-o", "json"],
-                               catch_exceptions=False)
+        result = runner.invoke(
+            cli, ["ipam", *args, *store_args, "-o", "json"], catch_exceptions=False
+        )
         assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
         return json.loads(result.stdout) if result.stdout.strip() else result
+
     return run
 
 
@@ -37,15 +40,17 @@ POOLS = Selection("net", pools=("tiny", "v6"))
 def leased(ipam, store):
     """tiny: 10.66.0.0/27 in two /28 blocks (gateway first: 14 addresses each) and v6;
     node1 and node2 take 3 dual-stack leases each, node3 then borrows an IPv4 address."""
-    ipam("pool", "add", "tiny", "--cidr", "10.66.0.0/27", "--block-size", "28",
-         "--gateway", "first")
+    ipam(
+        "pool", "add", "tiny", "--cidr", "10.66.0.0/27", "--block-size", "28", "--gateway", "first"
+    )
     ipam("pool", "add", "v6", "--cidr", "fd66::/120", "--block-size", "122")
     nodes = {n: LeaseService(store, n) for n in ("node1", "node2", "node3")}
     records = {}
     for name in ("node1", "node2"):
         for i in range(3):
             records[f"{name}-{i}"] = nodes[name].acquire(
-                h(f"{name}-{i}"), POOLS, attributes={"namespace": "ns", "pod": f"{name}-{i}"})[0]
+                h(f"{name}-{i}"), POOLS, attributes={"namespace": "ns", "pod": f"{name}-{i}"}
+            )[0]
     records["node3-0"] = nodes["node3"].acquire(h("node3-0"), POOLS)[0]
     return nodes, records
 
@@ -62,11 +67,18 @@ def test_reports_agree_with_the_leases(ipam, leased):
     assert sorted(per_node) == ["node1", "node2", "node3"]
     assert len(per_node["node3"]["blocks"]) == 1  # its own v6 block; its v4 is borrowed
     assert [(per_node[n]["handles"], per_node[n]["addresses"]) for n in sorted(per_node)] == [
-        (3, 6), (3, 6), (1, 2)]
+        (3, 6),
+        (3, 6),
+        (1, 2),
+    ]
     v4 = records["node3-0"].ips[0]
     (match,) = ipam("show", v4.ip)["matches"]
     assert (match["state"], match["handle"], match["node"], match["borrowed"]) == (
-        "allocated", "net/node3-0/eth0", "node3", True)
+        "allocated",
+        "net/node3-0/eth0",
+        "node3",
+        True,
+    )
     assert match["blockNode"] == records["node3-0"].attributes["borrowedFrom"]
     gateway = records["node1-0"].ips[0].gateway
     assert ipam("show", gateway)["matches"][0]["state"] == "reserved"
@@ -80,8 +92,7 @@ def test_release_ip_then_the_node_deletes_the_rest(ipam, leased, store):
     v4, v6 = records["node1-0"].ips
     assert ipam("release", v4.ip)["handles"] == ["net/node1-0/eth0"]
     assert ipam("check")["ok"] is True
-    assert [i["address"] for i in ipam("show", "net/node1-0")["handles"][0]["ips"]] == [
-        v6.address]
+    assert [i["address"] for i in ipam("show", "net/node1-0")["handles"][0]["ips"]] == [v6.address]
     assert ipam("show", v4.ip)["matches"][0]["state"] == "cooling"
     assert [ip.ip for ip in nodes["node1"].release(h("node1-0")).ips] == [v6.ip]  # CNI DEL
     assert ipam("show", "node1-0", code=1).exit_code == 1

@@ -1,6 +1,7 @@
 """An operator's day with a real pycnid (node namespace, SQLite) and the pycni-ipam executable:
 `pycni ipam` finds the store through the daemon's own config file, makes the pools the netconf
 names, and its show/check/release/pool set agree with what the daemon hands out."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -15,8 +16,12 @@ pytestmark = pytest.mark.netns
 
 
 def conf(version: str = "1.1.0") -> dict:
-    return {"cniVersion": version, "name": "clinet", "type": "ptp",
-            "ipam": {"type": "pycni-ipam", "pools": ["cli4", "cli6"]}}
+    return {
+        "cniVersion": version,
+        "name": "clinet",
+        "type": "ptp",
+        "ipam": {"type": "pycni-ipam", "pools": ["cli4", "cli6"]},
+    }
 
 
 def test_operator_and_daemon_agree(cni_bin, pycnid, netns_factory):
@@ -31,8 +36,15 @@ def test_operator_and_daemon_agree(cni_bin, pycnid, netns_factory):
     pods = [netns_factory("pod") for _ in range(3)]
     results = []
     for i, pod in enumerate(pods):
-        add = run_ipam(cni_bin, pycnid, "ADD", conf(), cid=f"c{i}", netns=pod.path,
-                       args=f"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-{i}")
+        add = run_ipam(
+            cni_bin,
+            pycnid,
+            "ADD",
+            conf(),
+            cid=f"c{i}",
+            netns=pod.path,
+            args=f"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-{i}",
+        )
         assert add.ok, add.stdout + add.stderr
         results.append(add.json)
     v4 = results[0]["ips"][0]
@@ -45,7 +57,11 @@ def test_operator_and_daemon_agree(cni_bin, pycnid, netns_factory):
     assert used == {"cli4": 3, "cli6": 3}
     (held,) = ipam("show", v4["address"])["matches"]
     assert (held["state"], held["handle"], held["pod"], held["node"]) == (
-        "allocated", "clinet/c0/eth0", "web-0", "node1")
+        "allocated",
+        "clinet/c0/eth0",
+        "web-0",
+        "node1",
+    )
     assert ipam("show", v4["gateway"])["matches"][0]["state"] == "reserved"
 
     # an operator frees c1's IPv4 by hand: the daemon's DEL of c1 still succeeds
@@ -64,8 +80,10 @@ def test_operator_and_daemon_agree(cni_bin, pycnid, netns_factory):
     assert again.ok, again.stdout + again.stderr
     assert again.json["ips"][0]["address"].split("/")[0] != freed  # still cooling
 
-    assert "still has addresses in use" in pycni("pool", "rm", "cli4", "--config", config,
-                                                 code=1).stderr
+    assert (
+        "still has addresses in use"
+        in pycni("pool", "rm", "cli4", "--config", config, code=1).stderr
+    )
     for cid in ("c0", "c2", "c9"):
         assert run_ipam(cni_bin, pycnid, "DEL", conf(), cid=cid).ok
     assert ipam("pool", "rm", "cli4")["removed"] and ipam("pool", "rm", "cli6")["removed"]

@@ -2,6 +2,7 @@
 DELs journalled, code 11 within 3 s once the buffer is empty, STATUS 50; when etcd returns the
 journal is written back, the buffer refilled and the store consistent; and a pycnid SIGKILLed
 in the middle of the outage picks its journal up again: nothing lost, nothing handed out twice."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,13 @@ from functools import partial
 
 import pytest
 
-from tests.cluster.checks import (assert_cli_checks_clean, assert_no_duplicates,
-                                  assert_store_consistent, cli_check, store_view)
+from tests.cluster.checks import (
+    assert_cli_checks_clean,
+    assert_no_duplicates,
+    assert_store_consistent,
+    cli_check,
+    store_view,
+)
 from tests.cluster.load import NETWORK, ipam, netconf
 from tests.fixtures import waiting
 
@@ -47,8 +53,9 @@ def test_outage_served_from_the_buffer_written_back_and_refilled(make_cluster, c
     conf = netconf()
     first = ipam(cni_bin, node, "ADD", conf, "a")
     assert first.ok, first.run.stdout
-    reserved = set(wait_for("the buffer", lambda: len(b := buffer_of(cluster, node)) == SIZE
-                            and b, 10))
+    reserved = set(
+        wait_for("the buffer", lambda: len(b := buffer_of(cluster, node)) == SIZE and b, 10)
+    )
 
     etcd.stop()
     assert ipam(cni_bin, node, "STATUS", conf).code == 50
@@ -71,13 +78,11 @@ def test_outage_served_from_the_buffer_written_back_and_refilled(make_cluster, c
 
     etcd.start()
     expected = {"a": sorted(first.ips()), "b": sorted(b.ips()), "d": sorted(d.ips())}
-    view = wait_for("the write-back", lambda: pods(v := store_view(cluster)) == expected and v,
-                    20)
+    view = wait_for("the write-back", lambda: pods(v := store_view(cluster)) == expected and v, 20)
     assert_store_consistent(view)
     assert view.allocations().get(c.ips()[0]) is None  # DELeted during the outage: free
     wait_for("the journal to empty", lambda: not journal_lines(node), 10)
-    refilled = wait_for("the refill", lambda: len(b := buffer_of(cluster, node)) == SIZE and b,
-                        10)
+    refilled = wait_for("the refill", lambda: len(b := buffer_of(cluster, node)) == SIZE and b, 10)
     assert not set(refilled) & {ip for ips in expected.values() for ip in ips}
     wait_for("STATUS", lambda: ipam(cni_bin, node, "STATUS", conf).ok, 10)
     e = ipam(cni_bin, node, "ADD", conf, "e")
@@ -93,8 +98,9 @@ def test_pycnid_sigkilled_mid_outage_replays_its_journal(make_cluster, cni_bin):
     conf = netconf()
     first = ipam(cni_bin, node, "ADD", conf, "a")
     assert first.ok
-    reserved = set(wait_for("the buffer", lambda: len(b := buffer_of(cluster, node)) == 4
-                            and b, 10))
+    reserved = set(
+        wait_for("the buffer", lambda: len(b := buffer_of(cluster, node)) == 4 and b, 10)
+    )
     etcd.stop()
     b = ipam(cni_bin, node, "ADD", conf, "b")
     c = ipam(cni_bin, node, "ADD", conf, "c")
@@ -113,8 +119,7 @@ def test_pycnid_sigkilled_mid_outage_replays_its_journal(make_cluster, cni_bin):
 
     etcd.start()
     expected = {"a": sorted(first.ips()), "b": sorted(b.ips()), "d": sorted(d.ips())}
-    view = wait_for("the write-back", lambda: pods(v := store_view(cluster)) == expected and v,
-                    20)
+    view = wait_for("the write-back", lambda: pods(v := store_view(cluster)) == expected and v, 20)
     assert_store_consistent(view)
     assert_no_duplicates([first, b, d])
     held = view.allocations()

@@ -1,6 +1,7 @@
 """Node liveness on real etcd: the node record and the heartbeat on a kept lease; the heartbeat
 goes with the lease when its keeper dies, comes back on a new lease (re-announcing the node),
 and a SQLite store gets a node record but no heartbeat."""
+
 from __future__ import annotations
 
 import json
@@ -8,15 +9,20 @@ import time
 
 import pytest
 
-from nodes.liveness import (Liveness, NodeRecord, heartbeat_alive, heartbeat_key, node_key,
-                           supports_leases)
+from cni.spec.errors import InvalidConfig
+from nodes.liveness import (
+    Liveness,
+    NodeRecord,
+    heartbeat_alive,
+    heartbeat_key,
+    node_key,
+    supports_leases,
+)
 from nodes.options import parse_node_options
 from store.sqlite import SqliteStore
-from cni.spec.errors import InvalidConfig
 from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.etcd
-
 
 
 def test_start_writes_node_record_and_heartbeat_and_stop_revokes(store):
@@ -71,13 +77,17 @@ def test_sqlite_store_gets_a_node_record_but_no_heartbeat(tmp_path):
 
 
 def test_node_options_defaults_and_errors():
-    opts = parse_node_options({"nodeLabels": {"zone": "b"}, "ipam": {"bufferSize": 3}},
-                              ("http://127.0.0.1:2379",))
+    opts = parse_node_options(
+        {"nodeLabels": {"zone": "b"}, "ipam": {"bufferSize": 3}}, ("http://127.0.0.1:2379",)
+    )
     assert opts.buffer_size == 3 and opts.heartbeat_ttl == 10 and opts.labels == {"zone": "b"}
     assert opts.address == "127.0.0.1"  # the source address towards the first endpoint
-    for bad, key in (({"ipam": {"bufferSize": -1}}, "ipam.bufferSize"),
-                     ({"ipam": {"heartbeatTTL": 1}}, "ipam.heartbeatTTL"),
-                     ({"ipam": {"reapGrace": "1h"}}, "ipam.reapGrace"),
-                     ({"ipam": []}, "ipam"), ({"nodeLabels": {"a": 1}}, "nodeLabels")):
+    for bad, key in (
+        ({"ipam": {"bufferSize": -1}}, "ipam.bufferSize"),
+        ({"ipam": {"heartbeatTTL": 1}}, "ipam.heartbeatTTL"),
+        ({"ipam": {"reapGrace": "1h"}}, "ipam.reapGrace"),
+        ({"ipam": []}, "ipam"),
+        ({"nodeLabels": {"a": 1}}, "nodeLabels"),
+    ):
         with pytest.raises(InvalidConfig, match=key.replace(".", r"\.")):
             parse_node_options(bad)

@@ -2,6 +2,7 @@
 (connection refused) or SIGSTOPped (never answers). The scrape still answers, from the last good
 snapshot of the pools and blocks, with the failure gauge at 1 and a growing snapshot age; a
 scraper that disconnects mid-response leaves no traceback in the daemon's log."""
+
 from __future__ import annotations
 
 import json
@@ -21,19 +22,27 @@ FAILED = "pycni_ipam_usage_refresh_failed"
 AGE = "pycni_ipam_usage_age_seconds"
 SIZE = 'pycni_ipam_pool_size{pool="mpool"}'
 # prints the body, then the scrape's wall time in ms on stderr (measured inside the namespace)
-SCRAPE = ("import sys,time,urllib.request;t=time.monotonic();"
-          "b=urllib.request.urlopen('http://%s/metrics',timeout=%d).read().decode();"
-          "sys.stderr.write('%%.1f'%%((time.monotonic()-t)*1000));sys.stdout.write(b)")
+SCRAPE = (
+    "import sys,time,urllib.request;t=time.monotonic();"
+    "b=urllib.request.urlopen('http://%s/metrics',timeout=%d).read().decode();"
+    "sys.stderr.write('%%.1f'%%((time.monotonic()-t)*1000));sys.stdout.write(b)"
+)
 # sends a scrape request and resets the connection at once (SO_LINGER 0: RST, not FIN)
-HANG_UP = ("import socket,struct;host,port='%s'.split(':');"
-           "s=socket.create_connection((host,int(port)));"
-           "s.sendall(b'GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n');"
-           "s.setsockopt(socket.SOL_SOCKET,socket.SO_LINGER,struct.pack('ii',1,0));s.close()")
+HANG_UP = (
+    "import socket,struct;host,port='%s'.split(':');"
+    "s=socket.create_connection((host,int(port)));"
+    "s.sendall(b'GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n');"
+    "s.setsockopt(socket.SOL_SOCKET,socket.SO_LINGER,struct.pack('ii',1,0));s.close()"
+)
 
 
 def in_node(node, code: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", "netns", "exec", node.host.ns.name, sys.executable, "-c", code],
-                          capture_output=True, text=True, timeout=CLIENT_TIMEOUT + 5)
+    return subprocess.run(
+        ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT + 5,
+    )
 
 
 def scrape(node, took: list[float] | None = None) -> dict[str, float]:
@@ -41,9 +50,11 @@ def scrape(node, took: list[float] | None = None) -> dict[str, float]:
     assert out.returncode == 0, out.stderr
     if took is not None:
         took.append(float(out.stderr))
-    return {name: float(value) for name, _, value in
-            (line.rpartition(" ") for line in out.stdout.splitlines())
-            if name and not name.startswith("#")}
+    return {
+        name: float(value)
+        for name, _, value in (line.rpartition(" ") for line in out.stdout.splitlines())
+        if name and not name.startswith("#")
+    }
 
 
 def pool_figures(samples: dict[str, float]) -> dict[str, float]:
@@ -69,16 +80,23 @@ def test_scrape_answers_from_the_last_snapshot_while_etcd_is_down(node_with_pool
     assert before[FAILED] == 0 and before[SIZE] > 0
     try:
         etcd.kill() if outage == "killed" else etcd.pause()
-        down = wait_for("a failed refresh", lambda: (s := scrape(node, took))[FAILED] == 1 and s,
-                        20, step=0.3)
-        later = wait_for("the snapshot to age", lambda: (s := scrape(node, took))[AGE] > down[AGE]
-                         and s, 10, step=0.3)
+        down = wait_for(
+            "a failed refresh", lambda: (s := scrape(node, took))[FAILED] == 1 and s, 20, step=0.3
+        )
+        later = wait_for(
+            "the snapshot to age",
+            lambda: (s := scrape(node, took))[AGE] > down[AGE] and s,
+            10,
+            step=0.3,
+        )
     finally:
         etcd.resume()  # SIGCONT: a paused member must not outlive the test
     assert pool_figures(down) == pool_figures(later) == pool_figures(before)
     assert later[FAILED] == 1
-    print(f"scrape ms during the outage ({outage}): max {max(took):.1f}, "
-          f"median {sorted(took)[len(took) // 2]:.1f}, n={len(took)}")
+    print(
+        f"scrape ms during the outage ({outage}): max {max(took):.1f}, "
+        f"median {sorted(took)[len(took) // 2]:.1f}, n={len(took)}"
+    )
 
 
 def test_a_scraper_that_hangs_up_leaves_no_traceback(node_with_pool):

@@ -3,6 +3,7 @@ written back twice (a crash between the write-back and shortening the journal) c
 the second time; an in-doubt ADD (committed, answer lost) merged with the buffer-served address
 frees nothing; a corrupt journal disables the buffer rather than risk handing an address twice.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -10,19 +11,23 @@ import time
 
 import pytest
 
-from plugins.ipam.config import parse_ipam_config
 from cni.spec.errors import NotAvailable, TryAgainLater
 from ipam.leases.service import LeaseService
-from ipam.outage.guard import OutageGuard
 from ipam.outage.files import OutageFiles
+from ipam.outage.guard import OutageGuard
 from ipam.outage.store import TrackedStore
 from ipam.outage.txns import read_buffers
 from ipam.records import BlockRecord, HandleId, HandleRecord, blocks_prefix
+from plugins.ipam.config import parse_ipam_config
 from store.etcd import EtcdStore
 
 pytestmark = pytest.mark.etcd
-CONF = {"cniVersion": "1.1.0", "name": "gnet", "type": "ptp",
-        "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": "10.88.0.0/24"}]]}}
+CONF = {
+    "cniVersion": "1.1.0",
+    "name": "gnet",
+    "type": "ptp",
+    "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": "10.88.0.0/24"}]]},
+}
 POOL = "gnet-10.88.0.0-24"
 SELECTION = parse_ipam_config(CONF).selection
 
@@ -45,8 +50,9 @@ def guards(etcd_server, tmp_path):
 
 def add(guard: OutageGuard, cid: str) -> HandleRecord:
     handle = HandleId("gnet", cid, "eth0")
-    return guard.acquire(handle, SELECTION, {}, lambda: guard.leases.acquire(
-        handle, SELECTION, [], {}))[0]
+    return guard.acquire(
+        handle, SELECTION, {}, lambda: guard.leases.acquire(handle, SELECTION, [], {})
+    )[0]
 
 
 def sync_until_up(guard: OutageGuard) -> None:
@@ -66,8 +72,9 @@ def holders(guard: OutageGuard) -> dict[str, str]:
     return out
 
 
-def test_a_journal_written_back_twice_changes_nothing_the_second_time(guards, etcd_server,
-                                                                     tmp_path):
+def test_a_journal_written_back_twice_changes_nothing_the_second_time(
+    guards, etcd_server, tmp_path
+):
     guard = guards()
     a = add(guard, "a")
     guard.sync()
@@ -106,8 +113,7 @@ def test_an_in_doubt_add_is_merged_with_the_served_address(guards, etcd_server):
     etcd_server.start()
     sync_until_up(guard)
     record = guard.leases.lookup(HandleId("gnet", "x", "eth0"))
-    assert sorted(ip.ip for ip in record.ips) == sorted(ip.ip for ip in served.ips +
-                                                        committed.ips)
+    assert sorted(ip.ip for ip in record.ips) == sorted(ip.ip for ip in served.ips + committed.ips)
     assert {holders(guard)[ip.ip] for ip in record.ips} == {"gnet/x/eth0"}
 
 

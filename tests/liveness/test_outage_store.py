@@ -2,6 +2,7 @@
 gone: answered within it, not the store's 2.5 s), and the tracking wrapper makes the store
 suspect on a failed call, down on a failed probe, fails a request's calls at once while down,
 and marks it up on the next answer."""
+
 from __future__ import annotations
 
 import threading
@@ -44,8 +45,9 @@ def test_a_call_to_a_dead_etcd_ends_within_the_budget(etcd_server, open_store):
 
 
 def test_tracked_store_marks_down_on_failure_and_up_on_the_next_answer(etcd_server, open_store):
-    tracked = TrackedStore(open_store(etcd_server.endpoints, options={"requestTimeout": 0.5}),
-                           Reachability())
+    tracked = TrackedStore(
+        open_store(etcd_server.endpoints, options={"requestTimeout": 0.5}), Reachability()
+    )
     assert tracked.get("/none") is None and not tracked.reach.down
     etcd_server.kill()
     probes = []

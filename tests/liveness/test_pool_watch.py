@@ -1,6 +1,7 @@
 """pycnid watches the pool records in etcd (ipam/leases/pool_watch.py): an operator's `pycni ipam pool
 add / set --disabled / rm` reaches the node's cache at once (an ADD on the disabled pool fails
 without losing a compare first), and the watch resumes after etcd is restarted."""
+
 from __future__ import annotations
 
 import re
@@ -16,14 +17,20 @@ from tests.fixtures.waiting import wait_for
 pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
 METRICS = "127.0.0.1:9464"  # in the node's own namespace: nothing else listens there
 POOLS = "/pycni/v1/pools/"
-SCRAPE = ("import urllib.request,sys;"
-          "sys.stdout.write(urllib.request.urlopen('http://%s/metrics',timeout=5).read().decode())")
+SCRAPE = (
+    "import urllib.request,sys;"
+    "sys.stdout.write(urllib.request.urlopen('http://%s/metrics',timeout=5).read().decode())"
+)
 
 
 def scrape(node) -> dict[str, float]:
     """The daemon's metrics (fetched inside the node namespace) as {'name{labels}': value}."""
-    out = subprocess.run(["ip", "netns", "exec", node.host.ns.name, sys.executable, "-c",
-                          SCRAPE % METRICS], capture_output=True, text=True, timeout=10)
+    out = subprocess.run(
+        ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-c", SCRAPE % METRICS],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert out.returncode == 0, out.stderr
     samples = {}
     for line in out.stdout.splitlines():
@@ -41,7 +48,6 @@ def watch_events(node, kind: str) -> float:
     return scrape(node).get(f'pycni_ipam_pool_watch_events_total{{kind="{kind}"}}', 0.0)
 
 
-
 def pool_revision(cluster, name: str) -> int:
     return cluster.etcd.dump(POOLS)[POOLS + name][1]
 
@@ -52,8 +58,12 @@ def cli(node, *args: str) -> None:
 
 
 def pool_conf(*pools: str) -> dict:
-    return {"cniVersion": "1.1.0", "name": "watchnet", "type": "ptp",
-            "ipam": {"type": "pycni-ipam", "pools": list(pools)}}
+    return {
+        "cniVersion": "1.1.0",
+        "name": "watchnet",
+        "type": "ptp",
+        "ipam": {"type": "pycni-ipam", "pools": list(pools)},
+    }
 
 
 def seen(node, cluster, name: str) -> bool:

@@ -1,6 +1,7 @@
 """Dead-node reclamation on real etcd: release_node, and the reaper's grace period confirmed on
 a second look; a live node (heartbeat present) is never touched, a node that comes back clears
 the suspicion, and a heartbeat reappearing mid-reclamation stops it."""
+
 from __future__ import annotations
 
 import json
@@ -8,9 +9,9 @@ import time
 
 import pytest
 
+from ipam.records import affinity_prefix
 from nodes.liveness import Liveness, NodeRecord, heartbeat_key, node_key, write_node
 from nodes.reaper import NodeIsAlive, reap_dead_nodes, release_node, suspect_key
-from ipam.records import affinity_prefix
 from store.base import Compare, Put
 from tests.fixtures.liveness import allocations, blocks_of, handles_of, seed_lease, seed_pool
 

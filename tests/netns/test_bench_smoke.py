@@ -1,5 +1,6 @@
 """`make bench` must keep working: a tiny run of the harness completes on both sides, wires
 every pod, and leaves nothing behind. No timing is asserted (benchmarks are not tests)."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,25 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_bench_harness_runs_both_sides_without_errors_or_residue(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the benchmark creates network namespaces: needs root")
-    cmd = [sys.executable, "-m", "bench.run", "--pods", "3", "--chunks", "2", "--churn", "6",
-           "--concurrency", "3", "--rounds", "3", "--masq", "on",
-           "--results-dir", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.run",
+        "--pods",
+        "3",
+        "--chunks",
+        "2",
+        "--churn",
+        "6",
+        "--concurrency",
+        "3",
+        "--rounds",
+        "3",
+        "--masq",
+        "on",
+        "--results-dir",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "exec VERSION median" in proc.stdout
@@ -48,16 +65,33 @@ def test_bench_overlay_runs_every_part_and_leaves_no_namespace(tmp_path):
     timeout, no missing figure), the kernel held every synthetic peer, nothing is left."""
     if os.geteuid() != 0:
         pytest.skip("the benchmark creates network namespaces: needs root")
-    cmd = [sys.executable, "-m", "bench.overlay", "--runs", "1", "--seconds", "1", "--nodes",
-           "3", "--rounds", "1", "--settle", "0", "--peers", "20",
-           "--results-dir", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.overlay",
+        "--runs",
+        "1",
+        "--seconds",
+        "1",
+        "--nodes",
+        "3",
+        "--rounds",
+        "1",
+        "--settle",
+        "0",
+        "--peers",
+        "20",
+        "--results-dir",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "overlay-latest.json").read_text())
     for backend in ("vxlan", "host-gw"):
         tp = report["throughput"][backend]
-        assert tp["pycni_median"] > 0 and tp["hand_median"] > 0 and tp["verdict"] in (
-            "PASS", "MISS")
+        assert (
+            tp["pycni_median"] > 0 and tp["hand_median"] > 0 and tp["verdict"] in ("PASS", "MISS")
+        )
     conv = report["convergence"]
     assert conv["join"]["timeouts"] == conv["leave"]["timeouts"] == 0, conv
     assert conv["join"]["n"] == conv["leave"]["n"] == 2
@@ -77,20 +111,38 @@ def test_bench_svc_loads_both_shapes_and_leaves_no_namespace(tmp_path):
     every dispatch element), each update run measured, every goal line judged, nothing left."""
     if os.geteuid() != 0:
         pytest.skip("the benchmark creates network namespaces: needs root")
-    cmd = [sys.executable, "-m", "bench.svc", "--sizes", "20,100", "--update-at", "100",
-           "--updates", "2", "--results-dir", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.svc",
+        "--sizes",
+        "20,100",
+        "--update-at",
+        "100",
+        "--updates",
+        "2",
+        "--results-dir",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "svc-latest.json").read_text())
     runs = report["runs"]
-    assert set(runs) == {f"{shape}/{engine}/{size}" for shape in ("pycni", "kube")
-                         for engine in ("lib", "bin") for size in (20, 100)}
+    assert set(runs) == {
+        f"{shape}/{engine}/{size}"
+        for shape in ("pycni", "kube")
+        for engine in ("lib", "bin")
+        for size in (20, 100)
+    }
     for key, run in runs.items():
         size = int(key.rsplit("/", 1)[1])
         assert run["service_ips_in_kernel"] == size, key
         assert len(run["updates"]) == (2 if size == 100 else 0), key
-    local = sum(shapes.calc_endpoint_node(ip) == shapes.NODE.node
-                for _name, _vip, eps in shapes.calc_plan(100) for ip in eps)
+    local = sum(
+        shapes.calc_endpoint_node(ip) == shapes.NODE.node
+        for _name, _vip, eps in shapes.calc_plan(100)
+        for ip in eps
+    )
     # per Service 7 (dispatch, 5 backends, its VIP), a hairpin per local endpoint, node-wide 3
     assert runs["pycni/lib/100"]["elements"] == 100 * 7 + local + 3
     assert runs["kube/lib/100"]["chains"] == 10 + 100 * 6

@@ -1,6 +1,7 @@
 """`make bench-svc-e2e` must keep working: at its smallest (one create, 50 Services, two
 kernel-polled updates and creates) every figure is measured (no timeout, no missing number), the
 programmed count is exact, and the run leaves no namespace or temp dir behind. No timing is asserted (benchmarks are not tests)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_bench_svc_e2e_measures_every_figure_and_leaves_no_namespace(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the benchmark creates network namespaces: needs root")
-    cmd = [sys.executable, "-m", "bench.svc_e2e", "--reps", "1", "--services", "50",
-           "--updates", "2", "--timeout", "60", "--results-dir", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.svc_e2e",
+        "--reps",
+        "1",
+        "--services",
+        "50",
+        "--updates",
+        "2",
+        "--timeout",
+        "60",
+        "--results-dir",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "svc create -> first connect" in proc.stdout

@@ -1,11 +1,22 @@
 """pycni-bridge in real namespaces: datapath, every spec version, and the config options."""
+
 from __future__ import annotations
 
 import pytest
 
-from tests.fixtures.bridge import (GATEWAY, VERSIONS, bridge_conf, bridge_node,  # noqa: F401
-                                   container_links, host_local_ipam, ip_of, masq_elements,
-                                   new_cid, node_veths, pycni_ipam)
+from tests.fixtures.bridge import (
+    GATEWAY,
+    VERSIONS,
+    bridge_conf,
+    bridge_node,  # noqa: F401
+    container_links,
+    host_local_ipam,
+    ip_of,
+    masq_elements,
+    new_cid,
+    node_veths,
+    pycni_ipam,
+)
 
 pytestmark = pytest.mark.netns
 
@@ -86,8 +97,9 @@ def test_promisc_mode_sets_the_bridge_promiscuous(bridge_node, netns_factory):
 
 def test_hairpin_and_promisc_together_are_invalid(bridge_node, netns_factory):
     pod = netns_factory("pod")
-    res = bridge_node.run("ADD", bridge_conf(pycni_ipam(), promiscMode=True, hairpinMode=True),
-                          new_cid(), pod.path)
+    res = bridge_node.run(
+        "ADD", bridge_conf(pycni_ipam(), promiscMode=True, hairpinMode=True), new_cid(), pod.path
+    )
     assert res.code != 0 and res.error_code() == 7
     assert "hairpinMode" in res.json["msg"]
     assert bridge_node.residue().is_empty()
@@ -129,8 +141,11 @@ def test_repeated_add_without_del_is_refused_and_keeps_the_first(bridge_node, ne
 
 def test_config_dns_and_mac_are_honoured(bridge_node, netns_factory):
     pod = netns_factory("pod")
-    conf = bridge_conf(pycni_ipam(), dns={"nameservers": ["10.22.0.53"], "search": ["svc"]},
-                       runtimeConfig={"mac": "02:AA:BB:CC:DD:EE"})
+    conf = bridge_conf(
+        pycni_ipam(),
+        dns={"nameservers": ["10.22.0.53"], "search": ["svc"]},
+        runtimeConfig={"mac": "02:AA:BB:CC:DD:EE"},
+    )
     _, result = bridge_node.add(conf, pod, args="IgnoreUnknown=1;MAC=02:00:00:00:00:01")
     assert result["dns"] == {"nameservers": ["10.22.0.53"], "search": ["svc"]}
     assert result["interfaces"][2]["mac"] == "02:aa:bb:cc:dd:ee"
@@ -147,7 +162,9 @@ def test_is_default_gateway_adds_the_default_route(bridge_node, netns_factory):
 
 def test_host_local_delegation(bridge_node, netns_factory):
     pod = netns_factory("pod")
-    conf = bridge_conf(host_local_ipam(bridge_node.host_local_dir), version="1.0.0")  # Debian host-local: <= 1.0.0
+    conf = bridge_conf(
+        host_local_ipam(bridge_node.host_local_dir), version="1.0.0"
+    )  # Debian host-local: <= 1.0.0
     cid, result = bridge_node.add(conf, pod)
     assert result["ips"][0]["address"] == "10.22.0.2/24"
     assert bridge_node.residue().leases == ["10.22.0.2"]

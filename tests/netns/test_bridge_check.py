@@ -1,9 +1,10 @@
 """pycni-bridge CHECK names what differs from prevResult (CNI-CHECKLIST §5 item 6)."""
+
 from __future__ import annotations
 
 import pytest
 
-from tests.fixtures.bridge import (bridge_conf, bridge_node, ip_of, pycni_ipam)  # noqa: F401
+from tests.fixtures.bridge import bridge_conf, bridge_node, ip_of, pycni_ipam  # noqa: F401
 
 pytestmark = pytest.mark.netns
 
@@ -36,8 +37,9 @@ def test_deleted_address(bridge_node, added):
 def test_deleted_route(bridge_node, added):
     _, _, pod, _ = added
     pod.run("ip route del default")
-    assert failed_check(bridge_node, added) == ("route 0.0.0.0/0 via 10.22.0.1 dev eth0 is "
-                                                "missing in the pod")
+    assert failed_check(bridge_node, added) == (
+        "route 0.0.0.0/0 via 10.22.0.1 dev eth0 is missing in the pod"
+    )
 
 
 def test_deleted_host_veth(bridge_node, added):
@@ -69,8 +71,10 @@ def test_deleted_masquerade_element(bridge_node, added):
     ip = ip_of(conf["prevResult"])
     bridge_node.node.run(f"nft delete element inet pycni-masq masq4 '{{ \"pycni0\" . {ip} }}'")
     msg = failed_check(bridge_node, added)
-    assert msg == (f'masquerade element "pycni0" . {ip} of podnet/{cid}/eth0 is missing from '
-                   "set masq4 of table inet pycni-masq")
+    assert msg == (
+        f'masquerade element "pycni0" . {ip} of podnet/{cid}/eth0 is missing from '
+        "set masq4 of table inet pycni-masq"
+    )
 
 
 def test_released_lease(bridge_node, added):
@@ -78,16 +82,25 @@ def test_released_lease(bridge_node, added):
     ipam_only = {**conf, "type": "pycni-ipam"}
     ipam_exe = bridge_node.exe.replace("pycni-bridge", "pycni-ipam")
     from tests.fixtures.plugins import run_plugin
-    released = run_plugin(ipam_exe, "DEL", ipam_only, container_id=cid, netns=pod.path,
-                          cni_path=bridge_node.cni_path, socket=bridge_node.socket)
+
+    released = run_plugin(
+        ipam_exe,
+        "DEL",
+        ipam_only,
+        container_id=cid,
+        netns=pod.path,
+        cni_path=bridge_node.cni_path,
+        socket=bridge_node.socket,
+    )
     assert released.code == 0, released.stdout
     assert "lease" in failed_check(bridge_node, added)
 
 
 def test_check_needs_prev_result(bridge_node, added):
     conf, cid, pod, _ = added
-    res = bridge_node.run("CHECK", {k: v for k, v in conf.items() if k != "prevResult"},
-                          cid, pod.path)
+    res = bridge_node.run(
+        "CHECK", {k: v for k, v in conf.items() if k != "prevResult"}, cid, pod.path
+    )
     assert res.error_code() == 7 and "prevResult" in res.json["msg"]
 
 

@@ -1,5 +1,6 @@
 """Many ADDs and DELs at once on a fresh node: the bridge is created once, no EEXIST failures,
 unique addresses, everything reachable, nothing left (CNI-CHECKLIST §4 #4)."""
+
 from __future__ import annotations
 
 import time
@@ -7,8 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.fixtures.bridge import (GATEWAY, bridge_conf, bridge_node, ip_of, new_cid,  # noqa: F401
-                                   pycni_ipam)
+from tests.fixtures.bridge import (
+    GATEWAY,
+    bridge_conf,
+    ip_of,
+    new_cid,  # noqa: F401
+    pycni_ipam,
+)
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 PODS = 50
@@ -20,8 +26,9 @@ def test_concurrent_adds_then_dels(bridge_node, netns_factory):
     cids = [new_cid() for _ in pods]
     with ThreadPoolExecutor(max_workers=PODS) as pool:
         started = time.monotonic()
-        adds = list(pool.map(lambda i: bridge_node.run("ADD", conf, cids[i], pods[i].path),
-                             range(PODS)))
+        adds = list(
+            pool.map(lambda i: bridge_node.run("ADD", conf, cids[i], pods[i].path), range(PODS))
+        )
         add_wall = time.monotonic() - started
         failed = [a.stdout for a in adds if a.code != 0]
         assert not failed, failed[:3]
@@ -33,8 +40,9 @@ def test_concurrent_adds_then_dels(bridge_node, netns_factory):
         assert len(residue.veths) == PODS and len(residue.leases) == PODS
         assert len(residue.elements) == 2 * PODS
         started = time.monotonic()
-        dels = list(pool.map(lambda i: bridge_node.run("DEL", conf, cids[i], pods[i].path),
-                             range(PODS)))
+        dels = list(
+            pool.map(lambda i: bridge_node.run("DEL", conf, cids[i], pods[i].path), range(PODS))
+        )
         del_wall = time.monotonic() - started
     assert all(d.code == 0 for d in dels), [d.stdout for d in dels if d.code][:3]
     assert bridge_node.residue().is_empty(), bridge_node.residue()

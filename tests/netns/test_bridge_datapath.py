@@ -1,13 +1,19 @@
 """pycni-bridge datapath beyond the bridge: masquerade to the outside, forwarding, dual-stack,
 and the nft engine's refusal to run from inside a pod netns."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from tests.fixtures.bridge import (GATEWAY, bridge_conf, bridge_node, ip_of,  # noqa: F401
-                                   masq_elements, pycni_ipam)
+from tests.fixtures.bridge import (
+    GATEWAY,
+    bridge_conf,
+    ip_of,  # noqa: F401
+    masq_elements,
+    pycni_ipam,
+)
 
 pytestmark = pytest.mark.netns
 UPLINK_NODE, UPLINK_OUTSIDE = "192.168.77.1", "192.168.77.2"
@@ -27,9 +33,11 @@ def outside(bridge_node, netns_factory):
 def test_masquerade_takes_pods_beyond_the_node(bridge_node, netns_factory, outside):
     masq, plain = netns_factory("pod"), netns_factory("pod")
     bridge_node.add(bridge_conf(pycni_ipam()), masq)
-    bridge_node.add(bridge_conf(pycni_ipam("10.23.0.0/24"), name="nomasq", bridge="pycni1",
-                                ipMasq=False), plain)
-    assert masq.ping(UPLINK_OUTSIDE)       # leaves as the node's address
+    bridge_node.add(
+        bridge_conf(pycni_ipam("10.23.0.0/24"), name="nomasq", bridge="pycni1", ipMasq=False),
+        plain,
+    )
+    assert masq.ping(UPLINK_OUTSIDE)  # leaves as the node's address
     assert not plain.ping(UPLINK_OUTSIDE, timeout=1)  # outside has no route back to 10.23/24
 
 
@@ -40,8 +48,11 @@ def test_add_enables_forwarding_in_the_node(bridge_node, netns_factory):
 
 
 def test_dual_stack(bridge_node, netns_factory):
-    ipam = {"type": "pycni-ipam", "ranges": [[{"subnet": "10.22.0.0/24"}], [{"subnet": "fd22::/64"}]],
-            "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}
+    ipam = {
+        "type": "pycni-ipam",
+        "ranges": [[{"subnet": "10.22.0.0/24"}], [{"subnet": "fd22::/64"}]],
+        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+    }
     conf = bridge_conf(ipam, isDefaultGateway=True)
     a, b = netns_factory("pod"), netns_factory("pod")
     cid, res_a = bridge_node.add(conf, a)

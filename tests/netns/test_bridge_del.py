@@ -1,17 +1,29 @@
 """pycni-bridge DEL and GC leave zero residue, whatever the runtime got wrong (CNI-CHECKLIST §4 #2, #10)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from tests.fixtures.bridge import (GATEWAY, bridge_conf, bridge_node, container_links,  # noqa: F401
-                                   new_cid, pycni_ipam)
+from tests.fixtures.bridge import (
+    GATEWAY,
+    bridge_conf,
+    container_links,  # noqa: F401
+    new_cid,
+    pycni_ipam,
+)
 
 pytestmark = pytest.mark.netns
 
-DEL_CASES = ["twice", "empty-netns", "deleted-netns", "no-prevresult", "garbage-prevresult",
-             "stale-prevresult"]
+DEL_CASES = [
+    "twice",
+    "empty-netns",
+    "deleted-netns",
+    "no-prevresult",
+    "garbage-prevresult",
+    "stale-prevresult",
+]
 
 
 @pytest.mark.parametrize("case", DEL_CASES)
@@ -99,8 +111,10 @@ def test_gc_without_the_key_removes_everything_of_this_network_only(bridge_node,
 def test_gc_accepts_the_legacy_key(bridge_node, netns_factory):
     pod = netns_factory("pod")
     cid, _ = bridge_node.add(bridge_conf(pycni_ipam()), pod)
-    conf = {**bridge_conf(pycni_ipam()),
-            "cni.dev/attachments": [{"containerID": cid, "ifname": "eth0"}]}
+    conf = {
+        **bridge_conf(pycni_ipam()),
+        "cni.dev/attachments": [{"containerID": cid, "ifname": "eth0"}],
+    }
     assert bridge_node.run("GC", conf, "").code == 0
     assert len(bridge_node.residue().veths) == 1
 
@@ -154,8 +168,9 @@ echo "$out"; exit $rc
 """
 
 
-def test_sigkill_while_ipam_answers_then_del_releases_the_lease(bridge_node, pycnid,
-                                                                  netns_factory, tmp_path):
+def test_sigkill_while_ipam_answers_then_del_releases_the_lease(
+    bridge_node, pycnid, netns_factory, tmp_path
+):
     import threading
     import time
 
@@ -164,8 +179,9 @@ def test_sigkill_while_ipam_answers_then_del_releases_the_lease(bridge_node, pyc
     (tmp_path / "slow-ipam").write_text(SLOW_IPAM)
     (tmp_path / "slow-ipam").chmod(0o755)
     bridge_node.cni_path = f"{tmp_path}:{bridge_node.cni_path}"
-    conf = bridge_conf({**host_local_ipam(bridge_node.host_local_dir), "type": "slow-ipam"},
-                       version="1.0.0")
+    conf = bridge_conf(
+        {**host_local_ipam(bridge_node.host_local_dir), "type": "slow-ipam"}, version="1.0.0"
+    )
     pod, cid = netns_factory("pod"), new_cid()
     worker = threading.Thread(target=bridge_node.run, args=("ADD", conf, cid, pod.path))
     worker.start()

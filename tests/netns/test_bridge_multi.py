@@ -1,6 +1,7 @@
 """Attachments that share something: the same subnet on two networks (masquerading belongs to
 each attachment, keyed by its bridge) and one Pod on two networks (each attachment's routes on
 its own device, CHECK per device). Issue 6 §2 and §3."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,12 @@ import socket
 import pytest
 
 from kernel.ns import entered
-from tests.fixtures.bridge import (bridge_conf, bridge_node, ip_of, masq_elements,  # noqa: F401
-                                   pycni_ipam)
+from tests.fixtures.bridge import (
+    bridge_conf,
+    ip_of,
+    masq_elements,  # noqa: F401
+    pycni_ipam,
+)
 
 pytestmark = pytest.mark.netns
 UPLINK_NODE, UPLINK_OUTSIDE = "192.168.77.1", "192.168.77.2"
@@ -76,8 +81,9 @@ def test_same_subnet_on_two_bridges_keeps_both_masqueraded(bridge_node, netns_fa
     assert source_seen_outside(pod_a, outside) == UPLINK_NODE
 
 
-def test_same_address_on_one_bridge_is_refused_and_leaves_nothing(bridge_node, netns_factory,
-                                                                  outside):
+def test_same_address_on_one_bridge_is_refused_and_leaves_nothing(
+    bridge_node, netns_factory, outside
+):
     conf_a = bridge_conf(pycni_ipam(), name="neta")
     conf_c = bridge_conf(pycni_ipam(), name="netc")  # same ranges, same bridge pycni0
     pod_a, pod_c = netns_factory("pod"), netns_factory("pod")
@@ -85,8 +91,9 @@ def test_same_address_on_one_bridge_is_refused_and_leaves_nothing(bridge_node, n
     cid_a, res_a = bridge_node.add(conf_a, pod_a)
     refused = bridge_node.run("ADD", conf_c, "c-conflict", pod_c.path)
     assert refused.error_code() == 102, refused.stdout
-    assert refused.json["msg"] == (f"address {ip_of(res_a)} on bridge pycni0 is already used "
-                                   f"by attachment neta/{cid_a}/eth0")
+    assert refused.json["msg"] == (
+        f"address {ip_of(res_a)} on bridge pycni0 is already used by attachment neta/{cid_a}/eth0"
+    )
     assert bridge_node.residue("netc") == baseline
     assert pod_c.links() == ["lo"]
     assert check(bridge_node, conf_a, res_a, cid_a, pod_a).code == 0
@@ -108,8 +115,9 @@ add element inet pycni-masq masq4 { 10.22.0.77 comment "neta/gone/eth0" }
 """
 
 
-def test_a_node_with_the_address_keyed_table_keeps_working(bridge_node, pycnid, netns_factory,
-                                                           outside):
+def test_a_node_with_the_address_keyed_table_keeps_working(
+    bridge_node, pycnid, netns_factory, outside
+):
     """pycnid upgraded on a node whose table has the address-keyed layout: the next ADD
     succeeds, live Pods' elements are rekeyed by their bridge (CHECK passes, still
     masqueraded) and a gone attachment's element is dropped."""
@@ -123,9 +131,11 @@ def test_a_node_with_the_address_keyed_table_keeps_working(bridge_node, pycnid, 
     node.run(["nft", "-f", "-"], input=legacy)
     pycnid.start()
     bridge_node.add(bridge_conf(pycni_ipam(), name="netb", bridge="pycni1"), pod_b)
-    sets = {item["set"]["name"]: item["set"]["type"] for item in
-            json.loads(node.run("nft -j list table inet pycni-masq").stdout)["nftables"]
-            if "set" in item}
+    sets = {
+        item["set"]["name"]: item["set"]["type"]
+        for item in json.loads(node.run("nft -j list table inet pycni-masq").stdout)["nftables"]
+        if "set" in item
+    }
     assert sets["masq4"] == ["ifname", "ipv4_addr"]
     assert not [e for e in masq_elements(node, "neta") if "gone" in e]
     assert check(bridge_node, conf_a, res_a, cid_a, pod_a).code == 0
@@ -138,8 +148,11 @@ DUAL = {"a": ("10.22.0.0/24", "fd22::/64"), "b": ("10.23.0.0/24", "fd23::/64")}
 
 def dual_stack(name: str) -> dict:
     v4, v6 = DUAL[name]
-    ipam = {"type": "pycni-ipam", "ranges": [[{"subnet": v4}], [{"subnet": v6}]],
-            "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}
+    ipam = {
+        "type": "pycni-ipam",
+        "ranges": [[{"subnet": v4}], [{"subnet": v6}]],
+        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+    }
     return bridge_conf(ipam, name=f"net{name}", bridge=f"pycni-{name}")
 
 

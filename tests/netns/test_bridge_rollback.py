@@ -1,11 +1,17 @@
 """ADD is all-or-nothing: a fault injected before each step in turn leaves zero residue."""
+
 from __future__ import annotations
 
 import pytest
 
 from plugins.bridge.plugin import ADD_STEPS
-from tests.fixtures.bridge import (GATEWAY, bridge_conf, bridge_node, container_links,  # noqa: F401
-                                   new_cid, pycni_ipam)
+from tests.fixtures.bridge import (
+    GATEWAY,
+    bridge_conf,
+    container_links,  # noqa: F401
+    new_cid,
+    pycni_ipam,
+)
 
 pytestmark = pytest.mark.netns
 

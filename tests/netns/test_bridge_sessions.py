@@ -1,6 +1,7 @@
 """The node netlink sessions pycni-bridge reuses per pycnid worker thread (kernel.session):
 reused on one thread, never shared between threads, remade after a failure that is not a
 kernel answer, bound to the netns they were made in, and closed at shutdown."""
+
 from __future__ import annotations
 
 import errno
@@ -11,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from pyroute2.netlink.exceptions import NetlinkError
 
+from cni.spec.errors import InvalidConfig
 from kernel.ns import entered
 from kernel.session import NodeSessions
-from cni.spec.errors import InvalidConfig
 
 
 def in_netns(path: str, fn):
@@ -24,6 +25,7 @@ def in_netns(path: str, fn):
         fd = os.open(path, os.O_RDONLY)
         try:
             from kernel.ns import setns
+
             setns(fd)
             out["value"] = fn()
         except BaseException as exc:  # handed to the test thread
@@ -136,6 +138,7 @@ def test_a_pool_of_workers_serves_many_requests_with_one_session_each(netns_fact
             with sessions.session() as ipr:
                 lo_index(ipr)
                 return id(ipr)
+
         with ThreadPoolExecutor(4) as pool:  # threads start in the caller's (node) netns
             return list(pool.map(request, range(200)))
 

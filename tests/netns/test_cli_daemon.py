@@ -1,4 +1,5 @@
 """`pycni daemon` runs pycnid: it serves `pycni net` requests and stops cleanly on SIGTERM."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -41,16 +42,45 @@ def test_pycni_daemon_serves_and_stops_on_sigterm(node, netns_factory, tmp_path,
     with open(config_file, "w") as fh:
         json.dump(config, fh)
     log = open(os.path.join(workdir, "log"), "wb")
-    proc = subprocess.Popen([IP, "netns", "exec", node.name, sys.executable, "-m", "cli",
-                             "daemon", "--config", config_file],
-                            env={**os.environ, "PYTHONPATH": REPO}, stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        [
+            IP,
+            "netns",
+            "exec",
+            node.name,
+            sys.executable,
+            "-m",
+            "cli",
+            "daemon",
+            "--config",
+            config_file,
+        ],
+        env={**os.environ, "PYTHONPATH": REPO},
+        stdout=log,
+        stderr=log,
+    )
     try:
         wait_for_socket(config["socket"], proc)
         runner = Runner("pycni", node, str(tmp_path / "net.d"), str(tmp_path / "cache"), cni_path)
-        write_network(runner.conf_dir, {"cniVersion": "1.0.0", "name": "dnet", "plugins": [
-            {"type": "bridge", "bridge": "dbr0", "isGateway": True,
-             "ipam": {"type": "pycni-ipam", "daemonSocket": config["socket"],
-                      "ranges": [[{"subnet": "10.74.0.0/24"}]]}}]})
+        write_network(
+            runner.conf_dir,
+            {
+                "cniVersion": "1.0.0",
+                "name": "dnet",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": "dbr0",
+                        "isGateway": True,
+                        "ipam": {
+                            "type": "pycni-ipam",
+                            "daemonSocket": config["socket"],
+                            "ranges": [[{"subnet": "10.74.0.0/24"}]],
+                        },
+                    }
+                ],
+            },
+        )
         pod = netns_factory("pod")
         assert pod_ipv4(runner.must("add", "dnet", pod.path).json).startswith("10.74.0.")
         runner.must("del", "dnet", pod.path)

@@ -1,4 +1,5 @@
 """`pycni net` against the reference plugins in real namespaces (run inside the node netns)."""
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,25 @@ from tests.fixtures.plugins import REFERENCE_BIN
 pytestmark = pytest.mark.netns
 
 
-def bridge_hostlocal(name: str, data_dir: str, version: str = "1.0.0",
-                     subnet: str = "10.77.0.0/24") -> dict:
-    return {"cniVersion": version, "name": name, "plugins": [
-        {"type": "bridge", "bridge": "clibr0", "isDefaultGateway": True,
-         "ipam": {"type": "host-local", "dataDir": data_dir, "ranges": [[{"subnet": subnet}]]}}]}
+def bridge_hostlocal(
+    name: str, data_dir: str, version: str = "1.0.0", subnet: str = "10.77.0.0/24"
+) -> dict:
+    return {
+        "cniVersion": version,
+        "name": name,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "clibr0",
+                "isDefaultGateway": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": data_dir,
+                    "ranges": [[{"subnet": subnet}]],
+                },
+            }
+        ],
+    }
 
 
 @pytest.fixture
@@ -27,9 +42,11 @@ def net(node, tmp_path):
     conf_dir, cache_dir, data_dir = (str(tmp_path / d) for d in ("net.d", "cache", "ipam"))
     write_network(conf_dir, bridge_hostlocal("clinet", data_dir))
     runner = Runner("pycni", node, conf_dir, cache_dir, REFERENCE_BIN)
-    runner.leases = lambda: sorted(f for f in os.listdir(os.path.join(data_dir, "clinet"))
-                                   if f[0].isdigit()) if os.path.isdir(
-        os.path.join(data_dir, "clinet")) else []
+    runner.leases = lambda: (
+        sorted(f for f in os.listdir(os.path.join(data_dir, "clinet")) if f[0].isdigit())
+        if os.path.isdir(os.path.join(data_dir, "clinet"))
+        else []
+    )
     return runner
 
 
@@ -98,8 +115,9 @@ def test_check_on_an_old_list_is_refused_readably(node, netns_factory, tmp_path)
 
 def test_plugin_failure_is_reported_with_plugin_and_code(node, netns_factory, tmp_path):
     conf_dir = str(tmp_path / "net.d")
-    write_network(conf_dir, bridge_hostlocal("badnet", str(tmp_path / "ipam"),
-                                             subnet="10.9.0.0/31"))
+    write_network(
+        conf_dir, bridge_hostlocal("badnet", str(tmp_path / "ipam"), subnet="10.9.0.0/31")
+    )
     runner = Runner("pycni", node, conf_dir, str(tmp_path / "cache"), REFERENCE_BIN)
     pod = netns_factory("pod")
     out = runner.run("add", "badnet", pod.path)

@@ -3,6 +3,7 @@ then a Pod on each of two nodes reaching the other over VXLAN, then a Service ov
 Pods (added through pycni-bridge + pycni-svc) answering from both through its VIP and traced,
 and leave nothing behind (namespaces, pycnids, etcd, the Pods' servers, temp dir) — and clean
 up just as well when a step fails half-way."""
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,14 @@ def _root_only():
 
 
 def run_demo(env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", f"{REPO}/scripts/demo.sh"], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})},
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["bash", f"{REPO}/scripts/demo.sh"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def leftovers(output: str) -> list[str]:
@@ -57,8 +63,11 @@ def test_demo_wires_two_pods_then_two_nodes_and_cleans_up():
     assert out.count(", 0% packet loss") == 6, out
     assert re.search(r"pod1: eth0\S* 10\.85\.0\.\d+/24", out), out
     assert "veth pairs left on the node: 0" in out
-    assert re.search(r"pod on node2 -> pod on node1 10\.244\.\S+ +3 packets transmitted, "
-                     r"3 received", out), out
+    assert re.search(
+        r"pod on node2 -> pod on node1 10\.244\.\S+ +3 packets transmitted, "
+        r"3 received",
+        out,
+    ), out
     assert re.search(r"via 10\.244\.\S+ dev pycni\.1 onlink", out), out  # node1's route
     assert re.search(r"dst 172\.31\.251\.12 self permanent", out), out  # node1's FDB entry
     assert "veth pairs left on the nodes: 0" in out
@@ -74,8 +83,9 @@ def assert_service_shown(out: str) -> None:
     for node in ("node1", "node2"):
         assert re.search(rf"demo/web-{node} +eth0 +10\.244\.\S+ +{node} +http=8080", out), out
     connects = int(re.search(r"(\d+) connects from the pod on node1 to ", out).group(1))
-    counts = [int(n) for n in re.findall(
-        r"answered by the pod on node[12] 10\.244\.\S+ +(\d+)", out)]
+    counts = [
+        int(n) for n in re.findall(r"answered by the pod on node[12] 10\.244\.\S+ +(\d+)", out)
+    ]
     assert len(counts) == 2 and sum(counts) == connects and min(counts) > 0, out
     assert "ClusterIP demo/web:http: dnat" in out, out
     assert "masquerade: hairpin: the client is this endpoint" in out, out
@@ -86,8 +96,13 @@ def interrupted_demo(when, sig: int) -> tuple[int, str]:
     """Run the demo and send it ``sig`` at the first output line ``when`` accepts; its exit
     code and whole output."""
     lines = []
-    with subprocess.Popen(["bash", f"{REPO}/scripts/demo.sh"], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL) as proc:
+    with subprocess.Popen(
+        ["bash", f"{REPO}/scripts/demo.sh"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
@@ -99,8 +114,9 @@ def interrupted_demo(when, sig: int) -> tuple[int, str]:
 
 def test_demo_cleans_up_when_interrupted():
     """Ctrl-C once pycnid is serving: the trap stops pycnid and removes everything."""
-    code, out = interrupted_demo(lambda line: "pycnid pid" in line and "serving" in line,
-                                 signal.SIGINT)
+    code, out = interrupted_demo(
+        lambda line: "pycnid pid" in line and "serving" in line, signal.SIGINT
+    )
     assert code == 130, out
     assert "pycnid stopped" in out and "pycni demo: FAILED" in out
     time.sleep(0.2)
@@ -111,12 +127,18 @@ def test_demo_cleans_up_when_interrupted_on_two_nodes():
     """SIGTERM while the Service's servers run in both Pods of the two-node part: the servers
     are stopped, the Pods DELeted through the conflist (pycni-svc too, from their CNI_ARGS),
     both pycnids and etcd stopped, and everything removed."""
-    code, out = interrupted_demo(lambda line: "connects from the pod on node1" in line,
-                                 signal.SIGTERM)
+    code, out = interrupted_demo(
+        lambda line: "connects from the pod on node1" in line, signal.SIGTERM
+    )
     assert code == 143, out
     assert "node1-pod: DEL ok" in out and "node2-pod: DEL ok" in out, out
-    for daemon in ("web server on node1", "web server on node2",
-                   "pycnid on node1", "pycnid on node2", "etcd"):
+    for daemon in (
+        "web server on node1",
+        "web server on node2",
+        "pycnid on node1",
+        "pycnid on node2",
+        "etcd",
+    ):
         assert f"{daemon} stopped" in out, out
     time.sleep(0.2)
     assert leftovers(out) == []

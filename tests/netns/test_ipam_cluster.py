@@ -2,6 +2,7 @@
 pools by name (dual-stack, gateway "first"), pools chosen by the daemon's nodeLabels, precise
 exhaustion, static requests, and two daemons (two nodes) on one store borrowing from each
 other."""
+
 from __future__ import annotations
 
 import shutil
@@ -9,10 +10,10 @@ import tempfile
 
 import pytest
 
+from ipam.records import BlockRecord, blocks_prefix
 from tests.fixtures.daemon import Pycnid, daemon_config
 from tests.fixtures.ipam import addresses, daemon_store, handles, ipam_conf, run_ipam
 from tests.fixtures.ipam_pools import put_pool
-from ipam.records import BlockRecord, blocks_prefix
 
 pytestmark = pytest.mark.netns
 
@@ -25,8 +26,11 @@ def daemons(node):
     def start(name: str = "node1", store_path: str | None = None, **extra) -> Pycnid:
         workdir = tempfile.mkdtemp(prefix=f"pycnid-{name}-")
         store = {"type": "sqlite", "path": store_path} if store_path else None
-        daemon = Pycnid(node=node, workdir=workdir,
-                        config=daemon_config(workdir, node_name=name, store=store, **extra))
+        daemon = Pycnid(
+            node=node,
+            workdir=workdir,
+            config=daemon_config(workdir, node_name=name, store=store, **extra),
+        )
         started.append((daemon, workdir))
         return daemon.start()
 
@@ -55,8 +59,9 @@ def pools(daemon, **records: dict) -> None:
 
 def blocks(daemon, pool: str) -> list[BlockRecord]:
     with daemon_store(daemon) as store:
-        return [BlockRecord.from_bytes(kv.key, kv.value)
-                for kv in store.range(blocks_prefix(pool))]
+        return [
+            BlockRecord.from_bytes(kv.key, kv.value) for kv in store.range(blocks_prefix(pool))
+        ]
 
 
 def test_named_pools_dual_stack_with_block_gateways(cni_bin, daemons, pod):
@@ -72,8 +77,12 @@ def test_named_pools_dual_stack_with_block_gateways(cni_bin, daemons, pod):
     assert v4["gateway"] in (block.cidr.split("/")[0], "10.80.0.1")  # the block's first usable
     assert v6["address"].endswith("/64") and "gateway" not in v6
     (lease,) = handles(daemon, "clusternet")
-    assert dict(lease.attributes) == {"namespace": "prod", "pod": "web-0", "podUID": "u-42",
-                                      "node": "node1"}
+    assert dict(lease.attributes) == {
+        "namespace": "prod",
+        "pod": "web-0",
+        "podUID": "u-42",
+        "node": "node1",
+    }
     check = run_ipam(cni_bin, daemon, "CHECK", {**conf, "prevResult": add.json}, netns=pod.path)
     assert check.ok, check.stdout
     assert run_ipam(cni_bin, daemon, "STATUS", conf).ok
@@ -84,8 +93,11 @@ def test_named_pools_dual_stack_with_block_gateways(cni_bin, daemons, pod):
 
 def test_the_daemons_node_labels_choose_the_pool(cni_bin, daemons, pod):
     daemon = daemons(nodeLabels={"zone": "a"})
-    pools(daemon, za={"cidr": "10.81.0.0/24", "node_selector": {"zone": "a"}},
-          zb={"cidr": "10.82.0.0/24", "node_selector": {"zone": "b"}})
+    pools(
+        daemon,
+        za={"cidr": "10.81.0.0/24", "node_selector": {"zone": "a"}},
+        zb={"cidr": "10.82.0.0/24", "node_selector": {"zone": "b"}},
+    )
     add = run_ipam(cni_bin, daemon, "ADD", cluster_conf(), netns=pod.path)
     assert add.ok, add.stdout
     assert addresses(add.json)[0].startswith("10.81.0.")
@@ -104,8 +116,11 @@ def test_no_pool_for_this_node_is_a_clear_error(cni_bin, daemons, pod):
 
 def test_exhaustion_names_pool_and_node_and_leaves_nothing(cni_bin, daemons, pod):
     daemon = daemons()
-    pools(daemon, tiny={"cidr": "10.83.0.0/30", "block_size": 30, "strict_affinity": True},
-          v6={"cidr": "fd83::/64"})
+    pools(
+        daemon,
+        tiny={"cidr": "10.83.0.0/30", "block_size": 30, "strict_affinity": True},
+        v6={"cidr": "fd83::/64"},
+    )
     conf = cluster_conf(pools=["tiny", "v6"])
     for cid in ("c1", "c2"):  # .1 and .2
         assert run_ipam(cni_bin, daemon, "ADD", conf, cid=cid, netns=pod.path).ok
@@ -121,15 +136,29 @@ def test_static_requests_on_a_cluster_pool(cni_bin, daemons, pod):
     daemon = daemons()
     pools(daemon, v4={"cidr": "10.84.0.0/24", "exclusions": ["10.84.0.200/29"]})
     conf = {**cluster_conf(pools=["v4"]), "capabilities": {"ips": True}}
-    one = run_ipam(cni_bin, daemon, "ADD", conf, cid="c1", netns=pod.path,
-                   args="IP=10.84.0.77;K8S_POD_NAMESPACE=prod;K8S_POD_NAME=db-0")
+    one = run_ipam(
+        cni_bin,
+        daemon,
+        "ADD",
+        conf,
+        cid="c1",
+        netns=pod.path,
+        args="IP=10.84.0.77;K8S_POD_NAMESPACE=prod;K8S_POD_NAME=db-0",
+    )
     assert addresses(one.json) == ["10.84.0.77/24"], one.stdout
-    two = run_ipam(cni_bin, daemon, "ADD", {**conf, "runtimeConfig": {"ips": ["10.84.0.77/24"]}},
-                   cid="c2", netns=pod.path)
+    two = run_ipam(
+        cni_bin,
+        daemon,
+        "ADD",
+        {**conf, "runtimeConfig": {"ips": ["10.84.0.77/24"]}},
+        cid="c2",
+        netns=pod.path,
+    )
     assert two.error_code() == 102 and "clusternet/c1/eth0" in two.json["msg"]
     assert "prod/db-0" in two.json["details"]
-    excluded = run_ipam(cni_bin, daemon, "ADD", conf, cid="c3", netns=pod.path,
-                        args="IP=10.84.0.201")
+    excluded = run_ipam(
+        cni_bin, daemon, "ADD", conf, cid="c3", netns=pod.path, args="IP=10.84.0.201"
+    )
     assert excluded.error_code() == 7 and "excluded" in excluded.json["details"]
     assert [h.handle.container_id for h in handles(daemon)] == ["c1"]
 

@@ -1,5 +1,6 @@
 """pycni-ipam served by a pycnid whose store is a real etcd (both inside the node namespace):
 leases work, STATUS is 50 and ADD 11 while etcd is down, and both recover once it is back."""
+
 from __future__ import annotations
 
 import shutil
@@ -27,8 +28,11 @@ def etcd_in_node(node):
 @pytest.fixture
 def pycnid_etcd(node, etcd_in_node):
     workdir = tempfile.mkdtemp(prefix="pycnid-etcd-")
-    config = daemon_config(workdir, store={"type": "etcd", "endpoints": etcd_in_node.endpoints},
-                           ipam={"bufferSize": 0})  # no outage buffer: ADD answers 11 at once
+    config = daemon_config(
+        workdir,
+        store={"type": "etcd", "endpoints": etcd_in_node.endpoints},
+        ipam={"bufferSize": 0},
+    )  # no outage buffer: ADD answers 11 at once
     daemon = Pycnid(node=node, workdir=workdir, config=config)
     daemon.start()
     yield daemon

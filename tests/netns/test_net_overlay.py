@@ -1,6 +1,7 @@
 """The overlay's netlink mechanisms against a real kernel: the vxlan device, neighbours, FDB
 entries, pycni-protocol routes and the netlink monitor, each in a fresh namespace with a veth
 pair as its underlay. Entries someone else made (by hand with ``ip``) are never touched."""
+
 from __future__ import annotations
 
 import os
@@ -11,10 +12,19 @@ from pyroute2 import IPRoute
 
 from kernel.link import LinkError
 from kernel.monitor import DELLINK, DELNEIGH, DELROUTE, NEWLINK, NetlinkMonitor
-from kernel.neigh import (AF_BRIDGE, Fdb, Neigh, append_fdb, delete_fdb, delete_neigh,
-                           list_fdb, list_neighs, replace_neigh)
+from kernel.neigh import (
+    AF_BRIDGE,
+    Fdb,
+    Neigh,
+    append_fdb,
+    delete_fdb,
+    delete_neigh,
+    list_fdb,
+    list_neighs,
+    replace_neigh,
+)
 from kernel.ns import entered
-from kernel.route import (RTPROT_PYCNI, Route, delete_route, list_proto_routes, replace_route)
+from kernel.route import RTPROT_PYCNI, Route, delete_route, list_proto_routes, replace_route
 from kernel.vxlan import VxlanSpec, ensure_vxlan, read_vxlan
 from tests.fixtures.waiting import wait_for
 
@@ -26,8 +36,10 @@ PEER_MAC = "66:00:00:00:00:01"
 def underlay(netns_factory):
     """A namespace whose veth ``u0`` has 192.168.77.1/24 and fd77::1/64."""
     ns = netns_factory("overlay")
-    ns.run("ip link add u0 type veth peer name u1 && ip link set u0 up && ip link set u1 up"
-           " && ip addr add 192.168.77.1/24 dev u0 && ip addr add fd77::1/64 dev u0 nodad")
+    ns.run(
+        "ip link add u0 type veth peer name u1 && ip link set u0 up && ip link set u1 up"
+        " && ip addr add 192.168.77.1/24 dev u0 && ip addr add fd77::1/64 dev u0 nodad"
+    )
     return ns
 
 
@@ -44,8 +56,15 @@ def ipr(underlay):
 
 
 def spec_for(ipr: IPRoute, **change) -> VxlanSpec:
-    fields = dict(name="pycni.1", vni=1, port=4789, local="192.168.77.1",
-                  link_index=ipr.link_lookup(ifname="u0")[0], mac="66:11:22:33:44:55", mtu=1450)
+    fields = dict(
+        name="pycni.1",
+        vni=1,
+        port=4789,
+        local="192.168.77.1",
+        link_index=ipr.link_lookup(ifname="u0")[0],
+        mac="66:11:22:33:44:55",
+        mtu=1450,
+    )
     return VxlanSpec(**{**fields, **change})
 
 
@@ -74,8 +93,10 @@ def test_a_changed_vni_recreates_the_device(ipr):
 
 def test_learning_switched_on_by_hand_recreates_the_device(ipr, underlay):
     ensure_vxlan(ipr, spec_for(ipr))
-    underlay.run("ip link del pycni.1 && ip link add pycni.1 type vxlan id 1 dstport 4789"
-                 " local 192.168.77.1 dev u0")  # the kernel's default: learning on
+    underlay.run(
+        "ip link del pycni.1 && ip link add pycni.1 type vxlan id 1 dstport 4789"
+        " local 192.168.77.1 dev u0"
+    )  # the kernel's default: learning on
     assert read_vxlan(ipr, "pycni.1").learning
     _, created = ensure_vxlan(ipr, spec_for(ipr))
     assert created and not read_vxlan(ipr, "pycni.1").learning
@@ -83,8 +104,9 @@ def test_learning_switched_on_by_hand_recreates_the_device(ipr, underlay):
 
 def test_mac_and_mtu_are_fixed_in_place(ipr, underlay):
     first, _ = ensure_vxlan(ipr, spec_for(ipr))
-    underlay.run("ip link set pycni.1 down && ip link set pycni.1 address 66:aa:bb:cc:dd:ee"
-                 " mtu 1300")
+    underlay.run(
+        "ip link set pycni.1 down && ip link set pycni.1 address 66:aa:bb:cc:dd:ee mtu 1300"
+    )
     fixed, created = ensure_vxlan(ipr, spec_for(ipr))
     assert not created and fixed.index == first.index
     assert (fixed.mac, fixed.mtu, fixed.up) == ("66:11:22:33:44:55", 1450, True)
@@ -101,8 +123,9 @@ def test_a_foreign_link_of_that_name_is_refused_and_kept(ipr, underlay):
 
 def ipv6_spec(ipr: IPRoute, **change) -> VxlanSpec:
     """An IPv6-underlay device: the kernel refuses an MTU above the underlay's - 70."""
-    return spec_for(ipr, **{"name": "pycni.6", "vni": 6, "local": "fd77::1", "mtu": 1430,
-                            **change})
+    return spec_for(
+        ipr, **{"name": "pycni.6", "vni": 6, "local": "fd77::1", "mtu": 1430, **change}
+    )
 
 
 def test_an_ipv6_underlay_device(ipr):
@@ -116,13 +139,16 @@ def test_neighbours_round_trip_and_leave_foreign_ones(ipr, underlay, vx):
     underlay.run("ip neigh add 10.22.0.99 lladdr 66:00:00:00:00:99 dev pycni.1 nud permanent")
     replace_neigh(ipr, vx, "10.22.0.70", PEER_MAC)
     replace_neigh(ipr, vx, ip_address("fd22::70"), PEER_MAC.upper())
-    ours = {Neigh(vx, ip_address("10.22.0.70"), PEER_MAC, RTPROT_PYCNI),
-            Neigh(vx, ip_address("fd22::70"), PEER_MAC, RTPROT_PYCNI)}
+    ours = {
+        Neigh(vx, ip_address("10.22.0.70"), PEER_MAC, RTPROT_PYCNI),
+        Neigh(vx, ip_address("fd22::70"), PEER_MAC, RTPROT_PYCNI),
+    }
     assert set(list_neighs(ipr, vx, proto=RTPROT_PYCNI)) == ours
     assert Neigh(vx, ip_address("10.22.0.99"), "66:00:00:00:00:99", None) in list_neighs(ipr, vx)
     replace_neigh(ipr, vx, "10.22.0.70", "66:00:00:00:00:02")  # a peer's new VTEP MAC
-    assert Neigh(vx, ip_address("10.22.0.70"), "66:00:00:00:00:02", RTPROT_PYCNI) in \
-        list_neighs(ipr, vx, proto=RTPROT_PYCNI)
+    assert Neigh(vx, ip_address("10.22.0.70"), "66:00:00:00:00:02", RTPROT_PYCNI) in list_neighs(
+        ipr, vx, proto=RTPROT_PYCNI
+    )
     assert delete_neigh(ipr, vx, "10.22.0.70") and delete_neigh(ipr, vx, "fd22::70")
     assert not delete_neigh(ipr, vx, "10.22.0.70")
     assert list_neighs(ipr, vx, proto=RTPROT_PYCNI) == []
@@ -133,8 +159,10 @@ def test_fdb_round_trip(ipr, underlay, vx):
     append_fdb(ipr, vx, PEER_MAC, "192.168.77.2")
     append_fdb(ipr, vx, PEER_MAC, ip_address("192.168.77.2"))  # the same entry: fine
     append_fdb(ipr, vx, "66:00:00:00:00:02", "192.168.77.3")
-    assert set(list_fdb(ipr, vx)) == {Fdb(vx, PEER_MAC, ip_address("192.168.77.2")),
-                                      Fdb(vx, "66:00:00:00:00:02", ip_address("192.168.77.3"))}
+    assert set(list_fdb(ipr, vx)) == {
+        Fdb(vx, PEER_MAC, ip_address("192.168.77.2")),
+        Fdb(vx, "66:00:00:00:00:02", ip_address("192.168.77.3")),
+    }
     assert delete_fdb(ipr, vx, PEER_MAC, "192.168.77.2")
     assert not delete_fdb(ipr, vx, PEER_MAC, "192.168.77.2")
     assert list_fdb(ipr, vx) == [Fdb(vx, "66:00:00:00:00:02", ip_address("192.168.77.3"))]
@@ -148,13 +176,14 @@ def test_an_ipv6_underlay_fdb_entry(ipr):
 
 
 def overlay_route(dst: str, gw: str, oif: int) -> Route:
-    return Route(dst=ip_network(dst), gw=ip_address(gw), oif=oif, proto=RTPROT_PYCNI,
-                 onlink=True)
+    return Route(dst=ip_network(dst), gw=ip_address(gw), oif=oif, proto=RTPROT_PYCNI, onlink=True)
 
 
 def test_routes_by_protocol_round_trip_and_leave_foreign_ones(ipr, underlay, vx):
-    underlay.run("ip route add 10.30.0.0/24 dev u0 && ip route add 10.31.0.0/24 dev u0 proto 77"
-                 " table 100 && ip route add 10.32.0.0/24 via 10.22.0.70 dev pycni.1 onlink")
+    underlay.run(
+        "ip route add 10.30.0.0/24 dev u0 && ip route add 10.31.0.0/24 dev u0 proto 77"
+        " table 100 && ip route add 10.32.0.0/24 via 10.22.0.70 dev pycni.1 onlink"
+    )
     v4 = overlay_route("10.22.0.64/26", "10.22.0.70", vx)
     v6 = overlay_route("fd22:1::/64", "fd22::70", vx)
     replace_route(ipr, v4)
@@ -187,17 +216,24 @@ def test_the_monitor_sees_deletions_made_by_hand(ipr, underlay, vx):
         os.close(fd)
     try:
         assert monitor.subscribed.is_set()
-        underlay.run("ip route del 10.22.0.64/26 && ip neigh del 10.22.0.70 dev pycni.1"
-                     f" && bridge fdb del {PEER_MAC} dev pycni.1 dst 192.168.77.2 self"
-                     " && ip link add pycni.x type veth peer name pycni.y && ip link del pycni.1")
-        wanted = [(DELROUTE, {"dst": "10.22.0.64/26", "proto": 77}),
-                  (DELNEIGH, {"family": 2, "dst": "10.22.0.70", "ifindex": vx}),
-                  (DELNEIGH, {"family": AF_BRIDGE, "dst": "192.168.77.2", "mac": PEER_MAC}),
-                  (NEWLINK, {"ifname": "pycni.x", "kind": "veth"}),
-                  (DELLINK, {"ifname": "pycni.1", "index": vx, "kind": "vxlan"})]
+        underlay.run(
+            "ip route del 10.22.0.64/26 && ip neigh del 10.22.0.70 dev pycni.1"
+            f" && bridge fdb del {PEER_MAC} dev pycni.1 dst 192.168.77.2 self"
+            " && ip link add pycni.x type veth peer name pycni.y && ip link del pycni.1"
+        )
+        wanted = [
+            (DELROUTE, {"dst": "10.22.0.64/26", "proto": 77}),
+            (DELNEIGH, {"family": 2, "dst": "10.22.0.70", "ifindex": vx}),
+            (DELNEIGH, {"family": AF_BRIDGE, "dst": "192.168.77.2", "mac": PEER_MAC}),
+            (NEWLINK, {"ifname": "pycni.x", "kind": "veth"}),
+            (DELLINK, {"ifname": "pycni.1", "index": vx, "kind": "vxlan"}),
+        ]
         for kind, fields in wanted:
-            wait_for(f"{kind} {fields}", lambda: any(
-                k == kind and fields.items() <= s.items() for k, s in list(events)), timeout=5)
+            wait_for(
+                f"{kind} {fields}",
+                lambda: any(k == kind and fields.items() <= s.items() for k, s in list(events)),
+                timeout=5,
+            )
     finally:
         monitor.stop()
     assert not monitor.subscribed.is_set()

@@ -10,6 +10,7 @@ a restart with fewer Services deletes the previous run's shape chains and leaves
 table alone; a table changed by hand is whole again after the next refused transaction or
 resync. End states only: every wait is a poll with a generous timeout.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -19,19 +20,21 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from ipam.records import SERVICES_META, encode, pool_key
 from services.proxy.model import PROTOCOLS, ProxyModel, ProxyPort, ProxyService, ServicePortView
 from services.proxy.render import FAMILY, TABLE, is_shape_chain
-from services.proxy.table import ServiceTable, group_views
 from services.proxy.sync import POLL, calc_plan
+from services.proxy.table import ServiceTable, group_views
 from services.proxy.view import PREFIXES, Records
-from ipam.records import SERVICES_META, encode, pool_key
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import Delete, Put
 from store.sqlite import SqliteStore
@@ -59,9 +62,13 @@ class KeptContext:
     """One libnftables context made inside a netns (a process living there), fed scripts."""
 
     def __init__(self, ns: Netns) -> None:
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns.name, sys.executable, "-c",
-                                      KEPT_CONTEXT], cwd=ROOT, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns.name, sys.executable, "-c", KEPT_CONTEXT],
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         self.engine = json.loads(self.proc.stdout.readline())
 
     def run(self, script: str) -> str | None:
@@ -100,7 +107,7 @@ def calc_listing(ns: Netns, family: int) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     for item in json.loads(proc.stdout)["nftables"]:
-        (kind, body), = item.items()
+        ((kind, body),) = item.items()
         body = {k: v for k, v in body.items() if k != "handle"}
         if kind in ("set", "map"):
             elem = sorted(json.dumps(e, sort_keys=True) for e in body.pop("elem", []))
@@ -151,20 +158,43 @@ def models(draw, family: int) -> ProxyModel:
     v4 = family == 4
     vip, ext = ("10.96.0.", "192.168.99.") if v4 else ("fd96::", "fd99::")
     node = NODE if v4 else NODE6
-    node = replace(node, node_ips=draw(st.sampled_from([node.node_ips, node.node_ips + (
-        ipaddress.ip_address("192.168.0.3" if v4 else "fd01::3"),)])))
-    backends = st.lists(st.builds(lambda ip, local: be(str(ip), 8080, local),
-                                  addresses(family, "10.0.0." if v4 else "fd00::"),
-                                  st.booleans()), max_size=5, unique_by=lambda b: b.ip)
+    node = replace(
+        node,
+        node_ips=draw(
+            st.sampled_from(
+                [
+                    node.node_ips,
+                    node.node_ips + (ipaddress.ip_address("192.168.0.3" if v4 else "fd01::3"),),
+                ]
+            )
+        ),
+    )
+    backends = st.lists(
+        st.builds(
+            lambda ip, local: be(str(ip), 8080, local),
+            addresses(family, "10.0.0." if v4 else "fd00::"),
+            st.booleans(),
+        ),
+        max_size=5,
+        unique_by=lambda b: b.ip,
+    )
     views = []
     for i in sorted(draw(st.sets(st.integers(1, 6), max_size=4))):
         protos = draw(st.lists(st.sampled_from(PROTOCOLS), min_size=1, max_size=2, unique=True))
-        ports = tuple(ProxyPort(f"p{j}", p, 80 + j, draw(st.sampled_from([None, 30000 + 10 * i + j])))
-                      for j, p in enumerate(protos))
-        svc = ProxyService("ns", f"s{i}", (ipaddress.ip_address(f"{vip}{i}"),),
-                           draw(st.sampled_from([(), (ipaddress.ip_address(f"{ext}{i}"),)])),
-                           ports, draw(st.sampled_from([None, 10, 10800])),
-                           draw(st.booleans()), draw(st.booleans()))
+        ports = tuple(
+            ProxyPort(f"p{j}", p, 80 + j, draw(st.sampled_from([None, 30000 + 10 * i + j])))
+            for j, p in enumerate(protos)
+        )
+        svc = ProxyService(
+            "ns",
+            f"s{i}",
+            (ipaddress.ip_address(f"{vip}{i}"),),
+            draw(st.sampled_from([(), (ipaddress.ip_address(f"{ext}{i}"),)])),
+            ports,
+            draw(st.sampled_from([None, 10, 10800])),
+            draw(st.booleans()),
+            draw(st.booleans()),
+        )
         views += [ServicePortView(svc, port, tuple(draw(backends))) for port in ports]
     return ProxyModel(family, node, tuple(views))
 
@@ -182,8 +212,11 @@ def calc_step(table: ServiceTable | None, model: ProxyModel):
     return table.plan(model.node, {**gone, **changes})
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(run=RUNS)
 def test_passes_through_a_kept_context_hold_what_a_fresh_render_holds(kept, run):
     ctx, a, b = kept
@@ -195,8 +228,9 @@ def test_passes_through_a_kept_context_hold_what_a_fresh_render_holds(kept, run)
         assert ctx.run(plan.script) is None, (step, plan.script)
         table = table or ServiceTable(model.family)
         table.commit(plan)
-        whole = ServiceTable(model.family).plan(model.node, group_views(model.ports), full=True,
-                                                hints=table.services)  # a resync's render
+        whole = ServiceTable(model.family).plan(
+            model.node, group_views(model.ports), full=True, hints=table.services
+        )  # a resync's render
         b.run(["nft", "-f", "-"], input=DROP_TABLES + whole.script)
         listed, fresh = calc_listing(a, model.family), calc_listing(b, model.family)
         assert listed == fresh, step
@@ -207,8 +241,9 @@ def test_a_gone_affinity_shape_takes_its_index_objects_with_it(kept):
     ctx, a, _b = kept
     assert ctx.run(DROP_TABLES) is None
     port = ProxyPort("p", "tcp", 80)
-    sticky = ProxyService("ns", "s1", (ipaddress.ip_address("10.96.0.1"),), ports=(port,),
-                          affinity_timeout=10)
+    sticky = ProxyService(
+        "ns", "s1", (ipaddress.ip_address("10.96.0.1"),), ports=(port,), affinity_timeout=10
+    )
     table = None
     for views in ((ServicePortView(sticky, port, (be("10.0.0.2"), be("10.0.0.3"))),), ()):
         plan = calc_step(table, ProxyModel(4, NODE, views))
@@ -242,9 +277,13 @@ class Proxy:
     """pycnid's ProxySync (as services/proxy/setup.py starts it) in a process inside ``ns``."""
 
     def __init__(self, ns: Netns, db: Path, resync: float) -> None:
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns.name, sys.executable, "-c", PROXY,
-                                      str(db), str(resync)], cwd=ROOT, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns.name, sys.executable, "-c", PROXY, str(db), str(resync)],
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
 
     def ask(self, command: str) -> dict[str, float]:
         self.proc.stdin.write(command + "\n")
@@ -258,8 +297,16 @@ class Proxy:
 
 
 def svc_record(name: str, vip: str, **kw: Any) -> ServiceRecord:
-    return ServiceRecord("ns", name, "ClusterIP", (ServicePort("http", "TCP", 80, 8080),),
-                         (vip,), (), {"app": name}, **kw)
+    return ServiceRecord(
+        "ns",
+        name,
+        "ClusterIP",
+        (ServicePort("http", "TCP", 80, 8080),),
+        (vip,),
+        (),
+        {"app": name},
+        **kw,
+    )
 
 
 def pod_record(i: int, app: str) -> EndpointRecord:
@@ -272,8 +319,13 @@ def ensure_records(store: SqliteStore, puts: list[Any], deletes: list[str] = ())
 
 def setup_store(db: Path) -> SqliteStore:
     store = SqliteStore(str(db))
-    store.txn([], [Put(SERVICES_META, ServiceSettings(("10.96.0.0/16",)).to_bytes()),
-                   Put(pool_key("pods"), encode({"cidr": "10.0.0.0/16"}))])
+    store.txn(
+        [],
+        [
+            Put(SERVICES_META, ServiceSettings(("10.96.0.0/16",)).to_bytes()),
+            Put(pool_key("pods"), encode({"cidr": "10.0.0.0/16"})),
+        ],
+    )
     return store
 
 
@@ -294,16 +346,18 @@ def calc_chains(listing: dict[str, Any]) -> set[str]:
 @pytest.fixture
 def node_ns(netns_factory) -> Netns:
     ns = netns_factory("proxynode")
-    ns.run(f"ip link add v0 type veth peer name v1 && ip addr add {LOCAL}/24 dev v0 && "
-           "ip link set v1 up && ip link set v0 up")
+    ns.run(
+        f"ip link add v0 type veth peer name v1 && ip addr add {LOCAL}/24 dev v0 && "
+        "ip link set v1 up && ip link set v0 up"
+    )
     return ns
 
 
-FOREIGN = f"""table ip foreign {{
-  chain lb-4 {{ }}
-  chain aff-10-3 {{ }}
-  chain nat-output {{ type nat hook output priority -100; policy accept; jump lb-4; }}
-}}
+FOREIGN = """table ip foreign {
+  chain lb-4 { }
+  chain aff-10-3 { }
+  chain nat-output { type nat hook output priority -100; policy accept; jump lb-4; }
+}
 """
 
 
@@ -314,20 +368,29 @@ def restarted(node_ns, netns_factory, tmp_path) -> dict[str, Any]:
     node_ns.run(["nft", "-f", "-"], input=FOREIGN)
     foreign = node_ns.run(["nft", "-j", "list", "table", "ip", "foreign"]).stdout
     store = setup_store(tmp_path / "store.db")
-    ensure_records(store, [svc_record("sticky", "10.96.0.5", session_affinity="ClientIP",
-                                      timeout_seconds=10), svc_record("four", "10.96.0.6"),
-                           *(pod_record(i, "sticky") for i in range(3)),
-                           *(pod_record(i, "four") for i in range(3, 7))])
+    ensure_records(
+        store,
+        [
+            svc_record("sticky", "10.96.0.5", session_affinity="ClientIP", timeout_seconds=10),
+            svc_record("four", "10.96.0.6"),
+            *(pod_record(i, "sticky") for i in range(3)),
+            *(pod_record(i, "four") for i in range(3, 7)),
+        ],
+    )
     listings = []
     for _run in range(2):
         proxy = Proxy(node_ns, tmp_path / "store.db", 60)
         assert proxy.ask("synced")["syncs"] >= 1
         proxy.stop()
         listings.append(calc_listing(node_ns, 4))
-        ensure_records(store, [pod_record(i, "other") for i in range(3, 5)],
-                       [svc_record("sticky", "").key])
-    return {"runs": listings, "fresh": calc_expected(store, netns_factory("proxyfresh")),
-            "foreign": (foreign, node_ns.run(["nft", "-j", "list", "table", "ip", "foreign"]).stdout)}
+        ensure_records(
+            store, [pod_record(i, "other") for i in range(3, 5)], [svc_record("sticky", "").key]
+        )
+    return {
+        "runs": listings,
+        "fresh": calc_expected(store, netns_factory("proxyfresh")),
+        "foreign": (foreign, node_ns.run(["nft", "-j", "list", "table", "ip", "foreign"]).stdout),
+    }
 
 
 def test_a_restart_deletes_the_shape_chains_the_last_run_left(restarted):
@@ -344,9 +407,14 @@ def calc_whole(ns: Netns, fresh: dict[str, Any]) -> bool:
     return calc_listing(ns, 4) == fresh
 
 
-EDITS = {"table-deleted": (f"delete table ip {TABLE}", 600),
-         "map-flushed": (f"flush map ip {TABLE} service-ips", 2),
-         "element-deleted": (f"delete element ip {TABLE} backends-tcp {{ 10.96.0.6 . tcp . 80 . 0 }}", 2)}
+EDITS = {
+    "table-deleted": (f"delete table ip {TABLE}", 600),
+    "map-flushed": (f"flush map ip {TABLE} service-ips", 2),
+    "element-deleted": (
+        f"delete element ip {TABLE} backends-tcp {{ 10.96.0.6 . tcp . 80 . 0 }}",
+        2,
+    ),
+}
 
 
 @pytest.mark.parametrize("edit", EDITS)
@@ -358,7 +426,9 @@ def test_a_table_changed_by_hand_is_whole_again(node_ns, netns_factory, tmp_path
     store's whole render."""
     script, resync = EDITS[edit]
     store, fresh_ns = setup_store(tmp_path / "store.db"), netns_factory("proxyfresh")
-    ensure_records(store, [svc_record("four", "10.96.0.6"), *(pod_record(i, "four") for i in range(4))])
+    ensure_records(
+        store, [svc_record("four", "10.96.0.6"), *(pod_record(i, "four") for i in range(4))]
+    )
     proxy = Proxy(node_ns, tmp_path / "store.db", resync)
     try:
         assert proxy.ask("synced")["syncs"] >= 1

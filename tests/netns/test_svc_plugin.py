@@ -2,6 +2,7 @@
 reference portmap, against a real pycnid in a node namespace (`pycni net`: a libcni-style
 runtime with its result cache). The endpoint records are read from pycnid's SQLite store.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,20 +15,38 @@ from ipam.records import ENDPOINTS, PREFIX
 from services.record import EndpointRecord
 from store.base import Put
 from store.sqlite import SqliteStore
-from tests.fixtures.cnirun import (Runner, cache_entry_path, ipv4_only_tools_path, pod_ipv4,
-                                   write_network)
+from tests.fixtures.cnirun import (
+    Runner,
+    cache_entry_path,
+    ipv4_only_tools_path,
+    pod_ipv4,
+    write_network,
+)
 from tests.fixtures.plugins import run_plugin
 
 pytestmark = pytest.mark.netns
 PORT_MAPPINGS = {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}
-SVC_ARGS = {"cni": {"labels": [{"key": "app", "value": "web"}],
-                    "ports": [{"name": "http", "containerPort": 80, "protocol": "TCP"}]}}
+SVC_ARGS = {
+    "cni": {
+        "labels": [{"key": "app", "value": "web"}],
+        "ports": [{"name": "http", "containerPort": 80, "protocol": "TCP"}],
+    }
+}
 
 
 def conflist(name: str, socket: str, subnet: str, bridge: str, svc: bool) -> dict:
-    plugins = [{"type": "pycni-bridge", "bridge": bridge, "isGateway": True,
-                "ipam": {"type": "pycni-ipam", "daemonSocket": socket,
-                         "ranges": [[{"subnet": subnet}]]}}]
+    plugins = [
+        {
+            "type": "pycni-bridge",
+            "bridge": bridge,
+            "isGateway": True,
+            "ipam": {
+                "type": "pycni-ipam",
+                "daemonSocket": socket,
+                "ranges": [[{"subnet": subnet}]],
+            },
+        }
+    ]
     if svc:
         plugins.append({"type": "pycni-svc", "args": SVC_ARGS})
     plugins.append({"type": "portmap", "capabilities": {"portMappings": True}})
@@ -40,13 +59,23 @@ def pod_args(name: str) -> str:
 
 @pytest.fixture
 def net(node, pycnid, tmp_path, cni_path):
-    runner = Runner("pycni", node, str(tmp_path / "net.d"), str(tmp_path / "cache"), cni_path,
-                    extra_env={"PYCNI_SOCKET": pycnid.socket,
-                               "PATH": ipv4_only_tools_path(str(tmp_path / "v4tools"))})
-    write_network(runner.conf_dir, conflist("svcnet", pycnid.socket, "10.81.0.0/24", "svcbr0",
-                                            True))
-    write_network(runner.conf_dir, conflist("plainnet", pycnid.socket, "10.82.0.0/24",
-                                            "plainbr0", False))
+    runner = Runner(
+        "pycni",
+        node,
+        str(tmp_path / "net.d"),
+        str(tmp_path / "cache"),
+        cni_path,
+        extra_env={
+            "PYCNI_SOCKET": pycnid.socket,
+            "PATH": ipv4_only_tools_path(str(tmp_path / "v4tools")),
+        },
+    )
+    write_network(
+        runner.conf_dir, conflist("svcnet", pycnid.socket, "10.81.0.0/24", "svcbr0", True)
+    )
+    write_network(
+        runner.conf_dir, conflist("plainnet", pycnid.socket, "10.82.0.0/24", "plainbr0", False)
+    )
     store = SqliteStore(pycnid.config["store"]["path"])
     runner.store = store
     yield runner
@@ -58,8 +87,7 @@ def endpoints(store) -> dict[str, EndpointRecord]:
 
 
 def add(net, pod, name: str, network: str = "svcnet") -> dict:
-    return net.must("add", network, pod.path, cap_args=PORT_MAPPINGS,
-                    cni_args=pod_args(name)).json
+    return net.must("add", network, pod.path, cap_args=PORT_MAPPINGS, cni_args=pod_args(name)).json
 
 
 def test_add_publishes_check_verifies_del_withdraws(net, netns_factory):
@@ -103,17 +131,22 @@ def test_del_of_an_old_sandbox_leaves_the_pod_that_reuses_its_name(net, netns_fa
     assert record.container_id == container_id_for(new.path)
 
 
-def test_gc_withdraws_this_nodes_invalid_attachments_only(net, netns_factory, cni_bin,
-                                                          pycnid):
+def test_gc_withdraws_this_nodes_invalid_attachments_only(net, netns_factory, cni_bin, pycnid):
     pods = [netns_factory("pod") for _ in range(2)]
     for i, pod in enumerate(pods):
         add(net, pod, f"web-{i}")
-    other = EndpointRecord("default", "far", "eth0", ("10.81.9.9",), {"app": "web"}, "node2",
-                           {}, "c-far", "svcnet")
+    other = EndpointRecord(
+        "default", "far", "eth0", ("10.81.9.9",), {"app": "web"}, "node2", {}, "c-far", "svcnet"
+    )
     net.store.txn([], [Put(other.key, other.to_bytes())])
-    conf = {"cniVersion": "1.1.0", "name": "svcnet", "type": "pycni-svc",
-            "cni.dev/valid-attachments": [{"containerID": container_id_for(pods[0].path),
-                                           "ifname": "eth0"}]}
+    conf = {
+        "cniVersion": "1.1.0",
+        "name": "svcnet",
+        "type": "pycni-svc",
+        "cni.dev/valid-attachments": [
+            {"containerID": container_id_for(pods[0].path), "ifname": "eth0"}
+        ],
+    }
     out = run_plugin(os.path.join(cni_bin, "pycni-svc"), "GC", conf, socket=pycnid.socket)
     assert out.code == 0, out.stdout + out.stderr
     assert sorted(r.pod for r in endpoints(net.store).values()) == ["far", "web-0"]
@@ -126,7 +159,7 @@ def store_contents(store) -> dict[str, bytes]:
 def changed_kinds(before: dict, after: dict) -> set[str]:
     """The key kinds (``leases``, ``blocks``, ``endpoints`` ...) an operation changed."""
     keys = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-    return {k[len(PREFIX):].split("/")[0] for k in keys}
+    return {k[len(PREFIX) :].split("/")[0] for k in keys}
 
 
 def test_a_network_without_pycni_svc_writes_no_endpoint(net, netns_factory):

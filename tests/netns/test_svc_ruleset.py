@@ -3,6 +3,7 @@ spread over three backends; an empty Service is refused at once; the tracer name
 the backends conntrack shows the connections went to. UDP is DNATed too (its own backends
 map), sticks under ClientIP affinity, and keeps working after an element-diff transaction;
 SCTP sockets need the sctp module, which this kernel may not offer inside a netns."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -17,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from services.proxy.elements import calc_elements
-from services.proxy.table import render_transaction
 from services.proxy.model import ProxyModel, ProxyPort, ProxyService
 from services.proxy.render import BACKENDS_MAPS
+from services.proxy.table import render_transaction
 from services.proxy.trace import explain
-from tests.fixtures.svc_model import EMPTY, NODE, NODE6, WEB, be, view
 from tests.fixtures.echo import WHOAMI_SERVER
+from tests.fixtures.svc_model import EMPTY, NODE, NODE6, WEB, be, view
 
 pytestmark = pytest.mark.netns
 BACKENDS = ("10.0.0.2", "10.0.0.3", "10.0.0.4")
@@ -99,39 +100,68 @@ for _ in range(int(sys.argv[1])):
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def svc(name: str, vip: str, proto: str, affinity: int | None = None,
-        node_port: int | None = None) -> ProxyService:
+def svc(
+    name: str, vip: str, proto: str, affinity: int | None = None, node_port: int | None = None
+) -> ProxyService:
     port = ProxyPort("p", proto, 53, node_port)
-    return ProxyService("default", name, (ipaddress.ip_address(vip),), ports=(port,),
-                        affinity_timeout=affinity)
+    return ProxyService(
+        "default", name, (ipaddress.ip_address(vip),), ports=(port,), affinity_timeout=affinity
+    )
 
 
-DNS, SCTP, STICKY_DNS, NO_DNS = (svc("dns", "10.96.0.20", "udp", node_port=30053), svc("sctp", "10.96.0.21", "sctp"),
-                                 svc("sticky-dns", "10.96.0.22", "udp", 10800),
-                                 svc("no-dns", "10.96.0.23", "udp"))
+DNS, SCTP, STICKY_DNS, NO_DNS = (
+    svc("dns", "10.96.0.20", "udp", node_port=30053),
+    svc("sctp", "10.96.0.21", "sctp"),
+    svc("sticky-dns", "10.96.0.22", "udp", 10800),
+    svc("no-dns", "10.96.0.23", "udp"),
+)
 ALL = tuple(be(ip) for ip in BACKENDS)
-MODEL = ProxyModel(4, NODE, (view(WEB, WEB.ports[0], *ALL), view(EMPTY, EMPTY.ports[0]),
-                             *(view(s, s.ports[0], *ALL) for s in (DNS, SCTP, STICKY_DNS)),
-                             view(NO_DNS, NO_DNS.ports[0])))
+MODEL = ProxyModel(
+    4,
+    NODE,
+    (
+        view(WEB, WEB.ports[0], *ALL),
+        view(EMPTY, EMPTY.ports[0]),
+        *(view(s, s.ports[0], *ALL) for s in (DNS, SCTP, STICKY_DNS)),
+        view(NO_DNS, NO_DNS.ports[0]),
+    ),
+)
 
 
 @pytest.fixture
 def wired(netns_factory):
     """host (client, the table) --veth-- pods (three backend addresses, one TCP server)."""
     host, pods = netns_factory("svchost"), netns_factory("svcpods")
-    host.run(["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1",
-              "netns", pods.name])
-    host.run("ip addr add 10.0.0.1/24 dev v0 && ip link set v0 up && "
-             "ip route add 10.96.0.0/16 dev v0")
+    host.run(["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1", "netns", pods.name])
+    host.run(
+        "ip addr add 10.0.0.1/24 dev v0 && ip link set v0 up && ip route add 10.96.0.0/16 dev v0"
+    )
     pods.run("ip link set v1 up" + "".join(f" && ip addr add {ip}/24 dev v1" for ip in BACKENDS))
     server = subprocess.Popen(["ip", "netns", "exec", pods.name, sys.executable, "-c", SERVER])
-    udp = subprocess.Popen(["ip", "netns", "exec", pods.name, sys.executable, "-c", UDP_SERVER,
-                            str(socket.SOCK_DGRAM), *BACKENDS])
+    udp = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            pods.name,
+            sys.executable,
+            "-c",
+            UDP_SERVER,
+            str(socket.SOCK_DGRAM),
+            *BACKENDS,
+        ]
+    )
     try:
         host.run(["nft", "-f", "-"], input=render_transaction(None, MODEL))
-        pods.run([sys.executable, "-c", "import socket,time\nfor _ in range(100):\n try:\n"
-                  "  socket.create_connection(('10.0.0.2',8080),1).close(); break\n"
-                  " except OSError: time.sleep(0.05)"])
+        pods.run(
+            [
+                sys.executable,
+                "-c",
+                "import socket,time\nfor _ in range(100):\n try:\n"
+                "  socket.create_connection(('10.0.0.2',8080),1).close(); break\n"
+                " except OSError: time.sleep(0.05)",
+            ]
+        )
         pods.run([sys.executable, "-c", UDP_READY])
         yield host, pods
     finally:
@@ -141,8 +171,9 @@ def wired(netns_factory):
 
 
 def dgram(host, vip: str, count: int, kind: int = socket.SOCK_DGRAM, check: bool = True):
-    return host.run([sys.executable, "-c", DGRAM_CLIENT, vip, "53", str(count), str(kind)],
-                    check=check)
+    return host.run(
+        [sys.executable, "-c", DGRAM_CLIENT, vip, "53", str(count), str(kind)], check=check
+    )
 
 
 def test_vip_spreads_refuses_empty_and_matches_the_tracer(wired):
@@ -152,17 +183,37 @@ def test_vip_spreads_refuses_empty_and_matches_the_tracer(wired):
     assert set(seen) == set(BACKENDS) and all(n >= 60 for n in seen.values()), seen
     refused = wired.run([sys.executable, "-c", CLIENT, "10.96.0.13", "80", "1"], check=False)
     assert "ConnectionRefusedError" in refused.stderr
-    answer = explain(MODEL, NODE, ipaddress.ip_address("10.0.0.1"), 0,
-                     ipaddress.ip_address("10.96.0.10"), 80, "tcp")
+    answer = explain(
+        MODEL,
+        NODE,
+        ipaddress.ip_address("10.0.0.1"),
+        0,
+        ipaddress.ip_address("10.96.0.10"),
+        80,
+        "tcp",
+    )
     assert answer.verdict == "dnat" and not any(c.masquerade for c in answer.choices)
     tracked = wired.run(["conntrack", "-L", "-p", "tcp", "--orig-dst", "10.96.0.10"]).stdout
-    reply_sources = {line.split("src=")[2].split()[0] for line in tracked.splitlines()
-                     if line.count("src=") == 2}
+    reply_sources = {
+        line.split("src=")[2].split()[0]
+        for line in tracked.splitlines()
+        if line.count("src=") == 2
+    }
     assert reply_sources == {c.ip for c in answer.choices}
-    assert all("dst=10.0.0.1 " in line.split("src=")[2] for line in tracked.splitlines()
-               if line.count("src=") == 2)  # client IP kept, as the tracer says
-    empty = explain(MODEL, NODE, ipaddress.ip_address("10.0.0.1"), 0,
-                    ipaddress.ip_address("10.96.0.13"), 80, "tcp")
+    assert all(
+        "dst=10.0.0.1 " in line.split("src=")[2]
+        for line in tracked.splitlines()
+        if line.count("src=") == 2
+    )  # client IP kept, as the tracer says
+    empty = explain(
+        MODEL,
+        NODE,
+        ipaddress.ip_address("10.0.0.1"),
+        0,
+        ipaddress.ip_address("10.96.0.13"),
+        80,
+        "tcp",
+    )
     assert (empty.verdict, empty.reason) == ("reject", "no endpoints")
 
 
@@ -180,37 +231,59 @@ def test_udp_affinity_sticks_to_one_backend(wired):
     host, _pods = wired
     seen = set(dgram(host, "10.96.0.22", 30).stdout.split())
     assert len(seen) == 1 and seen <= set(BACKENDS), seen
-    listed = host.run("nft list table ip pycni-svc | grep -c '10.0.0.1 . 10.96.0.22 . udp . 53'",
-                      check=False).stdout
+    listed = host.run(
+        "nft list table ip pycni-svc | grep -c '10.0.0.1 . 10.96.0.22 . udp . 53'", check=False
+    ).stdout
     assert int(listed) == 1  # one sticky-i set holds this client
 
 
 def test_a_second_transaction_moves_udp_and_tcp_to_the_remaining_backends(wired):
     host, _pods = wired
     kept = ALL[:2]
-    m1 = replace(MODEL, ports=tuple(replace(v, backends=kept) if v.backends else v
-                                    for v in MODEL.ports))
+    m1 = replace(
+        MODEL, ports=tuple(replace(v, backends=kept) if v.backends else v for v in MODEL.ports)
+    )
     host.run(["nft", "-f", "-"], input=render_transaction(MODEL, m1))
     udp = Counter(dgram(host, "10.96.0.20", 60).stdout.split())
     assert set(udp) == {str(b.ip) for b in kept}, udp
-    tcp = Counter(host.run([sys.executable, "-c", CLIENT, "10.96.0.10", "80", "60"]).stdout.split())
+    tcp = Counter(
+        host.run([sys.executable, "-c", CLIENT, "10.96.0.10", "80", "60"]).stdout.split()
+    )
     assert set(tcp) == {str(b.ip) for b in kept}, tcp
 
 
 def test_sctp_is_dnated(wired):
     host, pods = wired
-    probe = [sys.executable, "-c", "import socket; socket.socket(socket.AF_INET, "
-             "socket.SOCK_STREAM, socket.IPPROTO_SCTP)"]
+    probe = [
+        sys.executable,
+        "-c",
+        "import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_SCTP)",
+    ]
     if pods.run(probe, check=False).returncode or host.run(probe, check=False).returncode:
         pytest.skip("SCTP sockets unavailable in a netns here (no sctp kernel module)")
     kind = f"{socket.SOCK_STREAM}, {socket.IPPROTO_SCTP}"
-    server = subprocess.Popen(["ip", "netns", "exec", pods.name, sys.executable, "-c",
-                               UDP_SERVER.replace("int(sys.argv[1])", kind), "0", *BACKENDS])
+    server = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            pods.name,
+            sys.executable,
+            "-c",
+            UDP_SERVER.replace("int(sys.argv[1])", kind),
+            "0",
+            *BACKENDS,
+        ]
+    )
     try:
-        client = CLIENT.replace("socket.create_connection((sys.argv[1], int(sys.argv[2])), "
-                                "timeout=5)", f"socket.socket(socket.AF_INET, {kind})")
+        client = CLIENT.replace(
+            "socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)",
+            f"socket.socket(socket.AF_INET, {kind})",
+        )
         client = client.replace(" as s:\n", " as s:\n        s.connect((sys.argv[1], 53))\n")
-        seen = set(host.run([sys.executable, "-c", client, "10.96.0.21", "53", "30"]).stdout.split())
+        seen = set(
+            host.run([sys.executable, "-c", client, "10.96.0.21", "53", "30"]).stdout.split()
+        )
         assert seen == set(BACKENDS)
     finally:
         server.kill()
@@ -221,8 +294,13 @@ def model6() -> ProxyModel:
     """Every protocol, plain and ClientIP, in IPv6: the kept-context test's second family."""
     ports = [ProxyPort(p, p, 53, 30053 + i) for i, p in enumerate(("tcp", "udp", "sctp"))]
     plain = ProxyService("default", "v6", (ipaddress.ip_address("fd96::20"),), ports=tuple(ports))
-    sticky = replace(plain, name="v6-sticky", vips=(ipaddress.ip_address("fd96::21"),),
-                     ports=tuple(replace(p, node_port=None) for p in ports), affinity_timeout=60)
+    sticky = replace(
+        plain,
+        name="v6-sticky",
+        vips=(ipaddress.ip_address("fd96::21"),),
+        ports=tuple(replace(p, node_port=None) for p in ports),
+        affinity_timeout=60,
+    )
     ends = (be("fd00::2", 53), be("fd00::3", 53), be("fd00::4", 53))
     return ProxyModel(6, NODE6, tuple(view(s, p, *ends) for s in (plain, sticky) for p in s.ports))
 
@@ -232,7 +310,11 @@ def test_one_kept_libnftables_context_applies_later_element_diffs(netns_factory,
     """Where ``th dport`` data broke: a later transaction reading the typed maps back."""
     ns = netns_factory("svckept")
     m1 = replace(m0, ports=tuple(replace(v, backends=v.backends[1:]) for v in m0.ports))
-    scripts = [render_transaction(None, m0), render_transaction(m0, m1), render_transaction(m1, m0)]
+    scripts = [
+        render_transaction(None, m0),
+        render_transaction(m0, m1),
+        render_transaction(m1, m0),
+    ]
     paths = []
     for i, text in enumerate(scripts):
         paths.append(tmp_path / f"t{i}.nft")
@@ -250,8 +332,11 @@ def test_one_kept_libnftables_context_applies_later_element_diffs(netns_factory,
 def test_sctp_inits_are_dnated_without_an_sctp_stack(wired):
     """Raw SCTP INIT packets (no sctp module needed): nat output rewrites them to a backend."""
     host, pods = wired
-    receiver = subprocess.Popen(["ip", "netns", "exec", pods.name, sys.executable, "-c",
-                                 SCTP_INIT_RECEIVER, "60"], stdout=subprocess.PIPE, text=True)
+    receiver = subprocess.Popen(
+        ["ip", "netns", "exec", pods.name, sys.executable, "-c", SCTP_INIT_RECEIVER, "60"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert receiver.stdout.readline().strip() == "ready"
         host.run([sys.executable, "-c", SCTP_INIT_SENDER, "10.96.0.21", "53", "60"])

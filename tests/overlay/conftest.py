@@ -4,33 +4,43 @@ per-block gateways, and Pods added through the pycni-bridge executable.
 
 ``module_overlay`` is the same builder with the module's lifetime: a cluster takes seconds to
 build, so tests that do not disturb each other (or put back what they changed) share one."""
+
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.fixtures.cluster import Cluster, make_cluster  # noqa: F401
 from tests.fixtures.etcd import require_etcd
+
 from .pods import OverlayCluster
 
 Builder = Callable[..., OverlayCluster]
 
 
 @contextlib.contextmanager
-def overlay_builder(cni_bin: str, cni_path: str, clusters: Callable[[], Cluster]
-                    ) -> Iterator[Builder]:
+def overlay_builder(
+    cni_bin: str, cni_path: str, clusters: Callable[[], Cluster]
+) -> Iterator[Builder]:
     """``make(backend, nodes, cidr, block_size, mtu, daemon=None, **overlay)``: a cluster of
     ``clusters()`` with the overlay on every node and the pool ``pods``."""
     made: list[OverlayCluster] = []
 
-    def make(backend: str = "vxlan", nodes: int = 3, cidr: str = "10.131.0.0/16",
-             block_size: int = 26, mtu: int = 1500, daemon: dict | None = None,
-             **overlay: object) -> OverlayCluster:
-        built = OverlayCluster(clusters(), cni_bin, cni_path, backend, dict(overlay), mtu,
-                               daemon=dict(daemon or {}))
+    def make(
+        backend: str = "vxlan",
+        nodes: int = 3,
+        cidr: str = "10.131.0.0/16",
+        block_size: int = 26,
+        mtu: int = 1500,
+        daemon: dict | None = None,
+        **overlay: object,
+    ) -> OverlayCluster:
+        built = OverlayCluster(
+            clusters(), cni_bin, cni_path, backend, dict(overlay), mtu, daemon=dict(daemon or {})
+        )
         made.append(built)
         for _ in range(nodes):
             built.add_node()
@@ -58,8 +68,10 @@ def module_overlay(cni_bin, cni_path) -> Iterator[Builder]:
         pytest.skip("needs root for network namespaces")
     require_etcd()
     with contextlib.ExitStack() as stack:
+
         def cluster() -> Cluster:
             made = stack.enter_context(contextlib.closing(Cluster.create()))
             made.etcd.start()
             return made
+
         yield stack.enter_context(overlay_builder(cni_bin, cni_path, cluster))

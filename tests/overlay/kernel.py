@@ -4,6 +4,7 @@ of its own: every peer's entries present, nothing else with pycni's marks (nothi
 
 A ``State`` names devices, not indexes, so a device that was recreated compares equal; the
 device's index is read apart (``ifindex``) for the tests that say it must not change."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -23,20 +24,21 @@ PREFIX = "/pycni/v1/"
 class State:
     routes: frozenset[tuple[str, str | None, str]]  # (dst, via, dev) with protocol 77
     neighs: frozenset[tuple[str, str]] = frozenset()  # (ip, mac) protocol 77 on the device
-    fdbs: frozenset[tuple[str, str]] = frozenset()    # (mac, underlay) on the device
+    fdbs: frozenset[tuple[str, str]] = frozenset()  # (mac, underlay) on the device
 
-    def without(self, other: "State") -> "State":
-        return State(self.routes - other.routes, self.neighs - other.neighs,
-                     self.fdbs - other.fdbs)
+    def without(self, other: State) -> State:
+        return State(
+            self.routes - other.routes, self.neighs - other.neighs, self.fdbs - other.fdbs
+        )
 
-    def naming(self, overlay: dict) -> "State":
+    def naming(self, overlay: dict) -> State:
         """The entries that lead to a node (its VTEP MAC, VTEP addresses or underlay)."""
         to = {overlay["underlay"], *overlay["vteps"]}
-        return State(frozenset(r for r in self.routes if r[1] in to),
-                     frozenset(n for n in self.neighs if n[1] == overlay["vtepMAC"]
-                               or n[0] in to),
-                     frozenset(f for f in self.fdbs if f[0] == overlay["vtepMAC"]
-                               or f[1] in to))
+        return State(
+            frozenset(r for r in self.routes if r[1] in to),
+            frozenset(n for n in self.neighs if n[1] == overlay["vtepMAC"] or n[0] in to),
+            frozenset(f for f in self.fdbs if f[0] == overlay["vtepMAC"] or f[1] in to),
+        )
 
     def __bool__(self) -> bool:
         return bool(self.routes or self.neighs or self.fdbs)
@@ -53,17 +55,19 @@ def net(dst: str) -> str:
 
 def read_routes(ns: Netns) -> frozenset:
     found = ip_json(ns, f"ip -j -4 route show proto {PROTO}") + ip_json(
-        ns, f"ip -j -6 route show proto {PROTO}")
+        ns, f"ip -j -6 route show proto {PROTO}"
+    )
     return frozenset((net(r["dst"]), r.get("gateway"), r["dev"]) for r in found)
 
 
 def read_state(ns: Netns, device: str = VXLAN_DEVICE) -> State:
     neighs = ip_json(ns, f"ip -j neigh show dev {device}")
     fdbs = ip_json(ns, f"bridge -j fdb show dev {device}")
-    return State(read_routes(ns),
-                 frozenset((n["dst"], n["lladdr"]) for n in neighs
-                           if str(n.get("protocol")) == PROTO),
-                 frozenset((f["mac"], f["dst"]) for f in fdbs if "dst" in f))
+    return State(
+        read_routes(ns),
+        frozenset((n["dst"], n["lladdr"]) for n in neighs if str(n.get("protocol")) == PROTO),
+        frozenset((f["mac"], f["dst"]) for f in fdbs if "dst" in f),
+    )
 
 
 def ifindex(ns: Netns, device: str = VXLAN_DEVICE) -> int | None:
@@ -75,16 +79,16 @@ def ifindex(ns: Netns, device: str = VXLAN_DEVICE) -> int | None:
 class Registry:
     """The three prefixes the sync reads, read in one go through etcd's HTTP gateway."""
 
-    nodes: dict[str, dict]      # node -> its record's overlay object
+    nodes: dict[str, dict]  # node -> its record's overlay object
     blocks: dict[str, set[str]]  # node -> its block CIDRs (affinity index)
-    hosts: dict[str, set[str]]   # node -> addresses it holds in other nodes' blocks
+    hosts: dict[str, set[str]]  # node -> addresses it holds in other nodes' blocks
 
     @classmethod
-    def read(cls, etcd: EtcdOnUnderlay) -> "Registry":
+    def read(cls, etcd: EtcdOnUnderlay) -> Registry:
         dump = etcd.dump(PREFIX)
         nodes, blocks, hosts = {}, {}, {}
         for key, (value, _) in dump.items():
-            parts = key[len(PREFIX):].split("/")
+            parts = key[len(PREFIX) :].split("/")
             if parts[0] == "nodes" and "overlay" in (record := json.loads(value)):
                 nodes[parts[1]] = record["overlay"]
             elif parts[0] == "affinity":
@@ -96,11 +100,17 @@ class Registry:
         return cls(nodes, blocks, hosts)
 
     def peer_routes(self, peer: str, via: str, dev: str) -> set:
-        return {(dst, via, dev) for dst in self.blocks.get(peer, set()) | self.hosts.get(peer,
-                                                                                     set())}
+        return {
+            (dst, via, dev) for dst in self.blocks.get(peer, set()) | self.hosts.get(peer, set())
+        }
 
-    def expected(self, me: str, bridge: str = "pycni0", underlay_dev: str = "eth0",
-                 unreachable: frozenset[str] = frozenset()) -> State:
+    def expected(
+        self,
+        me: str,
+        bridge: str = "pycni0",
+        underlay_dev: str = "eth0",
+        unreachable: frozenset[str] = frozenset(),
+    ) -> State:
         """What ``me`` should hold: per peer an FDB entry, a neighbour per VTEP and a route per
         block and borrowed address (vxlan), or a route via its underlay (host-gw, unless
         ``unreachable``); its own borrowed addresses routed to its bridge."""
@@ -130,8 +140,9 @@ def calc_mismatch(etcd: EtcdOnUnderlay, nodes: list, **expect: object) -> dict:
     return out
 
 
-def wait_converged(etcd: EtcdOnUnderlay, nodes: list, timeout: float = 1.5,
-                   **expect: object) -> None:
+def wait_converged(
+    etcd: EtcdOnUnderlay, nodes: list, timeout: float = 1.5, **expect: object
+) -> None:
     """Every node of ``nodes`` holds exactly what the registry says within ``timeout`` (a
     correctness bound: the overlay promises a change on every peer within a second)."""
     deadline = time.monotonic() + timeout

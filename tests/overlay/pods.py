@@ -1,4 +1,5 @@
 """An overlay cluster under test: nodes with pycnid's overlay, a pool, Pods on the nodes."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,17 @@ BRIDGE = "pycni0"
 
 
 def pod_conf(pool: str = "pods", **keys: object) -> dict:
-    return {"cniVersion": "1.0.0", "name": NETWORK, "type": "pycni-bridge", "bridge": BRIDGE,
-            "isGateway": True, "isDefaultGateway": True, "ipMasq": True,
-            "ipam": {"type": "pycni-ipam", "pools": [pool], "routes": [{"dst": "0.0.0.0/0"}]},
-            **keys}
+    return {
+        "cniVersion": "1.0.0",
+        "name": NETWORK,
+        "type": "pycni-bridge",
+        "bridge": BRIDGE,
+        "isGateway": True,
+        "isDefaultGateway": True,
+        "ipMasq": True,
+        "ipam": {"type": "pycni-ipam", "pools": [pool], "routes": [{"dst": "0.0.0.0/0"}]},
+        **keys,
+    }
 
 
 @dataclass
@@ -51,20 +59,23 @@ class OverlayCluster:
     def nodes(self) -> list[ClusterNode]:
         return self.cluster.nodes
 
-    def add_node(self, name: str | None = None, start: bool = True,
-                 **overlay: object) -> ClusterNode:
+    def add_node(
+        self, name: str | None = None, start: bool = True, **overlay: object
+    ) -> ClusterNode:
         keys = {"backend": self.backend, **self.overlay, **overlay}
-        return self.cluster.add_node(name, mtu=self.mtu, start=start, overlay=keys,
-                                     **self.daemon)
+        return self.cluster.add_node(name, mtu=self.mtu, start=start, overlay=keys, **self.daemon)
 
     def add_pool(self, name: str, cidr: str, block_size: int) -> None:
-        out = pycni_ipam_cli(self.nodes[0], "pool", "add", name, "--cidr", cidr,
-                             "--block-size", str(block_size))
+        out = pycni_ipam_cli(
+            self.nodes[0], "pool", "add", name, "--cidr", cidr, "--block-size", str(block_size)
+        )
         assert out.returncode == 0, out.stderr
 
     def records(self) -> dict[str, dict]:
-        return {key.rsplit("/", 1)[1]: json.loads(value) for key, (value, _) in
-                self.cluster.etcd.dump("/pycni/v1/nodes/").items()}
+        return {
+            key.rsplit("/", 1)[1]: json.loads(value)
+            for key, (value, _) in self.cluster.etcd.dump("/pycni/v1/nodes/").items()
+        }
 
     def wait_vteps(self, enough=None, timeout: float = 20.0) -> dict[str, dict]:
         """Every node's record with its overlay fields (``enough(overlay)`` true of each)."""
@@ -72,15 +83,23 @@ class OverlayCluster:
 
         def ready() -> dict | None:
             records = self.records()
-            done = all("overlay" in records.get(n.name, {}) and
-                       enough(records[n.name]["overlay"]) for n in self.nodes)
+            done = all(
+                "overlay" in records.get(n.name, {}) and enough(records[n.name]["overlay"])
+                for n in self.nodes
+            )
             return records if done else None
+
         return wait_for("every node's overlay fields in its record", ready, timeout)
 
     def runner(self, node: ClusterNode) -> BridgeNode:
-        return BridgeNode(node=node.host.ns, socket=node.socket,
-                          exe=os.path.join(self.cni_bin, "pycni-bridge"),
-                          cni_path=self.cni_path, store_path="", host_local_dir="")
+        return BridgeNode(
+            node=node.host.ns,
+            socket=node.socket,
+            exe=os.path.join(self.cni_bin, "pycni-bridge"),
+            cni_path=self.cni_path,
+            store_path="",
+            host_local_dir="",
+        )
 
     def add_pod(self, node: ClusterNode, conf: dict | None = None) -> Pod:
         ns = new_netns(f"{node.name}p")
@@ -126,12 +145,20 @@ def python_in(ns: Netns, script: str) -> list[str]:
 def tcp_transfer(src: Pod, dst: Pod, size: int, port: int = 5201) -> tuple[str, str]:
     """``size`` random bytes sent from ``src`` to a server in ``dst`` by a Pod IP: (what the
     client sent, what the server received), each as "<bytes> <sha256>"."""
-    server = subprocess.Popen(python_in(dst.ns, SERVER.format(ip=dst.ip, port=port)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        python_in(dst.ns, SERVER.format(ip=dst.ip, port=port)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout.readline().strip() == "ready", server.stderr.read()
-        sent = subprocess.run(python_in(src.ns, CLIENT.format(ip=dst.ip, port=port, size=size)),
-                              capture_output=True, text=True, timeout=60)
+        sent = subprocess.run(
+            python_in(src.ns, CLIENT.format(ip=dst.ip, port=port, size=size)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         received, errors = server.communicate(timeout=60)
     finally:
         server.kill()
@@ -141,10 +168,25 @@ def tcp_transfer(src: Pod, dst: Pod, size: int, port: int = 5201) -> tuple[str, 
 
 def pycni_cli(node: ClusterNode, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """`pycni ARGS` run inside the node's namespace with its daemon's config."""
-    cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-m", "cli", *args,
-           "--config", os.path.join(node.daemon.workdir, "pycnid.json")]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        node.host.ns.name,
+        sys.executable,
+        "-m",
+        "cli",
+        *args,
+        "--config",
+        os.path.join(node.daemon.workdir, "pycnid.json"),
+    ]
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
 
 
 def running(nodes: list[ClusterNode]) -> list[ClusterNode]:
@@ -153,14 +195,17 @@ def running(nodes: list[ClusterNode]) -> list[ClusterNode]:
 
 
 METRICS = "127.0.0.1:9464"  # metricsAddress in each node's own namespace
-SCRAPE = ("import urllib.request,sys;sys.stdout.write(urllib.request.urlopen("
-          "'http://%s/metrics',timeout=5).read().decode())")
+SCRAPE = (
+    "import urllib.request,sys;sys.stdout.write(urllib.request.urlopen("
+    "'http://%s/metrics',timeout=5).read().decode())"
+)
 
 
 def scrape(node: ClusterNode, address: str = METRICS) -> dict[str, float]:
     """The node's pycnid metrics (fetched inside its namespace) as {'name{labels}': value}."""
-    out = subprocess.run(python_in(node.host.ns, SCRAPE % address), capture_output=True,
-                         text=True, timeout=10)
+    out = subprocess.run(
+        python_in(node.host.ns, SCRAPE % address), capture_output=True, text=True, timeout=10
+    )
     assert out.returncode == 0, out.stderr
     samples = {}
     for line in out.stdout.splitlines():
@@ -173,5 +218,9 @@ def scrape(node: ClusterNode, address: str = METRICS) -> dict[str, float]:
 def wait_synced(node: ClusterNode, passes: int = 1, timeout: float = 10.0) -> None:
     """Until the node's overlay sync has completed ``passes`` reconcile passes since pycnid
     started (its histogram's count)."""
-    wait_for(f"{passes} overlay pass(es) on {node.name}", lambda: scrape(node).get(
-        "pycni_overlay_sync_seconds_count", 0) >= passes, timeout, step=0.1)
+    wait_for(
+        f"{passes} overlay pass(es) on {node.name}",
+        lambda: scrape(node).get("pycni_overlay_sync_seconds_count", 0) >= passes,
+        timeout,
+        step=0.1,
+    )

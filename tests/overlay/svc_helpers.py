@@ -5,6 +5,7 @@ K8S_POD_NAME and PYCNI_LABELS in CNI_ARGS, never written by hand.
 
 Also the scripts those Pods run: a backend answering TCP with who it is and who it saw (the
 peer shows masquerade), and UDP with its address; a UDP client that keeps one socket."""
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ from cni.runtime.tool import container_id_for
 from tests.fixtures.cluster import ClusterNode, Host
 from tests.fixtures.cnirun import Runner, write_network
 from tests.fixtures.netns import new_netns
+
 from .pods import NETWORK, OverlayCluster, Pod, pod_conf, python_in
 
 BACKEND = """
@@ -78,19 +80,32 @@ class ConflistPods:
         conf_dir = os.path.join(base, "net.d")
         if not os.path.exists(conf_dir):
             write_network(conf_dir, svc_conflist())
-        return Runner("pycni", node.host.ns, conf_dir, os.path.join(base, "cache"),
-                      self.cluster.cni_path, extra_env={"PYCNI_SOCKET": node.socket})
+        return Runner(
+            "pycni",
+            node.host.ns,
+            conf_dir,
+            os.path.join(base, "cache"),
+            self.cluster.cni_path,
+            extra_env={"PYCNI_SOCKET": node.socket},
+        )
 
-    def add(self, node: ClusterNode, namespace: str, name: str, labels: dict[str, str],
-            serve: bool = True) -> SvcPod:
+    def add(
+        self,
+        node: ClusterNode,
+        namespace: str,
+        name: str,
+        labels: dict[str, str],
+        serve: bool = True,
+    ) -> SvcPod:
         """ADD through the conflist (labels as CNI_ARGS PYCNI_LABELS); ``serve`` starts the
         BACKEND script in the Pod."""
         ns = new_netns(f"{node.name}s")
         self.cluster.cluster.underlay.hosts.append(Host(ns, ""))  # removed with the underlay
         pod = SvcPod(ns, node, container_id_for(ns.path), {}, namespace, name)
         label_arg = ",".join(f"{k}:{v}" for k, v in labels.items())
-        out = self.runner(node).must("add", NETWORK, ns.path,
-                                     cni_args=f"{pod.cni_args};PYCNI_LABELS={label_arg}")
+        out = self.runner(node).must(
+            "add", NETWORK, ns.path, cni_args=f"{pod.cni_args};PYCNI_LABELS={label_arg}"
+        )
         pod.result = out.json
         self.pods.append(pod)
         if serve:

@@ -4,6 +4,7 @@ that says what it got, conntrack read back as (original, reply) tuples, the prox
 The backend answers ``<its address>,<the peer's address>`` on port 8080 over IPv4 and IPv6 (one
 dual-stack socket), so a test sees both which backend a connection reached and whether the
 source arrived masqueraded."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -12,6 +13,7 @@ import subprocess
 from dataclasses import dataclass
 
 from tests.fixtures.netns import Netns
+
 from .pods import OverlayCluster, pycni_cli, python_in
 
 PEER_SERVER = """
@@ -51,8 +53,12 @@ class Flow:
 def connect(ns: Netns, ip: str, port: int, count: int, timeout: float = 2.0) -> list[str]:
     """``count`` connections: each ``backend,peer`` or the exception's name (TimeoutError,
     ConnectionRefusedError)."""
-    out = subprocess.run(python_in(ns, CLIENT) + [ip, str(port), str(count), str(timeout)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        python_in(ns, CLIENT) + [ip, str(port), str(count), str(timeout)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -76,8 +82,20 @@ def trace(cluster: OverlayCluster, src: str, dst: str, node: str) -> dict:
 
 def flows(ns: Netns, family: int, dst: str, port: int) -> list[Flow]:
     """The node's conntrack entries of TCP towards ``dst``:``port`` (original destination)."""
-    out = ns.run(["conntrack", "-L", "-f", "ipv6" if family == 6 else "ipv4", "-p", "tcp",
-                  "--orig-dst", dst, "--dport", str(port)]).stdout
+    out = ns.run(
+        [
+            "conntrack",
+            "-L",
+            "-f",
+            "ipv6" if family == 6 else "ipv4",
+            "-p",
+            "tcp",
+            "--orig-dst",
+            dst,
+            "--dport",
+            str(port),
+        ]
+    ).stdout
     return parse_flows(out)
 
 
@@ -87,8 +105,9 @@ def parse_flows(text: str) -> list[Flow]:
     for line in text.splitlines():
         fields = calc_pairs(line)
         if len(fields["src"]) == len(fields["dst"]) == 2:
-            found.append(Flow(fields["src"][0], fields["dst"][0], fields["src"][1],
-                              fields["dst"][1]))
+            found.append(
+                Flow(fields["src"][0], fields["dst"][0], fields["src"][1], fields["dst"][1])
+            )
     return found
 
 

@@ -8,12 +8,14 @@ FDB entries and neighbours flannel leaves stale.
 The 1.5 s waits are a correctness bound (the overlay promises one second after the registry
 write; the test sees the write a poll later), not a benchmark. One cluster for the module:
 two nodes that stay, and the nodes each test adds and takes out again."""
+
 from __future__ import annotations
 
 import pytest
 
 from tests.fixtures.cluster import ClusterNode
 from tests.fixtures.waiting import wait_for
+
 from .kernel import State, read_state, wait_converged
 from .pods import OverlayCluster, pycni_cli, running
 
@@ -29,14 +31,17 @@ def churn(module_overlay) -> OverlayCluster:
 
 def wait_record(churn: OverlayCluster, name: str, ready=lambda o: bool(o["vteps"])) -> dict:
     """The node record's overlay object once ``ready`` holds of it (seen at a 20 ms poll)."""
+
     def probe() -> dict | None:
         overlay = churn.records().get(name, {}).get("overlay")
         return overlay if overlay and ready(overlay) else None
+
     return wait_for(f"{name}'s overlay fields", probe, timeout=20, step=0.02)
 
 
-def join(churn: OverlayCluster, name: str | None = None, **overlay: object
-         ) -> tuple[ClusterNode, dict]:
+def join(
+    churn: OverlayCluster, name: str | None = None, **overlay: object
+) -> tuple[ClusterNode, dict]:
     node = churn.add_node(name, **overlay)
     info = wait_record(churn, node.name)
     wait_converged(churn.cluster.etcd, running(churn.nodes), BOUND)
@@ -45,8 +50,9 @@ def join(churn: OverlayCluster, name: str | None = None, **overlay: object
 
 def peers_naming(churn: OverlayCluster, info: dict, node: ClusterNode) -> dict[str, State]:
     """What each running node other than ``node`` holds that leads to ``info``'s node."""
-    return {n.name: read_state(n.host.ns).naming(info) for n in running(churn.nodes)
-            if n is not node}
+    return {
+        n.name: read_state(n.host.ns).naming(info) for n in running(churn.nodes) if n is not node
+    }
 
 
 def test_a_node_joins_and_leaves_on_stop_on_every_peer_within_a_second(churn):
@@ -64,8 +70,12 @@ def test_a_crashed_node_keeps_its_entries_until_pycni_node_rm_takes_it_out(churn
     node, info = join(churn)
     held = peers_naming(churn, info, node)
     node.daemon.kill()
-    wait_for("its heartbeat to expire", lambda: not churn.cluster.etcd.dump(
-        f"/pycni/v1/heartbeats/{node.name}"), timeout=15, step=0.2)
+    wait_for(
+        "its heartbeat to expire",
+        lambda: not churn.cluster.etcd.dump(f"/pycni/v1/heartbeats/{node.name}"),
+        timeout=15,
+        step=0.2,
+    )
     assert peers_naming(churn, info, node) == held
     out = pycni_cli(churn.nodes[0], "node", "rm", node.name)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -82,8 +92,9 @@ def test_a_node_back_with_a_new_underlay_and_vtep_mac_leaves_nothing_stale(churn
     assert after["underlay"] == new.host.address != before["underlay"]
     wait_converged(churn.cluster.etcd, running(churn.nodes), BOUND)
     assert not any(peers_naming(churn, {**before, "vteps": []}, new).values())
-    assert all(s.fdbs == {(NEW_MAC, new.host.address)}
-               for s in peers_naming(churn, after, new).values())
+    assert all(
+        s.fdbs == {(NEW_MAC, new.host.address)} for s in peers_naming(churn, after, new).values()
+    )
 
 
 def test_pycni_node_rm_force_takes_a_node_out_while_its_heartbeat_lives(churn):

@@ -2,12 +2,14 @@
 each node a VTEP of that family, and Pods reach each other by their IPv6 addresses too (node
 routes per IPv6 block through the IPv6 VTEPs, the bridge answering solicitations for remote
 Pods' addresses)."""
+
 from __future__ import annotations
 
 import pytest
 
 from tests.fixtures.bridge import ip_of
 from tests.fixtures.waiting import wait_for
+
 from .pods import OverlayCluster, pod_conf
 
 pytestmark = pytest.mark.etcd
@@ -18,8 +20,11 @@ def test_dual_stack_pods_reach_each_other_over_ipv6_too(overlay_cluster):
     cluster.add_pool("pods6", "fd31::/112", 122)
     records = cluster.wait_vteps(lambda overlay: len(overlay["vteps"]) == 2)
     conf = pod_conf()
-    conf["ipam"] = {**conf["ipam"], "pools": ["pods", "pods6"],
-                    "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}
+    conf["ipam"] = {
+        **conf["ipam"],
+        "pools": ["pods", "pods6"],
+        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+    }
     pods = [cluster.add_pod(node, conf) for node in cluster.nodes]
     six = [ip_of(p.result, 1) for p in pods]
     assert all(":" in ip for ip in six), records

@@ -1,16 +1,17 @@
 """The VXLAN firewall: pycni's own table accepts VXLAN only from registered nodes' underlay
 addresses (a hand-crafted VXLAN packet carrying an ICMP echo for a Pod reaches it from a peer,
 not from another host on the underlay) and keeps VXLAN out of conntrack."""
+
 from __future__ import annotations
 
 import json
-import struct
 import sys
 
 import pytest
 
 from tests.fixtures.netns import Netns
 from tests.fixtures.waiting import wait_for
+
 from .pods import OverlayCluster, Pod, tcp_transfer
 
 pytestmark = pytest.mark.etcd

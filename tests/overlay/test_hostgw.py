@@ -2,11 +2,13 @@
 sits on a second link in another subnet gets no route on its peers, and each peer says so
 (a log line, ``pycni_overlay_unreachable_peers``, `pycni node show`); the node itself still
 routes to the peers it does reach, and the others still route to each other."""
+
 from __future__ import annotations
 
 import pytest
 
 from tests.fixtures.waiting import wait_for
+
 from .kernel import read_routes, wait_converged
 from .pods import METRICS, OverlayCluster, pycni_cli, scrape
 
@@ -18,8 +20,10 @@ FAR = "172.31.251.13"  # a subnet only the far node is on
 def hostgw(module_overlay) -> OverlayCluster:
     cluster = module_overlay("host-gw", nodes=2, daemon={"metricsAddress": METRICS})
     far = cluster.add_node("far", start=False, underlayAddress=FAR)
-    far.host.ns.run(f"ip link add eth1 type veth peer name eth1p && ip link set eth1p up && "
-                    f"ip link set eth1 up && ip addr add {FAR}/24 dev eth1")
+    far.host.ns.run(
+        f"ip link add eth1 type veth peer name eth1p && ip link set eth1p up && "
+        f"ip link set eth1 up && ip addr add {FAR}/24 dev eth1"
+    )
     far.daemon.start()
     cluster.wait_vteps()
     for node in cluster.nodes:
@@ -37,8 +41,11 @@ def test_a_peer_not_on_a_connected_subnet_gets_no_route_and_is_reported(hostgw):
     wait_converged(hostgw.cluster.etcd, hostgw.nodes, timeout=5, unreachable={"far"})
     for node in near:
         assert not [r for r in read_routes(node.host.ns) if r[1] == FAR]
-        wait_for(f"{node.name}'s unreachable-peer gauge", lambda: unreachable_peers(node) == 1,
-                 timeout=5)
+        wait_for(
+            f"{node.name}'s unreachable-peer gauge",
+            lambda: unreachable_peers(node) == 1,
+            timeout=5,
+        )
         assert "peer far gets no route" in node.daemon.log()
         shown = pycni_cli(node, "node", "show", "far")
         assert shown.returncode == 0 and "reachability: " in shown.stdout, shown.stderr

@@ -2,6 +2,7 @@
 IPv4) carry IPv4 Pods with the IPv6 header's cost taken off (underlay − 70 on every link of the
 path), the FDB points at IPv6 underlay addresses, and the firewall lists the peers in its IPv6
 set."""
+
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import json
 import pytest
 
 from tests.fixtures.waiting import wait_for
+
 from .pods import OverlayCluster
 from .test_mtu import ICMP_OVERHEAD, df_ping, link_mtus
 
@@ -43,6 +45,8 @@ def test_vxlan_over_an_ipv6_underlay_takes_70_bytes_and_reaches_the_other_node(s
     assert not df_ping(src, dst, want - ICMP_OVERHEAD + 1)
     node = six.nodes[0].host.ns
     fdb = json.loads(node.run("bridge -j fdb show dev pycni.1").stdout)
-    assert [f["dst"] for f in fdb if f.get("dst") and f["mac"] != "00:00:00:00:00:00"] == [v6_of(1)]
+    assert [f["dst"] for f in fdb if f.get("dst") and f["mac"] != "00:00:00:00:00:00"] == [
+        v6_of(1)
+    ]
     peers = json.loads(node.run("nft -j list set inet pycni-overlay peers6").stdout)
     assert [s["set"].get("elem") for s in peers["nftables"] if "set" in s] == [[v6_of(1)]]

@@ -1,6 +1,7 @@
 """ipMasq on an overlay: Pod to Pod inside the cluster's pools is never masqueraded, also between
 two pools (the overlay keeps every cluster pool in the masquerade table's ``cluster`` sets);
 traffic leaving the pools still is."""
+
 from __future__ import annotations
 
 import subprocess
@@ -10,25 +11,44 @@ import pytest
 
 from tests.fixtures.netns import Netns
 from tests.fixtures.waiting import wait_for
+
 from .pods import OverlayCluster, pod_conf
 
 pytestmark = pytest.mark.etcd
-SERVER = ("import socket,sys\n"
-          "s=socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET)\n"
-          "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-          "s.bind((sys.argv[1], 7070)); s.listen(1); s.settimeout(20)\n"
-          "c, peer = s.accept(); print(peer[0], flush=True)\n")
+SERVER = (
+    "import socket,sys\n"
+    "s=socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET)\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind((sys.argv[1], 7070)); s.listen(1); s.settimeout(20)\n"
+    "c, peer = s.accept(); print(peer[0], flush=True)\n"
+)
 
 
 def seen_source(server: Netns, address: str, client: Netns) -> str:
     """The source address ``server`` sees on a TCP connection from ``client`` to ``address``."""
-    proc = subprocess.Popen(["ip", "netns", "exec", server.name, sys.executable, "-c", SERVER,
-                             address], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", server.name, sys.executable, "-c", SERVER, address],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        wait_for(f"a connection from {client.name} to {address}", lambda: client.run(
-            [sys.executable, "-c", "import socket,sys; socket.create_connection("
-             f"('{address}', 7070), timeout=1).close()"], check=False).returncode == 0,
-            timeout=10, step=0.2)
+        wait_for(
+            f"a connection from {client.name} to {address}",
+            lambda: (
+                client.run(
+                    [
+                        sys.executable,
+                        "-c",
+                        "import socket,sys; socket.create_connection("
+                        f"('{address}', 7070), timeout=1).close()",
+                    ],
+                    check=False,
+                ).returncode
+                == 0
+            ),
+            timeout=10,
+            step=0.2,
+        )
         out, _ = proc.communicate(timeout=20)
     finally:
         proc.kill()

@@ -4,6 +4,7 @@ holding a borrowed address is reachable from every node, by a host route that go
 
 One cluster per backend for the module (three nodes, two Pods each): the tests add Pods
 (the borrower goes again) and change nothing else."""
+
 from __future__ import annotations
 
 import itertools
@@ -11,6 +12,7 @@ import itertools
 import pytest
 
 from tests.fixtures.waiting import wait_for
+
 from .kernel import Registry, read_routes, wait_converged
 from .pods import OverlayCluster, Pod, pod_conf, tcp_transfer
 
@@ -29,8 +31,12 @@ def mesh(request, module_overlay) -> OverlayCluster:
 
 
 def wait_ping(src: Pod, dst: Pod, timeout: float = 10.0) -> None:
-    wait_for(f"{src.ip} ({src.node.name}) -> {dst.ip} ({dst.node.name})",
-             lambda: src.ns.ping(dst.ip, timeout=1), timeout, step=0.2)
+    wait_for(
+        f"{src.ip} ({src.node.name}) -> {dst.ip} ({dst.node.name})",
+        lambda: src.ns.ping(dst.ip, timeout=1),
+        timeout,
+        step=0.2,
+    )
 
 
 def cross_pairs(pods: list[Pod]) -> list[tuple[Pod, Pod]]:
@@ -47,7 +53,8 @@ def test_every_node_holds_its_peers_entries_and_nothing_else(mesh):
     for node in mesh.nodes:
         others = [n for n in mesh.nodes if n is not node]
         assert {r[0] for r in read_routes(node.host.ns)} == set().union(
-            *(Registry.read(mesh.cluster.etcd).blocks[n.name] for n in others))
+            *(Registry.read(mesh.cluster.etcd).blocks[n.name] for n in others)
+        )
 
 
 def test_tcp_transfer_between_every_pair_of_nodes(mesh):
@@ -70,8 +77,7 @@ def add_borrower(mesh: OverlayCluster) -> Pod:
 
 
 def host_routes(mesh: OverlayCluster, ip: str) -> dict[str, set]:
-    return {n.name: {r for r in read_routes(n.host.ns) if r[0] == f"{ip}/32"}
-            for n in mesh.nodes}
+    return {n.name: {r for r in read_routes(n.host.ns) if r[0] == f"{ip}/32"} for n in mesh.nodes}
 
 
 def test_a_pod_on_a_borrowed_address_is_reachable_from_every_node(mesh):
@@ -80,9 +86,11 @@ def test_a_pod_on_a_borrowed_address_is_reachable_from_every_node(mesh):
     holder = mesh.records()["node3"]["overlay"]
     via = holder["vteps"][0] if mesh.backend == "vxlan" else holder["underlay"]
     dev = "pycni.1" if mesh.backend == "vxlan" else "eth0"
-    assert host_routes(mesh, pod.ip) == {"node1": {(f"{pod.ip}/32", via, dev)},
-                                         "node2": {(f"{pod.ip}/32", via, dev)},
-                                         "node3": {(f"{pod.ip}/32", None, "pycni1")}}
+    assert host_routes(mesh, pod.ip) == {
+        "node1": {(f"{pod.ip}/32", via, dev)},
+        "node2": {(f"{pod.ip}/32", via, dev)},
+        "node3": {(f"{pod.ip}/32", None, "pycni1")},
+    }
     for src in [p for p in mesh.pods if p.node is not pod.node]:
         wait_ping(src, pod)
     for node in mesh.nodes[:2]:

@@ -1,6 +1,7 @@
 """The bridge of an overlay node answers ARP for remote Pods, and at once: with the kernel's
 default ``proxy_delay`` (up to 0.8 s) the first packets to a new remote Pod waited in the
 proxy queue and were dropped (make demo lost the first two of three pings)."""
+
 from __future__ import annotations
 
 import pytest

@@ -7,6 +7,7 @@ exist, and leaves foreign routes, neighbours and FDB entries alone.
 
 One cluster for the module (two nodes, a Pod on each, metrics on); each test leaves it as it
 found it."""
+
 from __future__ import annotations
 
 import re
@@ -17,6 +18,7 @@ import subprocess
 import pytest
 
 from tests.fixtures.waiting import wait_for
+
 from .kernel import VXLAN_DEVICE, ifindex, ip_json, read_state, wait_converged
 from .pods import METRICS, OverlayCluster, Pod, wait_synced
 
@@ -68,8 +70,12 @@ def test_an_entry_or_the_device_deleted_by_hand_is_restored(settled, kind):
     node = settled.nodes[0]
     delete_one(node.host.ns, kind)
     wait_converged(settled.cluster.etcd, settled.nodes, BOUND)
-    vteps = {a["local"] for link in ip_json(node.host.ns, f"ip -j addr show dev {VXLAN_DEVICE}")
-             for a in link["addr_info"] if a["family"] == "inet"}
+    vteps = {
+        a["local"]
+        for link in ip_json(node.host.ns, f"ip -j addr show dev {VXLAN_DEVICE}")
+        for a in link["addr_info"]
+        if a["family"] == "inet"
+    }
     assert vteps == set(settled.records()[node.name]["overlay"]["vteps"])
 
 
@@ -80,11 +86,17 @@ def started(cmd: list[str]) -> subprocess.Popen:
 def start_monitor(ns) -> subprocess.Popen:
     """`ip monitor` of routes, neighbours and links in ``ns``, returned once it prints (a
     probe route is added until it does, then removed)."""
-    monitor = started(["ip", "netns", "exec", ns.name, "ip", "-o", "monitor", "route", "neigh",
-                       "link"])
-    wait_for("ip monitor to listen", lambda: ns.run(
-        "ip route replace 192.0.2.1/32 dev lo", check=False) and select.select(
-        [monitor.stdout], [], [], 0.1)[0], timeout=10)
+    monitor = started(
+        ["ip", "netns", "exec", ns.name, "ip", "-o", "monitor", "route", "neigh", "link"]
+    )
+    wait_for(
+        "ip monitor to listen",
+        lambda: (
+            ns.run("ip route replace 192.0.2.1/32 dev lo", check=False)
+            and select.select([monitor.stdout], [], [], 0.1)[0]
+        ),
+        timeout=10,
+    )
     ns.run("ip route del 192.0.2.1/32 dev lo")
     return monitor
 
@@ -102,8 +114,7 @@ def lost_replies(report: str) -> int:
 def pinging(src: Pod, dst: Pod) -> subprocess.Popen:
     """A continuous ping, every 0.1 s, once its first reply came back (-O: a lost reply
     prints a line too, so reading its output never blocks for long)."""
-    ping = started(["ip", "netns", "exec", src.ns.name, "ping", "-4", "-O", "-i", "0.1",
-                    dst.ip])
+    ping = started(["ip", "netns", "exec", src.ns.name, "ping", "-4", "-O", "-i", "0.1", dst.ip])
     wait_for("the first reply", lambda: "bytes from" in ping.stdout.readline(), 10)
     return ping
 
@@ -115,29 +126,40 @@ def test_a_pycnid_restart_loses_at_most_one_reply_and_changes_no_entry(settled):
     assert node.daemon.stop() == 0
     node.daemon.start()
     wait_synced(node)
-    wait_for("ten more replies", lambda: all("bytes from" in ping.stdout.readline()
-                                             for _ in range(10)), 10)
+    wait_for(
+        "ten more replies",
+        lambda: all("bytes from" in ping.stdout.readline() for _ in range(10)),
+        10,
+    )
     report, changes = stop_output(ping), stop_output(monitor, signal.SIGTERM)
     assert lost_replies(report) <= 1, report
     assert (read_state(node.host.ns), ifindex(node.host.ns)) == before
-    deleted = [line for line in changes.splitlines() if line.startswith("Deleted")
-               and (VXLAN_DEVICE in line or "proto 77" in line)]
+    deleted = [
+        line
+        for line in changes.splitlines()
+        if line.startswith("Deleted") and (VXLAN_DEVICE in line or "proto 77" in line)
+    ]
     assert not deleted, changes
 
 
-STALE = ["ip route add 10.250.7.0/24 via 172.31.250.99 dev eth0 proto 77",
-         "ip neigh add 10.250.7.1 lladdr 66:de:ad:00:00:01 dev pycni.1 nud permanent "
-         "protocol 77",
-         "bridge fdb append 66:de:ad:00:00:01 dev pycni.1 dst 172.31.250.99 self permanent"]
-FOREIGN = ["ip route add 10.250.8.0/24 via 172.31.250.98 dev eth0 proto static",
-           "ip neigh add 10.250.8.1 lladdr 66:f0:0d:00:00:01 dev pycni.1 nud permanent",
-           "bridge fdb append 66:f0:0d:00:00:01 dev pycni.1 dst 172.31.250.98 self permanent"]
+STALE = [
+    "ip route add 10.250.7.0/24 via 172.31.250.99 dev eth0 proto 77",
+    "ip neigh add 10.250.7.1 lladdr 66:de:ad:00:00:01 dev pycni.1 nud permanent protocol 77",
+    "bridge fdb append 66:de:ad:00:00:01 dev pycni.1 dst 172.31.250.99 self permanent",
+]
+FOREIGN = [
+    "ip route add 10.250.8.0/24 via 172.31.250.98 dev eth0 proto static",
+    "ip neigh add 10.250.8.1 lladdr 66:f0:0d:00:00:01 dev pycni.1 nud permanent",
+    "bridge fdb append 66:f0:0d:00:00:01 dev pycni.1 dst 172.31.250.98 self permanent",
+]
 
 
 def foreign_left(ns) -> list[bool]:
-    return ["10.250.8.0/24" in ns.run("ip route show proto static").stdout,
-            "66:f0:0d:00:00:01" in ns.run(f"ip neigh show dev {VXLAN_DEVICE}").stdout,
-            "dst 172.31.250.98" in ns.run(f"bridge fdb show dev {VXLAN_DEVICE}").stdout]
+    return [
+        "10.250.8.0/24" in ns.run("ip route show proto static").stdout,
+        "66:f0:0d:00:00:01" in ns.run(f"ip neigh show dev {VXLAN_DEVICE}").stdout,
+        "dst 172.31.250.98" in ns.run(f"bridge fdb show dev {VXLAN_DEVICE}").stdout,
+    ]
 
 
 def test_at_start_entries_for_unknown_nodes_go_and_foreign_ones_stay(settled):

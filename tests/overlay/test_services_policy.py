@@ -5,6 +5,7 @@ source they saw; a client outside the cluster CIDRs sits on the underlay bridge 
 a Pod). Each test asks `pycni svc trace` the same question and checks its answer (entry,
 verdict, masquerade, local-only) against conntrack in the node's namespace. Every wait is for
 the proxy to follow a store change (wait_for), never a timed assertion."""
+
 from __future__ import annotations
 
 import subprocess
@@ -14,9 +15,20 @@ import pytest
 from services.record import EndpointRecord
 from tests.fixtures.bridge import ip_of
 from tests.fixtures.waiting import wait_for
+
 from .pods import pod_conf, python_in
-from .svc_policy_helpers import (PEER_SERVER, backends_of, connect, flows, flush_conntrack,
-                                 has_element, node_addresses, route_service_cidrs, svc, trace)
+from .svc_policy_helpers import (
+    PEER_SERVER,
+    backends_of,
+    connect,
+    flows,
+    flush_conntrack,
+    has_element,
+    node_addresses,
+    route_service_cidrs,
+    svc,
+    trace,
+)
 
 pytestmark = pytest.mark.etcd
 CIDRS = ("10.96.0.0/24", "fd00:96::/112")
@@ -26,8 +38,11 @@ SHORT = 1.0  # a dropped SYN's connect timeout (a refusal comes back long before
 
 def dual_stack_conf() -> dict:
     conf = pod_conf()
-    conf["ipam"] = {**conf["ipam"], "pools": ["pods", "pods6"],
-                    "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}
+    conf["ipam"] = {
+        **conf["ipam"],
+        "pools": ["pods", "pods6"],
+        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+    }
     return conf
 
 
@@ -45,13 +60,20 @@ def world(module_overlay):
     servers = [subprocess.Popen(python_in(p.ns, PEER_SERVER)) for p in backends]
     for i, pod in enumerate(backends):
         labels = {"app": "pol", "where": "one" if pod.node is n1 else "two"}
-        ep = EndpointRecord("ns", f"b{i}", "eth0", (pod.ip, ip_of(pod.result, 1)), labels,
-                            pod.node.name)
+        ep = EndpointRecord(
+            "ns", f"b{i}", "eth0", (pod.ip, ip_of(pod.result, 1)), labels, pod.node.name
+        )
         cluster.cluster.etcd.put(ep.key, ep.to_bytes())
     for node in cluster.nodes:
         route_service_cidrs(node.host.ns, CIDRS)
-    svc(cluster, "config", "set", *[a for c in CIDRS for a in ("--cidr", c)],
-        "--node-port-range", "30000-30100")
+    svc(
+        cluster,
+        "config",
+        "set",
+        *[a for c in CIDRS for a in ("--cidr", c)],
+        "--node-port-range",
+        "30000-30100",
+    )
     yield cluster, backends, client, outside
     for server in servers:
         server.kill()
@@ -68,15 +90,28 @@ def node_port(service: dict) -> int:
 
 def wait_backends(ns, ip: str, port: int, want: set[str], timeout: float = 2.0) -> None:
     """Until 10 connects are answered by exactly ``want`` (the proxy followed the change)."""
-    wait_for(f"{ip}:{port} answered by {want}",
-             lambda: backends_of(connect(ns, ip, port, 10, timeout)) == want, 20, 0.2)
+    wait_for(
+        f"{ip}:{port} answered by {want}",
+        lambda: backends_of(connect(ns, ip, port, 10, timeout)) == want,
+        20,
+        0.2,
+    )
 
 
 def test_a_nodeport_from_outside_reaches_both_nodes_masqueraded(world):
     cluster, backends, _, outside = world
     n1, n2 = cluster.nodes
-    web = svc(cluster, "create", "ns/np", "--type", "NodePort", "--port", "80/TCP:8080",
-              "--selector", "app=pol")["service"]
+    web = svc(
+        cluster,
+        "create",
+        "ns/np",
+        "--type",
+        "NodePort",
+        "--port",
+        "80/TCP:8080",
+        "--selector",
+        "app=pol",
+    )["service"]
     target, port = address(cluster, n2), node_port(web)
     wait_backends(outside.ns, target, port, {p.ip for p in backends})
     flush_conntrack(n2.host.ns)
@@ -97,8 +132,19 @@ def test_a_nodeport_from_outside_reaches_both_nodes_masqueraded(world):
 def test_external_policy_local_keeps_the_client_ip_and_only_local_backends(world):
     cluster, backends, _, outside = world
     n2 = cluster.nodes[1]
-    web = svc(cluster, "create", "ns/local", "--type", "NodePort", "--port", "80/TCP:8080",
-              "--selector", "app=pol", "--external-traffic-policy", "Local")["service"]
+    web = svc(
+        cluster,
+        "create",
+        "ns/local",
+        "--type",
+        "NodePort",
+        "--port",
+        "80/TCP:8080",
+        "--selector",
+        "app=pol",
+        "--external-traffic-policy",
+        "Local",
+    )["service"]
     target, port = address(cluster, n2), node_port(web)
     local = {p.ip for p in backends if p.node is n2}
     wait_backends(outside.ns, target, port, local)
@@ -118,8 +164,19 @@ def test_external_policy_local_keeps_the_client_ip_and_only_local_backends(world
 def test_external_policy_local_drops_a_nodeport_without_local_backend(world):
     cluster, backends, _, outside = world
     n1, n2 = cluster.nodes
-    web = svc(cluster, "create", "ns/lonely", "--type", "NodePort", "--port", "80/TCP:8080",
-              "--selector", "where=one", "--external-traffic-policy", "Local")["service"]
+    web = svc(
+        cluster,
+        "create",
+        "ns/lonely",
+        "--type",
+        "NodePort",
+        "--port",
+        "80/TCP:8080",
+        "--selector",
+        "where=one",
+        "--external-traffic-policy",
+        "Local",
+    )["service"]
     port = node_port(web)
     wait_backends(outside.ns, address(cluster, n1), port, {backends[0].ip})  # served on node1
     target = address(cluster, n2)
@@ -133,16 +190,26 @@ def test_external_policy_local_drops_a_nodeport_without_local_backend(world):
 
 
 def port_dropped(node, port: int) -> bool:
-    out = node.host.ns.run(["nft", "list", "map", "ip", "pycni-svc", "no-endpoint-nodeports"],
-                           check=False).stdout
+    out = node.host.ns.run(
+        ["nft", "list", "map", "ip", "pycni-svc", "no-endpoint-nodeports"], check=False
+    ).stdout
     return f"tcp . {port} : drop" in out
 
 
 def test_internal_policy_local_reaches_only_the_clients_node(world):
     cluster, backends, client, _ = world
     n1 = cluster.nodes[0]
-    vip = svc(cluster, "create", "ns/inner", "--port", "80/TCP:8080", "--selector", "app=pol",
-              "--internal-traffic-policy", "Local")["service"]["clusterIPs"][0]
+    vip = svc(
+        cluster,
+        "create",
+        "ns/inner",
+        "--port",
+        "80/TCP:8080",
+        "--selector",
+        "app=pol",
+        "--internal-traffic-policy",
+        "Local",
+    )["service"]["clusterIPs"][0]
     wait_backends(client.ns, vip, 80, {backends[0].ip})
     flush_conntrack(n1.host.ns)
     answers = [a.split(",") for a in connect(client.ns, vip, 80, 20)]
@@ -157,10 +224,23 @@ def test_internal_policy_local_reaches_only_the_clients_node(world):
 def test_internal_policy_local_drops_without_a_backend_on_the_clients_node(world):
     cluster, _, client, _ = world
     n1 = cluster.nodes[0]
-    vip = svc(cluster, "create", "ns/far", "--port", "80/TCP:8080", "--selector", "where=two",
-              "--internal-traffic-policy", "Local")["service"]["clusterIPs"][0]
-    wait_for("node1's proxy holding the Local VIP",
-             lambda: has_element(n1.host.ns, 4, "no-endpoints", vip), 20, 0.2)
+    vip = svc(
+        cluster,
+        "create",
+        "ns/far",
+        "--port",
+        "80/TCP:8080",
+        "--selector",
+        "where=two",
+        "--internal-traffic-policy",
+        "Local",
+    )["service"]["clusterIPs"][0]
+    wait_for(
+        "node1's proxy holding the Local VIP",
+        lambda: has_element(n1.host.ns, 4, "no-endpoints", vip),
+        20,
+        0.2,
+    )
     flush_conntrack(n1.host.ns)
     assert connect(client.ns, vip, 80, 3, SHORT) == ["TimeoutError"] * 3
     answer = trace(cluster, client.ip, f"{vip}:80/tcp", n1.name)
@@ -172,10 +252,14 @@ def test_internal_policy_local_drops_without_a_backend_on_the_clients_node(world
 def test_an_ipv6_service_reaches_ipv6_backends_across_nodes(world):
     cluster, backends, client, _ = world
     n1 = cluster.nodes[0]
-    ips = svc(cluster, "create", "ns/six", "--port", "80/TCP:8080",
-              "--selector", "app=pol")["service"]["clusterIPs"]
-    vip, mine, six = [ip for ip in ips if ":" in ip][0], ip_of(client.result, 1), {
-        ip_of(p.result, 1) for p in backends}
+    ips = svc(cluster, "create", "ns/six", "--port", "80/TCP:8080", "--selector", "app=pol")[
+        "service"
+    ]["clusterIPs"]
+    vip, mine, six = (
+        [ip for ip in ips if ":" in ip][0],
+        ip_of(client.result, 1),
+        {ip_of(p.result, 1) for p in backends},
+    )
     wait_backends(client.ns, vip, 80, six)
     flush_conntrack(n1.host.ns)
     answers = [a.split(",") for a in connect(client.ns, vip, 80, 60)]
@@ -191,11 +275,16 @@ def test_an_ipv6_service_reaches_ipv6_backends_across_nodes(world):
 def empty_ipv6_service(cluster, name: str) -> str:
     """A Service selecting no Pod, its IPv6 VIP once node1's proxy rejects it (before that
     sync the VIP is an unallocated service address: dropped)."""
-    ips = svc(cluster, "create", f"ns/{name}", "--port", "80/TCP:8080",
-              "--selector", "app=nobody")["service"]["clusterIPs"]
+    ips = svc(
+        cluster, "create", f"ns/{name}", "--port", "80/TCP:8080", "--selector", "app=nobody"
+    )["service"]["clusterIPs"]
     vip = [ip for ip in ips if ":" in ip][0]
-    wait_for("node1's proxy rejecting the empty IPv6 VIP", lambda: has_element(
-        cluster.nodes[0].host.ns, 6, "no-endpoints", vip), 20, 0.2)
+    wait_for(
+        "node1's proxy rejecting the empty IPv6 VIP",
+        lambda: has_element(cluster.nodes[0].host.ns, 6, "no-endpoints", vip),
+        20,
+        0.2,
+    )
     return vip
 
 
@@ -207,7 +296,10 @@ def test_an_empty_ipv6_service_is_refused(world):
     assert connect(client.ns, vip, 80, 3, 3.0) == ["ConnectionRefusedError"] * 3
     answer = trace(cluster, ip_of(client.result, 1), f"[{vip}]:80/tcp", n1.name)
     assert (answer["entry"], answer["verdict"], answer["reason"]) == (
-        "ClusterIP", "reject", "no endpoints")
+        "ClusterIP",
+        "reject",
+        "no endpoints",
+    )
     assert flows(n1.host.ns, 6, vip, 80) == []  # conntrack: refused before confirmation
 
 
@@ -223,8 +315,17 @@ def test_an_external_ip_from_outside_reaches_the_backends_masqueraded(world):
     cluster, backends, _, outside = world
     n2 = cluster.nodes[1]
     external = "203.0.113.80"
-    svc(cluster, "create", "ns/ext", "--port", "80/TCP:8080", "--selector", "app=pol",
-        "--external-ip", external)
+    svc(
+        cluster,
+        "create",
+        "ns/ext",
+        "--port",
+        "80/TCP:8080",
+        "--selector",
+        "app=pol",
+        "--external-ip",
+        external,
+    )
     outside.ns.run(["ip", "route", "replace", f"{external}/32", "via", address(cluster, n2)])
     wait_backends(outside.ns, external, 80, {p.ip for p in backends})
     answers = [a.split(",") for a in connect(outside.ns, external, 80, 30)]

@@ -4,6 +4,7 @@ Each param yields a store; tests keep to their own key prefix (`ns` fixture), so
 etcd can serve the whole module. The etcd param starts a real etcd: it carries the ``etcd``
 marker, so ``-m "not etcd"`` runs the suite on SQLite alone.
 """
+
 from __future__ import annotations
 
 import uuid

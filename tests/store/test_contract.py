@@ -4,6 +4,7 @@ Runs against each `store` param of conftest.py (SQLite; etcd on a real server). 
 use keys under their own `ns` prefix and never assume they are the only writer of the
 revision counter.
 """
+
 from __future__ import annotations
 
 import threading
@@ -34,8 +35,11 @@ def test_update_bumps_mod_revision_keeps_create_revision(store, ns):
     second = put(store, ns + "a", b"2")
     assert second.revision > first.revision
     kv = store.get(ns + "a")
-    assert (kv.value, kv.mod_revision, kv.create_revision) == (b"2", second.revision,
-                                                                first.revision)
+    assert (kv.value, kv.mod_revision, kv.create_revision) == (
+        b"2",
+        second.revision,
+        first.revision,
+    )
 
 
 def test_values_are_opaque_bytes(store, ns):
@@ -75,8 +79,10 @@ def test_failed_txn_reports_a_current_revision(store, ns):
 def test_failed_compare_applies_no_op_at_all(store, ns):
     put(store, ns + "guard", b"g")
     put(store, ns + "victim", b"v")
-    result = store.txn([Compare(ns + "guard", 0)],
-                       [Put(ns + "new", b"n"), Delete(ns + "victim"), Put(ns + "guard", b"x")])
+    result = store.txn(
+        [Compare(ns + "guard", 0)],
+        [Put(ns + "new", b"n"), Delete(ns + "victim"), Put(ns + "guard", b"x")],
+    )
     assert not result.succeeded
     assert store.get(ns + "new") is None
     assert store.get(ns + "victim").value == b"v"
@@ -93,8 +99,9 @@ def test_every_compare_must_hold(store, ns):
 
 
 def test_multi_key_txn_is_atomic_and_shares_one_revision(store, ns):
-    result = store.txn([Compare(ns + "x", 0), Compare(ns + "y", 0)],
-                       [Put(ns + "x", b"1"), Put(ns + "y", b"2")])
+    result = store.txn(
+        [Compare(ns + "x", 0), Compare(ns + "y", 0)], [Put(ns + "x", b"1"), Put(ns + "y", b"2")]
+    )
     assert result.succeeded
     assert store.get(ns + "x").mod_revision == store.get(ns + "y").mod_revision == result.revision
 
@@ -169,8 +176,9 @@ def cas_increment(store, key: str, times: int, retries: list[int]) -> None:
         while True:
             kv = store.get(key)
             value = int(kv.value) + 1 if kv else 1
-            if store.txn([Compare(key, kv.mod_revision if kv else 0)],
-                         [Put(key, str(value).encode())]).succeeded:
+            if store.txn(
+                [Compare(key, kv.mod_revision if kv else 0)], [Put(key, str(value).encode())]
+            ).succeeded:
                 break
             retries.append(1)
 
@@ -178,8 +186,10 @@ def cas_increment(store, key: str, times: int, retries: list[int]) -> None:
 def test_concurrent_cas_increments_lose_no_update(store, ns):
     threads_n, times = 8, 40
     retries: list[int] = []
-    threads = [threading.Thread(target=cas_increment, args=(store, ns + "counter", times, retries))
-               for _ in range(threads_n)]
+    threads = [
+        threading.Thread(target=cas_increment, args=(store, ns + "counter", times, retries))
+        for _ in range(threads_n)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -189,16 +199,19 @@ def test_concurrent_cas_increments_lose_no_update(store, ns):
 
 def claim_first_free(store, prefix: str, slots: int, winners: list[str], me: str) -> None:
     for slot in range(slots):
-        if store.txn([Compare(f"{prefix}{slot:03d}", 0)],
-                     [Put(f"{prefix}{slot:03d}", me.encode())]).succeeded:
+        if store.txn(
+            [Compare(f"{prefix}{slot:03d}", 0)], [Put(f"{prefix}{slot:03d}", me.encode())]
+        ).succeeded:
             winners.append(f"{slot:03d}")
             return
 
 
 def test_create_if_absent_race_has_one_winner_per_key(store, ns):
     winners: list[str] = []
-    threads = [threading.Thread(target=claim_first_free, args=(store, ns, 20, winners, f"t{i}"))
-               for i in range(12)]
+    threads = [
+        threading.Thread(target=claim_first_free, args=(store, ns, 20, winners, f"t{i}"))
+        for i in range(12)
+    ]
     for t in threads:
         t.start()
     for t in threads:

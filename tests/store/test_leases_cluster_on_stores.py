@@ -5,6 +5,7 @@ node selectors, and empty blocks going back to the pool.
 Each test names its pools uniquely and gives them a node selector of its own, so one etcd
 serves the whole module without one test's pools being selected in another.
 """
+
 from __future__ import annotations
 
 import threading
@@ -14,10 +15,17 @@ from collections import Counter
 import pytest
 
 from cni.spec.errors import AddressExhausted
-from ipam.leases.service import LeaseService
-from ipam.records import (HANDLES, BlockRecord, HandleId, HandleRecord, affinity_prefix,
-                          blocks_prefix, handles_prefix)
 from ipam.alloc.selection import Selection
+from ipam.leases.service import LeaseService
+from ipam.records import (
+    HANDLES,
+    BlockRecord,
+    HandleId,
+    HandleRecord,
+    affinity_prefix,
+    blocks_prefix,
+    handles_prefix,
+)
 from tests.fixtures.ipam_pools import Clock, put_pool
 
 
@@ -31,14 +39,20 @@ def blocks(store, pool: str) -> list[BlockRecord]:
 
 
 def handles(store, network: str) -> list[HandleRecord]:
-    return [HandleRecord.from_bytes(kv.key, kv.value)
-            for kv in store.range(handles_prefix(network))]
+    return [
+        HandleRecord.from_bytes(kv.key, kv.value) for kv in store.range(handles_prefix(network))
+    ]
 
 
 def test_three_nodes_at_once_on_one_small_pool_never_share_an_address(store, tag):
     pool, network = f"small-{tag}", f"n{tag}"
-    put_pool(store, pool, "10.90.0.0/26", block_size=29,  # 8 blocks, 62 addresses
-             node_selector={"test": tag})
+    put_pool(
+        store,
+        pool,
+        "10.90.0.0/26",
+        block_size=29,  # 8 blocks, 62 addresses
+        node_selector={"test": tag},
+    )
     nodes = [LeaseService(store, f"node{i}-{tag}") for i in range(3)]
     chosen = Selection(network, pools=(pool,))
     got: list[tuple[str, str]] = []
@@ -47,8 +61,7 @@ def test_three_nodes_at_once_on_one_small_pool_never_share_an_address(store, tag
     def run(leases: LeaseService) -> None:
         for i in range(25):
             try:
-                record, _ = leases.acquire(HandleId(network, f"{leases.node}-{i}", "eth0"),
-                                           chosen)
+                record, _ = leases.acquire(HandleId(network, f"{leases.node}-{i}", "eth0"), chosen)
                 got.append((leases.node, record.ips[0].ip))
             except AddressExhausted as err:
                 refused.append(err)
@@ -60,8 +73,9 @@ def test_three_nodes_at_once_on_one_small_pool_never_share_an_address(store, tag
         t.join()
     ips = [ip for _, ip in got]
     assert len(ips) == len(set(ips)) == 62 and len(refused) == 75 - 62
-    assert {e.msg for e in refused} <= {f"no address left in pool {pool} for node {n.node}"
-                                        for n in nodes}
+    assert {e.msg for e in refused} <= {
+        f"no address left in pool {pool} for node {n.node}" for n in nodes
+    }
     stored = handles(store, network)  # nothing half-written: every lease is whole
     allocations = {ip: holder for b in blocks(store, pool) for ip, holder in b.allocations.items()}
     assert len(stored) == 62 and allocations == {r.ips[0].ip: str(r.handle) for r in stored}
@@ -104,8 +118,9 @@ def test_dual_stack_from_node_selected_pools_is_all_or_nothing(store, tag):
 
 def test_empty_blocks_go_back_and_can_be_claimed_again(store, tag):
     pool, network, clock = f"p-{tag}", f"n{tag}", Clock()
-    put_pool(store, pool, "10.93.0.0/24", block_size=26, reuse_delay=30,
-             node_selector={"test": tag})
+    put_pool(
+        store, pool, "10.93.0.0/24", block_size=26, reuse_delay=30, node_selector={"test": tag}
+    )
     leases = LeaseService(store, f"node-{tag}", clock=clock, block_grace=60)
     chosen = Selection(network, pools=(pool,))
     record, _ = leases.acquire(HandleId(network, "a", "eth0"), chosen)
@@ -129,8 +144,9 @@ def test_many_concurrent_adds_of_one_node_are_unique_and_whole(store, tag):
 
     def add(i: int) -> None:
         try:
-            results.append(leases.acquire(HandleId(network, f"c{i}", "eth0"),
-                                          Selection(network))[0])
+            results.append(
+                leases.acquire(HandleId(network, f"c{i}", "eth0"), Selection(network))[0]
+            )
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -142,5 +158,6 @@ def test_many_concurrent_adds_of_one_node_are_unique_and_whole(store, tag):
     assert not errors
     got = [ip.ip for r in results for ip in r.ips]
     assert len(got) == len(set(got)) == 80
-    assert sorted(str(r.handle) for r in handles(store, network)) == \
-        sorted(str(r.handle) for r in results)
+    assert sorted(str(r.handle) for r in handles(store, network)) == sorted(
+        str(r.handle) for r in results
+    )

@@ -3,6 +3,7 @@
 Each test uses a network name of its own, so pools, blocks and handles never collide on a
 shared etcd.
 """
+
 from __future__ import annotations
 
 import threading
@@ -10,9 +11,9 @@ import uuid
 
 import pytest
 
-from plugins.ipam.config import parse_ipam_config
 from ipam.leases.service import LeaseService
 from ipam.records import HandleId
+from plugins.ipam.config import parse_ipam_config
 
 
 @pytest.fixture

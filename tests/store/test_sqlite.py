@@ -1,4 +1,5 @@
 """What only the embedded store does: persistence across reopen, errors, two openers."""
+
 from __future__ import annotations
 
 import os

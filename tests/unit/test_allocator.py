@@ -1,12 +1,22 @@
 """The allocation policy, pure: pools, blocks, which address comes next."""
+
 from __future__ import annotations
 
 import ipaddress
 import itertools
 
-from ipam.alloc.allocator import (Pool, Range, block_capacity, block_containing, calc_block_prefix,
-                            calc_pool_name, calc_pools, find_pool, iter_candidate_blocks,
-                            pick_address)
+from ipam.alloc.allocator import (
+    Pool,
+    Range,
+    block_capacity,
+    block_containing,
+    calc_block_prefix,
+    calc_pool_name,
+    calc_pools,
+    find_pool,
+    iter_candidate_blocks,
+    pick_address,
+)
 from ipam.alloc.policy import StaticView
 from ipam.alloc.policy import choose_address as choose
 from ipam.records import BlockRecord
@@ -15,12 +25,23 @@ ip = ipaddress.ip_address
 net = ipaddress.ip_network
 
 
-def rng(subnet: str, start: str | None = None, end: str | None = None,
-        gateway: str | None = None, block: int | None = None) -> Range:
+def rng(
+    subnet: str,
+    start: str | None = None,
+    end: str | None = None,
+    gateway: str | None = None,
+    block: int | None = None,
+) -> Range:
     s = net(subnet)
     last = s.broadcast_address - (1 if s.version == 4 else 0)
-    return Range(s, ip(start) if start else s.network_address + 1, ip(end) if end else last,
-                 ip(gateway) if gateway else s.network_address + 1, block, "test")
+    return Range(
+        s,
+        ip(start) if start else s.network_address + 1,
+        ip(end) if end else last,
+        ip(gateway) if gateway else s.network_address + 1,
+        block,
+        "test",
+    )
 
 
 def pool_of(*ranges: Range, network: str = "net"):
@@ -49,7 +70,9 @@ def test_block_prefix_defaults_and_never_exceeds_the_subnet():
     assert calc_block_prefix(net("10.0.0.0/28")) == 28
     assert calc_block_prefix(net("10.0.0.0/16"), 24) == 24
     assert calc_block_prefix(net("10.0.0.0/24"), 16) == 24
-    assert calc_block_prefix(net("fd00::/120")) == 122 and calc_block_prefix(net("fd00::/124")) == 124
+    assert (
+        calc_block_prefix(net("fd00::/120")) == 122 and calc_block_prefix(net("fd00::/124")) == 124
+    )
 
 
 def test_gateway_network_and_broadcast_are_never_handed_out():
@@ -61,8 +84,13 @@ def test_gateway_network_and_broadcast_are_never_handed_out():
 
 def test_explicit_gateway_in_the_middle_is_skipped():
     pool = pool_of(rng("10.0.0.0/29", gateway="10.0.0.4"))
-    assert drain(pool, net("10.0.0.0/29")) == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.5",
-                                               "10.0.0.6"]
+    assert drain(pool, net("10.0.0.0/29")) == [
+        "10.0.0.1",
+        "10.0.0.2",
+        "10.0.0.3",
+        "10.0.0.5",
+        "10.0.0.6",
+    ]
 
 
 def test_range_start_and_end_limit_the_addresses():
@@ -128,9 +156,14 @@ def test_block_containing_an_address():
 
 
 def test_same_subnet_ranges_merge_into_one_pool():
-    pools = calc_pools("net", (rng("10.0.0.0/24", end="10.0.0.10"),
-                               rng("10.0.0.0/24", start="10.0.0.200", gateway="10.0.0.1"),
-                               rng("10.9.0.0/24")))
+    pools = calc_pools(
+        "net",
+        (
+            rng("10.0.0.0/24", end="10.0.0.10"),
+            rng("10.0.0.0/24", start="10.0.0.200", gateway="10.0.0.1"),
+            rng("10.9.0.0/24"),
+        ),
+    )
     assert [p.name for p in pools] == ["net-10.0.0.0-24", "net-10.9.0.0-24"]
     assert pools[0].allocatable(ip("10.0.0.5")) and pools[0].allocatable(ip("10.0.0.201"))
     assert not pools[0].allocatable(ip("10.0.0.100"))
@@ -139,7 +172,9 @@ def test_same_subnet_ranges_merge_into_one_pool():
 
 
 def own(pool, *blocks: tuple[str, dict[str, str]]) -> dict:
-    return {pool.name: {cidr: BlockRecord(pool.name, cidr, "n1", allocs) for cidr, allocs in blocks}}
+    return {
+        pool.name: {cidr: BlockRecord(pool.name, cidr, "n1", allocs) for cidr, allocs in blocks}
+    }
 
 
 def choose_address(pools, own_blocks, taken):
@@ -148,39 +183,50 @@ def choose_address(pools, own_blocks, taken):
 
 def test_choose_prefers_own_block_with_room():
     pool = pool_of(rng("10.0.0.0/24"))
-    choice = choose_address((pool,), own(pool, ("10.0.0.64/26", {"10.0.0.64": "a"})),
-                            {pool.name: {"10.0.0.0/26", "10.0.0.64/26"}})
-    assert (str(choice.block), str(choice.address), choice.claim) == ("10.0.0.64/26", "10.0.0.65",
-                                                                      False)
+    choice = choose_address(
+        (pool,),
+        own(pool, ("10.0.0.64/26", {"10.0.0.64": "a"})),
+        {pool.name: {"10.0.0.0/26", "10.0.0.64/26"}},
+    )
+    assert (str(choice.block), str(choice.address), choice.claim) == (
+        "10.0.0.64/26",
+        "10.0.0.65",
+        False,
+    )
 
 
 def test_choose_claims_next_free_block_when_own_are_full():
     pool = pool_of(rng("10.0.0.0/28", block=30))
     full = {"10.0.0.0/30": {"10.0.0.2": "a", "10.0.0.3": "b"}}
     choice = choose_address((pool,), own(pool, *full.items()), {pool.name: {"10.0.0.0/30"}})
-    assert (str(choice.block), str(choice.address), choice.claim) == ("10.0.0.4/30", "10.0.0.4",
-                                                                      True)
+    assert (str(choice.block), str(choice.address), choice.claim) == (
+        "10.0.0.4/30",
+        "10.0.0.4",
+        True,
+    )
 
 
 def test_choose_moves_to_the_next_range_of_the_set_when_the_first_is_exhausted():
     first = pool_of(rng("10.0.0.0/30"))  # one usable address: .2
     second = pool_of(rng("10.5.0.0/24"))
     taken = {first.name: {"10.0.0.0/30"}, second.name: set()}
-    choice = choose_address((first, second), own(first, ("10.0.0.0/30", {"10.0.0.2": "a"})),
-                            taken)
+    choice = choose_address((first, second), own(first, ("10.0.0.0/30", {"10.0.0.2": "a"})), taken)
     assert choice.pool is second and str(choice.address) == "10.5.0.2"
 
 
 def test_choose_returns_none_when_every_block_is_taken_or_full():
     pool = pool_of(rng("10.0.0.0/26"))
     held = {f"10.0.0.{i}": "h" for i in range(2, 63)}
-    assert choose_address((pool,), own(pool, ("10.0.0.0/26", held)),
-                          {pool.name: {"10.0.0.0/26"}}) is None
+    assert (
+        choose_address((pool,), own(pool, ("10.0.0.0/26", held)), {pool.name: {"10.0.0.0/26"}})
+        is None
+    )
     assert choose_address((pool,), {}, {pool.name: {"10.0.0.0/26"}}) is None  # another node's
 
 
 def test_disabled_pool_is_skipped():
     from dataclasses import replace
+
     plain = pool_of(rng("10.0.0.0/24"))
     pool = Pool(replace(plain.spec, disabled=True), True, plain.ranges)
     assert choose_address((pool,), {}, {}) is None

@@ -1,4 +1,5 @@
 """The lease service on a real SqliteStore: ADD/DEL/GC semantics, conflicts, concurrency."""
+
 from __future__ import annotations
 
 import threading
@@ -6,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from plugins.ipam.config import parse_ipam_config
 from cni.spec.errors import AddressConflict, AddressExhausted, NotAvailable
 from ipam.leases.service import LeaseService
 from ipam.records import BlockRecord, HandleId, block_key, decode, encode, pool_key
+from plugins.ipam.config import parse_ipam_config
 from store.base import Compare, Put
 from store.sqlite import SqliteStore
 
@@ -53,7 +54,8 @@ def test_first_lease_is_the_first_address_after_the_gateway(leases, store):
     assert record.ips[0].gateway == "10.22.0.1"
     assert dict(record.attributes) == {"namespace": "ns", "pod": "p", "node": "node1"}
     assert block(store, "net-10.22.0.0-16", "10.22.0.0/26").allocations == {
-        "10.22.0.2": "net/c1/eth0"}
+        "10.22.0.2": "net/c1/eth0"
+    }
     pool = decode("p", store.get(pool_key("net-10.22.0.0-16")).value)
     assert (pool["cidr"], pool["blockSize"], pool["disabled"]) == ("10.22.0.0/16", 26, False)
 
@@ -69,8 +71,9 @@ def test_repeated_add_returns_the_same_addresses(leases, store):
 def test_each_attachment_gets_its_own_address(leases):
     a, _ = leases.acquire(h("c1", "eth0"), V4)
     b, _ = leases.acquire(h("c1", "net1"), V4)
-    c, _ = leases.acquire(h("c1", "eth0", network="other"), sets([{"subnet": "10.22.0.0/16"}],
-                                                                  network="other"))
+    c, _ = leases.acquire(
+        h("c1", "eth0", network="other"), sets([{"subnet": "10.22.0.0/16"}], network="other")
+    )
     assert ips(a) == ["10.22.0.2/16"] and ips(b) == ["10.22.0.3/16"]
     assert ips(c) == ["10.22.0.2/16"]  # another network is another pool
 
@@ -98,14 +101,17 @@ def test_exhaustion_names_range_and_node(leases):
     with pytest.raises(AddressExhausted) as info:
         leases.acquire(h("c-last"), tiny)
     assert info.value.code == 101
-    assert "no address left in range 10.9.0.0/29 (10.9.0.1-10.9.0.6) for node node1" in \
-        info.value.msg
+    assert (
+        "no address left in range 10.9.0.0/29 (10.9.0.1-10.9.0.6) for node node1" in info.value.msg
+    )
     assert leases.lookup(h("c-last")) is None
 
 
 def test_dual_stack_is_all_or_nothing(leases, store):
-    one_v6 = sets([{"subnet": "10.22.0.0/16"}],
-                  [{"subnet": "fd00::/120", "rangeStart": "fd00::5", "rangeEnd": "fd00::5"}])
+    one_v6 = sets(
+        [{"subnet": "10.22.0.0/16"}],
+        [{"subnet": "fd00::/120", "rangeStart": "fd00::5", "rangeEnd": "fd00::5"}],
+    )
     leases.acquire(h("c1"), one_v6)
     before = store.revision()
     with pytest.raises(AddressExhausted, match="fd00::/120"):
@@ -131,6 +137,7 @@ def test_static_address_is_claimed_and_a_conflict_names_the_holder(leases, store
 
 def test_asking_an_existing_lease_for_another_address_is_a_conflict(leases):
     import ipaddress
+
     leases.acquire(h("c1"), V4)
     with pytest.raises(AddressConflict, match="already holds 10.22.0.2"):
         leases.acquire(h("c1"), V4, {0: ipaddress.ip_address("10.22.0.50")})
@@ -138,6 +145,7 @@ def test_asking_an_existing_lease_for_another_address_is_a_conflict(leases):
 
 def test_static_address_in_another_nodes_block(store):
     import ipaddress
+
     node1, node2 = LeaseService(store, "node1"), LeaseService(store, "node2")
     node1.acquire(h("c1"), V4)
     record, _ = node2.acquire(h("c2"), V4, {0: ipaddress.ip_address("10.22.0.30")})
@@ -194,16 +202,32 @@ def test_disabled_pool_gives_no_address(leases, store):
     leases.acquire(h("c1"), V4)
     key = pool_key("net-10.22.0.0-16")
     kv = store.get(key)
-    store.txn([Compare(key, kv.mod_revision)],
-              [Put(key, encode({**decode(key, kv.value), "disabled": True}))])
+    store.txn(
+        [Compare(key, kv.mod_revision)],
+        [Put(key, encode({**decode(key, kv.value), "disabled": True}))],
+    )
     with pytest.raises(AddressExhausted, match="pool disabled"):
         leases.acquire(h("c2"), V4)
 
 
 def test_pool_record_keeps_stored_block_size(leases, store):
     key = pool_key("net-10.22.0.0-16")
-    store.txn([], [Put(key, encode({"name": "net-10.22.0.0-16", "cidr": "10.22.0.0/16",
-                                    "blockSize": 28, "owner": "cli"}))])
+    store.txn(
+        [],
+        [
+            Put(
+                key,
+                encode(
+                    {
+                        "name": "net-10.22.0.0-16",
+                        "cidr": "10.22.0.0/16",
+                        "blockSize": 28,
+                        "owner": "cli",
+                    }
+                ),
+            )
+        ],
+    )
     record, _ = leases.acquire(h("c1"), V4)
     assert record.ips[0].block == "10.22.0.0/28"
     stored = decode(key, store.get(key).value)
@@ -218,8 +242,11 @@ def test_gc_releases_only_this_nodes_invalid_handles(store):
     node2.acquire(h("other-node"), V4)
     node1.acquire(h("stale1", network="net2"), sets([{"subnet": "10.50.0.0/24"}], network="net2"))
     released = node1.collect_garbage("net", {("keep", "eth0")})
-    assert sorted(str(x) for x in released) == ["net/keep/net1", "net/stale1/eth0",
-                                                "net/stale2/eth0"]
+    assert sorted(str(x) for x in released) == [
+        "net/keep/net1",
+        "net/stale1/eth0",
+        "net/stale2/eth0",
+    ]
     assert node1.lookup(h("keep")) is not None
     assert node1.lookup(h("other-node")) is not None  # another node's: never touched
     assert node1.lookup(h("stale1", network="net2")) is not None  # another network

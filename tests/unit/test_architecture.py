@@ -193,14 +193,27 @@ def test_the_tree_lists_the_layers_in_order():
 
 def test_the_section_states_the_request_path_and_the_rule():
     section = architecture_section()
-    for step in ("cni/exe.py", "unix socket", "server", "dispatch", "handler", "netlink",
-                 "nftables", "store", "dependency rule"):
+    for step in (
+        "cni/exe.py",
+        "unix socket",
+        "server",
+        "dispatch",
+        "handler",
+        "netlink",
+        "nftables",
+        "store",
+        "dependency rule",
+    ):
         assert step in section, step
 
 
 def test_imports_go_down_the_layers():
-    found = sorted((a, b, why) for a, targets in import_graph().items() for b in targets
-                   if (why := forbidden(a, b)))
+    found = sorted(
+        (a, b, why)
+        for a, targets in import_graph().items()
+        for b in targets
+        if (why := forbidden(a, b))
+    )
     assert not found, "\n".join(f"{a} imports {b}: {why}" for a, b, why in found)
 
 

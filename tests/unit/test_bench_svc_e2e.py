@@ -2,13 +2,16 @@
 service CIDR clear of the create runs' VIPs, unique endpoint IPs clear of the update's new IP,
 each Service's selector picking exactly its own endpoints, and every txn within etcd's limit.
 The metrics parser reads back what a registry prints."""
+
 from __future__ import annotations
 
 import ipaddress
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bench import svc_e2e, svc_e2e_load as load
+from bench import svc_e2e
+from bench import svc_e2e_load as load
 from ipam.records import ENDPOINTS, SERVICE_IPS, SERVICES
 from services.record import EndpointRecord, ServiceRecord
 from services.selectors import calc_endpoints

@@ -1,10 +1,12 @@
 """The bench's two rulesets serve the same Services, and its update is one endpoint of one
 Service on both shapes: otherwise `make bench-svc` would compare different work."""
+
 from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench import svc_shapes as shapes
 from services.proxy.table import render_transaction
@@ -45,7 +47,11 @@ def test_both_shapes_render_the_same_update(n):
     script = render_transaction(m0, shapes.swap_model(m0, new))
     verbs = re.findall(r"^(add|delete) element ip pycni-svc (\S+) \{ ([^}]*) \}$", script, re.M)
     assert sorted((verb, name) for verb, name, _ in verbs) == [
-        ("add", "backends-tcp"), ("add", "hairpin"), ("delete", "backends-tcp"), ("delete", "hairpin")]
+        ("add", "backends-tcp"),
+        ("add", "hairpin"),
+        ("delete", "backends-tcp"),
+        ("delete", "hairpin"),
+    ]
     assert script.count("\n") == len(verbs)
 
 

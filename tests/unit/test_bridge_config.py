@@ -1,18 +1,22 @@
 """pycni-bridge config parsing: defaults, every key validated with its name in the error."""
+
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from plugins.bridge.config import DEFAULT_BRIDGE, parse_bridge_config
 from cni.spec.errors import CNIError, InvalidConfig, UnsupportedField
 from cni.spec.request import Env, Request
+from plugins.bridge.config import DEFAULT_BRIDGE, parse_bridge_config
 
 
 def request(cni_args: dict | None = None, **conf) -> Request:
     config = {"cniVersion": "1.1.0", "name": "podnet", "type": "pycni-bridge", **conf}
-    return Request(env=Env(command="ADD", container_id="c1", netns="/x", ifname="eth0",
-                           args=cni_args or {}), config=config)
+    return Request(
+        env=Env(command="ADD", container_id="c1", netns="/x", ifname="eth0", args=cni_args or {}),
+        config=config,
+    )
 
 
 def test_defaults():
@@ -31,8 +35,10 @@ def test_unknown_keys_are_ignored():
     assert parse_bridge_config(request(somethingElse={"x": 1}, ipMasqBackend="nftables"))
 
 
-@pytest.mark.parametrize("key,value", [
-    ("isGateway", "yes"), ("ipMasq", 1), ("hairpinMode", "true"), ("forceAddress", [])])
+@pytest.mark.parametrize(
+    "key,value",
+    [("isGateway", "yes"), ("ipMasq", 1), ("hairpinMode", "true"), ("forceAddress", [])],
+)
 def test_non_bool_flags_are_rejected_by_name(key, value):
     with pytest.raises(InvalidConfig) as err:
         parse_bridge_config(request(**{key: value}))
@@ -64,15 +70,20 @@ def test_bad_bridge_names(name):
 
 def test_mac_precedence_runtime_config_then_args_then_cni_args():
     cni_args = {"MAC": "02:00:00:00:00:03"}
-    every = request(cni_args, runtimeConfig={"mac": "02:00:00:00:00:01"},
-                    args={"cni": {"mac": "02:00:00:00:00:02"}})
+    every = request(
+        cni_args,
+        runtimeConfig={"mac": "02:00:00:00:00:01"},
+        args={"cni": {"mac": "02:00:00:00:00:02"}},
+    )
     assert parse_bridge_config(every).mac == "02:00:00:00:00:01"
     no_runtime = request(cni_args, args={"cni": {"mac": "02-00-00-00-00-02"}})
     assert parse_bridge_config(no_runtime).mac == "02:00:00:00:00:02"
     assert parse_bridge_config(request(cni_args)).mac == "02:00:00:00:00:03"
 
 
-@pytest.mark.parametrize("mac", ["zz:00:00:00:00:01", "01:00:5e:00:00:01", "00:00:00:00:00:00", "02:00"])
+@pytest.mark.parametrize(
+    "mac", ["zz:00:00:00:00:01", "01:00:5e:00:00:01", "00:00:00:00:00:00", "02:00"]
+)
 def test_bad_mac_names_its_source(mac):
     with pytest.raises(InvalidConfig, match="runtimeConfig.mac"):
         parse_bridge_config(request(runtimeConfig={"mac": mac}))
@@ -89,8 +100,9 @@ def test_dns_is_validated_and_kept():
         parse_bridge_config(request(dns=["10.0.0.10"]))
 
 
-@pytest.mark.parametrize("key,value", [("vlan", 100), ("macspoofchk", True),
-                                       ("vlanTrunk", [{"id": 5}])])
+@pytest.mark.parametrize(
+    "key,value", [("vlan", 100), ("macspoofchk", True), ("vlanTrunk", [{"id": 5}])]
+)
 def test_unimplemented_reference_features_are_refused_when_on(key, value):
     with pytest.raises(UnsupportedField) as err:
         parse_bridge_config(request(**{key: value}))
@@ -103,8 +115,9 @@ def test_iptables_backend_is_refused():
         parse_bridge_config(request(ipMasqBackend="iptables"))
 
 
-@pytest.mark.parametrize("name", ["a\u0000b", "br\u0007", "\ud800", "ü" * 8, "a\u2028b",
-                                  "a\u00a0b"])
+@pytest.mark.parametrize(
+    "name", ["a\u0000b", "br\u0007", "\ud800", "ü" * 8, "a\u2028b", "a\u00a0b"]
+)
 def test_bridge_names_the_kernel_would_cut_or_refuse(name):
     """NUL and control characters, lone surrogates, more than 15 bytes of UTF-8."""
     with pytest.raises(InvalidConfig, match="'bridge'") as err:
@@ -126,18 +139,48 @@ def test_a_bridge_name_of_15_utf8_bytes_is_accepted():
     assert parse_bridge_config(request(bridge="ü" * 7 + "x")).bridge == "ü" * 7 + "x"
 
 
-GENERATED = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
-             | st.lists(st.text(max_size=5), max_size=3)
-             | st.dictionaries(st.sampled_from(["nameservers", "domain", "search"]),
-                               st.text(max_size=5) | st.lists(st.integers(), max_size=2)))
-BRIDGE_KEYS = st.sampled_from(["bridge", "isGateway", "isDefaultGateway", "forceAddress", "ipMasq",
-                               "hairpinMode", "promiscMode", "mtu", "dns", "ipMasqBackend",
-                               "vlan", "macspoofchk", "runtimeConfig", "args", "ipam"])
+GENERATED = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=20)
+    | st.lists(st.text(max_size=5), max_size=3)
+    | st.dictionaries(
+        st.sampled_from(["nameservers", "domain", "search"]),
+        st.text(max_size=5) | st.lists(st.integers(), max_size=2),
+    )
+)
+BRIDGE_KEYS = st.sampled_from(
+    [
+        "bridge",
+        "isGateway",
+        "isDefaultGateway",
+        "forceAddress",
+        "ipMasq",
+        "hairpinMode",
+        "promiscMode",
+        "mtu",
+        "dns",
+        "ipMasqBackend",
+        "vlan",
+        "macspoofchk",
+        "runtimeConfig",
+        "args",
+        "ipam",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(BRIDGE_KEYS, GENERATED | st.dictionaries(
-    st.sampled_from(["mac", "cni"]), GENERATED), max_size=6), st.text(max_size=20))
+@given(
+    st.dictionaries(
+        BRIDGE_KEYS,
+        GENERATED | st.dictionaries(st.sampled_from(["mac", "cni"]), GENERATED),
+        max_size=6,
+    ),
+    st.text(max_size=20),
+)
 def test_any_bridge_config_parses_or_is_a_spec_error(conf, cni_mac):
     try:
         cfg = parse_bridge_config(request({"MAC": cni_mac}, **conf))

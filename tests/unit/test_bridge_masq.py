@@ -4,6 +4,7 @@ The fake applies our own element commands atomically (a transaction that deletes
 element fails as a whole, as nft does) and lists sets in nft's JSON shape; it can start with a
 table in the legacy layout (sets keyed by the address alone).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -11,18 +12,24 @@ import re
 
 import pytest
 
-from kernel.nft import NftError
-from masq.table import Masquerader
-from masq.rules import SET_TYPES
 from cni.spec.errors import AddressConflict
+from kernel.nft import NftError
+from masq.rules import SET_TYPES
+from masq.table import Masquerader
 
-ELEMENT = re.compile(r'^(add|delete) element inet pycni-masq (\w+) \{ (.+?)(?: comment "(.*)")? \}$')
+ELEMENT = re.compile(
+    r'^(add|delete) element inet pycni-masq (\w+) \{ (.+?)(?: comment "(.*)")? \}$'
+)
 PAIR = [(ipaddress.ip_address("10.22.0.2"), ipaddress.ip_network("10.22.0.0/24"))]
 OTHER = [(ipaddress.ip_address("10.22.0.3"), ipaddress.ip_network("10.22.0.0/24"))]
 
 
-LEGACY_TYPES = {"masq4": "ipv4_addr", "nomasq4": ["ipv4_addr", "ipv4_addr"],
-                "masq6": "ipv6_addr", "nomasq6": ["ipv6_addr", "ipv6_addr"]}
+LEGACY_TYPES = {
+    "masq4": "ipv4_addr",
+    "nomasq4": ["ipv4_addr", "ipv4_addr"],
+    "masq6": "ipv6_addr",
+    "nomasq6": ["ipv6_addr", "ipv6_addr"],
+}
 
 
 class FakeNft:
@@ -64,10 +71,26 @@ class FakeNft:
     def list_json(self, command: str) -> dict:
         self.lists += 1
         if command.startswith("list tables"):
-            return {"nftables": [{"table": {"family": "inet", "name": "pycni-masq"}}] if self.table else []}
-        return {"nftables": [{"set": {"table": "pycni-masq", "name": name, "type": self.types[name],
-                                      "elem": [{"elem": {"val": _val(k), "comment": t}} for k, t in elems.items()]}}
-                             for name, elems in self.sets.items()]}
+            return {
+                "nftables": [{"table": {"family": "inet", "name": "pycni-masq"}}]
+                if self.table
+                else []
+            }
+        return {
+            "nftables": [
+                {
+                    "set": {
+                        "table": "pycni-masq",
+                        "name": name,
+                        "type": self.types[name],
+                        "elem": [
+                            {"elem": {"val": _val(k), "comment": t}} for k, t in elems.items()
+                        ],
+                    }
+                }
+                for name, elems in self.sets.items()
+            ]
+        }
 
     def tags(self) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
@@ -119,8 +142,9 @@ def masquerader(nft: FakeNft, veths: Veths | None = None) -> Masquerader:
 def test_first_add_creates_the_table_in_the_same_transaction(nft):
     masquerader(nft).add("net/c1/eth0", "br0", PAIR)
     assert len(nft.scripts) == 1 and nft.scripts[0].startswith("add table inet pycni-masq")
-    assert nft.tags() == {"net/c1/eth0": {'masq4:"br0" . 10.22.0.2',
-                                          'nomasq4:"br0" . 10.22.0.2 . 10.22.0.0/24'}}
+    assert nft.tags() == {
+        "net/c1/eth0": {'masq4:"br0" . 10.22.0.2', 'nomasq4:"br0" . 10.22.0.2 . 10.22.0.0/24'}
+    }
 
 
 def test_later_adds_and_removes_are_element_only_and_need_no_listing(nft):
@@ -141,8 +165,11 @@ def test_remove_of_an_unknown_tag_is_a_no_op(nft):
 
 def test_an_address_held_by_a_stale_attachment_is_taken_over_whole(nft, veths):
     masq = masquerader(nft, veths)
-    masq.add("net/dead/eth0", "br0", PAIR + [(ipaddress.ip_address("fd00::2"),
-                                              ipaddress.ip_network("fd00::/64"))])
+    masq.add(
+        "net/dead/eth0",
+        "br0",
+        PAIR + [(ipaddress.ip_address("fd00::2"), ipaddress.ip_network("fd00::/64"))],
+    )
     veths.live = {"net/new/eth0": "br0"}  # net/dead has no host veth any more
     masq.add("net/new/eth0", "br0", PAIR)
     assert set(nft.tags()) == {"net/new/eth0"}
@@ -155,8 +182,9 @@ def test_the_same_address_on_two_bridges_is_two_attachments(nft, veths):
     assert set(nft.tags()) == {"a/c1/eth0", "b/c2/eth0"}
     assert veths.asked == 0  # no overlap, nothing to ask
     masq.remove("b/c2/eth0")
-    assert nft.tags() == {"a/c1/eth0": {'masq4:"br-a" . 10.22.0.2',
-                                        'nomasq4:"br-a" . 10.22.0.2 . 10.22.0.0/24'}}
+    assert nft.tags() == {
+        "a/c1/eth0": {'masq4:"br-a" . 10.22.0.2', 'nomasq4:"br-a" . 10.22.0.2 . 10.22.0.0/24'}
+    }
 
 
 def test_the_same_address_on_one_bridge_is_refused_while_its_holder_lives(nft, veths):
@@ -167,24 +195,32 @@ def test_the_same_address_on_one_bridge_is_refused_while_its_holder_lives(nft, v
     with pytest.raises(AddressConflict) as refused:
         masq.add("b/c2/eth0", "br0", PAIR)
     assert refused.value.code == 102
-    assert refused.value.msg == ("address 10.22.0.2 on bridge br0 is already used by "
-                                 "attachment a/c1/eth0")
+    assert refused.value.msg == (
+        "address 10.22.0.2 on bridge br0 is already used by attachment a/c1/eth0"
+    )
     assert nft.tags() == before and len(nft.scripts) == scripts
 
 
 def test_a_legacy_table_is_rewritten_keeping_live_attachments(nft, veths):
-    nft.legacy({"masq4": {"10.22.0.2": "a/c1/eth0", "10.22.0.3": "a/gone/eth0", "10.22.0.9": None},
-                "nomasq4": {"10.22.0.2 . 10.22.0.0/24": "a/c1/eth0",
-                            "10.22.0.3 . 10.22.0.0/24": "a/gone/eth0"},
-                "masq6": {}, "nomasq6": {}})
+    nft.legacy(
+        {
+            "masq4": {"10.22.0.2": "a/c1/eth0", "10.22.0.3": "a/gone/eth0", "10.22.0.9": None},
+            "nomasq4": {
+                "10.22.0.2 . 10.22.0.0/24": "a/c1/eth0",
+                "10.22.0.3 . 10.22.0.0/24": "a/gone/eth0",
+            },
+            "masq6": {},
+            "nomasq6": {},
+        }
+    )
     veths.live = {"a/c1/eth0": "br0", "b/c2/eth0": "br1"}
     masq = masquerader(nft, veths)
     masq.add("b/c2/eth0", "br1", PAIR)
     assert nft.types == SET_TYPES
-    assert nft.tags() == {"a/c1/eth0": {'masq4:"br0" . 10.22.0.2',
-                                        'nomasq4:"br0" . 10.22.0.2 . 10.22.0.0/24'},
-                          "b/c2/eth0": {'masq4:"br1" . 10.22.0.2',
-                                        'nomasq4:"br1" . 10.22.0.2 . 10.22.0.0/24'}}
+    assert nft.tags() == {
+        "a/c1/eth0": {'masq4:"br0" . 10.22.0.2', 'nomasq4:"br0" . 10.22.0.2 . 10.22.0.0/24'},
+        "b/c2/eth0": {'masq4:"br1" . 10.22.0.2', 'nomasq4:"br1" . 10.22.0.2 . 10.22.0.0/24'},
+    }
     assert nft.scripts[0].startswith("delete table inet pycni-masq\n")  # one transaction
 
 
@@ -228,6 +264,7 @@ def test_collect_removes_rejected_tags_and_reports_errors(nft):
 
     def failing(script: str) -> None:
         raise NftError("busy")
+
     nft.run = failing
     errors = masq.collect(lambda tag: False)
     assert len(errors) == 1 and "net/a/eth0" in errors[0] and "busy" in errors[0]

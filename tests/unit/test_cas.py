@@ -1,9 +1,11 @@
 """The one compare-and-swap retry (store/cas.py): attempts, backoff bounds, jitter, the
 error on giving up and the conflict/retry callbacks."""
+
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cni.spec.errors import TryAgainLater
 from store.cas import LOST, Retry, run_cas
@@ -15,6 +17,7 @@ def lose(times: int, value: object = "done"):
     def attempt() -> object:
         calls.append(1)
         return LOST if len(calls) <= times else value
+
     return attempt, calls
 
 
@@ -39,15 +42,20 @@ def test_gives_up_after_n_attempts_with_the_loops_error():
 
 def test_a_callable_give_up_returns_its_value():
     attempt, _ = lose(99)
-    assert run_cas(attempt, Retry(2), lambda: "handed over", sleep=lambda _: None) == \
-        "handed over"
+    assert run_cas(attempt, Retry(2), lambda: "handed over", sleep=lambda _: None) == "handed over"
 
 
 def test_conflicts_and_retries_are_counted():
     attempt, _ = lose(3)
     conflicts, retries = [], []
-    run_cas(attempt, Retry(8), TryAgainLater("x"), sleep=lambda _: None,
-            on_conflict=lambda: conflicts.append(1), on_retry=lambda: retries.append(1))
+    run_cas(
+        attempt,
+        Retry(8),
+        TryAgainLater("x"),
+        sleep=lambda _: None,
+        on_conflict=lambda: conflicts.append(1),
+        on_retry=lambda: retries.append(1),
+    )
     assert len(conflicts) == 3 and len(retries) == 3
 
 
@@ -77,8 +85,18 @@ def test_jitter_draws_within_the_bound():
 
 
 @settings(max_examples=300, deadline=None, database=None)
-@given(st.integers(0, 20), st.builds(Retry, st.integers(1, 12), st.floats(0, 1), st.floats(0, 2),
-                                     st.booleans(), st.booleans(), st.integers(0, 3)))
+@given(
+    st.integers(0, 20),
+    st.builds(
+        Retry,
+        st.integers(1, 12),
+        st.floats(0, 1),
+        st.floats(0, 2),
+        st.booleans(),
+        st.booleans(),
+        st.integers(0, 3),
+    ),
+)
 def test_any_retry_policy_keeps_its_bounds(losses, retry):
     """Whatever the policy and however often the compare is lost: at most ``attempts``
     attempts, the first win returned, one conflict counted per loss, one retry per later
@@ -89,9 +107,16 @@ def test_any_retry_policy_keeps_its_bounds(losses, retry):
 
     def count(name):
         return lambda: counts.__setitem__(name, counts[name] + 1)
+
     try:
-        result = run_cas(attempt, retry, TryAgainLater("gave up"), sleep=pauses.append,
-                         on_conflict=count("conflict"), on_retry=count("retry"))
+        result = run_cas(
+            attempt,
+            retry,
+            TryAgainLater("gave up"),
+            sleep=pauses.append,
+            on_conflict=count("conflict"),
+            on_retry=count("retry"),
+        )
     except TryAgainLater:
         assert losses >= retry.attempts and len(calls) == retry.attempts
     else:

@@ -1,5 +1,6 @@
 """Group commit (ipam/leases/combiner.py) under real threads: every caller gets its own value or
 error, concurrent callers share txns, one leader at a time, lost compares are retried."""
+
 from __future__ import annotations
 
 import threading
@@ -8,8 +9,8 @@ import time
 import pytest
 
 from cni.spec.errors import TryAgainLater
-from ipam.leases.combiner import Combiner
 from ipam.alloc.plan import Plan
+from ipam.leases.combiner import Combiner
 
 
 class Store:
@@ -46,6 +47,7 @@ def job(key: str):
             raise ValueError(key)
         p.put(key, 0, b"v")
         return f"value-{key}"
+
     return plan
 
 

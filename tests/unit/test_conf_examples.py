@@ -6,6 +6,7 @@ options (``store/etcd_conn.py``). Conflists: the runtime's conflist parser, then
 plugin object through ``parse_bridge_config`` / ``parse_ipam_config``. A file of an unknown
 kind fails, so a new example cannot slip in untested.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,15 +14,14 @@ import os
 
 import pytest
 
+from cni.runtime.conflist import conflist_from_bytes
+from cni.spec.request import Env, Request
+from nodes.options import NodeOptions, parse_node_options
 from overlay.config import DEFAULT_RESYNC, DEFAULT_VNI, DEFAULT_VXLAN_PORT, parse_overlay_config
-
 from plugins.bridge.config import parse_bridge_config
 from plugins.ipam.config import DaemonOptions, parse_daemon_options, parse_ipam_config
 from plugins.svc.args import parse_labels, parse_ports
-from cni.runtime.conflist import conflist_from_bytes
-from cni.spec.request import Env, Request
 from pycnid.config import parse_daemon_config
-from nodes.options import NodeOptions, parse_node_options
 from store.etcd_conn import EtcdOptions, parse_options
 
 CONF = os.path.join(os.path.dirname(__file__), "..", "..", "conf")
@@ -39,15 +39,22 @@ def load(name: str) -> dict:
 
 def plugin_request(network: dict, plugin: dict) -> Request:
     config = {"cniVersion": network["cniVersion"], "name": network["name"], **plugin}
-    return Request(env=Env(command="ADD", container_id="c1", netns="/x", ifname="eth0",
-                           args={}), config=config)
+    return Request(
+        env=Env(command="ADD", container_id="c1", netns="/x", ifname="eth0", args={}),
+        config=config,
+    )
 
 
 def test_every_file_is_of_a_known_kind():
     kinds = (".json", ".conflist", ".service", ".conf")
     assert FILES and all(name.endswith(kinds) for name in FILES), FILES
-    assert {"10-pycni.conflist", "20-pycni-cluster.conflist", "pycnid.json",
-            "pycnid-etcd.json", "pycnid.service"} <= set(FILES)
+    assert {
+        "10-pycni.conflist",
+        "20-pycni-cluster.conflist",
+        "pycnid.json",
+        "pycnid-etcd.json",
+        "pycnid.service",
+    } <= set(FILES)
 
 
 @pytest.mark.parametrize("name", [n for n in FILES if n.endswith(".json")])
@@ -59,8 +66,13 @@ def test_daemon_config_is_accepted(name):
     options = parse_daemon_options(config.raw)
     assert isinstance(node, NodeOptions) and isinstance(options, DaemonOptions)
     if config.store.type == "etcd":
-        etcd = parse_options(config.store.endpoints, config.store.ca, config.store.cert,
-                             config.store.key, config.store.options)
+        etcd = parse_options(
+            config.store.endpoints,
+            config.store.ca,
+            config.store.cert,
+            config.store.key,
+            config.store.options,
+        )
         assert etcd.endpoints and etcd.ca and etcd.cert and etcd.key
 
 
@@ -72,26 +84,56 @@ def test_etcd_example_shows_the_real_defaults():
     assert all(url.startswith("https://") for url in config.store.endpoints)
     node = parse_node_options(raw, config.store.endpoints)
     defaults = NodeOptions()
-    assert (node.buffer_size, node.heartbeat_ttl, node.reap_grace, node.reap_interval,
-            node.add_budget) == (defaults.buffer_size, defaults.heartbeat_ttl,
-                                 defaults.reap_grace, defaults.reap_interval,
-                                 defaults.add_budget)
+    assert (
+        node.buffer_size,
+        node.heartbeat_ttl,
+        node.reap_grace,
+        node.reap_interval,
+        node.add_budget,
+    ) == (
+        defaults.buffer_size,
+        defaults.heartbeat_ttl,
+        defaults.reap_grace,
+        defaults.reap_interval,
+        defaults.add_budget,
+    )
     assert node.labels == {"zone": "a"} and node.address == "10.0.0.11"
     options = parse_daemon_options(raw)
     assert (options.block_grace, options.housekeeping_interval) == (
-        DaemonOptions({}).block_grace, DaemonOptions({}).housekeeping_interval)
-    etcd = parse_options(config.store.endpoints, config.store.ca, config.store.cert,
-                         config.store.key, config.store.options)
+        DaemonOptions({}).block_grace,
+        DaemonOptions({}).housekeeping_interval,
+    )
+    etcd = parse_options(
+        config.store.endpoints,
+        config.store.ca,
+        config.store.cert,
+        config.store.key,
+        config.store.options,
+    )
     plain = EtcdOptions(config.store.endpoints)
-    assert (etcd.call_timeout, etcd.request_timeout, etcd.status_timeout,
-            etcd.endpoint_retry) == (plain.call_timeout, plain.request_timeout,
-                                     plain.status_timeout, plain.endpoint_retry)
+    assert (etcd.call_timeout, etcd.request_timeout, etcd.status_timeout, etcd.endpoint_retry) == (
+        plain.call_timeout,
+        plain.request_timeout,
+        plain.status_timeout,
+        plain.endpoint_retry,
+    )
     overlay = parse_overlay_config(raw)
     assert overlay is not None and overlay.backend == "vxlan"
     assert (overlay.vni, overlay.port, overlay.resync_interval, overlay.leave_on_stop) == (
-        DEFAULT_VNI, DEFAULT_VXLAN_PORT, DEFAULT_RESYNC, False)
-    assert set(raw["ipam"]) == {"bufferSize", "heartbeatTTL", "reapGrace", "reapInterval",
-                                "addBudget", "blockReturnGrace", "housekeepingInterval"}
+        DEFAULT_VNI,
+        DEFAULT_VXLAN_PORT,
+        DEFAULT_RESYNC,
+        False,
+    )
+    assert set(raw["ipam"]) == {
+        "bufferSize",
+        "heartbeatTTL",
+        "reapGrace",
+        "reapInterval",
+        "addBudget",
+        "blockReturnGrace",
+        "housekeepingInterval",
+    }
 
 
 @pytest.mark.parametrize("name", [n for n in FILES if n.endswith(".conflist")])

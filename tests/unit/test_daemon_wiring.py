@@ -1,6 +1,7 @@
 """pycnid's start-up wiring (pycnid/wiring.py) on a real SqliteStore: the store and the
 node's services open in a fixed order, each stop registered as it starts and run in reverse;
 handlers get one typed Services; plugins/base.py does not import the daemon."""
+
 from __future__ import annotations
 
 import logging
@@ -9,16 +10,22 @@ import sys
 
 import pytest
 
-from plugins.base import Services
 from cni.spec.errors import InvalidConfig
-from pycnid.config import parse_daemon_config
 from common.metrics import Registry
+from plugins.base import Services
+from pycnid.config import parse_daemon_config
 from pycnid.wiring import PLUGINS, Lifecycle, build_plugins, wire_node
 
 
 def sqlite_config(tmp_path, **extra):
-    return parse_daemon_config({"nodeName": "node1", "stateDir": str(tmp_path), **extra,
-                                "store": {"type": "sqlite", "path": str(tmp_path / "s.db")}})
+    return parse_daemon_config(
+        {
+            "nodeName": "node1",
+            "stateDir": str(tmp_path),
+            **extra,
+            "store": {"type": "sqlite", "path": str(tmp_path / "s.db")},
+        }
+    )
 
 
 def stop_names(life: Lifecycle) -> list[str]:
@@ -30,8 +37,11 @@ def test_the_store_then_liveness_then_housekeeping_each_stop_as_it_starts(tmp_pa
     wired = wire_node(sqlite_config(tmp_path), life)
     services = wired.services
     try:
-        assert life.on_shutdown == [services.store.close, services.node.liveness.stop,
-                                    wired.housekeeping.stop]  # SQLite: no reaper, guard, watch
+        assert life.on_shutdown == [
+            services.store.close,
+            services.node.liveness.stop,
+            wired.housekeeping.stop,
+        ]  # SQLite: no reaper, guard, watch
         assert services.node_name == "node1" and services.metrics is life.metrics
         assert services.leases.store is services.node.store and wired.pool_watch is None
     finally:
@@ -66,8 +76,10 @@ def test_shutdown_runs_the_stops_in_reverse_and_past_a_failing_one(caplog):
     def failing() -> None:
         ran.append("failing")
         raise RuntimeError("boom")
-    life = Lifecycle("node1", Registry(), [lambda: ran.append("first"), failing,
-                                           lambda: ran.append("last")])
+
+    life = Lifecycle(
+        "node1", Registry(), [lambda: ran.append("first"), failing, lambda: ran.append("last")]
+    )
     with caplog.at_level(logging.ERROR, logger="pycnid"):
         life.shut_down()
     assert ran == ["last", "failing", "first"]
@@ -89,8 +101,11 @@ def test_every_handler_of_this_build_is_created_and_closed_at_shutdown(tmp_path)
 
 
 def test_the_plugin_side_does_not_import_the_daemon():
-    code = ("import sys, plugins.base, plugins.ipam.plugin\n"
-            "print(sorted(m for m in sys.modules if m.startswith('pycnid')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    code = (
+        "import sys, plugins.base, plugins.ipam.plugin\n"
+        "print(sorted(m for m in sys.modules if m.startswith('pycnid')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"

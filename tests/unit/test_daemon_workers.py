@@ -1,5 +1,6 @@
 """pycnid's transport: a fixed pool of worker threads fed by the accept loop, over a real unix
 socket (peer credentials, SCM_RIGHTS), plus the ``workers`` config key."""
+
 from __future__ import annotations
 
 import array
@@ -16,7 +17,6 @@ from pycnid.config import parse_daemon_config
 from pycnid.server import PluginServer
 from pycnid.workers import WorkerPool
 from tests.fixtures.waiting import wait_for
-
 
 
 def test_pool_reuses_its_threads() -> None:
@@ -107,8 +107,11 @@ def call(path: str, stdin: bytes, fd: int | None = None) -> tuple[int, str]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(path)
         data = wire.encode_request("ipam", {"CNI_COMMAND": "ADD"}, stdin, fd is not None)
-        ancillary = ([(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())]
-                     if fd is not None else [])
+        ancillary = (
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())]
+            if fd is not None
+            else []
+        )
         sock.sendmsg([data], ancillary)
         sock.shutdown(socket.SHUT_WR)
         reply = b"".join(iter(lambda: sock.recv(65536), b""))
@@ -122,8 +125,9 @@ def test_server_serves_on_pooled_threads_with_the_fd(server) -> None:
         for i in range(20):
             code, out = call(srv.path, f"req{i}".encode(), netns if i % 2 else None)
             assert code == 0
-            assert out == (f"ipam req{i} net:[{os.fstat(netns).st_ino}]" if i % 2
-                           else f"ipam req{i} none")
+            assert out == (
+                f"ipam req{i} net:[{os.fstat(netns).st_ino}]" if i % 2 else f"ipam req{i} none"
+            )
     finally:
         os.close(netns)
     assert {name for name, _ in calls} <= {f"pycnid-worker-{i}" for i in range(3)}

@@ -5,6 +5,7 @@ layout and the codecs live in ``ipam/records.py``; the operator tools (``ipam.op
 ``cli``) and pycnid import them instead of writing their own. And the layers below the
 operator tools never import them (usage counting sits in ``ipam.alloc.usage`` for that).
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,9 +20,13 @@ RECORDS = ROOT / "ipam" / "records.py"
 STORE_BASE = ROOT / "ipam" / "store" / "base.py"  # PREFIX itself: the store's namespace
 KEY_OWNERS = {RECORDS, STORE_BASE}
 CODEC_NAMES = {"encode", "decode", "load_json", "decoded"}
-LOWER = [ROOT / "cni", *(ROOT / "ipam" / d for d in
-                         ("store", "alloc", "leases", "outage", "nodes", "services",
-                                             "daemon"))]
+LOWER = [
+    ROOT / "cni",
+    *(
+        ROOT / "ipam" / d
+        for d in ("store", "alloc", "leases", "outage", "nodes", "services", "daemon")
+    ),
+]
 
 
 def tree(path: pathlib.Path) -> ast.Module:
@@ -37,8 +42,13 @@ def docstrings(module: ast.Module) -> set[int]:
     out = set()
     for node in ast.walk(module):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
-                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             out.add(id(body[0].value))
     return out
 
@@ -47,30 +57,54 @@ def key_literals(module: ast.Module) -> list[str]:
     """String literals that spell a store key, and PREFIX + "..." / f"{PREFIX}..." keys."""
     skip, found = docstrings(module), []
     for node in ast.walk(module):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                id(node) not in skip and "pycni/v1/" in node.value:
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in skip
+            and "pycni/v1/" in node.value
+        ):
             found.append(node.value)
-        elif isinstance(node, ast.JoinedStr) and any(
-                isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name)
-                and v.value.id == "PREFIX" for v in node.values) and len(node.values) > 1:
+        elif (
+            isinstance(node, ast.JoinedStr)
+            and any(
+                isinstance(v, ast.FormattedValue)
+                and isinstance(v.value, ast.Name)
+                and v.value.id == "PREFIX"
+                for v in node.values
+            )
+            and len(node.values) > 1
+        ):
             found.append(ast.unparse(node))
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and \
-                isinstance(node.left, ast.Name) and node.left.id == "PREFIX":
+        elif (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Add)
+            and isinstance(node.left, ast.Name)
+            and node.left.id == "PREFIX"
+        ):
             found.append(ast.unparse(node))
     return found
 
 
 def test_store_keys_are_spelled_only_in_records():
-    found = {rel(p): keys for p in SOURCES if p not in KEY_OWNERS
-             for keys in [key_literals(tree(p))] if keys}
+    found = {
+        rel(p): keys
+        for p in SOURCES
+        if p not in KEY_OWNERS
+        for keys in [key_literals(tree(p))]
+        if keys
+    }
     assert found == {}, "define store keys in ipam/records.py and import them"
 
 
 def test_record_codecs_are_defined_only_in_records():
-    found = sorted(f"{rel(p)}: {node.name}" for p in SOURCES if p != RECORDS
-                   and rel(p).startswith("ipam/")  # (cni/spec's netconf codecs are not records)
-                   for node in ast.walk(tree(p))
-                   if isinstance(node, ast.FunctionDef) and node.name in CODEC_NAMES)
+    found = sorted(
+        f"{rel(p)}: {node.name}"
+        for p in SOURCES
+        if p != RECORDS
+        and rel(p).startswith("ipam/")  # (cni/spec's netconf codecs are not records)
+        for node in ast.walk(tree(p))
+        if isinstance(node, ast.FunctionDef) and node.name in CODEC_NAMES
+    )
     assert found == [], "use ipam.records.encode/decode (and the record types)"
 
 
@@ -78,8 +112,12 @@ def module_constants(module: ast.Module) -> dict[str, str]:
     """Module-level UPPER_CASE = <literal> assignments: name -> literal source."""
     out = {}
     for node in module.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                isinstance(node.targets[0], ast.Name) and node.targets[0].id.isupper():
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id.isupper()
+        ):
             try:
                 ast.literal_eval(node.value)
             except ValueError:
@@ -96,19 +134,40 @@ def test_default_constants_are_defined_once():
                 names[name].append(rel(path))
                 values[literal].append(f"{rel(path)}:{name}")
     assert {n: ps for n, ps in names.items() if len(ps) > 1} == {}
-    twins = {v: where for v, where in values.items()
-             if len(where) > 1 and v.startswith("{")}  # e.g. {4: 26, 6: 122} under two names
+    twins = {
+        v: where for v, where in values.items() if len(where) > 1 and v.startswith("{")
+    }  # e.g. {4: 26, 6: 122} under two names
     assert twins == {}
 
 
-@pytest.mark.parametrize("name", ["POOLS", "BLOCKS", "HANDLES", "AFFINITY", "NODES",
-                                  "HEARTBEATS", "SUSPECTS", "POOLS_MARKER", "BUFFER_NETWORK",
-                                  "SERVICES", "ENDPOINTS", "SERVICE_IPS", "NODE_PORTS",
-                                  "SERVICES_META"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "POOLS",
+        "BLOCKS",
+        "HANDLES",
+        "AFFINITY",
+        "NODES",
+        "HEARTBEATS",
+        "SUSPECTS",
+        "POOLS_MARKER",
+        "BUFFER_NETWORK",
+        "SERVICES",
+        "ENDPOINTS",
+        "SERVICE_IPS",
+        "NODE_PORTS",
+        "SERVICES_META",
+    ],
+)
 def test_key_constants_are_assigned_only_in_records(name):
-    owners = [rel(p) for p in SOURCES
-              for node in tree(p).body if isinstance(node, ast.Assign)
-              for target in node.targets if isinstance(target, ast.Name) and target.id == name]
+    owners = [
+        rel(p)
+        for p in SOURCES
+        for node in tree(p).body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id == name
+    ]
     assert owners == ["ipam/records.py"]
 
 
@@ -123,17 +182,23 @@ def imported_modules(module: ast.Module) -> set[str]:
 
 
 def test_below_the_operator_tools_nothing_imports_them():
-    found = sorted(f"{rel(p)} imports {name}" for top in LOWER for p in top.rglob("*.py")
-                   for name in imported_modules(tree(p))
-                   if name.split(".")[:2] in (["ipam", "ops"], ["ipam", "cli"]))
+    found = sorted(
+        f"{rel(p)} imports {name}"
+        for top in LOWER
+        for p in top.rglob("*.py")
+        for name in imported_modules(tree(p))
+        if name.split(".")[:2] in (["ipam", "ops"], ["ipam", "cli"])
+    )
     assert found == []
 
 
 def test_the_grep_sees_a_second_definition():
     """The checks above catch what they are meant to (on a made-up module)."""
-    module = ast.parse('POOLS = f"{PREFIX}pools/"\nX = PREFIX + "meta/x"\n'
-                       'Y = "/pycni/v1/blocks/"\nDEFAULT_BLOCK_SIZE = {4: 26, 6: 122}\n'
-                       'def encode(d): ...\nimport ipam.ops.inspect\n')
+    module = ast.parse(
+        'POOLS = f"{PREFIX}pools/"\nX = PREFIX + "meta/x"\n'
+        'Y = "/pycni/v1/blocks/"\nDEFAULT_BLOCK_SIZE = {4: 26, 6: 122}\n'
+        "def encode(d): ...\nimport ipam.ops.inspect\n"
+    )
     assert len(key_literals(module)) == 3
     assert "DEFAULT_BLOCK_SIZE" in module_constants(module)
     assert "ipam.ops.inspect" in imported_modules(module)

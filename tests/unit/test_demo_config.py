@@ -3,6 +3,7 @@ and pycni-bridge really use: the single-node ones as before, and for each node o
 part an etcd store with the VXLAN overlay and the Service proxy on, and a cluster conflist
 whose bridge takes the overlay's MTU (the example's 1500 would be refused on a 1450-byte
 tunnel), hairpins, and is followed by pycni-svc (each Pod is published as an endpoint)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -10,24 +11,24 @@ import json
 import os
 from types import SimpleNamespace
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from cni.runtime.conflist import conflist_from_bytes
+from cni.spec.request import Env, Request
 from overlay.config import parse_overlay_config
 from plugins.bridge.config import parse_bridge_config
 from plugins.bridge.overlay import fit_to_node
 from plugins.ipam.config import parse_ipam_config
-from services.proxy.setup import parse_proxy_config
-from cni.runtime.conflist import conflist_from_bytes
-from cni.spec.request import Env, Request
 from pycnid.config import parse_daemon_config
+from services.proxy.setup import parse_proxy_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONF = os.path.join(REPO, "conf")
 
 
 def load_demo_config():
-    spec = importlib.util.spec_from_file_location("demo_config",
-                                                  f"{REPO}/scripts/demo_config.py")
+    spec = importlib.util.spec_from_file_location("demo_config", f"{REPO}/scripts/demo_config.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -42,10 +43,15 @@ def read(path: str) -> dict:
 
 
 def bridge_request(network: dict) -> Request:
-    config = {"cniVersion": network["cniVersion"], "name": network["name"],
-              **network["plugins"][0]}
-    return Request(env=Env(command="ADD", container_id="c1", netns="/x", ifname="eth0",
-                           args={}), config=config)
+    config = {
+        "cniVersion": network["cniVersion"],
+        "name": network["name"],
+        **network["plugins"][0],
+    }
+    return Request(
+        env=Env(command="ADD", container_id="c1", netns="/x", ifname="eth0", args={}),
+        config=config,
+    )
 
 
 def test_single_node_configs_parse(tmp_path):
@@ -83,23 +89,38 @@ def test_overlay_node_configs_parse_and_fit_the_tunnel(tmp_path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.dictionaries(st.text(min_size=1, max_size=8), st.integers() | st.text(max_size=8),
-                       max_size=5),
-       st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=30))
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=8), st.integers() | st.text(max_size=8), max_size=5
+    ),
+    st.text(min_size=1, max_size=20),
+    st.text(min_size=1, max_size=30),
+)
 def test_node_config_keeps_the_example_and_sets_what_the_demo_owns(example, node, url):
     """Whatever the example holds, the node's own keys win and every other key is kept."""
     rendered = demo.render_node_config(example, "/w/n", node, url)
     owned = {"socket", "stateDir", "nodeName", "store", "overlay", "services"}
-    assert {k: v for k, v in rendered.items() if k not in owned} == \
-        {k: v for k, v in example.items() if k not in owned}
+    assert {k: v for k, v in rendered.items() if k not in owned} == {
+        k: v for k, v in example.items() if k not in owned
+    }
     assert rendered["nodeName"] == node and rendered["store"]["endpoints"] == [url]
     assert rendered["overlay"] == {"backend": "vxlan"}
     assert rendered["services"] == {"proxy": True}
 
 
-@given(st.lists(st.fixed_dictionaries({"type": st.sampled_from(
-    ["pycni-bridge", "portmap", "pycni-ipam", "pycni-svc", "tuning"])}, optional={
-        "mtu": st.integers(576, 9000), "bridge": st.text(max_size=5)}), max_size=4))
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "type": st.sampled_from(
+                    ["pycni-bridge", "portmap", "pycni-ipam", "pycni-svc", "tuning"]
+                )
+            },
+            optional={"mtu": st.integers(576, 9000), "bridge": st.text(max_size=5)},
+        ),
+        max_size=4,
+    )
+)
 def test_overlay_conflist_drops_the_bridge_mtu_and_chains_pycni_svc_once(plugins):
     """One pycni-svc, right after the first bridge (last without one); the bridge loses its
     mtu, names the backend and hairpins; every other plugin is as it was, in its order."""
@@ -108,16 +129,18 @@ def test_overlay_conflist_drops_the_bridge_mtu_and_chains_pycni_svc_once(plugins
     assert types.count("pycni-svc") == 1
     others = [p for p in plugins if p["type"] != "pycni-svc"]
     at = types.index("pycni-svc")
-    assert at == next((i + 1 for i, p in enumerate(others) if p["type"] == "pycni-bridge"),
-                      len(others))
+    assert at == next(
+        (i + 1 for i, p in enumerate(others) if p["type"] == "pycni-bridge"), len(others)
+    )
     assert rendered[at] == {"type": "pycni-svc", "daemonSocket": "/s"}
-    for before, after in zip(others, rendered[:at] + rendered[at + 1:]):
+    for before, after in zip(others, rendered[:at] + rendered[at + 1 :]):
         if before["type"] == "pycni-bridge":
             assert "mtu" not in after and after["backend"] == {"type": "vxlan"}
             assert after["daemonSocket"] == "/s" and after["hairpinMode"] is True
             owned = ("backend", "daemonSocket", "hairpinMode")
-            assert {k: v for k, v in after.items() if k not in owned} \
-                == {k: v for k, v in before.items() if k != "mtu"}
+            assert {k: v for k, v in after.items() if k not in owned} == {
+                k: v for k, v in before.items() if k != "mtu"
+            }
         elif before["type"].startswith("pycni-"):
             assert after == {**before, "daemonSocket": "/s"}
         else:

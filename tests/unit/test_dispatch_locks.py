@@ -1,4 +1,5 @@
 """The dispatcher's concurrency rules, without a daemon: same attachment serialised, GC alone."""
+
 from __future__ import annotations
 
 import threading

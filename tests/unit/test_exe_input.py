@@ -4,6 +4,7 @@ problem, never a traceback, never a hang (issue 6 §4).
 Each case runs the real launcher as a runtime does (env + stdin, subprocess) with the daemon
 socket unreachable: every check here happens before the executable talks to pycnid.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,22 +20,35 @@ from hypothesis import strategies as st
 from cni.spec import envcheck
 from tests.fixtures.plugins import PluginRun, run_plugin
 
-CONF = {"cniVersion": "1.0.0", "name": "n", "type": "pycni-bridge",
-        "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": "10.250.0.0/24"}]]}}
+CONF = {
+    "cniVersion": "1.0.0",
+    "name": "n",
+    "type": "pycni-bridge",
+    "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": "10.250.0.0/24"}]]},
+}
 NETNS = "/proc/self/ns/net"
 
 
 @pytest.fixture
 def run(cni_bin, tmp_path):
     """run(command, config, plugin=..., **run_plugin keywords) against an absent daemon."""
+
     def invoke(command: str, config=CONF, plugin: str = "bridge", **kw) -> PluginRun:
         kw.setdefault("container_id", "c1")
         kw.setdefault("netns", NETNS)
-        out = run_plugin(f"{cni_bin}/pycni-{plugin}", command, config, cni_path="/nonexistent",
-                         socket=str(tmp_path / "absent.sock"), timeout=20, **kw)
+        out = run_plugin(
+            f"{cni_bin}/pycni-{plugin}",
+            command,
+            config,
+            cni_path="/nonexistent",
+            socket=str(tmp_path / "absent.sock"),
+            timeout=20,
+            **kw,
+        )
         assert "Traceback" not in out.stdout + out.stderr, out.stderr
         assert out.code != 0 and isinstance(out.json, dict), out.stdout
         return out
+
     return invoke
 
 
@@ -55,8 +69,11 @@ def test_what_cannot_be_a_netns_is_code_4_naming_its_kind(run, tmp_path):
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(tmp_path / "sock"))
     try:
-        for path, kind in ((str(tmp_path), "directory"), (str(tmp_path / "sock"), "socket"),
-                           ("/dev/null", "device")):
+        for path, kind in (
+            (str(tmp_path), "directory"),
+            (str(tmp_path / "sock"), "socket"),
+            ("/dev/null", "device"),
+        ):
             for command in ("ADD", "DEL"):
                 out = run(command, netns=path)
                 assert out.error_code() == 4 and "CNI_NETNS" in out.json["msg"], out.stdout
@@ -67,8 +84,10 @@ def test_what_cannot_be_a_netns_is_code_4_naming_its_kind(run, tmp_path):
 
 def test_deep_nesting_while_looking_for_daemon_socket_is_one_json(run):
     # the escape makes the quick scan give up, so the config is parsed: RecursionError once
-    stdin = '{"cniVersion": "1.0.0", "name": "n", "type": "t", "daemonSocket": "\\u002f", ' \
-            f'"x": {deep(100_000)}}}'
+    stdin = (
+        '{"cniVersion": "1.0.0", "name": "n", "type": "t", "daemonSocket": "\\u002f", '
+        f'"x": {deep(100_000)}}}'
+    )
     for command in ("ADD", "DEL", "CHECK"):
         assert run(command, stdin).error_code() == 6
 
@@ -79,8 +98,9 @@ def test_deep_nesting_with_the_daemon_unreachable_is_one_json(run):
     assert run("DEL", stdin).error_code() == 6
 
 
-@pytest.mark.parametrize("variable", ["CNI_ARGS", "CNI_CONTAINERID", "CNI_IFNAME", "CNI_NETNS",
-                                      "CNI_PATH", "CNI_EXTRA"])
+@pytest.mark.parametrize(
+    "variable", ["CNI_ARGS", "CNI_CONTAINERID", "CNI_IFNAME", "CNI_NETNS", "CNI_PATH", "CNI_EXTRA"]
+)
 def test_a_non_utf8_byte_in_a_cni_variable_is_code_4_naming_it(run, variable):
     # os.environ holds the byte 0xff as the surrogate escape U+DCFF (subprocess re-encodes it)
     out = run("ADD", extra_env={variable: "ok\udcff"})
@@ -129,14 +149,26 @@ def test_an_add_over_the_request_limit_is_code_7_naming_size_and_limit(run):
 
 def test_an_unexpected_exception_still_prints_one_json_error():
     """The last-resort guard in main: a bug (here forced by replacing run) is 999, exit 1."""
-    code = ("import cni.exe as exe\n"
-            "def broken(*args):\n    raise KeyError('forced')\n"
-            "exe.run = broken\nexe.main('bridge')\n")
-    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0",
-           "CNI_NETNS": NETNS, "PATH": "/usr/bin:/bin"}
+    code = (
+        "import cni.exe as exe\n"
+        "def broken(*args):\n    raise KeyError('forced')\n"
+        "exe.run = broken\nexe.main('bridge')\n"
+    )
+    env = {
+        "CNI_COMMAND": "ADD",
+        "CNI_CONTAINERID": "c1",
+        "CNI_IFNAME": "eth0",
+        "CNI_NETNS": NETNS,
+        "PATH": "/usr/bin:/bin",
+    }
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.run([sys.executable, "-c", code], input=b"{}", capture_output=True,
-                          timeout=20, env={**env, "PYTHONPATH": root})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        input=b"{}",
+        capture_output=True,
+        timeout=20,
+        env={**env, "PYTHONPATH": root},
+    )
     reply = json.loads(proc.stdout)
     assert proc.returncode == 1 and b"Traceback" not in proc.stderr
     assert reply["code"] == 999 and "KeyError" in reply["details"]
@@ -144,15 +176,29 @@ def test_an_unexpected_exception_still_prints_one_json_error():
 
 # envcheck on generated environments: an answer, never an exception
 
-ENV_TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from("\udcff\udc80üé/:. "),
-                   max_size=20)
+ENV_TEXT = st.text(
+    st.characters(codec="utf-8") | st.sampled_from("\udcff\udc80üé/:. "), max_size=20
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS",
-                                        "CNI_IFNAME", "CNI_ARGS", "CNI_PATH", "CNI_\udcff"]),
-                       ENV_TEXT),
-       st.sampled_from(envcheck.COMMANDS))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "CNI_COMMAND",
+                "CNI_CONTAINERID",
+                "CNI_NETNS",
+                "CNI_IFNAME",
+                "CNI_ARGS",
+                "CNI_PATH",
+                "CNI_\udcff",
+            ]
+        ),
+        ENV_TEXT,
+    ),
+    st.sampled_from(envcheck.COMMANDS),
+)
 def test_check_env_answers_every_environment(environ, command):
     environ = {"CNI_COMMAND": command, **environ}
     problem = envcheck.check_env(environ)

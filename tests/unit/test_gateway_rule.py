@@ -4,6 +4,7 @@ code 7 naming the pool; the bridge never takes a Pod's own address as its gatewa
 
 Allocator-level properties run on a real SqliteStore (one per example) with one to three
 LeaseServices (nodes) on it, so blocks are claimed by several nodes and borrowed."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -11,21 +12,23 @@ import itertools
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
-from plugins.bridge.calc import calc_ips, calc_pod_on_bridge
-from plugins.ipam.config import cached_ipam_config, parse_ipam_config
 from cni.spec.errors import AddressExhausted, InvalidConfig
-from ipam.leases.service import LeaseService
 from ipam.alloc.pool_settings import PoolInvalid
 from ipam.alloc.pool_spec import make_pool
-from ipam.records import HandleId
 from ipam.alloc.selection import Selection
+from ipam.leases.service import LeaseService
+from ipam.records import HandleId
+from plugins.bridge.calc import calc_ips, calc_pod_on_bridge
+from plugins.ipam.config import cached_ipam_config, parse_ipam_config
 from store.sqlite import SqliteStore
 from tests.fixtures.ipam_pools import put_pool
 
-PROPERTY = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def fill(nodes: list[LeaseService], selection) -> list:
@@ -60,6 +63,7 @@ def open_nodes(path: str, count: int) -> tuple[SqliteStore, list[LeaseService]]:
 
 
 # -- cluster pools, gateway "first" ---------------------------------------------------------
+
 
 @st.composite
 def cluster_pools(draw):
@@ -97,6 +101,7 @@ def test_gateway_first_pools_never_hand_out_a_gateway(shape, count):
 
 
 # -- netconf ranges ---------------------------------------------------------------------------
+
 
 @st.composite
 def range_sets(draw):
@@ -146,20 +151,24 @@ def test_netconf_ranges_never_hand_out_a_gateway(sets, count):
 
 def test_explicit_gateway_outside_its_subnet_is_refused():
     with pytest.raises(InvalidConfig) as err:
-        parse_ipam_config({"name": "n", "ipam": {"ranges": [[{"subnet": "10.1.0.0/24",
-                                                              "gateway": "10.2.0.1"}]]}})
+        parse_ipam_config(
+            {"name": "n", "ipam": {"ranges": [[{"subnet": "10.1.0.0/24", "gateway": "10.2.0.1"}]]}}
+        )
     assert err.value.code == 7 and "ipam.ranges[0][0].gateway" in err.value.msg
     assert "not a host address of network 10.1.0.0/24" in err.value.details
     with pytest.raises(InvalidConfig, match="ipam.gateway"):  # the broadcast address
-        parse_ipam_config({"name": "n", "ipam": {"subnet": "10.1.0.0/24",
-                                                 "gateway": "10.1.0.255"}})
+        parse_ipam_config(
+            {"name": "n", "ipam": {"subnet": "10.1.0.0/24", "gateway": "10.1.0.255"}}
+        )
 
 
 # -- gateway "none" under isGateway -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("key", ["isGateway", "isDefaultGateway"])
 def test_pool_without_gateways_under_is_gateway_is_refused_before_anything_is_written(
-        tmp_path, key):
+    tmp_path, key
+):
     store, (leases,) = open_nodes(str(tmp_path / "s.db"), 1)
     put_pool(store, "nogw", "10.8.0.0/28", gateway="none")
     before = [kv.key for kv in store.range("/pycni/v1/")]
@@ -179,12 +188,15 @@ def test_pool_without_gateways_under_is_gateway_is_refused_before_anything_is_wr
 def test_the_gateway_key_is_part_of_the_cached_config():
     ipam = {"pools": ["p"]}
     assert cached_ipam_config({"name": "n", "ipam": ipam}).gateway_key == ""
-    assert cached_ipam_config({"name": "n", "isGateway": True, "ipam": ipam}).gateway_key == \
-        "isGateway"
+    assert (
+        cached_ipam_config({"name": "n", "isGateway": True, "ipam": ipam}).gateway_key
+        == "isGateway"
+    )
     assert cached_ipam_config({"name": "n", "isGateway": "yes", "ipam": ipam}).gateway_key == ""
 
 
 # -- pycni-bridge ---------------------------------------------------------------------------------
+
 
 def test_bridge_refuses_a_gateway_that_is_the_pods_own_address():
     with pytest.raises(InvalidConfig) as err:
@@ -203,5 +215,6 @@ def test_pod_addresses_held_by_the_bridge_are_found():
     iface = ipaddress.ip_interface
     bridge = [iface("10.9.0.1/24"), iface("10.9.0.64/24"), iface("fe80::1/64")]
     assert calc_pod_on_bridge([iface("10.9.0.64/26")], bridge) == [
-        (iface("10.9.0.64/26"), iface("10.9.0.64/24"))]
+        (iface("10.9.0.64/26"), iface("10.9.0.64/24"))
+    ]
     assert calc_pod_on_bridge([iface("10.9.0.2/24"), iface("fd00::2/64")], bridge) == []

@@ -1,19 +1,28 @@
 """The IPAM netconf is validated once per distinct config; bad configs fail every time."""
+
 from __future__ import annotations
 
 import pytest
 
-from plugins.ipam import config as ipam_config
-from plugins.ipam.plugin import render_result
-from plugins.ipam.config import cached_ipam_config
 from cni.spec.errors import InvalidConfig
 from ipam.records import HandleId, HandleRecord
+from plugins.ipam import config as ipam_config
+from plugins.ipam.config import cached_ipam_config
+from plugins.ipam.plugin import render_result
 
 
 def conf(subnet: str = "10.30.0.0/16", **extra) -> dict:
-    return {"cniVersion": "1.1.0", "name": "net", "type": "ptp",
-            "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": subnet}]],
-                     "dns": {"nameservers": ["10.0.0.10"]}}, **extra}
+    return {
+        "cniVersion": "1.1.0",
+        "name": "net",
+        "type": "ptp",
+        "ipam": {
+            "type": "pycni-ipam",
+            "ranges": [[{"subnet": subnet}]],
+            "dns": {"nameservers": ["10.0.0.10"]},
+        },
+        **extra,
+    }
 
 
 def test_the_same_netconf_is_parsed_once() -> None:
@@ -27,8 +36,7 @@ def test_the_same_netconf_is_parsed_once() -> None:
 def test_keys_outside_the_ipam_section_do_not_matter_but_ip_ranges_do() -> None:
     base = cached_ipam_config(conf())
     assert cached_ipam_config(conf(runtimeConfig={"portMappings": []})) is base
-    by_cap = cached_ipam_config(conf(runtimeConfig={
-        "ipRanges": [[{"subnet": "10.40.0.0/24"}]]}))
+    by_cap = cached_ipam_config(conf(runtimeConfig={"ipRanges": [[{"subnet": "10.40.0.0/24"}]]}))
     assert str(by_cap.range_sets[0][0].subnet) == "10.40.0.0/24"
 
 

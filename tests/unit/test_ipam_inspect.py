@@ -1,12 +1,13 @@
 """`pycni ipam show` and `check`, pure: hand-made store contents in, precise reports out."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from ipam.ops.inspect import parse_snapshot
 from ipam.ops.check import Fix, find_problems
+from ipam.ops.inspect import parse_snapshot
 from ipam.ops.show import report_handle, report_ip, report_overview
 from store.base import KV
 from tests.fixtures.ipam_contents import Contents, affinity_key, block_key
@@ -49,8 +50,14 @@ def test_pool_usage_counts_used_cooling_borrowed_free(cluster):
     assert (p["used"], p["cooling"], p["borrowed"], p["free"], p["blocks"]) == (4, 1, 1, 245, 2)
     blocks = {(b["pool"], b["cidr"]): b for b in doc["blocks"]}
     first = blocks[("p", "10.1.0.0/26")]
-    assert (first["node"], first["capacity"], first["used"], first["cooling"],
-            first["borrowed"], first["free"]) == ("node1", 62, 3, 1, 1, 58)
+    assert (
+        first["node"],
+        first["capacity"],
+        first["used"],
+        first["cooling"],
+        first["borrowed"],
+        first["free"],
+    ) == ("node1", 62, 3, 1, 1, 58)
     assert blocks[("p", "10.1.0.64/26")]["capacity"] == 63
     nodes = {n["name"]: n for n in doc["nodes"]}
     assert nodes["node1"]["alive"] and not nodes["node2"]["alive"]
@@ -73,8 +80,15 @@ def test_duplicate_address_keeps_the_holder_the_block_names(cluster):
     assert finding.kind == "duplicate-address" and finding.ip == "10.1.0.2"
     assert finding.handles == ("net/c1/eth0", "net/c9/eth0")
     assert "the block gives it to net/c1/eth0" in finding.message
-    assert finding.fixes == (Fix("drop", ip="10.1.0.2", handle="net/c9/eth0", pool="p",
-                                 block_key=block_key("p", "10.1.0.0/26")),)
+    assert finding.fixes == (
+        Fix(
+            "drop",
+            ip="10.1.0.2",
+            handle="net/c9/eth0",
+            pool="p",
+            block_key=block_key("p", "10.1.0.0/26"),
+        ),
+    )
 
 
 def test_duplicate_that_no_block_names_is_left_to_an_operator(cluster):
@@ -92,18 +106,26 @@ def test_netconf_pools_of_two_networks_may_share_a_subnet():
     c.allocate(a, "10.9.0.2", "neta/c1/eth0").allocate(b, "10.9.0.2", "netb/c2/eth0")
     assert find_problems(snap_of(c)) == []
     doc = report_ip(snap_of(c), "10.9.0.2", now=NOW)
-    assert [(m["pool"], m["handle"]) for m in doc["matches"]] == [(a, "neta/c1/eth0"),
-                                                                  (b, "netb/c2/eth0")]
+    assert [(m["pool"], m["handle"]) for m in doc["matches"]] == [
+        (a, "neta/c1/eth0"),
+        (b, "netb/c2/eth0"),
+    ]
 
 
 def test_orphan_allocation_is_freed(cluster):
     cluster.block("p", "10.1.0.0/26", "node1")["allocations"]["10.1.0.30"] = "net/gone/eth0"
     (finding,) = find_problems(snap_of(cluster))
-    assert (finding.kind, finding.ip, finding.handles) == ("orphan-allocation", "10.1.0.30",
-                                                           ("net/gone/eth0",))
+    assert (finding.kind, finding.ip, finding.handles) == (
+        "orphan-allocation",
+        "10.1.0.30",
+        ("net/gone/eth0",),
+    )
     assert "which is missing" in finding.message
-    assert finding.fixes == (Fix("free", ip="10.1.0.30", holder="net/gone/eth0",
-                                 block_key=block_key("p", "10.1.0.0/26")),)
+    assert finding.fixes == (
+        Fix(
+            "free", ip="10.1.0.30", holder="net/gone/eth0", block_key=block_key("p", "10.1.0.0/26")
+        ),
+    )
 
 
 def test_allocation_for_a_handle_that_does_not_list_it_is_orphan(cluster):
@@ -124,9 +146,17 @@ def test_handle_address_whose_block_is_gone(cluster):
     (finding,) = find_problems(snap_of(cluster))
     assert finding.kind == "missing-block"
     # restored into a block claimed for the handle's node
-    assert finding.fixes == (Fix("restore", ip="10.1.0.200", handle="net/c7/eth0", pool="p",
-                                 cidr="10.1.0.192/26", node="node3",
-                                 block_key=block_key("p", "10.1.0.192/26")),)
+    assert finding.fixes == (
+        Fix(
+            "restore",
+            ip="10.1.0.200",
+            handle="net/c7/eth0",
+            pool="p",
+            cidr="10.1.0.192/26",
+            node="node3",
+            block_key=block_key("p", "10.1.0.192/26"),
+        ),
+    )
 
 
 def test_wrong_holder_is_repointed(cluster):
@@ -146,7 +176,9 @@ def test_block_of_missing_pool_and_handle_of_missing_pool(cluster):
     del c.records["/pycni/v1/pools/q"]
     findings = find_problems(snap_of(c))
     assert [(f.kind, [x.action for x in f.fixes]) for f in findings] == [
-        ("orphan-block", []), ("orphan-handle", ["delete-handle"])]
+        ("orphan-block", []),
+        ("orphan-handle", ["delete-handle"]),
+    ]
     assert "holds 1 address(es)" in findings[0].message
 
 
@@ -155,17 +187,26 @@ def test_empty_orphan_block_is_deleted_with_its_index():
     c.block("gone", "10.7.0.0/26", "node1")
     (finding,) = find_problems(snap_of(c))
     assert finding.kind == "orphan-block"
-    assert finding.fixes == (Fix("delete-block", block_key=block_key("gone", "10.7.0.0/26"),
-                                 node="node1"),)
+    assert finding.fixes == (
+        Fix("delete-block", block_key=block_key("gone", "10.7.0.0/26"), node="node1"),
+    )
 
 
 def test_handle_without_address_is_orphan_but_an_empty_buffer_is_not(cluster):
     cluster.records["/pycni/v1/handles/net/empty/eth0"] = {
-        "network": "net", "containerID": "empty", "ifname": "eth0", "ips": [],
-        "attributes": {"node": "node1"}}
+        "network": "net",
+        "containerID": "empty",
+        "ifname": "eth0",
+        "ips": [],
+        "attributes": {"node": "node1"},
+    }
     cluster.records["/pycni/v1/handles/_buffer/node1/p"] = {
-        "network": "_buffer", "containerID": "node1", "ifname": "p", "ips": [],
-        "attributes": {"node": "node1"}}
+        "network": "_buffer",
+        "containerID": "node1",
+        "ifname": "p",
+        "ips": [],
+        "attributes": {"node": "node1"},
+    }
     assert kinds(cluster) == [("orphan-handle", None)]
 
 
@@ -177,7 +218,8 @@ def test_affinity_index_is_checked_both_ways(cluster):
     assert [(f.kind, f.key) for f in findings] == [
         ("missing-affinity", block_key("p", "10.1.0.64/26")),
         ("stale-affinity", affinity_key("node3", "p", "10.1.0.0/26")),
-        ("stale-affinity", affinity_key("node3", "p", "10.1.0.128/26"))]
+        ("stale-affinity", affinity_key("node3", "p", "10.1.0.128/26")),
+    ]
     assert "is node node1's" in findings[1].message and "is gone" in findings[2].message
 
 
@@ -200,17 +242,40 @@ def test_show_ip_states(cluster):
     cluster.release("p", "10.1.0.10", at=NOW - 30)
     snap = snap_of(cluster)
     held = report_ip(snap, "10.1.0.2", now=NOW)["matches"][0]
-    assert {k: held[k] for k in ("pool", "block", "state", "handle", "node", "namespace",
-                                 "pod", "blockNode", "borrowed", "handleExists")} == {
-        "pool": "p", "block": "10.1.0.0/26", "state": "allocated", "handle": "net/c1/eth0",
-        "node": "node1", "namespace": "default", "pod": "c1", "blockNode": "node1",
-        "borrowed": False, "handleExists": True}
+    assert {
+        k: held[k]
+        for k in (
+            "pool",
+            "block",
+            "state",
+            "handle",
+            "node",
+            "namespace",
+            "pod",
+            "blockNode",
+            "borrowed",
+            "handleExists",
+        )
+    } == {
+        "pool": "p",
+        "block": "10.1.0.0/26",
+        "state": "allocated",
+        "handle": "net/c1/eth0",
+        "node": "node1",
+        "namespace": "default",
+        "pod": "c1",
+        "blockNode": "node1",
+        "borrowed": False,
+        "handleExists": True,
+    }
     cooling = report_ip(snap, "10.1.0.10", now=NOW)["matches"][0]
     assert cooling["state"] == "cooling" and cooling["coolingUntil"] == NOW + 30
     assert report_ip(snap, "10.1.0.10", now=NOW + 31)["matches"][0]["state"] == "free"
     gateway = report_ip(snap, "10.1.0.64", now=NOW)["matches"][0]
-    assert (gateway["state"], gateway["reason"]) == ("reserved",
-                                                     "the gateway of block 10.1.0.64/26")
+    assert (gateway["state"], gateway["reason"]) == (
+        "reserved",
+        "the gateway of block 10.1.0.64/26",
+    )
     unclaimed = report_ip(snap, "10.1.0.200", now=NOW)["matches"][0]
     assert (unclaimed["state"], unclaimed["blockClaimed"]) == ("free", False)
     assert report_ip(snap, "192.0.2.1", now=NOW)["matches"] == []
@@ -220,10 +285,16 @@ def test_show_handle_by_full_id_prefix_or_container_id(cluster):
     snap = snap_of(cluster)
     doc = report_handle(snap, "net/c1/eth0")
     (h,) = doc["handles"]
-    assert (h["network"], h["containerID"], h["ifname"], h["node"]) == ("net", "c1", "eth0",
-                                                                         "node1")
+    assert (h["network"], h["containerID"], h["ifname"], h["node"]) == (
+        "net",
+        "c1",
+        "eth0",
+        "node1",
+    )
     assert [(i["address"], i["pool"], i["inBlock"]) for i in h["ips"]] == [
-        ("10.1.0.2/24", "p", True), ("fd00:1::2/120", "p6", True)]
+        ("10.1.0.2/24", "p", True),
+        ("fd00:1::2/120", "p6", True),
+    ]
     assert [x["handle"] for x in report_handle(snap, "net/c1")["handles"]] == ["net/c1/eth0"]
     assert [x["handle"] for x in report_handle(snap, "c3")["handles"]] == ["net/c3/eth0"]
     assert report_handle(snap, "net")["handles"] == []

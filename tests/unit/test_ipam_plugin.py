@@ -1,17 +1,18 @@
 """The pycni-ipam handler in-process (as pycni-bridge delegates to it), on a real SqliteStore."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from plugins.ipam import plugin as ipam_plugin
-from plugins.base import InjectedFault
-from plugins.bridge.delegate import delegate
 from cni.spec.errors import CheckFailed, NotAvailable
 from cni.spec.request import Request, parse_config, parse_env
-from pycnid.config import parse_daemon_config
 from common.metrics import Registry
+from plugins.base import InjectedFault
+from plugins.bridge.delegate import delegate
+from plugins.ipam import plugin as ipam_plugin
+from pycnid.config import parse_daemon_config
 from pycnid.wiring import Lifecycle, wire_node
 
 
@@ -24,34 +25,56 @@ def life():
 
 @pytest.fixture
 def services(tmp_path, life):
-    config = parse_daemon_config({"nodeName": "node1", "stateDir": str(tmp_path),
-                                  "faultInjection": True,
-                                  "store": {"type": "sqlite", "path": str(tmp_path / "s.db")}})
+    config = parse_daemon_config(
+        {
+            "nodeName": "node1",
+            "stateDir": str(tmp_path),
+            "faultInjection": True,
+            "store": {"type": "sqlite", "path": str(tmp_path / "s.db")},
+        }
+    )
     services = wire_node(config, life).services
     services.plugins["ipam"] = ipam_plugin.create(services)
     return services
 
 
 def request(command: str, config: dict, cid: str = "c1", args: str = "") -> Request:
-    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": "/proc/self/ns/net",
-           "CNI_IFNAME": "eth0", "CNI_ARGS": args, "CNI_PATH": "/nonexistent"}
+    env = {
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": cid,
+        "CNI_NETNS": "/proc/self/ns/net",
+        "CNI_IFNAME": "eth0",
+        "CNI_ARGS": args,
+        "CNI_PATH": "/nonexistent",
+    }
     if command in ("STATUS", "GC"):
         env = {"CNI_COMMAND": command, "CNI_PATH": "/nonexistent"}
     raw = json.dumps(config).encode()
-    return Request(env=parse_env(env), config=parse_config(raw, command), raw_env=env,
-                   raw_config=raw)
+    return Request(
+        env=parse_env(env), config=parse_config(raw, command), raw_env=env, raw_config=raw
+    )
 
 
-CONF = {"cniVersion": "1.1.0", "name": "net", "type": "pycni-bridge",
-        "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": "10.30.0.0/24"}]],
-                 "routes": [{"dst": "0.0.0.0/0"}]}}
+CONF = {
+    "cniVersion": "1.1.0",
+    "name": "net",
+    "type": "pycni-bridge",
+    "ipam": {
+        "type": "pycni-ipam",
+        "ranges": [[{"subnet": "10.30.0.0/24"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+    },
+}
 
 
 def test_bridge_delegation_runs_in_process(services):
     result = delegate(services.plugins, request("ADD", CONF), "ADD")
-    assert result == {"cniVersion": "1.1.0",
-                      "ips": [{"address": "10.30.0.2/24", "gateway": "10.30.0.1"}],
-                      "routes": [{"dst": "0.0.0.0/0"}], "dns": {}}
+    assert result == {
+        "cniVersion": "1.1.0",
+        "ips": [{"address": "10.30.0.2/24", "gateway": "10.30.0.1"}],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dns": {},
+    }
     delegate(services.plugins, request("CHECK", CONF), "CHECK")  # no prevResult: lease only
     delegate(services.plugins, request("DEL", CONF), "DEL")
     with pytest.raises(CheckFailed, match="no address lease for net/c1/eth0"):

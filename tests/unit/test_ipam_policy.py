@@ -1,6 +1,7 @@
 """Allocation policy for cluster pools, pure: exclusions, gateway "first", the order of
 preference (own, claim, borrow, cooling), strictAffinity, reuse delay, seeded block claims,
 node selectors and static requests."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -10,11 +11,16 @@ import pytest
 
 from cni.spec.errors import AddressExhausted, InvalidConfig
 from ipam.alloc.allocator import Pool, iter_candidate_blocks, pick_address, pool_from_record
-from ipam.alloc.pool_spec import make_pool, record_of
 from ipam.alloc.policy import BORROW, CLAIM, OWN, StaticView, choose_address
+from ipam.alloc.pool_spec import make_pool, record_of
+from ipam.alloc.selection import (
+    assign_requested,
+    group_by_family,
+    matches,
+    select_by_labels,
+    select_by_name,
+)
 from ipam.records import BlockRecord
-from ipam.alloc.selection import (assign_requested, group_by_family, matches, select_by_labels,
-                            select_by_name)
 
 net = ipaddress.ip_network
 ip = ipaddress.ip_address
@@ -25,8 +31,9 @@ def pool(name: str = "p", cidr: str = "10.0.0.0/24", **settings) -> Pool:
 
 
 def block(p: Pool, cidr: str, node: str, allocations=(), released=None) -> BlockRecord:
-    return BlockRecord(p.name, cidr, node, {a: f"h-{a}" for a in allocations},
-                       released=released or {})
+    return BlockRecord(
+        p.name, cidr, node, {a: f"h-{a}" for a in allocations}, released=released or {}
+    )
 
 
 def full(p: Pool, cidr: str, node: str) -> BlockRecord:
@@ -90,9 +97,11 @@ def test_order_own_then_claim_then_borrow():
 
 def test_strict_affinity_never_borrows():
     p = pool(cidr="10.0.0.0/25", block_size=26, strict_affinity=True)
-    view = StaticView({"p": {"10.0.0.0/26": full(p, "10.0.0.0/26", "n1")}},
-                      {"p": {"10.0.0.0/26", "10.0.0.64/26"}},
-                      {"p": {"10.0.0.64/26": block(p, "10.0.0.64/26", "n2")}})
+    view = StaticView(
+        {"p": {"10.0.0.0/26": full(p, "10.0.0.0/26", "n1")}},
+        {"p": {"10.0.0.0/26", "10.0.0.64/26"}},
+        {"p": {"10.0.0.64/26": block(p, "10.0.0.64/26", "n2")}},
+    )
     assert choose_address([p], view, "n1", 0) is None
     assert choose_address([p], view, "n3", 0) is None  # a node without any block either
 
@@ -121,8 +130,7 @@ def test_reuse_delay_keeps_released_addresses_back_while_others_are_free():
 
 def test_a_new_block_comes_before_a_cooling_address():
     p = pool(cidr="10.0.0.0/28", block_size=29)
-    b = block(p, "10.0.0.0/29", "n1", [f"10.0.0.{i}" for i in range(2, 8)],
-              {"10.0.0.1": 100.0})
+    b = block(p, "10.0.0.0/29", "n1", [f"10.0.0.{i}" for i in range(2, 8)], {"10.0.0.1": 100.0})
     view = StaticView({"p": {"10.0.0.0/29": b}}, {"p": {"10.0.0.0/29"}})
     assert choose_address([p], view, "n1", 110).kind == CLAIM
     view = StaticView({"p": {"10.0.0.0/29": b}}, {"p": {"10.0.0.0/29", "10.0.0.8/29"}})
@@ -132,8 +140,11 @@ def test_a_new_block_comes_before_a_cooling_address():
 def test_seeded_claims_differ_per_node_and_cover_every_block():
     p = pool(cidr="10.0.0.0/16", block_size=26)
     from ipam.alloc.allocator import calc_seed
-    orders = {n: list(iter_candidate_blocks(p, set(), calc_seed(n, "p"))) for n in
-              ("node1", "node2", "node3")}
+
+    orders = {
+        n: list(iter_candidate_blocks(p, set(), calc_seed(n, "p")))
+        for n in ("node1", "node2", "node3")
+    }
     assert len({tuple(o[:3]) for o in orders.values()}) == 3  # nodes start apart
     assert all(sorted(o) == sorted(orders["node1"]) for o in orders.values())
     assert len(orders["node1"]) == 1024 == len(set(orders["node1"]))
@@ -151,11 +162,13 @@ def test_node_selector_matching():
     assert matches({}, {"zone": "a"}) and matches("all()", {})
     assert matches({"zone": "a"}, {"zone": "a", "rack": "1"})
     assert not matches({"zone": "a"}, {"zone": "b"}) and not matches({"zone": "a"}, {})
-    pools = [pool("b4", "10.2.0.0/24", node_selector={"zone": "a"}),
-             pool("a4", "10.1.0.0/24"),
-             pool("z6", "fd00::/64", node_selector={"zone": "a"}),
-             pool("off4", "10.3.0.0/24", disabled=True),
-             pool("other4", "10.4.0.0/24", node_selector={"zone": "b"})]
+    pools = [
+        pool("b4", "10.2.0.0/24", node_selector={"zone": "a"}),
+        pool("a4", "10.1.0.0/24"),
+        pool("z6", "fd00::/64", node_selector={"zone": "a"}),
+        pool("off4", "10.3.0.0/24", disabled=True),
+        pool("other4", "10.4.0.0/24", node_selector={"zone": "b"}),
+    ]
     sets = select_by_labels(pools, {"zone": "a"}, "n1")
     assert [[p.name for p in s] for s in sets] == [["a4", "b4"], ["z6"]]
     with pytest.raises(AddressExhausted, match="no IP pool selects node n9") as info:
@@ -164,8 +177,10 @@ def test_node_selector_matching():
 
 
 def test_pools_by_name_group_per_family_in_the_given_order():
-    found = {p.name: p for p in (pool("v6", "fd00::/64"), pool("x4", "10.1.0.0/24"),
-                                 pool("y4", "10.2.0.0/24"))}
+    found = {
+        p.name: p
+        for p in (pool("v6", "fd00::/64"), pool("x4", "10.1.0.0/24"), pool("y4", "10.2.0.0/24"))
+    }
     sets = select_by_name(("v6", "y4", "x4"), found)
     assert [[p.name for p in s] for s in sets] == [["y4", "x4"], ["v6"]]
     with pytest.raises(InvalidConfig, match=r"ipam.pools\[1\]: no IP pool named 'nope'"):
@@ -173,13 +188,22 @@ def test_pools_by_name_group_per_family_in_the_given_order():
 
 
 def test_static_requests_map_to_their_family_and_refuse_what_is_never_handed_out():
-    sets = group_by_family([pool("v4", "10.0.0.0/24", gateway="first",
-                                 exclusions=["10.0.0.200/29"]), pool("v6", "fd00::/64")])
+    sets = group_by_family(
+        [
+            pool("v4", "10.0.0.0/24", gateway="first", exclusions=["10.0.0.200/29"]),
+            pool("v6", "fd00::/64"),
+        ]
+    )
     assert assign_requested(sets, [ip("fd00::9"), ip("10.0.0.9")]) == {
-        0: ip("10.0.0.9"), 1: ip("fd00::9")}
-    for wanted, words in (("10.0.0.1", "gateway of block 10.0.0.0/26"),
-                          ("10.0.0.201", "excluded"), ("10.0.0.255", "broadcast"),
-                          ("10.9.0.1", "outside every pool")):
+        0: ip("10.0.0.9"),
+        1: ip("fd00::9"),
+    }
+    for wanted, words in (
+        ("10.0.0.1", "gateway of block 10.0.0.0/26"),
+        ("10.0.0.201", "excluded"),
+        ("10.0.0.255", "broadcast"),
+        ("10.9.0.1", "outside every pool"),
+    ):
         with pytest.raises(InvalidConfig) as info:
             assign_requested(sets, [ip(wanted)])
         assert words in str(info.value)

@@ -1,15 +1,16 @@
 """pycni-ipam's metrics on pycnid's registry, scraped as Prometheus text after real leases
 on a SqliteStore (in-process handler)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from plugins.ipam import plugin as ipam_plugin
 from cni.spec.request import Request, parse_config, parse_env
-from pycnid.config import parse_daemon_config
 from common.metrics import Registry
+from plugins.ipam import plugin as ipam_plugin
+from pycnid.config import parse_daemon_config
 from pycnid.wiring import Lifecycle, wire_node
 from tests.fixtures.ipam_pools import put_pool
 
@@ -17,10 +18,15 @@ from tests.fixtures.ipam_pools import put_pool
 @pytest.fixture
 def wired(tmp_path):
     life = Lifecycle("node1", Registry())
-    config = parse_daemon_config({"nodeName": "node1", "stateDir": str(tmp_path),
-                                  "nodeLabels": {"zone": "a"},
-                                  "ipam": {"housekeepingInterval": 0},
-                                  "store": {"type": "sqlite", "path": str(tmp_path / "s.db")}})
+    config = parse_daemon_config(
+        {
+            "nodeName": "node1",
+            "stateDir": str(tmp_path),
+            "nodeLabels": {"zone": "a"},
+            "ipam": {"housekeepingInterval": 0},
+            "store": {"type": "sqlite", "path": str(tmp_path / "s.db")},
+        }
+    )
     wired = wire_node(config, life)
     wired.services.plugins["ipam"] = ipam_plugin.create(wired.services)
     yield wired
@@ -33,12 +39,18 @@ def services(wired):
 
 
 def add(services, cid: str) -> dict:
-    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": cid, "CNI_NETNS": "/proc/self/ns/net",
-           "CNI_IFNAME": "eth0", "CNI_ARGS": "", "CNI_PATH": "/nonexistent"}
-    raw = json.dumps({"cniVersion": "1.1.0", "name": "net", "type": "ptp",
-                      "ipam": {"type": "pycni-ipam"}}).encode()
-    req = Request(env=parse_env(env), config=parse_config(raw, "ADD"), raw_env=env,
-                  raw_config=raw)
+    env = {
+        "CNI_COMMAND": "ADD",
+        "CNI_CONTAINERID": cid,
+        "CNI_NETNS": "/proc/self/ns/net",
+        "CNI_IFNAME": "eth0",
+        "CNI_ARGS": "",
+        "CNI_PATH": "/nonexistent",
+    }
+    raw = json.dumps(
+        {"cniVersion": "1.1.0", "name": "net", "type": "ptp", "ipam": {"type": "pycni-ipam"}}
+    ).encode()
+    req = Request(env=parse_env(env), config=parse_config(raw, "ADD"), raw_env=env, raw_config=raw)
     return services.plugins["ipam"].add(req)
 
 
@@ -53,8 +65,9 @@ def samples(services) -> dict[str, float]:
 
 def test_pool_usage_blocks_events_and_latency_are_exposed(wired, services):
     store = services.store
-    put_pool(store, "pa", "10.95.0.0/24", block_size=26, gateway="first",
-             node_selector={"zone": "a"})
+    put_pool(
+        store, "pa", "10.95.0.0/24", block_size=26, gateway="first", node_selector={"zone": "a"}
+    )
     for cid in ("c1", "c2", "c3"):
         add(services, cid)
     leases = services.leases

@@ -2,20 +2,22 @@
 calls the store, so a store that hangs or fails leaves the scrape as fast as ever, with the old
 figures, their age and the failure gauge. A real SqliteStore behind a switchable fault (the
 store is the slow edge a unit test may fake); the refresh thread is common/loop.py."""
+
 from __future__ import annotations
 
 import logging
 import threading
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from plugins.ipam.config import parse_daemon_options
 from cni.spec.errors import InvalidConfig, TryAgainLater
-from common.metrics import Registry
-from pycnid.wiring import Lifecycle
 from common.loop import Periodic
+from common.metrics import Registry
 from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
+from plugins.ipam.config import parse_daemon_options
+from pycnid.wiring import Lifecycle
 from store.sqlite import SqliteStore
 from tests.fixtures.ipam_pools import put_pool
 from tests.fixtures.waiting import wait_for
@@ -63,9 +65,11 @@ def faulty(tmp_path):
 
 
 def samples(registry: Registry) -> dict[str, float]:
-    return {name: float(value) for name, _, value in
-            (line.rpartition(" ") for line in registry.render().splitlines())
-            if name and not name.startswith("#")}
+    return {
+        name: float(value)
+        for name, _, value in (line.rpartition(" ") for line in registry.render().splitlines())
+        if name and not name.startswith("#")
+    }
 
 
 def render_in_thread(registry: Registry) -> dict[str, float]:
@@ -179,11 +183,19 @@ def test_a_zero_interval_is_refused(faulty, interval):
         start_ipam_metrics(services_with(Registry()), faulty, Leases(), interval, serve=True)
 
 
-@given(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5),
-                 st.lists(st.integers(), max_size=2)))
+@given(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(max_size=5),
+        st.lists(st.integers(), max_size=2),
+    )
+)
 @example(float("nan"))
 @example(float("inf"))
-@example(10 ** 400)
+@example(10**400)
 def test_metrics_interval_is_a_number_of_seconds_or_refused(value):
     try:
         options = parse_daemon_options({"ipam": {"metricsInterval": value}})

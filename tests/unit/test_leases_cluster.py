@@ -2,6 +2,7 @@
 name and by node selector, gateway "first", borrowing and strictAffinity, reuse delay, empty
 blocks going back after the grace period, disabled and edited pools, static requests, and
 concurrent ADDs of one node combined into one txn."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -11,9 +12,9 @@ import time
 import pytest
 
 from cni.spec.errors import AddressConflict, AddressExhausted, InvalidConfig, TryAgainLater
-from ipam.leases.service import LeaseService
-from ipam.records import (BlockRecord, HandleId, affinity_key, block_key, blocks_prefix)
 from ipam.alloc.selection import Selection
+from ipam.leases.service import LeaseService
+from ipam.records import BlockRecord, HandleId, affinity_key, block_key, blocks_prefix
 from store.sqlite import SqliteStore
 from tests.fixtures.ipam_pools import Clock, edit_pool, put_pool
 
@@ -47,8 +48,12 @@ def addresses(record) -> list[str]:
 
 
 def blocks(store, pool: str) -> dict[str, BlockRecord]:
-    return {b.cidr: b for b in (BlockRecord.from_bytes(kv.key, kv.value)
-                                for kv in store.range(blocks_prefix(pool)))}
+    return {
+        b.cidr: b
+        for b in (
+            BlockRecord.from_bytes(kv.key, kv.value) for kv in store.range(blocks_prefix(pool))
+        )
+    }
 
 
 def test_named_pools_dual_stack_gateway_first_and_attributes(store, clock):
@@ -60,8 +65,9 @@ def test_named_pools_dual_stack_gateway_first_and_attributes(store, clock):
     assert created and [ip.pool for ip in record.ips] == ["v4", "v6"]  # IPv4 first
     v4, v6 = record.ips
     block = ipaddress.ip_network(v4.block)  # a /26 somewhere in the pool (seeded by node)
-    first_usable = block.network_address + (block.network_address == block.supernet(10)
-                                            .network_address)  # the pool's network address
+    first_usable = block.network_address + (
+        block.network_address == block.supernet(10).network_address
+    )  # the pool's network address
     assert v4.gateway == str(first_usable) and v4.ip != v4.gateway
     assert v4.address.endswith("/16") and v6.gateway is None and v6.address.endswith("/64")
     assert dict(record.attributes) == {**attrs, "node": "node1"}
@@ -119,8 +125,12 @@ def test_borrowing_when_the_pool_has_no_free_block(store, clock):
     assert owner in ("node1", "node2") and c.node == "node3"
     lent = blocks(store, "tiny")[c.ips[0].block]
     assert lent.affinity == owner and lent.borrowed == {c.ips[0].ip: "node3"}
-    got = {ip for leases in (one, two) for i in range(10)
-           for ip in addresses(leases.acquire(h(f"{leases.node}-{i}"), by_name("tiny"))[0])}
+    got = {
+        ip
+        for leases in (one, two)
+        for i in range(10)
+        for ip in addresses(leases.acquire(h(f"{leases.node}-{i}"), by_name("tiny"))[0])
+    }
     assert len(got) == 20 and c.ips[0].address not in got  # the owners' stale caches recover
     assert three.release(h("c")) is not None
     assert c.ips[0].ip not in blocks(store, "tiny")[c.ips[0].block].borrowed
@@ -160,6 +170,7 @@ def test_reuse_delay_skips_recently_released_addresses(store, clock):
     assert addresses(leases.acquire(h("x"), by_name("small"))[0]) == ["10.67.0.5/29"]
     assert addresses(leases.acquire(h("y"), by_name("small"))[0]) == ["10.67.0.2/29"]  # last one
     from ipam.leases.metrics import read_usage
+
     leases.release(h("c3"))
     usage, _ = read_usage(store, clock())
     assert usage["small"]["cooling"] == 1 and usage["small"]["used"] == 5
@@ -230,8 +241,12 @@ def test_static_request_held_elsewhere_names_the_holder_and_allocates_nothing(st
     put_pool(store, "v4", "10.73.0.0/24")
     put_pool(store, "v6", "fd73::/64")
     one, two = node(store, "node1", clock), node(store, "node2", clock)
-    held, _ = one.acquire(h("a"), by_name("v4", "v6"), [ipaddress.ip_address("10.73.0.50")],
-                          {"namespace": "prod", "pod": "db-0"})
+    held, _ = one.acquire(
+        h("a"),
+        by_name("v4", "v6"),
+        [ipaddress.ip_address("10.73.0.50")],
+        {"namespace": "prod", "pod": "db-0"},
+    )
     assert addresses(held)[0] == "10.73.0.50/24"
     before = store.revision()
     with pytest.raises(AddressConflict) as info:
@@ -345,6 +360,7 @@ def test_a_failed_add_whose_txn_landed_is_rolled_back(tmp_path, clock):
 
 def test_housekeeping_rolls_back_in_doubt_leases_by_itself(tmp_path, clock):
     from ipam.leases.housekeeping import Housekeeping
+
     store = FlakyStore(str(tmp_path / "flaky.db"))
     leases = node(store, "node1", clock)
     keeper = Housekeeping(leases, 0).start()

@@ -1,16 +1,18 @@
 """The one background loop (common/loop.py): prompt stop, errors counted and logged once per
 failing stretch (a bug with its stack), the owner's wake event, and doubling backoff."""
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cni.spec.errors import TryAgainLater
-from common.metrics import Registry
 from common.loop import FOREVER, Backoff, Errors, Loop, Periodic
+from common.metrics import Registry
 from tests.fixtures.waiting import wait_for
 
 GUARD = 5.0
@@ -42,6 +44,7 @@ def failing(errors: list[BaseException], then: float = FOREVER):
         if errors:
             raise errors.pop(0)
         return then
+
     return step, calls
 
 
@@ -79,8 +82,12 @@ def test_errors_are_counted_and_the_loop_goes_on():
 
 
 def test_expected_errors_are_one_line_per_stretch_and_a_bug_has_its_stack(caplog):
-    errors = [TryAgainLater("away"), TryAgainLater("away"), RuntimeError("bug"),
-              RuntimeError("bug")]
+    errors = [
+        TryAgainLater("away"),
+        TryAgainLater("away"),
+        RuntimeError("bug"),
+        RuntimeError("bug"),
+    ]
     step, calls = failing(errors)
     with caplog.at_level(logging.DEBUG, logger=LOG.name):
         loop = Loop("test-log", step, retry=0.001, errors=Errors(LOG, "test loop")).start()
@@ -100,6 +107,7 @@ def test_a_failure_while_stopping_is_not_reported(caplog):
     def step() -> float:
         gate.wait(GUARD)
         raise RuntimeError("interrupted by the stop")
+
     loop = Loop("test-stopping", step, errors=Errors(LOG)).start()
     loop.stop(wait=False)
     gate.set()
@@ -115,8 +123,7 @@ def test_retry_may_be_a_backoff():
 
 def test_a_periodic_first_run_waits_first():
     rounds: list[float] = []
-    loop = Periodic("test-first", 0.01, lambda: rounds.append(time.monotonic()),
-                    first=0.2).start()
+    loop = Periodic("test-first", 0.01, lambda: rounds.append(time.monotonic()), first=0.2).start()
     started = time.monotonic()
     wait_for("a round", lambda: rounds, GUARD, step=0.01)
     loop.stop()
@@ -148,6 +155,7 @@ def test_any_run_of_steps_is_counted_and_logged_once_per_stretch_and_kind(outcom
         if kind == "bug":
             raise KeyError("a bug")
         return 1.0
+
     loop = Loop("generated", step, retry=0.0, errors=Errors(logger, "gen"), registry=registry)
     try:
         for _ in outcomes:

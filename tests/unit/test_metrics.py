@@ -1,4 +1,5 @@
 """The Prometheus registry renders valid text exposition and serves it on loopback."""
+
 from __future__ import annotations
 
 import logging
@@ -7,8 +8,8 @@ import struct
 import threading
 import urllib.request
 
-from pycnid.metrics_server import MetricsServer
 from common.metrics import Registry, labels
+from pycnid.metrics_server import MetricsServer
 from tests.fixtures.waiting import wait_for
 
 
@@ -23,13 +24,13 @@ def test_counter_gauge_histogram_render() -> None:
     h.observe(0.005)
     h.observe(5)
     text = reg.render()
-    assert '# TYPE pycni_x_total counter' in text
+    assert "# TYPE pycni_x_total counter" in text
     assert 'pycni_x_total{plugin="ipam"} 3' in text
     assert 'pycni_free{pool="p1"} 61' in text
     assert 'pycni_lat_seconds_bucket{le="0.001"} 1' in text
     assert 'pycni_lat_seconds_bucket{le="0.01"} 2' in text
     assert 'pycni_lat_seconds_bucket{le="+Inf"} 3' in text
-    assert 'pycni_lat_seconds_count 3' in text
+    assert "pycni_lat_seconds_count 3" in text
     assert c.value(plugin="ipam") == 3 and h.count() == 3
 
 
@@ -63,15 +64,18 @@ def test_a_scraper_that_hangs_up_is_a_debug_line_not_a_traceback(capfd, caplog) 
     reg = Registry()
     gone = threading.Event()
     many = {labels(n=str(i)): i for i in range(20000)}  # ~500 KB: more than a socket buffers
-    reg.gauge("pycni_big", "rendered once the scraper has left",
-              lambda: many if gone.wait(10) else {})
+    reg.gauge(
+        "pycni_big", "rendered once the scraper has left", lambda: many if gone.wait(10) else {}
+    )
     server = MetricsServer(reg, "127.0.0.1:0").start()
     try:
         with caplog.at_level(logging.DEBUG, logger="pycnid.metrics"):
             hang_up_after_request(server.port)
             gone.set()
-            wait_for("the hang-up in the log", lambda: [r for r in caplog.records
-                                                        if "hung up" in r.getMessage()])
+            wait_for(
+                "the hang-up in the log",
+                lambda: [r for r in caplog.records if "hung up" in r.getMessage()],
+            )
         body = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=5).read()
     finally:
         server.stop()

@@ -1,13 +1,14 @@
 """The outage journal and buffer snapshot on disk, and the pure parts of the outage guard."""
+
 from __future__ import annotations
 
 import ipaddress
 
 from ipam.alloc.allocator import Range
+from ipam.alloc.selection import Selection
 from ipam.outage.calc import calc_cancelled, calc_pool_names
 from ipam.outage.files import OutageFiles
 from ipam.records import LeasedIP
-from ipam.alloc.selection import Selection
 
 
 def entry(seq: int, op: str, cid: str) -> dict:
@@ -51,8 +52,13 @@ def test_buffer_snapshot_is_replaced_whole(tmp_path):
 
 
 def test_an_add_followed_by_its_del_is_cancelled_but_not_a_later_add():
-    batch = [entry(1, "add", "a"), entry(2, "add", "b"), entry(3, "del", "a"),
-             entry(4, "add", "a"), entry(5, "del", "c")]
+    batch = [
+        entry(1, "add", "a"),
+        entry(2, "add", "b"),
+        entry(3, "del", "a"),
+        entry(4, "add", "a"),
+        entry(5, "del", "c"),
+    ]
     assert calc_cancelled(batch) == {1}
 
 

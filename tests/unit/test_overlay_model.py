@@ -3,6 +3,7 @@ each peer's entries point at that peer, order of peers never matters), the regis
 watch events one by one gives the same peers as reading the final store contents at once), the
 node record codec and the daemon's ``overlay`` section (a value or a code-7 error, nothing else).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,18 +12,19 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from cni.spec.errors import InvalidConfig
+from cni.spec.request import Env, Request
+from ipam.records import BlockRecord, CorruptRecord, affinity_key, block_key
+from nodes.record import NodeRecord, OverlayInfo, node_key
 from overlay.config import OverlayConfig, calc_vtep_mac, parse_overlay_config
 from overlay.firewall import render_table
 from overlay.model import Local, Peer, RouteEntry, calc_desired, host_net
 from overlay.registry import Registry
 from plugins.bridge.config import parse_bridge_config
 from plugins.bridge.overlay import fit_to_node
-from cni.spec.errors import InvalidConfig
-from cni.spec.request import Env, Request
-from nodes.record import NodeRecord, OverlayInfo, node_key
-from ipam.records import BlockRecord, CorruptRecord, affinity_key, block_key
 from store.base import KV
 
 NODES = [f"n{i}" for i in range(5)]
@@ -31,19 +33,42 @@ HOSTS = [f"10.40.{i}.{j}" for i in range(8) for j in (5, 9)]
 
 underlays = st.sampled_from([f"172.30.0.{i}" for i in range(1, 6)])
 macs = st.sampled_from(["66:00:00:00:00:01", "66:00:00:00:00:02", "66:aa:bb:cc:dd:ee"])
-vteps = st.lists(st.sampled_from(["10.40.99.1", "10.40.99.2", "fd40::99:1"]), max_size=2,
-                 unique_by=lambda v: ipaddress.ip_address(v).version).map(tuple)
-infos = st.builds(OverlayInfo, st.sampled_from(["vxlan", "host-gw"]), underlays, macs, vteps,
-                  st.just(1), st.just(4789), st.just(1450))
-peers = st.lists(st.builds(Peer, st.sampled_from(NODES[1:]), infos,
-                           st.lists(st.sampled_from(BLOCKS), unique=True).map(tuple),
-                           st.lists(st.sampled_from(HOSTS), unique=True).map(tuple)),
-                 unique_by=lambda p: p.name, max_size=4)
+vteps = st.lists(
+    st.sampled_from(["10.40.99.1", "10.40.99.2", "fd40::99:1"]),
+    max_size=2,
+    unique_by=lambda v: ipaddress.ip_address(v).version,
+).map(tuple)
+infos = st.builds(
+    OverlayInfo,
+    st.sampled_from(["vxlan", "host-gw"]),
+    underlays,
+    macs,
+    vteps,
+    st.just(1),
+    st.just(4789),
+    st.just(1450),
+)
+peers = st.lists(
+    st.builds(
+        Peer,
+        st.sampled_from(NODES[1:]),
+        infos,
+        st.lists(st.sampled_from(BLOCKS), unique=True).map(tuple),
+        st.lists(st.sampled_from(HOSTS), unique=True).map(tuple),
+    ),
+    unique_by=lambda p: p.name,
+    max_size=4,
+)
 
 
 def local_of(backend: str, unreachable: frozenset = frozenset()) -> Local:
-    return Local(backend, 7, ("10.40.7.5",), lambda ip: 3 if ip.startswith("10.") else None,
-                 lambda ip: "via 172.30.9.1" if ip in unreachable else None)
+    return Local(
+        backend,
+        7,
+        ("10.40.7.5",),
+        lambda ip: 3 if ip.startswith("10.") else None,
+        lambda ip: "via 172.30.9.1" if ip in unreachable else None,
+    )
 
 
 def reasons(peer: Peer) -> set[str]:
@@ -59,11 +84,14 @@ def test_every_entry_points_at_the_peer_it_is_for(found, backend, rnd):
     rnd.shuffle(shuffled)
     assert calc_desired(local, shuffled).entries == plan.entries
     programmed = [p for p in found if p.name not in plan.skipped]
-    gateways = {p.name: ({p.info.underlay} if backend == "host-gw" else set(p.info.vteps))
-                for p in programmed}
+    gateways = {
+        p.name: ({p.info.underlay} if backend == "host-gw" else set(p.info.vteps))
+        for p in programmed
+    }
     for route in plan.entries.routes - {RouteEntry("10.40.7.5/32", None, 3)}:
-        owners = [p.name for p in programmed if route.dst in reasons(p)
-                  and route.via in gateways[p.name]]
+        owners = [
+            p.name for p in programmed if route.dst in reasons(p) and route.via in gateways[p.name]
+        ]
         assert owners, f"{route} is for no programmed peer"
         assert route.oif == local.ifindex and route.onlink == (backend == "vxlan")
     assert RouteEntry("10.40.7.5/32", None, 3) in plan.entries.routes  # own borrowed address
@@ -72,7 +100,8 @@ def test_every_entry_points_at_the_peer_it_is_for(found, backend, rnd):
     else:
         assert {f.mac for f in plan.entries.fdbs} <= {p.info.vtep_mac for p in programmed}
         assert {(n.ip, n.mac) for n in plan.entries.neighs} == {
-            (v, p.info.vtep_mac) for p in programmed for v in p.info.vteps}
+            (v, p.info.vtep_mac) for p in programmed for v in p.info.vteps
+        }
     for peer in found:
         if peer.info.backend != backend:
             assert peer.name in plan.skipped
@@ -108,13 +137,23 @@ def block_kv(cidr: str, owner: str, borrowed: dict[str, str]) -> KV:
     return KV(block_key("pool", cidr), record.to_bytes(), 1)
 
 
-events = st.lists(st.one_of(
-    st.tuples(st.just("node"), st.sampled_from(NODES), st.one_of(st.none(), infos), st.booleans()),
-    st.tuples(st.just("affinity"), st.sampled_from(NODES), st.sampled_from(BLOCKS[:8]),
-              st.booleans()),
-    st.tuples(st.just("block"), st.sampled_from(BLOCKS[:8]),
-              st.dictionaries(st.sampled_from(HOSTS), st.sampled_from(NODES), max_size=3),
-              st.booleans())), max_size=40)
+events = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("node"), st.sampled_from(NODES), st.one_of(st.none(), infos), st.booleans()
+        ),
+        st.tuples(
+            st.just("affinity"), st.sampled_from(NODES), st.sampled_from(BLOCKS[:8]), st.booleans()
+        ),
+        st.tuples(
+            st.just("block"),
+            st.sampled_from(BLOCKS[:8]),
+            st.dictionaries(st.sampled_from(HOSTS), st.sampled_from(NODES), max_size=3),
+            st.booleans(),
+        ),
+    ),
+    max_size=40,
+)
 
 
 def as_kv(event: tuple) -> tuple[KV, bool]:
@@ -139,8 +178,9 @@ def test_watch_events_applied_one_by_one_equal_a_fresh_read(found, me):
             final[kv.key] = kv
     fresh = Registry()
     for prefix in ("/pycni/v1/nodes/", "/pycni/v1/affinity/", "/pycni/v1/blocks/"):
-        fresh.replace_all([kv for key, kv in sorted(final.items()) if key.startswith(prefix)],
-                          prefix)
+        fresh.replace_all(
+            [kv for key, kv in sorted(final.items()) if key.startswith(prefix)], prefix
+        )
     assert incremental.peers(me) == fresh.peers(me)
     assert incremental.hosts_of(me) == fresh.hosts_of(me)
 
@@ -148,24 +188,47 @@ def test_watch_events_applied_one_by_one_equal_a_fresh_read(found, me):
 def test_a_corrupt_node_record_is_ignored_not_fatal():
     registry = Registry()
     assert registry.apply(KV(node_key("bad"), b'{"overlay": {"backend": "ufo"}}', 1)) is False
-    assert registry.apply(node_kv("good", OverlayInfo("vxlan", "172.30.0.2", "66:00:00:00:00:01",
-                                                      ("10.40.99.2",)))) is True
+    assert (
+        registry.apply(
+            node_kv(
+                "good", OverlayInfo("vxlan", "172.30.0.2", "66:00:00:00:00:01", ("10.40.99.2",))
+            )
+        )
+        is True
+    )
     assert [p.name for p in registry.peers("me")] == ["good"]
 
 
 # -- codecs and config ---------------------------------------------------------------------
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-                           | st.text(max_size=8),
-                           lambda inner: st.lists(inner, max_size=3)
-                           | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                           max_leaves=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(json_values, st.fixed_dictionaries({"overlay": json_values}),
-                 st.fixed_dictionaries({"name": st.text(max_size=5), "overlay": st.fixed_dictionaries(
-                     {"backend": st.sampled_from(["vxlan", "host-gw"]), "underlay": json_values,
-                      "vteps": json_values, "vni": json_values})})))
+@given(
+    st.one_of(
+        json_values,
+        st.fixed_dictionaries({"overlay": json_values}),
+        st.fixed_dictionaries(
+            {
+                "name": st.text(max_size=5),
+                "overlay": st.fixed_dictionaries(
+                    {
+                        "backend": st.sampled_from(["vxlan", "host-gw"]),
+                        "underlay": json_values,
+                        "vteps": json_values,
+                        "vni": json_values,
+                    }
+                ),
+            }
+        ),
+    )
+)
 def test_any_stored_node_record_reads_as_a_record_or_a_corrupt_record(value):
     try:
         record = NodeRecord.from_bytes("/pycni/v1/nodes/x", json.dumps(value).encode())
@@ -175,10 +238,28 @@ def test_any_stored_node_record_reads_as_a_record_or_a_corrupt_record(value):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(json_values, st.fixed_dictionaries(
-    {"backend": st.sampled_from(["vxlan", "host-gw", "udp"])},
-    optional={k: json_values for k in ("underlayAddress", "vni", "port", "device", "vtepMAC",
-                                       "mtu", "vtepPools", "resyncInterval", "leaveOnStop")})))
+@given(
+    st.one_of(
+        json_values,
+        st.fixed_dictionaries(
+            {"backend": st.sampled_from(["vxlan", "host-gw", "udp"])},
+            optional={
+                k: json_values
+                for k in (
+                    "underlayAddress",
+                    "vni",
+                    "port",
+                    "device",
+                    "vtepMAC",
+                    "mtu",
+                    "vtepPools",
+                    "resyncInterval",
+                    "leaveOnStop",
+                )
+            },
+        ),
+    )
+)
 def test_any_overlay_section_is_a_config_or_code_7(section):
     try:
         config = parse_overlay_config({"overlay": section})
@@ -195,12 +276,16 @@ def test_no_overlay_section_is_a_single_node_network():
     assert parse_overlay_config({}) is None
 
 
-@pytest.mark.parametrize("bad,key", [({"backend": "vxlan", "vni": 0}, "overlay.vni"),
-                                     ({"backend": "vxlan", "port": 70000}, "overlay.port"),
-                                     ({"backend": "vxlan", "vtepMAC": "01:00:5e:00:00:01"},
-                                      "overlay.vtepMAC"),
-                                     ({"backend": "gre"}, "overlay.backend"),
-                                     ({"backend": "vxlan", "mystery": 1}, "overlay.mystery")])
+@pytest.mark.parametrize(
+    "bad,key",
+    [
+        ({"backend": "vxlan", "vni": 0}, "overlay.vni"),
+        ({"backend": "vxlan", "port": 70000}, "overlay.port"),
+        ({"backend": "vxlan", "vtepMAC": "01:00:5e:00:00:01"}, "overlay.vtepMAC"),
+        ({"backend": "gre"}, "overlay.backend"),
+        ({"backend": "vxlan", "mystery": 1}, "overlay.mystery"),
+    ],
+)
 def test_a_bad_overlay_key_is_named(bad, key):
     with pytest.raises(InvalidConfig) as caught:
         parse_overlay_config({"overlay": bad})
@@ -223,17 +308,28 @@ def test_the_firewall_lists_each_peer_once_per_family():
 
 # -- pycni-bridge meets the node's overlay --------------------------------------------------
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(json_values, st.fixed_dictionaries({"type": st.sampled_from(
-           ["vxlan", "host-gw", "udp", None])})),
-       st.one_of(st.none(), st.integers(60, 9100)),
-       st.one_of(st.none(), st.builds(SimpleNamespace, backend=st.sampled_from(
-           ["vxlan", "host-gw"]), mtu=st.integers(1280, 9000))))
+@given(
+    st.one_of(
+        json_values,
+        st.fixed_dictionaries({"type": st.sampled_from(["vxlan", "host-gw", "udp", None])}),
+    ),
+    st.one_of(st.none(), st.integers(60, 9100)),
+    st.one_of(
+        st.none(),
+        st.builds(
+            SimpleNamespace,
+            backend=st.sampled_from(["vxlan", "host-gw"]),
+            mtu=st.integers(1280, 9000),
+        ),
+    ),
+)
 def test_a_netconf_on_any_node_is_fitted_or_refused_with_code_7(backend, mtu, overlay):
     conf = {"cniVersion": "1.0.0", "name": "n", "type": "pycni-bridge", "mtu": mtu}
     if backend is not None:
         conf["backend"] = backend
-    req = Request(env=Env(command="ADD", container_id="c", netns="/x", ifname="eth0", args={}),
-                  config=conf)
+    req = Request(
+        env=Env(command="ADD", container_id="c", netns="/x", ifname="eth0", args={}), config=conf
+    )
     try:
         fitted = fit_to_node(parse_bridge_config(req), overlay)
     except InvalidConfig as exc:

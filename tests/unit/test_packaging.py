@@ -1,5 +1,6 @@
 """`make install DESTDIR=...`: a staged install puts every file where it belongs, points the
 launchers at the final (unstaged) paths, and never overwrites an operator's configuration."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,6 +27,7 @@ def read(path: str) -> str:
 def pip_flags() -> str:
     """Build offline when the local setuptools can build a wheel; else let pip fetch it."""
     import setuptools
+
     major, minor = (int(x) for x in setuptools.__version__.split(".")[:2])
     if (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None:
         return "--no-build-isolation"
@@ -33,8 +35,16 @@ def pip_flags() -> str:
 
 
 def make(target: str, stage: str, *extra: str) -> subprocess.CompletedProcess:
-    cmd = ["make", "-C", REPO, target, f"DESTDIR={stage}", f"PYTHON={sys.executable}",
-           f"PIP_FLAGS={pip_flags()}", *extra]
+    cmd = [
+        "make",
+        "-C",
+        REPO,
+        target,
+        f"DESTDIR={stage}",
+        f"PYTHON={sys.executable}",
+        f"PIP_FLAGS={pip_flags()}",
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -65,15 +75,16 @@ def test_package_is_staged_and_runs_from_the_stage(staged, tmp_path):
     stage, _ = staged
     staged_root = f"{stage}{PURELIB}"
     assert os.path.isfile(f"{staged_root}/cni/exe.py")
-    assert os.path.isfile(f"{staged_root}/ipam/daemon/main.py")
+    assert os.path.isfile(f"{staged_root}/pycnid/main.py")
     assert os.access(f"{stage}{SCRIPTS}/pycnid", os.X_OK)
     # the staged launcher, re-pointed at the staged tree, answers VERSION from the staged code
     text = read(f"{stage}/opt/cni/bin/pycni-bridge").replace(repr(PURELIB), repr(staged_root))
     launcher = tmp_path / "pycni-bridge"
     launcher.write_text(text)
     launcher.chmod(0o755)
-    proc = subprocess.run([str(launcher)], env={"CNI_COMMAND": "VERSION"},
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [str(launcher)], env={"CNI_COMMAND": "VERSION"}, capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 0, proc.stderr
     assert "1.1.0" in json.loads(proc.stdout)["supportedVersions"]
 
@@ -140,17 +151,26 @@ def calls(log: str) -> list[str]:
     return read(log).splitlines() if os.path.exists(log) else []
 
 
-def test_make_test_runs_the_dependency_step_first_and_with_all_present_installs_nothing(
-        tmp_path):
+def test_make_test_runs_the_dependency_step_first_and_with_all_present_installs_nothing(tmp_path):
     env, log = fake_tools(tmp_path, python=PYTHON_WRAPPER)
     wrapper = str(tmp_path / "bin" / "python")
-    proc = subprocess.run(["make", "-C", REPO, "test", f"PYTHON={wrapper}",
-                           "PYTEST=echo the-tests-ran"], capture_output=True, text=True,
-                          env=env, timeout=60)
+    proc = subprocess.run(
+        ["make", "-C", REPO, "test", f"PYTHON={wrapper}", "PYTEST=echo the-tests-ran"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr  # names what is missing, if anything
     out = proc.stdout
-    steps = [out.find(s) for s in ("==> Debian packages: all present",
-                                   "==> Python packages: all present", "the-tests-ran")]
+    steps = [
+        out.find(s)
+        for s in (
+            "==> Debian packages: all present",
+            "==> Python packages: all present",
+            "the-tests-ran",
+        )
+    ]
     assert -1 not in steps and steps == sorted(steps), out
     assert calls(log) == []  # neither apt-get nor pip ran
 
@@ -162,20 +182,33 @@ done
 """
     # the requirement check reports one missing requirement; everything else runs for real
     python = PYTHON_WRAPPER.replace(
-        'case " $* "', 'case " $* " in *python_deps.py*) echo "hypothesis (not installed)"; '
-        'exit 1;; esac\ncase " $* "')
-    env, log = fake_tools(tmp_path, python=python, **{"dpkg-query": dpkg_query,
-                                                      "apt-get": RECORDER.replace("{code}", "0"),
-                                                      "id": "#!/bin/sh\necho 0\n"})
-    proc = subprocess.run(["bash", f"{REPO}/scripts/install-deps.sh"], capture_output=True,
-                          text=True, env={**env, "PYTHON": str(tmp_path / "bin" / "python")},
-                          timeout=60)
+        'case " $* "',
+        'case " $* " in *python_deps.py*) echo "hypothesis (not installed)"; '
+        'exit 1;; esac\ncase " $* "',
+    )
+    env, log = fake_tools(
+        tmp_path,
+        python=python,
+        **{
+            "dpkg-query": dpkg_query,
+            "apt-get": RECORDER.replace("{code}", "0"),
+            "id": "#!/bin/sh\necho 0\n",
+        },
+    )
+    proc = subprocess.run(
+        ["bash", f"{REPO}/scripts/install-deps.sh"],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHON": str(tmp_path / "bin" / "python")},
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Debian packages: installing socat" in proc.stdout
     assert "hypothesis (not installed)" in proc.stdout
     apt = [c for c in calls(log) if c.startswith("apt-get")]
-    assert apt == ["apt-get update -qq",
-                   "apt-get install -y -qq --no-install-recommends socat"], calls(log)
+    assert apt == ["apt-get update -qq", "apt-get install -y -qq --no-install-recommends socat"], (
+        calls(log)
+    )
     pip = [c for c in calls(log) if c.startswith("pip")]
     assert len(pip) == 2 and "--version" in pip[0] and pip[1].endswith("-e .[test,nft]"), pip
 
@@ -187,9 +220,16 @@ def load_python_deps():
     return module
 
 
-@pytest.mark.parametrize("requirement,met", [
-    ("pytest>=8", True), ("pytest", True), ("pytest>=999", False),
-    ("no-such-distribution-pycni", False), ("pytest>=8; python_version > '3'", False)])
+@pytest.mark.parametrize(
+    "requirement,met",
+    [
+        ("pytest>=8", True),
+        ("pytest", True),
+        ("pytest>=999", False),
+        ("no-such-distribution-pycni", False),
+        ("pytest>=8; python_version > '3'", False),
+    ],
+)
 def test_python_deps_judges_a_requirement_by_installed_metadata(requirement, met):
     assert (load_python_deps().unmet(requirement) is None) == met
 

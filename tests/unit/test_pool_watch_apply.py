@@ -1,18 +1,28 @@
 """How the pool watch's updates change a node's PoolCache (ipam/leases/pool_watch.py), on a real
 SQLite store: puts, deletes, snapshots replacing the set, corrupt records, stale updates."""
+
 from __future__ import annotations
 
-from ipam.leases.pool_watch import apply_delete, apply_put, apply_snapshot, supports_watch
 from ipam.alloc.pool_cache import PoolCache
+from ipam.leases.pool_watch import apply_delete, apply_put, apply_snapshot, supports_watch
 from ipam.records import POOLS, encode
 from store.base import KV
 from store.sqlite import SqliteStore
 
 
 def record(name: str, cidr: str, disabled: bool = False) -> dict:
-    return {"name": name, "cidr": cidr, "blockSize": 28, "disabled": disabled,
-            "nodeSelector": {}, "strictAffinity": False, "exclusions": [],
-            "gateway": "none", "reuseDelay": 120, "createdAt": 0}
+    return {
+        "name": name,
+        "cidr": cidr,
+        "blockSize": 28,
+        "disabled": disabled,
+        "nodeSelector": {},
+        "strictAffinity": False,
+        "exclusions": [],
+        "gateway": "none",
+        "reuseDelay": 120,
+        "createdAt": 0,
+    }
 
 
 def kv(name: str, revision: int, **fields) -> KV:

@@ -7,17 +7,19 @@ render of the same records holds, and the scripts, replayed on a model of the ke
 sets, maps and chains, never delete what is absent, never add what is present, never
 delete a chain an element still jumps to, and end where the table says.
 """
+
 from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from ipam.records import SERVICES, SERVICES_META, encode, pool_key
 from services.proxy.render import TABLE
 from services.proxy.sync import calc_plan
 from services.proxy.table import ServiceTable
 from services.proxy.view import Records
-from ipam.records import SERVICES, SERVICES_META, encode, pool_key
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from tests.unit.test_proxy_view import kv
 
@@ -31,17 +33,24 @@ def services(draw) -> ServiceRecord:
     """A Service whose VIPs are its own (the store's index keys make them unique)."""
     name = draw(st.sampled_from(NAMES))
     n = NAMES.index(name) + 5
-    vips = draw(st.lists(st.sampled_from([f"10.96.0.{n}", f"fd96::{n}"]), max_size=2,
-                         unique=True))
-    ports = [ServicePort("http", "TCP", 80, draw(st.sampled_from([8080, "web"])), 30080 + n),
-             ServicePort("dns", "UDP", 53, 53)]
-    return ServiceRecord("ns", name, draw(st.sampled_from(["ClusterIP", "NodePort"])),
-                         tuple(draw(st.lists(st.sampled_from(ports), min_size=1, max_size=2,
-                                             unique=True))),
-                         tuple(vips), (), draw(SELECTOR), draw(st.sampled_from(["None", "ClientIP"])),
-                         draw(st.sampled_from([10, 30])),
-                         draw(st.sampled_from(["Cluster", "Local"])),
-                         draw(st.sampled_from(["Cluster", "Local"])))
+    vips = draw(st.lists(st.sampled_from([f"10.96.0.{n}", f"fd96::{n}"]), max_size=2, unique=True))
+    ports = [
+        ServicePort("http", "TCP", 80, draw(st.sampled_from([8080, "web"])), 30080 + n),
+        ServicePort("dns", "UDP", 53, 53),
+    ]
+    return ServiceRecord(
+        "ns",
+        name,
+        draw(st.sampled_from(["ClusterIP", "NodePort"])),
+        tuple(draw(st.lists(st.sampled_from(ports), min_size=1, max_size=2, unique=True))),
+        tuple(vips),
+        (),
+        draw(SELECTOR),
+        draw(st.sampled_from(["None", "ClientIP"])),
+        draw(st.sampled_from([10, 30])),
+        draw(st.sampled_from(["Cluster", "Local"])),
+        draw(st.sampled_from(["Cluster", "Local"])),
+    )
 
 
 @st.composite
@@ -49,10 +58,15 @@ def pods(draw) -> EndpointRecord:
     """An endpoint of three Pods: a run puts, relabels, moves and deletes the same ones."""
     pod = draw(st.sampled_from("xyz"))
     n = "xyz".index(pod) + 2
-    return EndpointRecord("ns", pod, "eth0", (f"10.0.0.{n + draw(st.integers(0, 1)) * 10}",
-                                              f"fd00::{n}"),
-                          draw(SELECTOR), draw(st.sampled_from(["n1", "n2"])),
-                          draw(st.sampled_from([{}, {"web": 8080}, {"web": 9090}])))
+    return EndpointRecord(
+        "ns",
+        pod,
+        "eth0",
+        (f"10.0.0.{n + draw(st.integers(0, 1)) * 10}", f"fd00::{n}"),
+        draw(SELECTOR),
+        draw(st.sampled_from(["n1", "n2"])),
+        draw(st.sampled_from([{}, {"web": 8080}, {"web": 9090}])),
+    )
 
 
 EVENTS = st.tuples(st.sampled_from(["put", "put", "delete"]), services() | pods())
@@ -110,16 +124,22 @@ def rendered(table: ServiceTable) -> set[tuple[str, str]]:
 
 
 @settings(max_examples=120, deadline=None)
-@given(steps=st.lists(st.lists(EVENTS, min_size=1, max_size=4), min_size=1, max_size=6),
-       family=st.sampled_from([4, 6]))
+@given(
+    steps=st.lists(st.lists(EVENTS, min_size=1, max_size=4), min_size=1, max_size=6),
+    family=st.sampled_from([4, 6]),
+)
 def test_passes_of_dirty_services_hold_what_a_full_render_holds(steps, family):
     records, store, kernel = base_records(), {}, Kernel()
     table = None
     for batch in steps:
         for event in batch:
             apply_event(records, store, event)
-        held = [ip for key, value in store.items() if key.startswith(SERVICES)
-                for ip in ServiceRecord.from_bytes(key, value).cluster_ips]
+        held = [
+            ip
+            for key, value in store.items()
+            if key.startswith(SERVICES)
+            for ip in ServiceRecord.from_bytes(key, value).cluster_ips
+        ]
         # the settings hold an IPv4 CIDR only: IPv6 is wanted once a Service has an IPv6 VIP
         assert records.wants(family) == (family == 4 or any(":" in ip for ip in held))
         plan = calc_plan(records, "n1", family, LOCAL, table, records.take_dirty())
@@ -143,10 +163,24 @@ def test_passes_of_dirty_services_hold_what_a_full_render_holds(steps, family):
 
 def test_two_services_on_one_vip_port_program_one_then_the_other_and_never_a_duplicate_key():
     records, table = base_records(), ServiceTable(4)
-    first = ServiceRecord("ns", "a", "ClusterIP", (ServicePort("http", "TCP", 80, 8080),),
-                          ("10.96.0.9",), (), {"app": "a"})
-    second = ServiceRecord("ns", "b", "ClusterIP", (ServicePort("http", "TCP", 80, 9090),),
-                           ("10.96.0.9",), (), {"app": "a"})
+    first = ServiceRecord(
+        "ns",
+        "a",
+        "ClusterIP",
+        (ServicePort("http", "TCP", 80, 8080),),
+        ("10.96.0.9",),
+        (),
+        {"app": "a"},
+    )
+    second = ServiceRecord(
+        "ns",
+        "b",
+        "ClusterIP",
+        (ServicePort("http", "TCP", 80, 9090),),
+        ("10.96.0.9",),
+        (),
+        {"app": "a"},
+    )
     for record in (first, second):
         records.apply(kv(record.key, record.to_bytes()))
     plan = calc_plan(records, "n1", 4, LOCAL, None, records.take_dirty())

@@ -5,29 +5,30 @@ Generated clusters of Services and endpoints keep the view's invariants: a backe
 address of the family, of an endpoint in the Service's namespace whose labels hold the
 selector, ``local`` exactly when it is on the rendered node; a Service is in a family's table
 exactly when it has a VIP of that family; node IPs are never loopback nor a Pod pool's."""
+
 from __future__ import annotations
 
 import ipaddress
 import tempfile
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from services.proxy.conntrack import calc_checks, calc_stale, calc_udp_serving, parse_flows
-from services.proxy.setup import parse_proxy_config
-from services.proxy.view import Records, calc_model, calc_node_ips
 from cni.spec.errors import InvalidConfig
+from ipam.records import ENDPOINTS, NODES, SERVICE_IPS, SERVICES_META, encode, pool_key
 from nodes.record import NodeRecord
 from services.ops.edit import create, set_settings
 from services.ops.trace import parse_endpoint, parse_target, trace
-from ipam.records import ENDPOINTS, NODES, SERVICE_IPS, SERVICES_META, encode, pool_key
+from services.proxy.conntrack import calc_checks, calc_stale, calc_udp_serving, parse_flows
+from services.proxy.setup import parse_proxy_config
+from services.proxy.view import Records, calc_model, calc_node_ips
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import KV, Put
 from store.sqlite import SqliteStore
 
 NODES_ = ("n1", "n2")
-LABELS = st.dictionaries(st.sampled_from(["app", "tier"]), st.sampled_from(["a", "b"]),
-                         max_size=2)
+LABELS = st.dictionaries(st.sampled_from(["app", "tier"]), st.sampled_from(["a", "b"]), max_size=2)
 V4 = st.integers(2, 250).map(lambda i: f"10.0.{i % 3}.{i}")
 V6 = st.integers(2, 250).map(lambda i: f"fd00::{i:x}")
 
@@ -40,19 +41,34 @@ def kv(key: str, value: bytes) -> KV:
 def endpoints(draw) -> EndpointRecord:
     pod = draw(st.text("abc", min_size=1, max_size=3))
     ips = draw(st.lists(V4 | V6, min_size=1, max_size=2, unique=True))
-    return EndpointRecord(draw(st.sampled_from(["ns", "other"])), pod, "eth0", tuple(ips),
-                          draw(LABELS), draw(st.sampled_from(NODES_)),
-                          draw(st.dictionaries(st.just("web"), st.integers(1, 9000))))
+    return EndpointRecord(
+        draw(st.sampled_from(["ns", "other"])),
+        pod,
+        "eth0",
+        tuple(ips),
+        draw(LABELS),
+        draw(st.sampled_from(NODES_)),
+        draw(st.dictionaries(st.just("web"), st.integers(1, 9000))),
+    )
 
 
 @st.composite
 def services(draw, name: str) -> ServiceRecord:
     vips = draw(st.lists(st.sampled_from(["10.96.0.5", "fd96::5"]), max_size=2, unique=True))
-    ports = (ServicePort("http", "TCP", 80, draw(st.sampled_from([8080, "web"])), 30080),
-             ServicePort("dns", "UDP", 53, 53))
-    return ServiceRecord("ns", name, draw(st.sampled_from(["ClusterIP", "NodePort"])), ports,
-                         tuple(vips), (), draw(LABELS),
-                         draw(st.sampled_from(["None", "ClientIP"])))
+    ports = (
+        ServicePort("http", "TCP", 80, draw(st.sampled_from([8080, "web"])), 30080),
+        ServicePort("dns", "UDP", 53, 53),
+    )
+    return ServiceRecord(
+        "ns",
+        name,
+        draw(st.sampled_from(["ClusterIP", "NodePort"])),
+        ports,
+        tuple(vips),
+        (),
+        draw(LABELS),
+        draw(st.sampled_from(["None", "ClientIP"])),
+    )
 
 
 def records_of(svcs, eps, address: str = "192.168.0.2") -> Records:
@@ -69,29 +85,39 @@ def records_of(svcs, eps, address: str = "192.168.0.2") -> Records:
 
 
 @settings(max_examples=150, deadline=None)
-@given(svcs=st.lists(st.sampled_from("abc").flatmap(services), max_size=3,
-                     unique_by=lambda s: s.name),
-       eps=st.lists(endpoints(), max_size=6, unique_by=lambda e: e.key),
-       family=st.sampled_from([4, 6]))
+@given(
+    svcs=st.lists(
+        st.sampled_from("abc").flatmap(services), max_size=3, unique_by=lambda s: s.name
+    ),
+    eps=st.lists(endpoints(), max_size=6, unique_by=lambda e: e.key),
+    family=st.sampled_from([4, 6]),
+)
 def test_the_model_holds_what_the_records_select(svcs, eps, family):
     model = calc_model(records_of(svcs, eps), "n1", family)
-    with_vip = {s.name for s in svcs if any(ipaddress.ip_address(v).version == family
-                                            for v in s.cluster_ips)}
+    with_vip = {
+        s.name
+        for s in svcs
+        if any(ipaddress.ip_address(v).version == family for v in s.cluster_ips)
+    }
     assert {v.service.name for v in model.ports} == with_vip
     for view in model.ports:
         svc = next(s for s in svcs if s.name == view.service.name)
         for b in view.backends:
             owner = [e for e in eps if str(b.ip) in e.ips and e.node == b.node]
             assert b.ip.version == family and b.local == (b.node == "n1") and owner
-            assert any(e.namespace == "ns" and svc.selector and
-                       all(e.labels.get(k) == v for k, v in svc.selector.items())
-                       for e in owner)
-        assert (view.port.node_port is not None) == (svc.type == "NodePort" and
-                                                     view.port.protocol == "tcp")
-    assert model.node.cluster_cidrs == ((ipaddress.ip_network("10.0.0.0/16"),)
-                                        if family == 4 else ())
-    assert model.node.node_ips == ((ipaddress.ip_address("192.168.0.2"),) if family == 4
-                                   else ())
+            assert any(
+                e.namespace == "ns"
+                and svc.selector
+                and all(e.labels.get(k) == v for k, v in svc.selector.items())
+                for e in owner
+            )
+        assert (view.port.node_port is not None) == (
+            svc.type == "NodePort" and view.port.protocol == "tcp"
+        )
+    assert model.node.cluster_cidrs == (
+        (ipaddress.ip_network("10.0.0.0/16"),) if family == 4 else ()
+    )
+    assert model.node.node_ips == ((ipaddress.ip_address("192.168.0.2"),) if family == 4 else ())
 
 
 @settings(max_examples=100, deadline=None)
@@ -107,34 +133,55 @@ def test_deletes_and_snapshots_leave_exactly_the_live_records(eps):
     assert "bad" not in records.nodes and f"{NODES}bad" in records.bad
 
 
-@given(addrs=st.lists(V4 | V6 | st.sampled_from(["127.0.0.1", "::1", "fe80::1", "x"]),
-                      max_size=6), family=st.sampled_from([4, 6]))
+@given(
+    addrs=st.lists(V4 | V6 | st.sampled_from(["127.0.0.1", "::1", "fe80::1", "x"]), max_size=6),
+    family=st.sampled_from([4, 6]),
+)
 def test_node_ips_are_never_loopback_link_local_or_a_pod_pool(addrs, family):
     ips = calc_node_ips(family, "192.168.0.2", addrs, ["10.0.1.0/24"])
-    assert all(ip.version == family and not ip.is_loopback and not ip.is_link_local
-               and ip not in ipaddress.ip_network("10.0.1.0/24") for ip in ips)
+    assert all(
+        ip.version == family
+        and not ip.is_loopback
+        and not ip.is_link_local
+        and ip not in ipaddress.ip_network("10.0.1.0/24")
+        for ip in ips
+    )
 
 
-FLOW = st.tuples(st.sampled_from(["10.96.0.5", "10.96.0.6", "fd96::5"]),
-                 st.sampled_from([53, 5353]), V4 | V6)
+FLOW = st.tuples(
+    st.sampled_from(["10.96.0.5", "10.96.0.6", "fd96::5"]), st.sampled_from([53, 5353]), V4 | V6
+)
 
 
 @given(flows=st.lists(FLOW, max_size=8), serving=st.sets(V4 | V6, max_size=3))
 def test_one_listing_finds_every_flow_and_the_stale_ones_are_the_unserved(flows, serving):
-    text = "".join(f"udp 17 29 src=10.1.1.1 dst={dst} sport=5 dport={port} [UNREPLIED] "
-                   f"src={src} dst=10.1.1.1 sport={port} dport=5 mark=0 use=1\n"
-                   for dst, port, src in flows)
+    text = "".join(
+        f"udp 17 29 src=10.1.1.1 dst={dst} sport=5 dport={port} [UNREPLIED] "
+        f"src={src} dst=10.1.1.1 sport={port} dport=5 mark=0 use=1\n"
+        for dst, port, src in flows
+    )
     parsed = parse_flows(text + "conntrack v1.4.7: 3 flow entries\n")
     assert parsed == [((dst, port), src) for dst, port, src in flows]
     checks = {("10.96.0.5", 53): frozenset(serving), ("fd96::5", 5353): frozenset()}
-    assert calc_stale(checks, parsed) == sorted({((d, p), s) for d, p, s in flows
-                                                 if (d, p) in checks and s not in checks[(d, p)]})
+    assert calc_stale(checks, parsed) == sorted(
+        {((d, p), s) for d, p, s in flows if (d, p) in checks and s not in checks[(d, p)]}
+    )
 
 
 def test_only_changed_udp_entry_points_are_cleaned_but_all_after_a_full_render():
-    a = records_of([ServiceRecord("ns", "d", "NodePort", (ServicePort("dns", "UDP", 53, 53,
-                                                                      30053),), ("10.96.0.5",),
-                                  selector={"app": "a"})], [])
+    a = records_of(
+        [
+            ServiceRecord(
+                "ns",
+                "d",
+                "NodePort",
+                (ServicePort("dns", "UDP", 53, 53, 30053),),
+                ("10.96.0.5",),
+                selector={"app": "a"},
+            )
+        ],
+        [],
+    )
     empty = calc_model(a, "n1", 4)
     ep = EndpointRecord("ns", "p", "eth0", ("10.0.0.7",), {"app": "a"}, "n2")
     a.apply(kv(ep.key, ep.to_bytes()))
@@ -152,8 +199,9 @@ def test_trace_targets_parse_back(ip, port, proto):
     assert parse_endpoint(ip, "--from", need_port=False) == (ipaddress.ip_address(ip), 0)
 
 
-@pytest.mark.parametrize("text", ["10.96.0.5", "10.96.0.5:0/tcp", "x:80", "10.96.0.5:80/icmp",
-                                  "10.96.0.5:99999"])
+@pytest.mark.parametrize(
+    "text", ["10.96.0.5", "10.96.0.5:0/tcp", "x:80", "10.96.0.5:80/icmp", "10.96.0.5:99999"]
+)
 def test_bad_trace_targets_are_code_7_naming_the_option(text):
     with pytest.raises(InvalidConfig, match="--to") as info:
         parse_target(text)
@@ -164,8 +212,15 @@ def test_trace_over_the_store_names_the_selected_backends():
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteStore(f"{tmp}/store.db")
         set_settings(store, ["10.96.0.0/24"], "30000-30100")
-        create(store, {"namespace": "ns", "name": "web", "selector": {"app": "web"},
-                       "ports": [{"name": "http", "port": 80, "targetPort": 8080}]})
+        create(
+            store,
+            {
+                "namespace": "ns",
+                "name": "web",
+                "selector": {"app": "web"},
+                "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+            },
+        )
         for i, node in ((2, "n1"), (3, "n2")):
             ep = EndpointRecord("ns", f"p{i}", "eth0", (f"10.0.0.{i}",), {"app": "web"}, node)
             store.txn([], [Put(ep.key, ep.to_bytes())])
@@ -174,15 +229,22 @@ def test_trace_over_the_store_names_the_selected_backends():
         doc = trace(store, "n1", "10.0.0.9", f"{vip}:80/tcp")
         assert doc["answer"]["verdict"] == "dnat"
         assert {(c["ip"], c["node"]) for c in doc["answer"]["choices"]} == {
-            ("10.0.0.2", "n1"), ("10.0.0.3", "n2")}
+            ("10.0.0.2", "n1"),
+            ("10.0.0.3", "n2"),
+        }
         with pytest.raises(InvalidConfig, match="--node"):
             trace(store, "n9", "10.0.0.9", f"{vip}:80/tcp")
         store.close()
 
 
-@given(section=st.none() | st.integers() | st.dictionaries(
-    st.sampled_from(["proxy", "resyncInterval"]),
-    st.booleans() | st.integers(-5, 100) | st.floats() | st.text(max_size=2)))
+@given(
+    section=st.none()
+    | st.integers()
+    | st.dictionaries(
+        st.sampled_from(["proxy", "resyncInterval"]),
+        st.booleans() | st.integers(-5, 100) | st.floats() | st.text(max_size=2),
+    )
+)
 def test_the_services_section_is_a_config_or_code_7_naming_the_key(section):
     raw = {} if section is None else {"services": section}
     try:

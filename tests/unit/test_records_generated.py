@@ -1,19 +1,34 @@
 """The store's record codec (ipam/records.py) under generated input: whatever bytes a key holds,
 reading gives a record or CorruptRecord (never another exception); a record written and read
 back is the same record, the fields it does not know included."""
+
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ipam.records import (BlockRecord, CorruptRecord, HandleId, HandleRecord, LeasedIP,
-                          block_key, decode)
+from ipam.records import (
+    BlockRecord,
+    CorruptRecord,
+    HandleId,
+    HandleRecord,
+    LeasedIP,
+    block_key,
+    decode,
+)
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-                    | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=4)
-                    | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
-RAW = (st.binary(max_size=200) | JSON.map(lambda v: repr(v).encode())
-       | st.integers(1, 5000).map(lambda n: b"[" * n + b"]" * n))
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+RAW = (
+    st.binary(max_size=200)
+    | JSON.map(lambda v: repr(v).encode())
+    | st.integers(1, 5000).map(lambda n: b"[" * n + b"]" * n)
+)
 NAMES = st.text("abcdefgh0123456789-", min_size=1, max_size=10)
 UNKNOWN = st.dictionaries(st.text("xyz", min_size=1, max_size=4), JSON, max_size=3)
 TIME = st.floats(0, 2e9, allow_nan=False)
@@ -45,24 +60,47 @@ ADDRESSES = st.integers(0, 63).map(lambda n: f"10.0.0.{n}")
 
 
 @SETTINGS
-@given(st.builds(BlockRecord, pool=NAMES, cidr=st.just("10.0.0.0/26"), affinity=NAMES,
-                 allocations=st.dictionaries(ADDRESSES, NAMES, max_size=4),
-                 last=st.none() | ADDRESSES, claimed_at=TIME, extra=UNKNOWN,
-                 released=st.dictionaries(ADDRESSES, TIME, max_size=3),
-                 borrowed=st.dictionaries(ADDRESSES, NAMES, max_size=3),
-                 empty_since=st.none() | TIME))
+@given(
+    st.builds(
+        BlockRecord,
+        pool=NAMES,
+        cidr=st.just("10.0.0.0/26"),
+        affinity=NAMES,
+        allocations=st.dictionaries(ADDRESSES, NAMES, max_size=4),
+        last=st.none() | ADDRESSES,
+        claimed_at=TIME,
+        extra=UNKNOWN,
+        released=st.dictionaries(ADDRESSES, TIME, max_size=3),
+        borrowed=st.dictionaries(ADDRESSES, NAMES, max_size=3),
+        empty_since=st.none() | TIME,
+    )
+)
 def test_a_block_reads_back_as_written(block):
     key = block_key(block.pool, block.cidr)
     assert BlockRecord.from_bytes(key, block.to_bytes()) == block
 
 
 @SETTINGS
-@given(st.builds(HandleId, NAMES, NAMES, NAMES),
-       st.lists(st.builds(LeasedIP, ADDRESSES.map(lambda a: f"{a}/16"), st.none() | ADDRESSES,
-                          NAMES, st.just("10.0.0.0/26"), UNKNOWN), max_size=2),
-       st.dictionaries(NAMES, NAMES, max_size=3), TIME, UNKNOWN)
-def test_a_handle_reads_back_as_written_unknown_fields_kept(handle, ips, attributes, created,
-                                                           extra):
+@given(
+    st.builds(HandleId, NAMES, NAMES, NAMES),
+    st.lists(
+        st.builds(
+            LeasedIP,
+            ADDRESSES.map(lambda a: f"{a}/16"),
+            st.none() | ADDRESSES,
+            NAMES,
+            st.just("10.0.0.0/26"),
+            UNKNOWN,
+        ),
+        max_size=2,
+    ),
+    st.dictionaries(NAMES, NAMES, max_size=3),
+    TIME,
+    UNKNOWN,
+)
+def test_a_handle_reads_back_as_written_unknown_fields_kept(
+    handle, ips, attributes, created, extra
+):
     record = HandleRecord(handle, tuple(ips), attributes, created, extra)
     again = HandleRecord.from_bytes(handle.key, record.to_bytes())
     assert again == record and again.extra == extra

@@ -1,4 +1,5 @@
 """The runtime over a list, driving scripted plugin executables (no root needed)."""
+
 from __future__ import annotations
 
 import io
@@ -15,10 +16,16 @@ from cni.runtime.inject import RuntimeConf
 from cni.spec.errors import CNIError
 from tests.fixtures.runtime import read_calls, write_recording_plugin
 
-RT = RuntimeConf(container_id="ctr1", netns="/var/run/netns/pod1", ifname="eth0",
-                 args=(("K8S_POD_NAME", "web"), ("IgnoreUnknown", "1")),
-                 capability_args={"portMappings": [{"hostPort": 8080, "containerPort": 80}],
-                                  "bandwidth": {"ingressRate": 1000}})
+RT = RuntimeConf(
+    container_id="ctr1",
+    netns="/var/run/netns/pod1",
+    ifname="eth0",
+    args=(("K8S_POD_NAME", "web"), ("IgnoreUnknown", "1")),
+    capability_args={
+        "portMappings": [{"hostPort": 8080, "containerPort": 80}],
+        "bandwidth": {"ingressRate": 1000},
+    },
+)
 
 
 @pytest.fixture
@@ -33,9 +40,17 @@ def env(tmp_path):
             write_recording_plugin(self.bin, name, self.log, behaviour)
 
         def runtime(self, **kw) -> Runtime:
-            return Runtime(path=(self.bin,), cache_dir=self.cache_dir, stderr=self.stderr,
-                           environ={"PATH": os.environ["PATH"], "MARKER": "inherited",
-                                    "CNI_COMMAND": "overridden"}, **kw)
+            return Runtime(
+                path=(self.bin,),
+                cache_dir=self.cache_dir,
+                stderr=self.stderr,
+                environ={
+                    "PATH": os.environ["PATH"],
+                    "MARKER": "inherited",
+                    "CNI_COMMAND": "overridden",
+                },
+                **kw,
+            )
 
         def calls(self) -> list[dict]:
             return read_calls(self.log)
@@ -44,8 +59,12 @@ def env(tmp_path):
 
 
 def conflist(version: str = "1.0.0", *plugins: dict, **extra) -> object:
-    data = {"cniVersion": version, "name": "net", **extra,
-            "plugins": list(plugins) or [{"type": "a"}, {"type": "b"}]}
+    data = {
+        "cniVersion": version,
+        "name": "net",
+        **extra,
+        "plugins": list(plugins) or [{"type": "a"}, {"type": "b"}],
+    }
     return conflist_from_bytes(json.dumps(data).encode())
 
 
@@ -58,22 +77,27 @@ def test_add_chains_results_and_injects_name_version_and_env(env):
     assert first["stdin"]["name"] == "net" and first["stdin"]["cniVersion"] == "1.0.0"
     assert "prevResult" not in first["stdin"]
     assert second["stdin"]["prevResult"]["interfaces"] == [{"name": "a"}]
-    assert first["env"] == {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "ctr1",
-                            "CNI_NETNS": "/var/run/netns/pod1", "CNI_IFNAME": "eth0",
-                            "CNI_ARGS": "K8S_POD_NAME=web;IgnoreUnknown=1",
-                            "CNI_PATH": env.bin, "MARKER": "inherited"}
+    assert first["env"] == {
+        "CNI_COMMAND": "ADD",
+        "CNI_CONTAINERID": "ctr1",
+        "CNI_NETNS": "/var/run/netns/pod1",
+        "CNI_IFNAME": "eth0",
+        "CNI_ARGS": "K8S_POD_NAME=web;IgnoreUnknown=1",
+        "CNI_PATH": env.bin,
+        "MARKER": "inherited",
+    }
 
 
 def test_runtime_config_holds_only_declared_and_supplied_capabilities(env):
     env.plugin("a")
     env.plugin("b")
     env.plugin("c")
-    conf = conflist("1.0.0",
-                    {"type": "a", "capabilities": {"portMappings": True, "ips": True,
-                                                   "bandwidth": False}},
-                    {"type": "b", "runtimeConfig": {"stale": 1}},
-                    {"type": "c", "capabilities": {"bandwidth": True},
-                     "runtimeConfig": {"stale": 1}})
+    conf = conflist(
+        "1.0.0",
+        {"type": "a", "capabilities": {"portMappings": True, "ips": True, "bandwidth": False}},
+        {"type": "b", "runtimeConfig": {"stale": 1}},
+        {"type": "c", "capabilities": {"bandwidth": True}, "runtimeConfig": {"stale": 1}},
+    )
     env.runtime().add_network_list(conf, RT)
     a, b, c = (call["stdin"] for call in env.calls())
     assert a["runtimeConfig"] == {"portMappings": [{"hostPort": 8080, "containerPort": 80}]}
@@ -116,11 +140,14 @@ def test_unreadable_result_is_a_plugin_failure(env):
     assert err.value.code == 6
 
 
-@pytest.mark.parametrize("stdout,stderr,expect", [
-    ("", "boom on stderr", "boom on stderr"),
-    ("", "", "exit status 3"),
-    ("not json", "", "error parsing its diagnostic message"),
-])
+@pytest.mark.parametrize(
+    "stdout,stderr,expect",
+    [
+        ("", "boom on stderr", "boom on stderr"),
+        ("", "", "exit status 3"),
+        ("not json", "", "error parsing its diagnostic message"),
+    ],
+)
 def test_failures_without_error_json_still_explain_themselves(env, stdout, stderr, expect):
     env.plugin("a", ADD={"exit": 3, "stdout": stdout, "stderr": stderr})
     with pytest.raises(PluginFailed) as err:
@@ -134,9 +161,15 @@ def test_plugin_stderr_is_passed_on(env):
     assert "a log line" in env.stderr.getvalue()
 
 
-@pytest.mark.parametrize("rt,code", [
-    (RuntimeConf("", "/n", "eth0"), 3), (RuntimeConf("bad id", "/n", "eth0"), 4),
-    (RuntimeConf("c", "/n", "a-very-long-ifname0"), 4), (RuntimeConf("c", "/n", "e/0"), 4)])
+@pytest.mark.parametrize(
+    "rt,code",
+    [
+        (RuntimeConf("", "/n", "eth0"), 3),
+        (RuntimeConf("bad id", "/n", "eth0"), 4),
+        (RuntimeConf("c", "/n", "a-very-long-ifname0"), 4),
+        (RuntimeConf("c", "/n", "e/0"), 4),
+    ],
+)
 def test_add_validates_the_attachment_first(env, rt, code):
     env.plugin("a")
     with pytest.raises(CNIError) as err:
@@ -245,10 +278,12 @@ def test_gc_deletes_stale_cached_attachments_then_sends_gc_with_both_keys(env):
     runtime = env.runtime()
     conf = conflist("1.1.0", {"type": "a"})
     for cid in ("keep", "stale"):
-        runtime.add_network_list(conf, RuntimeConf(cid, f"/var/run/netns/{cid}", "eth0",
-                                                   (("K", cid),), {"x": 1}))
-    runtime.add_network_list(conflist("1.1.0", {"type": "a"}, name="other"),
-                             RuntimeConf("stale", "/n", "eth0"))
+        runtime.add_network_list(
+            conf, RuntimeConf(cid, f"/var/run/netns/{cid}", "eth0", (("K", cid),), {"x": 1})
+        )
+    runtime.add_network_list(
+        conflist("1.1.0", {"type": "a"}, name="other"), RuntimeConf("stale", "/n", "eth0")
+    )
     start = len(env.calls())
     runtime.gc_network_list(conf, [("keep", "eth0")])
     calls = env.calls()[start:]
@@ -263,8 +298,9 @@ def test_gc_deletes_stale_cached_attachments_then_sends_gc_with_both_keys(env):
     assert gc[0]["stdin"]["cni.dev/valid-attachments"] == expected
     assert gc[0]["stdin"]["cni.dev/attachments"] == expected
     assert gc[0]["env"]["CNI_CONTAINERID"] == "" and gc[0]["env"]["CNI_PATH"] == env.bin
-    remaining = {e.container_id for e in cache.cached_attachments(env.cache_dir)
-                 if e.network_name == "net"}
+    remaining = {
+        e.container_id for e in cache.cached_attachments(env.cache_dir) if e.network_name == "net"
+    }
     assert remaining == {"keep"}
 
 
@@ -281,8 +317,11 @@ def test_gc_without_a_valid_list_deletes_everything_and_sends_no_key(env):
 
 def test_gc_continues_past_errors_and_joins_them(env):
     env.plugin("a", GC={"exit": 1, "stdout": {"code": 11, "msg": "store down"}})
-    env.plugin("b", DEL={"exit": 1, "stdout": {"code": 999, "msg": "del broke"}},
-               GC={"exit": 1, "stdout": {"code": 999, "msg": "gc broke"}})
+    env.plugin(
+        "b",
+        DEL={"exit": 1, "stdout": {"code": 999, "msg": "del broke"}},
+        GC={"exit": 1, "stdout": {"code": 999, "msg": "gc broke"}},
+    )
     runtime = env.runtime()
     conf = conflist("1.1.0")
     runtime.add_network_list(conf, RT)

@@ -1,4 +1,5 @@
 """Loading network configuration lists with libcni's rules (CNI-CHECKLIST §1.8, §1.10)."""
+
 from __future__ import annotations
 
 import json
@@ -16,12 +17,21 @@ def plugin(kind: str, **extra) -> dict:
 
 
 def test_first_matching_conflist_in_lexical_order_wins(tmp_path):
-    write_conflist(tmp_path, "20-b.conflist", {"cniVersion": "1.0.0", "name": "net",
-                                               "plugins": [plugin("second")]})
-    write_conflist(tmp_path, "10-a.conflist", {"cniVersion": "1.0.0", "name": "net",
-                                               "plugins": [plugin("first")]})
-    write_conflist(tmp_path, "05-other.conflist", {"cniVersion": "1.0.0", "name": "other",
-                                                   "plugins": [plugin("x")]})
+    write_conflist(
+        tmp_path,
+        "20-b.conflist",
+        {"cniVersion": "1.0.0", "name": "net", "plugins": [plugin("second")]},
+    )
+    write_conflist(
+        tmp_path,
+        "10-a.conflist",
+        {"cniVersion": "1.0.0", "name": "net", "plugins": [plugin("first")]},
+    )
+    write_conflist(
+        tmp_path,
+        "05-other.conflist",
+        {"cniVersion": "1.0.0", "name": "other", "plugins": [plugin("x")]},
+    )
     conf = load_network_conf(str(tmp_path), "net")
     assert [p.type for p in conf.plugins] == ["first"]
     assert conf.source.endswith("10-a.conflist")
@@ -29,17 +39,24 @@ def test_first_matching_conflist_in_lexical_order_wins(tmp_path):
 
 
 def test_conflist_is_preferred_over_a_legacy_conf_of_the_same_name(tmp_path):
-    write_conflist(tmp_path, "00-legacy.conf", {"cniVersion": "0.4.0", "name": "net",
-                                                "type": "legacy"})
-    write_conflist(tmp_path, "99-list.conflist", {"cniVersion": "1.0.0", "name": "net",
-                                                  "plugins": [plugin("listed")]})
+    write_conflist(
+        tmp_path, "00-legacy.conf", {"cniVersion": "0.4.0", "name": "net", "type": "legacy"}
+    )
+    write_conflist(
+        tmp_path,
+        "99-list.conflist",
+        {"cniVersion": "1.0.0", "name": "net", "plugins": [plugin("listed")]},
+    )
     assert [p.type for p in load_network_conf(str(tmp_path), "net").plugins] == ["listed"]
 
 
 @pytest.mark.parametrize("ext", [".conf", ".json"])
 def test_legacy_single_plugin_config_is_up_converted(tmp_path, ext):
-    write_conflist(tmp_path, f"10-old{ext}", {"cniVersion": "0.3.1", "name": "old",
-                                              "type": "bridge", "bridge": "br9"})
+    write_conflist(
+        tmp_path,
+        f"10-old{ext}",
+        {"cniVersion": "0.3.1", "name": "old", "type": "bridge", "bridge": "br9"},
+    )
     conf = load_network_conf(str(tmp_path), "old")
     assert conf.name == "old" and conf.cni_version == "0.3.1"
     assert len(conf.plugins) == 1 and conf.plugins[0].raw["bridge"] == "br9"
@@ -48,8 +65,11 @@ def test_legacy_single_plugin_config_is_up_converted(tmp_path, ext):
 
 
 def test_plugin_fragments_are_appended_in_order(tmp_path):
-    write_conflist(tmp_path, "10.conflist", {"cniVersion": "1.1.0", "name": "net",
-                                             "plugins": [plugin("main")]})
+    write_conflist(
+        tmp_path,
+        "10.conflist",
+        {"cniVersion": "1.1.0", "name": "net", "plugins": [plugin("main")]},
+    )
     write_conflist(tmp_path / "net", "20-b.conf", plugin("frag-b"))
     write_conflist(tmp_path / "net", "10-a.conf", plugin("frag-a"))
     write_conflist(tmp_path / "net", "ignored.json", plugin("not-a-fragment"))
@@ -64,9 +84,16 @@ def test_fragments_alone_may_supply_the_plugins(tmp_path):
 
 
 def test_load_only_inlined_plugins_ignores_fragments(tmp_path):
-    write_conflist(tmp_path, "10.conflist", {"cniVersion": "1.1.0", "name": "net",
-                                             "loadOnlyInlinedPlugins": "true",
-                                             "plugins": [plugin("main")]})
+    write_conflist(
+        tmp_path,
+        "10.conflist",
+        {
+            "cniVersion": "1.1.0",
+            "name": "net",
+            "loadOnlyInlinedPlugins": "true",
+            "plugins": [plugin("main")],
+        },
+    )
     write_conflist(tmp_path / "net", "a.conf", plugin("frag"))
     conf = load_network_conf(str(tmp_path), "net")
     assert conf.load_only_inlined_plugins is True
@@ -86,11 +113,14 @@ def test_a_list_without_any_plugin_is_refused(tmp_path):
     assert err.value.code == 7 and "no plugin configs" in err.value.msg
 
 
-@pytest.mark.parametrize("value,expected", [(True, True), ("true", True), ("TRUE", True),
-                                            ("false", False), (False, False)])
+@pytest.mark.parametrize(
+    "value,expected",
+    [(True, True), ("true", True), ("TRUE", True), ("false", False), (False, False)],
+)
 def test_booleans_accept_true_false_strings(value, expected):
-    data = json.dumps({"name": "n", "disableCheck": value, "disableGC": value,
-                       "plugins": [plugin("p")]}).encode()
+    data = json.dumps(
+        {"name": "n", "disableCheck": value, "disableGC": value, "plugins": [plugin("p")]}
+    ).encode()
     conf = conflist_from_bytes(data)
     assert conf.disable_check is expected and conf.disable_gc is expected
 
@@ -102,9 +132,14 @@ def test_a_boolean_that_is_not_one_names_the_key():
 
 
 def test_cni_versions_picks_the_highest_implemented():
-    data = json.dumps({"name": "n", "cniVersion": "0.4.0",
-                       "cniVersions": ["1.0.0", "9.9.9", "1.1.0", "0.3.1"],
-                       "plugins": [plugin("p")]}).encode()
+    data = json.dumps(
+        {
+            "name": "n",
+            "cniVersion": "0.4.0",
+            "cniVersions": ["1.0.0", "9.9.9", "1.1.0", "0.3.1"],
+            "plugins": [plugin("p")],
+        }
+    ).encode()
     assert conflist_from_bytes(data).cni_version == "1.1.0"
 
 

@@ -1,4 +1,5 @@
 """cnitool semantics of `pycni net`: environment, container ID, output and errors."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,13 @@ import pytest
 
 from cni.runtime.errors import JoinedErrors, PluginFailed
 from cni.runtime.invoke import PluginNotFound
-from cni.runtime.tool import container_id_for, describe_error, parse_cap_args, \
-    parse_tool_args, tool_env
+from cni.runtime.tool import (
+    container_id_for,
+    describe_error,
+    parse_cap_args,
+    parse_tool_args,
+    tool_env,
+)
 from cni.spec.errors import CNIError, InvalidConfig, TryAgainLater
 from tests.fixtures.runtime import read_calls, write_conflist, write_recording_plugin
 
@@ -35,9 +41,14 @@ def test_container_id_uses_the_absolute_path(tmp_path, monkeypatch):
     assert container_id_for("ns1") == "cnitool-" + sha512_prefix(str(tmp_path / "ns1"))
 
 
-@pytest.mark.parametrize("text,pairs", [
-    ("", ()), ("A=1", (("A", "1"),)),
-    ("IgnoreUnknown=1;K8S_POD_NAME=web", (("IgnoreUnknown", "1"), ("K8S_POD_NAME", "web")))])
+@pytest.mark.parametrize(
+    "text,pairs",
+    [
+        ("", ()),
+        ("A=1", (("A", "1"),)),
+        ("IgnoreUnknown=1;K8S_POD_NAME=web", (("IgnoreUnknown", "1"), ("K8S_POD_NAME", "web"))),
+    ],
+)
 def test_cni_args_pairs(text, pairs):
     assert parse_tool_args(text) == pairs
 
@@ -60,18 +71,29 @@ def test_cap_args_must_be_a_json_object():
 
 def test_tool_env_defaults_and_precedence():
     env = tool_env({})
-    assert (env.conf_dir, env.ifname, env.path, env.cache_dir) == \
-        ("/etc/cni/net.d", "eth0", (), "/var/lib/cni")
-    env = tool_env({"CNI_IFNAME": "net1", "CNI_PATH": "/a::/b", "NETCONFPATH": "/c",
-                    "CNI_CACHE_DIR": "/d"})
-    assert (env.ifname, env.path, env.conf_dir, env.cache_dir) == ("net1", ("/a", "/b"), "/c", "/d")
+    assert (env.conf_dir, env.ifname, env.path, env.cache_dir) == (
+        "/etc/cni/net.d",
+        "eth0",
+        (),
+        "/var/lib/cni",
+    )
+    env = tool_env(
+        {"CNI_IFNAME": "net1", "CNI_PATH": "/a::/b", "NETCONFPATH": "/c", "CNI_CACHE_DIR": "/d"}
+    )
+    assert (env.ifname, env.path, env.conf_dir, env.cache_dir) == (
+        "net1",
+        ("/a", "/b"),
+        "/c",
+        "/d",
+    )
     assert tool_env({"CNI_IFNAME": "net1"}, ifname="net2").ifname == "net2"
 
 
 def test_describe_error_names_plugin_code_and_cleanup():
     cause = TryAgainLater("pycnid is not reachable at /run/pycni/pycnid.sock", "start it")
-    text = describe_error(PluginFailed(cause, "pycni-bridge", "ADD", 0, 2), "add", "podnet",
-                          "/var/run/netns/p")
+    text = describe_error(
+        PluginFailed(cause, "pycni-bridge", "ADD", 0, 2), "add", "podnet", "/var/run/netns/p"
+    )
     assert 'plugin "pycni-bridge" (plugin 1 of 2) failed (ADD)' in text
     assert "CNI error 11 (try again later): pycnid is not reachable" in text
     assert "details: start it" in text
@@ -90,18 +112,43 @@ def test_describe_error_without_a_plugin_run_offers_no_cleanup():
 def tool(tmp_path):
     bin_dir, log = str(tmp_path / "bin"), str(tmp_path / "calls.log")
     write_recording_plugin(bin_dir, "a", log)
-    write_recording_plugin(bin_dir, "b", log, {"CHECK": {"exit": 1, "stdout": {
-        "code": 100, "msg": "veth is gone", "details": "eth0 not found"}}})
-    write_conflist(tmp_path / "net.d", "10.conflist", {
-        "cniVersion": "1.0.0", "name": "net",
-        "plugins": [{"type": "a"}, {"type": "b", "capabilities": {"portMappings": True}}]})
+    write_recording_plugin(
+        bin_dir,
+        "b",
+        log,
+        {
+            "CHECK": {
+                "exit": 1,
+                "stdout": {"code": 100, "msg": "veth is gone", "details": "eth0 not found"},
+            }
+        },
+    )
+    write_conflist(
+        tmp_path / "net.d",
+        "10.conflist",
+        {
+            "cniVersion": "1.0.0",
+            "name": "net",
+            "plugins": [{"type": "a"}, {"type": "b", "capabilities": {"portMappings": True}}],
+        },
+    )
 
     def run(*args: str, **env: str) -> subprocess.CompletedProcess:
-        environ = {"PATH": os.environ["PATH"], "PYTHONPATH": REPO, "CNI_PATH": bin_dir,
-                   "NETCONFPATH": str(tmp_path / "net.d"),
-                   "CNI_CACHE_DIR": str(tmp_path / "cache"), **env}
-        return subprocess.run([sys.executable, "-m", "cli", "net", *args], env=environ,
-                              capture_output=True, text=True, timeout=60)
+        environ = {
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": REPO,
+            "CNI_PATH": bin_dir,
+            "NETCONFPATH": str(tmp_path / "net.d"),
+            "CNI_CACHE_DIR": str(tmp_path / "cache"),
+            **env,
+        }
+        return subprocess.run(
+            [sys.executable, "-m", "cli", "net", *args],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     run.calls = lambda: read_calls(log)
     run.cache = tmp_path / "cache" / "results"
@@ -110,8 +157,16 @@ def tool(tmp_path):
 
 def test_cli_add_prints_the_result_indented_and_caches_it(tool):
     caps = '{"portMappings": [{"hostPort": 80, "containerPort": 8080}]}'
-    proc = tool("add", "net", "/var/run/netns/x", "-i", "net1", CAP_ARGS=caps, CNI_IFNAME="eth9",
-                CNI_ARGS="K=V")
+    proc = tool(
+        "add",
+        "net",
+        "/var/run/netns/x",
+        "-i",
+        "net1",
+        CAP_ARGS=caps,
+        CNI_IFNAME="eth9",
+        CNI_ARGS="K=V",
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert proc.stdout.startswith('{\n    "cniVersion": "1.0.0"')

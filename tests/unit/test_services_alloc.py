@@ -2,19 +2,21 @@
 no VIP or nodePort is ever held by two Services, the index keys are exactly what the live
 Services hold, an exhausted CIDR or range is code 101, a taken explicit one code 7 naming its
 holder; and a create that loses its txn to a rival re-plans and takes the next free VIP."""
+
 from __future__ import annotations
 
 import tempfile
 from collections import Counter
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from cni.spec.errors import AddressExhausted, InvalidConfig
-from services.ops.edit import change, create, remove, set_settings
 from ipam.records import NODE_PORTS, SERVICE_IPS
 from services.allocate import ServiceConflict, ServiceNotFound, create_service
+from services.ops.edit import change, create, remove, set_settings
 from services.record import ServiceRecord
 from store.sqlite import SqliteStore
 
@@ -24,8 +26,13 @@ VIPS = ["10.96.0.1", "10.96.0.3", "fd00:96::2"]
 
 def spec(name: str, kind: str, vip: str | None, node_port: int | None) -> dict:
     port = {"name": "p", "port": 80, **({"nodePort": node_port} if node_port else {})}
-    return {"namespace": "ns", "name": name, "type": kind, "ports": [port, {"name": "q",
-            "port": 53, "protocol": "UDP"}], **({"clusterIPs": [vip]} if vip else {})}
+    return {
+        "namespace": "ns",
+        "name": name,
+        "type": kind,
+        "ports": [port, {"name": "q", "port": 53, "protocol": "UDP"}],
+        **({"clusterIPs": [vip]} if vip else {}),
+    }
 
 
 class Services(RuleBasedStateMachine):
@@ -40,12 +47,17 @@ class Services(RuleBasedStateMachine):
         self.store.close()
         self.dir.cleanup()
 
-    @rule(name=st.sampled_from(NAMES), kind=st.sampled_from(["ClusterIP", "NodePort"]),
-          vip=st.none() | st.sampled_from(VIPS), node_port=st.none() | st.integers(30000, 30003))
+    @rule(
+        name=st.sampled_from(NAMES),
+        kind=st.sampled_from(["ClusterIP", "NodePort"]),
+        vip=st.none() | st.sampled_from(VIPS),
+        node_port=st.none() | st.integers(30000, 30003),
+    )
     def create(self, name, kind, vip, node_port) -> None:
         try:
-            doc = create(self.store, spec(name, kind, vip, node_port if kind == "NodePort"
-                                          else None))
+            doc = create(
+                self.store, spec(name, kind, vip, node_port if kind == "NodePort" else None)
+            )
         except (ServiceConflict, AddressExhausted) as exc:
             assert name in self.live or self.holder(vip, node_port) or exc.code == 101, exc
             return
@@ -82,15 +94,19 @@ class Services(RuleBasedStateMachine):
     def nothing_is_held_twice_and_the_index_is_exact(self) -> None:
         held = Counter(k for r in self.live.values() for k in r.index_keys())
         assert all(n == 1 for n in held.values()), held
-        index = {kv.key: kv.value.decode() for prefix in (SERVICE_IPS, NODE_PORTS)
-                 for kv in self.store.range(prefix)}
+        index = {
+            kv.key: kv.value.decode()
+            for prefix in (SERVICE_IPS, NODE_PORTS)
+            for kv in self.store.range(prefix)
+        }
         assert index == {k: r.ref for r in self.live.values() for k in r.index_keys()}
 
 
 def test_allocation_never_repeats():
-    run_state_machine_as_test(Services, settings=settings(max_examples=60,
-                                                          stateful_step_count=30,
-                                                          deadline=None, database=None))
+    run_state_machine_as_test(
+        Services,
+        settings=settings(max_examples=60, stateful_step_count=30, deadline=None, database=None),
+    )
 
 
 class RivalFirst:

@@ -1,4 +1,5 @@
 """Result conversion for every version pair (CNI-CHECKLIST §1.6)."""
+
 from __future__ import annotations
 
 import itertools
@@ -14,15 +15,23 @@ FULL = {
     "interfaces": [
         {"name": "pycni0", "mac": "aa:bb:cc:dd:ee:01"},
         {"name": "veth1234", "mac": "aa:bb:cc:dd:ee:02", "mtu": 1400},
-        {"name": "eth0", "mac": "aa:bb:cc:dd:ee:03", "sandbox": "/var/run/netns/p1",
-         "mtu": 1400, "socketPath": "/x.sock", "pciID": "0000:00:01.0"},
+        {
+            "name": "eth0",
+            "mac": "aa:bb:cc:dd:ee:03",
+            "sandbox": "/var/run/netns/p1",
+            "mtu": 1400,
+            "socketPath": "/x.sock",
+            "pciID": "0000:00:01.0",
+        },
     ],
     "ips": [
         {"address": "10.22.0.5/24", "gateway": "10.22.0.1", "interface": 2},
         {"address": "fd00::5/64", "gateway": "fd00::1", "interface": 2},
     ],
-    "routes": [{"dst": "0.0.0.0/0", "gw": "10.22.0.1", "mtu": 1400, "priority": 5, "scope": 0},
-               {"dst": "::/0"}],
+    "routes": [
+        {"dst": "0.0.0.0/0", "gw": "10.22.0.1", "mtu": 1400, "priority": 5, "scope": 0},
+        {"dst": "::/0"},
+    ],
     "dns": {"nameservers": ["10.96.0.10"], "search": ["svc.cluster.local"]},
 }
 
@@ -73,8 +82,10 @@ def test_result_without_version_takes_the_given_one() -> None:
     assert out["ips"] == [{"address": "10.1.0.2/16"}]
 
 
-@pytest.mark.parametrize("garbage", ["text", 5, None, [1], {"ips": [{"address": "nope"}]},
-                                     {"ips": "x"}, {"cniVersion": "one"}])
+@pytest.mark.parametrize(
+    "garbage",
+    ["text", 5, None, [1], {"ips": [{"address": "nope"}]}, {"ips": "x"}, {"cniVersion": "one"}],
+)
 def test_garbage_is_a_decoding_failure(garbage) -> None:
     with pytest.raises(DecodingFailure) as exc:
         canonical(garbage)

@@ -1,16 +1,17 @@
 """What pycnid reads from a request is checked for type and range before it is used: deep
 nesting, non-finite numbers, lone surrogates, a missing `type`, and malformed prevResults are
 each a spec error naming the field, never another exception."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cni.spec.errors import CNIError
-from cni.spec.request import (MAX_DEPTH, gc_valid_attachments, ipam_type, key_path,
-                              parse_config)
+from cni.spec.request import MAX_DEPTH, gc_valid_attachments, ipam_type, key_path, parse_config
 from cni.spec.result import canonical
 from cni.spec.versions import parse_version
 
@@ -49,24 +50,34 @@ def test_numbers_json_cannot_hold_are_code_6(number) -> None:
     assert err.code == 6 and "decode" in err.msg
 
 
-@pytest.mark.parametrize("doc,named", [
-    ({**BASE, "bridge": "\ud800"}, "bridge"),
-    ({**BASE, "cni.dev/valid-attachments": [{"containerID": "\udfff", "ifname": "eth0"}]},
-     "cni.dev/valid-attachments[0].containerID"),
-    ({**BASE, "ipam": {"type": "pycni-ipam", "routes": [{"dst": "x\ud800"}]}},
-     "ipam.routes[0].dst"),
-    ({**BASE, "args": {"\ud800": 1}}, "args.\ud800"),
-])
+@pytest.mark.parametrize(
+    "doc,named",
+    [
+        ({**BASE, "bridge": "\ud800"}, "bridge"),
+        (
+            {**BASE, "cni.dev/valid-attachments": [{"containerID": "\udfff", "ifname": "eth0"}]},
+            "cni.dev/valid-attachments[0].containerID",
+        ),
+        (
+            {**BASE, "ipam": {"type": "pycni-ipam", "routes": [{"dst": "x\ud800"}]}},
+            "ipam.routes[0].dst",
+        ),
+        ({**BASE, "args": {"\ud800": 1}}, "args.\ud800"),
+    ],
+)
 def test_a_lone_surrogate_is_code_7_naming_the_key(doc, named) -> None:
     err = error_of(parse_config, json.dumps(doc), "GC")
     assert err.code == 7 and err.msg == f"invalid {named}" and "Unicode" in err.details
 
 
-@pytest.mark.parametrize("data", [
-    b'{"cniVersion": "1.1.0", "name": "n", "type": "x", "bridge": "\xed\xa0\x80"}',
-    '{"cniVersion": "1.1.0", "name": "n", "type": "x", "bridge": "\\ud800"}'.encode("utf-16"),
-    '{"cniVersion": "1.1.0", "name": "n", "type": "x", "bridge": "\\ud800"}',
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"cniVersion": "1.1.0", "name": "n", "type": "x", "bridge": "\xed\xa0\x80"}',
+        '{"cniVersion": "1.1.0", "name": "n", "type": "x", "bridge": "\\ud800"}'.encode("utf-16"),
+        '{"cniVersion": "1.1.0", "name": "n", "type": "x", "bridge": "\\ud800"}',
+    ],
+)
 def test_a_surrogate_however_encoded_is_code_7(data) -> None:
     """json decodes bytes with 'surrogatepass': an encoded surrogate and one in UTF-16 text
     are found as well as an escaped one."""
@@ -90,16 +101,19 @@ def test_type_is_required_on_every_verb_but_version(verb, kind) -> None:
     assert parse_config(json.dumps(doc), "VERSION")["cniVersion"] == "1.1.0"
 
 
-@pytest.mark.parametrize("ipam,required,named", [
-    (0, False, "invalid key 'ipam'"),
-    ({"type": "a/b"}, False, "invalid key 'ipam.type'"),
-    ({"type": "a\u0000b"}, False, "invalid key 'ipam.type'"),
-    ({"type": ".."}, False, "invalid key 'ipam.type'"),
-    ({"type": 3}, False, "invalid key 'ipam.type'"),
-    ({"subnet": "10.0.0.0/24"}, False, "missing key 'ipam.type'"),
-    (None, True, "missing key 'ipam'"),
-    ({}, True, "missing key 'ipam.type'"),
-])
+@pytest.mark.parametrize(
+    "ipam,required,named",
+    [
+        (0, False, "invalid key 'ipam'"),
+        ({"type": "a/b"}, False, "invalid key 'ipam.type'"),
+        ({"type": "a\u0000b"}, False, "invalid key 'ipam.type'"),
+        ({"type": ".."}, False, "invalid key 'ipam.type'"),
+        ({"type": 3}, False, "invalid key 'ipam.type'"),
+        ({"subnet": "10.0.0.0/24"}, False, "missing key 'ipam.type'"),
+        (None, True, "missing key 'ipam'"),
+        ({}, True, "missing key 'ipam.type'"),
+    ],
+)
 def test_ipam_type_names_the_problem(ipam, required, named) -> None:
     doc = {**BASE} if ipam is None else {**BASE, "ipam": ipam}
     err = error_of(ipam_type, doc, required=required)
@@ -111,12 +125,15 @@ def test_no_ipam_section_is_no_delegation() -> None:
     assert ipam_type({**BASE, "ipam": {"type": "host-local"}}) == "host-local"
 
 
-@pytest.mark.parametrize("entry,named", [
-    ({"containerID": 5, "ifname": "eth0"}, "[1].containerID"),
-    ({"containerID": "-x", "ifname": "eth0"}, "[1].containerID"),
-    ({"containerID": "c2", "ifname": 0}, "[1].ifname"),
-    ({"containerID": "c2", "ifname": "x" * 16}, "[1].ifname"),
-])
+@pytest.mark.parametrize(
+    "entry,named",
+    [
+        ({"containerID": 5, "ifname": "eth0"}, "[1].containerID"),
+        ({"containerID": "-x", "ifname": "eth0"}, "[1].containerID"),
+        ({"containerID": "c2", "ifname": 0}, "[1].ifname"),
+        ({"containerID": "c2", "ifname": "x" * 16}, "[1].ifname"),
+    ],
+)
 def test_gc_attachments_are_typed(entry, named) -> None:
     conf = {"cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}, entry]}
     err = error_of(gc_valid_attachments, conf)
@@ -132,10 +149,13 @@ def test_versions_with_unusual_digits_are_code_6(text) -> None:
     assert error_of(parse_version, text).code == 6
 
 
-GOOD_PREV = {"cniVersion": "1.1.0",
-             "interfaces": [{"name": "eth0", "mac": "aa:bb:cc:dd:ee:03", "sandbox": "/x"}],
-             "ips": [{"address": "10.22.0.5/24", "gateway": "10.22.0.1", "interface": 0}],
-             "routes": [{"dst": "0.0.0.0/0"}], "dns": {}}
+GOOD_PREV = {
+    "cniVersion": "1.1.0",
+    "interfaces": [{"name": "eth0", "mac": "aa:bb:cc:dd:ee:03", "sandbox": "/x"}],
+    "ips": [{"address": "10.22.0.5/24", "gateway": "10.22.0.1", "interface": 0}],
+    "routes": [{"dst": "0.0.0.0/0"}],
+    "dns": {},
+}
 
 
 def with_(part: str, value) -> dict:
@@ -148,34 +168,37 @@ def with_(part: str, value) -> dict:
     return prev
 
 
-@pytest.mark.parametrize("prev,named", [
-    ({**GOOD_PREV, "routes": [{"gw": "10.22.0.1"}]}, "prevResult.routes[0].dst"),
-    (with_("routes.dst", 5), "prevResult.routes[0].dst"),
-    (with_("routes.dst", float("nan")), "prevResult.routes[0].dst"),
-    (with_("routes.dst", "10.0.0.0/33"), "prevResult.routes[0].dst"),
-    (with_("routes.gw", 7), "prevResult.routes[0].gw"),
-    (with_("routes.gw", float("nan")), "prevResult.routes[0].gw"),
-    (with_("routes.gw", "fd00::1"), "prevResult.routes[0].gw"),
-    (with_("routes.table", 2**32), "prevResult.routes[0].table"),
-    (with_("routes.priority", -1), "prevResult.routes[0].priority"),
-    (with_("routes.mtu", 1.5), "prevResult.routes[0].mtu"),
-    (with_("routes.advmss", True), "prevResult.routes[0].advmss"),
-    (with_("routes.scope", 256), "prevResult.routes[0].scope"),
-    (with_("interfaces.mac", 5), "prevResult.interfaces[0].mac"),
-    (with_("interfaces.name", ["eth0"]), "prevResult.interfaces[0].name"),
-    (with_("interfaces.mtu", 2**32), "prevResult.interfaces[0].mtu"),
-    (with_("ips.interface", float("inf")), "prevResult.ips[0].interface"),
-    (with_("ips.interface", 1), "prevResult.ips[0].interface"),
-    (with_("ips.interface", "0"), "prevResult.ips[0].interface"),
-    (with_("ips.address", 167772165), "prevResult.ips[0].address"),
-    (with_("ips.gateway", "fd00::1"), "prevResult.ips[0].gateway"),
-    (with_("ips", {"address": "10.0.0.1/24"}), "prevResult.ips"),
-    (with_("routes", ["0.0.0.0/0"]), "prevResult.routes[0]"),
-    (with_("dns", {"nameservers": "10.0.0.1"}), "prevResult.dns.nameservers"),
-    (with_("dns", {"domain": 5}), "prevResult.dns.domain"),
-    (with_("dns", []), "prevResult.dns"),
-    (with_("cniVersion", 1.0), "prevResult.cniVersion"),
-])
+@pytest.mark.parametrize(
+    "prev,named",
+    [
+        ({**GOOD_PREV, "routes": [{"gw": "10.22.0.1"}]}, "prevResult.routes[0].dst"),
+        (with_("routes.dst", 5), "prevResult.routes[0].dst"),
+        (with_("routes.dst", float("nan")), "prevResult.routes[0].dst"),
+        (with_("routes.dst", "10.0.0.0/33"), "prevResult.routes[0].dst"),
+        (with_("routes.gw", 7), "prevResult.routes[0].gw"),
+        (with_("routes.gw", float("nan")), "prevResult.routes[0].gw"),
+        (with_("routes.gw", "fd00::1"), "prevResult.routes[0].gw"),
+        (with_("routes.table", 2**32), "prevResult.routes[0].table"),
+        (with_("routes.priority", -1), "prevResult.routes[0].priority"),
+        (with_("routes.mtu", 1.5), "prevResult.routes[0].mtu"),
+        (with_("routes.advmss", True), "prevResult.routes[0].advmss"),
+        (with_("routes.scope", 256), "prevResult.routes[0].scope"),
+        (with_("interfaces.mac", 5), "prevResult.interfaces[0].mac"),
+        (with_("interfaces.name", ["eth0"]), "prevResult.interfaces[0].name"),
+        (with_("interfaces.mtu", 2**32), "prevResult.interfaces[0].mtu"),
+        (with_("ips.interface", float("inf")), "prevResult.ips[0].interface"),
+        (with_("ips.interface", 1), "prevResult.ips[0].interface"),
+        (with_("ips.interface", "0"), "prevResult.ips[0].interface"),
+        (with_("ips.address", 167772165), "prevResult.ips[0].address"),
+        (with_("ips.gateway", "fd00::1"), "prevResult.ips[0].gateway"),
+        (with_("ips", {"address": "10.0.0.1/24"}), "prevResult.ips"),
+        (with_("routes", ["0.0.0.0/0"]), "prevResult.routes[0]"),
+        (with_("dns", {"nameservers": "10.0.0.1"}), "prevResult.dns.nameservers"),
+        (with_("dns", {"domain": 5}), "prevResult.dns.domain"),
+        (with_("dns", []), "prevResult.dns"),
+        (with_("cniVersion", 1.0), "prevResult.cniVersion"),
+    ],
+)
 def test_a_malformed_prev_result_is_code_6_naming_the_field(prev, named) -> None:
     err = error_of(canonical, prev, "1.1.0")
     assert err.code == 6 and err.msg == f"invalid {named}", str(err)
@@ -187,23 +210,54 @@ def test_where_names_the_document() -> None:
 
 
 def test_a_well_formed_prev_result_keeps_its_fields() -> None:
-    prev = with_("routes", [{"dst": "10.0.0.0/8", "gw": "10.22.0.9", "table": 2**32 - 1,
-                             "scope": 253, "mtu": 0}])
+    prev = with_(
+        "routes",
+        [{"dst": "10.0.0.0/8", "gw": "10.22.0.9", "table": 2**32 - 1, "scope": 253, "mtu": 0}],
+    )
     assert canonical(prev)["routes"] == prev["routes"]
     assert canonical(GOOD_PREV)["ips"] == GOOD_PREV["ips"]
 
 
 # Generated inputs: whatever the document, a parsed value or a CNIError with a spec code.
 SPEC_CODES = {1, 2, 3, 4, 5, 6, 7, 11, 50, 51} | set(range(100, 200))
-SCALARS = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats()
-           | st.text(max_size=20))
-JSONISH = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4)
-                       | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=30)
-PREV_KEYS = st.sampled_from(["cniVersion", "interfaces", "ips", "routes", "dns", "name",
-                             "mac", "mtu", "sandbox", "address", "gateway", "interface", "dst",
-                             "gw", "table", "scope", "priority", "nameservers", "domain"])
-PREVISH = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
-                       | st.dictionaries(PREV_KEYS, inner, max_size=5), max_leaves=40)
+SCALARS = (
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=20)
+)
+JSONISH = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+PREV_KEYS = st.sampled_from(
+    [
+        "cniVersion",
+        "interfaces",
+        "ips",
+        "routes",
+        "dns",
+        "name",
+        "mac",
+        "mtu",
+        "sandbox",
+        "address",
+        "gateway",
+        "interface",
+        "dst",
+        "gw",
+        "table",
+        "scope",
+        "priority",
+        "nameservers",
+        "domain",
+    ]
+)
+PREVISH = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(PREV_KEYS, inner, max_size=5),
+    max_leaves=40,
+)
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -234,7 +288,6 @@ def test_canonical_of_any_document(prev) -> None:
 
 
 @FUZZ
-@given(st.lists(PREVISH, max_size=3), st.lists(PREVISH, max_size=3),
-       st.lists(PREVISH, max_size=3))
+@given(st.lists(PREVISH, max_size=3), st.lists(PREVISH, max_size=3), st.lists(PREVISH, max_size=3))
 def test_canonical_of_result_shaped_documents(interfaces, ips, routes) -> None:
     assert_spec_error(canonical, {"interfaces": interfaces, "ips": ips, "routes": routes})

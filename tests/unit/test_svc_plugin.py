@@ -6,49 +6,88 @@ reuse a name, other nodes' records, DELs without the Pod's CNI_ARGS), the store 
 the records a simple model says: the last ADD of each key, until its own attachment's DEL or a
 GC that does not list it.
 """
+
 from __future__ import annotations
 
 import json
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from plugins.base import Faults
-from plugins.svc.plugin import SvcPlugin
-from plugins.svc.args import calc_ips, parse_labels, parse_ports, validate_identity
 from cni.spec.errors import CheckFailed, CNIError, InvalidConfig
 from cni.spec.request import Env, Request
 from cni.spec.result import canonical
 from ipam.records import ENDPOINTS
+from plugins.base import Faults
+from plugins.svc.args import calc_ips, parse_labels, parse_ports, validate_identity
+from plugins.svc.plugin import SvcPlugin
 from services.record import EndpointRecord
 from store.sqlite import SqliteStore
 
-PREV = {"cniVersion": "1.1.0",
-        "interfaces": [{"name": "veth1"}, {"name": "eth0", "sandbox": "/run/netns/p"}],
-        "ips": [{"address": "10.22.0.5/24", "interface": 1},
-                {"address": "fd22::5/64", "interface": 1},
-                {"address": "10.99.0.1/24", "interface": 0}]}
+PREV = {
+    "cniVersion": "1.1.0",
+    "interfaces": [{"name": "veth1"}, {"name": "eth0", "sandbox": "/run/netns/p"}],
+    "ips": [
+        {"address": "10.22.0.5/24", "interface": 1},
+        {"address": "fd22::5/64", "interface": 1},
+        {"address": "10.99.0.1/24", "interface": 0},
+    ],
+}
 
-texts = st.one_of(st.sampled_from(["app", "web", "a.b/c", "Web_1", "", "-x", "x" * 70, "a=b",
-                                   "k8s.io/name", "http", "8080", "TCP", "UDP", "ftp"]),
-                  st.text(max_size=8))
-json_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), texts),
-                           lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                   st.dictionaries(texts, inner, max_size=3)),
-                           max_leaves=12)
+texts = st.one_of(
+    st.sampled_from(
+        [
+            "app",
+            "web",
+            "a.b/c",
+            "Web_1",
+            "",
+            "-x",
+            "x" * 70,
+            "a=b",
+            "k8s.io/name",
+            "http",
+            "8080",
+            "TCP",
+            "UDP",
+            "ftp",
+        ]
+    ),
+    st.text(max_size=8),
+)
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), texts),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(texts, inner, max_size=3)
+    ),
+    max_leaves=12,
+)
 label_items = st.fixed_dictionaries({"key": texts, "value": texts})
-port_items = st.fixed_dictionaries({"name": texts, "containerPort": st.integers(-1, 70000)},
-                                   optional={"protocol": texts})
-cni_sections = st.fixed_dictionaries({}, optional={
-    "labels": st.one_of(st.lists(label_items, max_size=3),
-                        st.dictionaries(texts, texts, max_size=3), json_values),
-    "ports": st.one_of(st.lists(port_items, max_size=3), json_values)})
-configs = st.one_of(st.just({}), st.builds(lambda c: {"args": {"cni": c}}, cni_sections),
-                    st.builds(lambda a: {"args": a}, json_values))
-cni_args = st.dictionaries(st.sampled_from(["K8S_POD_NAMESPACE", "K8S_POD_NAME",
-                                            "PYCNI_LABELS"]),
-                           st.one_of(texts, st.just("app:web,tier:front"), st.just("a:")))
+port_items = st.fixed_dictionaries(
+    {"name": texts, "containerPort": st.integers(-1, 70000)}, optional={"protocol": texts}
+)
+cni_sections = st.fixed_dictionaries(
+    {},
+    optional={
+        "labels": st.one_of(
+            st.lists(label_items, max_size=3),
+            st.dictionaries(texts, texts, max_size=3),
+            json_values,
+        ),
+        "ports": st.one_of(st.lists(port_items, max_size=3), json_values),
+    },
+)
+configs = st.one_of(
+    st.just({}),
+    st.builds(lambda c: {"args": {"cni": c}}, cni_sections),
+    st.builds(lambda a: {"args": a}, json_values),
+)
+cni_args = st.dictionaries(
+    st.sampled_from(["K8S_POD_NAMESPACE", "K8S_POD_NAME", "PYCNI_LABELS"]),
+    st.one_of(texts, st.just("app:web,tier:front"), st.just("a:")),
+)
 
 
 def parse_all(config: dict, args: dict) -> tuple:
@@ -72,15 +111,23 @@ def test_any_args_give_record_fields_or_code_7_naming_the_key(config, args):
 
 
 def test_the_accepted_shapes():
-    config = {"args": {"cni": {"labels": [{"key": "app", "value": "web"}],
-                               "ports": [{"name": "http", "containerPort": 8080,
-                                          "protocol": "TCP"}, {"name": "dns",
-                                                               "containerPort": 53,
-                                                               "protocol": "UDP"}]}}}
+    config = {
+        "args": {
+            "cni": {
+                "labels": [{"key": "app", "value": "web"}],
+                "ports": [
+                    {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                    {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+                ],
+            }
+        }
+    }
     assert parse_labels(config, {}) == {"app": "web"}
     assert parse_labels({"args": {"cni": {"labels": {"app": "db"}}}}, {}) == {"app": "db"}
-    assert parse_labels({}, {"PYCNI_LABELS": "app:web,tier:front"}) == {"app": "web",
-                                                                           "tier": "front"}
+    assert parse_labels({}, {"PYCNI_LABELS": "app:web,tier:front"}) == {
+        "app": "web",
+        "tier": "front",
+    }
     assert parse_ports(config) == {"http": 8080, "dns": 53}
     assert calc_ips(PREV, "1.1.0", "eth0") == ("10.22.0.5", "fd22::5")
     with pytest.raises(InvalidConfig, match="args.cni.ports\\[1\\].name"):
@@ -89,11 +136,21 @@ def test_the_accepted_shapes():
         validate_identity({"K8S_POD_NAMESPACE": "default"})
 
 
-def request(command: str, cid: str, ifname: str = "eth0", pod: str | None = "p1",
-            prev: dict | None = PREV, network: str = "net", labels: str = "app:web",
-            **config) -> Request:
-    args = {"K8S_POD_NAMESPACE": "default", "K8S_POD_NAME": pod, "PYCNI_LABELS": labels} \
-        if pod else {}
+def request(
+    command: str,
+    cid: str,
+    ifname: str = "eth0",
+    pod: str | None = "p1",
+    prev: dict | None = PREV,
+    network: str = "net",
+    labels: str = "app:web",
+    **config,
+) -> Request:
+    args = (
+        {"K8S_POD_NAMESPACE": "default", "K8S_POD_NAME": pod, "PYCNI_LABELS": labels}
+        if pod
+        else {}
+    )
     conf = {"cniVersion": "1.1.0", "name": network, "type": "pycni-svc", **config}
     if prev is not None:
         conf["prevResult"] = prev
@@ -119,8 +176,13 @@ def test_add_returns_prev_result_and_check_names_differences(store):
     svc = plugin_on(store)
     assert svc.add(request("ADD", "c1")) == canonical(PREV, "1.1.0")  # prevResult, as it came
     record = stored(store)[f"{ENDPOINTS}default/p1/eth0"]
-    assert (record.ips, record.labels, record.node, record.container_id, record.network) == \
-        (("10.22.0.5", "fd22::5"), {"app": "web"}, "n1", "c1", "net")
+    assert (record.ips, record.labels, record.node, record.container_id, record.network) == (
+        ("10.22.0.5", "fd22::5"),
+        {"app": "web"},
+        "n1",
+        "c1",
+        "net",
+    )
     svc.check(request("CHECK", "c1"))
     svc.check(request("CHECK", "c1", prev=None))
     with pytest.raises(CheckFailed) as err:
@@ -133,10 +195,18 @@ def test_add_returns_prev_result_and_check_names_differences(store):
 @st.composite
 def steps(draw):
     kind = draw(st.sampled_from(["ADD", "DEL", "DEL-noargs", "GC", "ADD-other-node"]))
-    return (kind, draw(st.sampled_from(["c1", "c2", "c3"])), draw(st.sampled_from(["p1", "p2"])),
-            draw(st.sampled_from(["eth0", "net1"])),
-            draw(st.lists(st.sampled_from([("c1", "eth0"), ("c2", "eth0"), ("c3", ""),
-                                           ("c1", "net1")]), max_size=3)))
+    return (
+        kind,
+        draw(st.sampled_from(["c1", "c2", "c3"])),
+        draw(st.sampled_from(["p1", "p2"])),
+        draw(st.sampled_from(["eth0", "net1"])),
+        draw(
+            st.lists(
+                st.sampled_from([("c1", "eth0"), ("c2", "eth0"), ("c3", ""), ("c1", "net1")]),
+                max_size=3,
+            )
+        ),
+    )
 
 
 def model_step(model: dict, step: tuple) -> None:
@@ -152,13 +222,17 @@ def model_step(model: dict, step: tuple) -> None:
             del model[k]
     else:
         keep = {(c, i) for c, i in valid}
-        for k in [k for k, (c, i, n) in model.items() if n == "n1" and (c, i) not in keep
-                  and (c, "") not in keep]:
+        for k in [
+            k
+            for k, (c, i, n) in model.items()
+            if n == "n1" and (c, i) not in keep and (c, "") not in keep
+        ]:
             del model[k]
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(steps(), max_size=12))
 def test_the_store_holds_what_the_model_says(tmp_path_factory, sequence):
     store = SqliteStore(str(tmp_path_factory.mktemp("svc") / "store.db"))
@@ -174,10 +248,12 @@ def test_the_store_holds_what_the_model_says(tmp_path_factory, sequence):
             else:
                 plugin = there if kind == "ADD-other-node" else here
                 getattr(plugin, "add" if kind.startswith("ADD") else "delete")(
-                    request(kind[:3], cid, ifname, pod))
+                    request(kind[:3], cid, ifname, pod)
+                )
             model_step(model, step)
-            assert {k: (r.container_id, r.ifname, r.node) for k, r in stored(store).items()} \
-                == model
+            assert {
+                k: (r.container_id, r.ifname, r.node) for k, r in stored(store).items()
+            } == model
     finally:
         store.close()
 

@@ -2,23 +2,31 @@
 
 Regenerate the golden files after an intended change with PYCNI_UPDATE_GOLDEN=1.
 """
+
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from services.proxy.elements import calc_elements, calc_entries
-from services.proxy.table import render_transaction
-from services.proxy.model import PROTOCOLS, NodeView, ProxyModel, ProxyPort, ProxyService, ServicePortView
-from services.proxy.render import BACKENDS_MAPS, backends_map
-from services.proxy.trace import explain
 from cni.spec.errors import InvalidConfig
-from tests.fixtures.svc_model import MODEL, MODEL6, NODE, be
+from services.proxy.elements import calc_elements, calc_entries
+from services.proxy.model import (
+    PROTOCOLS,
+    NodeView,
+    ProxyModel,
+    ProxyPort,
+    ProxyService,
+    ServicePortView,
+)
+from services.proxy.render import BACKENDS_MAPS, backends_map
+from services.proxy.table import render_transaction
+from services.proxy.trace import explain
 from tests.fixtures.golden import GOLDEN, golden  # noqa: F401
-
+from tests.fixtures.svc_model import MODEL, MODEL6, NODE, be
 
 
 @pytest.mark.parametrize("name,model", [("svc_full4.nft", MODEL), ("svc_full6.nft", MODEL6)])
@@ -43,23 +51,34 @@ def test_loopback_node_ip_and_bad_protocol_are_refused():
     assert bad.value.code == 7 and "protocol" in bad.value.msg
 
 
-
-
 ADDRS = st.integers(2, 250).map(lambda i: ipaddress.ip_address(f"10.0.0.{i}"))
-BACKENDS = st.lists(st.builds(lambda ip, local: be(str(ip), 8080, local), ADDRS, st.booleans()),
-                    max_size=5, unique_by=lambda b: b.ip)
+BACKENDS = st.lists(
+    st.builds(lambda ip, local: be(str(ip), 8080, local), ADDRS, st.booleans()),
+    max_size=5,
+    unique_by=lambda b: b.ip,
+)
 
 
 @st.composite
 def models(draw) -> ProxyModel:
     views = []
     for i in range(draw(st.integers(0, 5))):
-        port = ProxyPort("p", draw(st.sampled_from(["tcp", "udp", "sctp"])), 80,
-                         draw(st.one_of(st.none(), st.just(30000 + i))))
-        svc = ProxyService("ns", f"s{i}", (ipaddress.ip_address(f"10.96.0.{i + 1}"),),
-                           draw(st.sampled_from([(), (ipaddress.ip_address(f"192.168.99.{i + 1}"),)])),
-                           (port,), draw(st.sampled_from([None, 10, 10800])),
-                           draw(st.booleans()), draw(st.booleans()))
+        port = ProxyPort(
+            "p",
+            draw(st.sampled_from(["tcp", "udp", "sctp"])),
+            80,
+            draw(st.one_of(st.none(), st.just(30000 + i))),
+        )
+        svc = ProxyService(
+            "ns",
+            f"s{i}",
+            (ipaddress.ip_address(f"10.96.0.{i + 1}"),),
+            draw(st.sampled_from([(), (ipaddress.ip_address(f"192.168.99.{i + 1}"),)])),
+            (port,),
+            draw(st.sampled_from([None, 10, 10800])),
+            draw(st.booleans()),
+            draw(st.booleans()),
+        )
         views.append(ServicePortView(svc, port, tuple(draw(BACKENDS))))
     return ProxyModel(4, NODE, tuple(views))
 
@@ -75,7 +94,9 @@ def test_elements_are_well_formed_and_buckets_hold_exactly_the_backends(model):
     for view in model.ports:
         for entry, key, external in calc_entries(view, model):
             name = backends_map(entry, view.port.protocol)
-            bucket = {e.value for e in elements if e.name == name and e.key.rsplit(" . ", 1)[0] == key}
+            bucket = {
+                e.value for e in elements if e.name == name and e.key.rsplit(" . ", 1)[0] == key
+            }
             assert bucket == {f"{b.ip} . {b.port}" for b in view.calc_backends(external)}
 
 
@@ -87,22 +108,37 @@ def test_each_protocols_backends_live_in_that_protocols_map_only(model):
     for view in model.ports:
         proto = view.port.protocol
         for entry, key, external in calc_entries(view, model):
-            mine = {e.name for e in elements if e.name in BACKENDS_MAPS
-                    and e.key.rsplit(" . ", 1)[0] == key}
-            assert mine == ({backends_map(entry, proto)} if view.calc_backends(external) else set())
-    assert all(f" {e.name.rsplit('-', 1)[1]} . " in f" {e.key} " for e in elements
-               if e.name in BACKENDS_MAPS)
+            mine = {
+                e.name
+                for e in elements
+                if e.name in BACKENDS_MAPS and e.key.rsplit(" . ", 1)[0] == key
+            }
+            assert mine == (
+                {backends_map(entry, proto)} if view.calc_backends(external) else set()
+            )
+    assert all(
+        f" {e.name.rsplit('-', 1)[1]} . " in f" {e.key} "
+        for e in elements
+        if e.name in BACKENDS_MAPS
+    )
 
 
 def test_every_shape_chain_has_one_guarded_dnat_rule_per_protocol():
     text = render_transaction(None, MODEL)
     for chain in ("lb-3", "np-lb-3", "lb-1", "pick-10-0", "pick-10-1", "aff-10-2"):
-        rules = [r for r in text.splitlines() if r.startswith(f"add rule ip pycni-svc {chain} ")
-                 and " dnat " in f" {r} "]
+        rules = [
+            r
+            for r in text.splitlines()
+            if r.startswith(f"add rule ip pycni-svc {chain} ") and " dnat " in f" {r} "
+        ]
         if chain.startswith(("lb", "np-lb")):
-            assert [r.split(f"{chain} meta l4proto ")[1].split()[0] for r in rules] == list(PROTOCOLS)
-            assert all(f"map @{'np-' * chain.startswith('np')}backends-{p}" in r
-                       for p, r in zip(PROTOCOLS, rules))
+            assert [r.split(f"{chain} meta l4proto ")[1].split()[0] for r in rules] == list(
+                PROTOCOLS
+            )
+            assert all(
+                f"map @{'np-' * chain.startswith('np')}backends-{p}" in r
+                for p, r in zip(PROTOCOLS, rules)
+            )
         else:
             assert rules and not any(f"l4proto {p} " in r for p in PROTOCOLS for r in rules)
 

@@ -3,21 +3,29 @@ list, kube-proxy's semantics or an operator needs, and is marked ``xfail(strict=
 diagnosis while the code does otherwise, so the suite stays green and a fix turns it into a
 failure to un-mark. Pure: records, models and the store in a temp dir; no kernel.
 """
+
 from __future__ import annotations
 
 import ipaddress
 
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from cni.spec.errors import CNIError, InvalidConfig
+from ipam.records import SERVICES, SERVICES_META, encode
+from services.ops.edit import create, list_services, remove, set_settings
 from services.proxy import conntrack
-from services.proxy.model import Backend, NodeView, ProxyModel, ProxyPort, ProxyService, \
-    ServicePortView
+from services.proxy.model import (
+    Backend,
+    NodeView,
+    ProxyModel,
+    ProxyPort,
+    ProxyService,
+    ServicePortView,
+)
 from services.proxy.sync import calc_plan
 from services.proxy.table import ServiceTable
-from cni.spec.errors import CNIError, InvalidConfig
-from services.ops.edit import create, list_services, remove, set_settings
-from ipam.records import SERVICES, SERVICES_META, encode
 from services.record import ServicePort, ServiceRecord, ServiceSettings
 from services.validate import validate_service
 from store.base import Put
@@ -26,15 +34,26 @@ from tests.unit.test_proxy_table import base_records
 from tests.unit.test_proxy_view import kv
 
 SETTINGS = ServiceSettings(("10.96.0.0/16",))
-NODE = NodeView("n1", (ipaddress.ip_address("192.168.0.2"),),
-                (ipaddress.ip_network("10.0.0.0/16"),), (ipaddress.ip_network("10.96.0.0/16"),))
+NODE = NodeView(
+    "n1",
+    (ipaddress.ip_address("192.168.0.2"),),
+    (ipaddress.ip_network("10.0.0.0/16"),),
+    (ipaddress.ip_network("10.96.0.0/16"),),
+)
 
 
 @pytest.mark.parametrize("cidr", ["10.96.0.1/16", "garbage"])
 def test_an_unreadable_settings_cidr_does_not_stop_every_service(cidr):
     records = base_records()
-    svc = ServiceRecord("ns", "a", "ClusterIP", (ServicePort("http", "TCP", 80, 8080),),
-                        ("10.96.0.5",), (), {"app": "a"})
+    svc = ServiceRecord(
+        "ns",
+        "a",
+        "ClusterIP",
+        (ServicePort("http", "TCP", 80, 8080),),
+        ("10.96.0.5",),
+        (),
+        {"app": "a"},
+    )
     records.apply(kv(svc.key, svc.to_bytes()))
     records.apply(kv(SERVICES_META, encode({"cidrs": [cidr], "nodePortRange": "30000-32767"})))
     plan = calc_plan(records, "n1", 4, ["192.168.0.2"], None, records.take_dirty())
@@ -47,10 +66,19 @@ def test_a_removed_udp_entry_point_is_cleaned():
 
 
 def udp_model(n: int) -> ProxyModel:
-    ports = tuple(ServicePortView(ProxyService("ns", f"s{i}", (ipaddress.ip_address(
-        f"10.96.{i // 250}.{i % 250 + 1}"),), ports=(ProxyPort("dns", "udp", 53),)),
-        ProxyPort("dns", "udp", 53), (Backend(ipaddress.ip_address("10.0.0.7"), 53, "n1",
-                                              True),)) for i in range(n))
+    ports = tuple(
+        ServicePortView(
+            ProxyService(
+                "ns",
+                f"s{i}",
+                (ipaddress.ip_address(f"10.96.{i // 250}.{i % 250 + 1}"),),
+                ports=(ProxyPort("dns", "udp", 53),),
+            ),
+            ProxyPort("dns", "udp", 53),
+            (Backend(ipaddress.ip_address("10.0.0.7"), 53, "n1", True),),
+        )
+        for i in range(n)
+    )
     return ProxyModel(4, NODE, ports)
 
 
@@ -64,22 +92,36 @@ def test_a_full_render_lists_conntrack_once_not_once_per_udp_entry_point(monkeyp
 
 def affinity_view(ips: list[str]) -> ServicePortView:
     """As the store's view gives it: backends in address order."""
-    service = ProxyService("ns", "a", (ipaddress.ip_address("10.96.0.5"),),
-                           ports=(ProxyPort("http", "tcp", 80),), affinity_timeout=60)
-    return ServicePortView(service, service.ports[0], tuple(
-        Backend(ipaddress.ip_address(ip), 8080, "n1", True)
-        for ip in sorted(ips, key=lambda ip: int(ipaddress.ip_address(ip)))))
+    service = ProxyService(
+        "ns",
+        "a",
+        (ipaddress.ip_address("10.96.0.5"),),
+        ports=(ProxyPort("http", "tcp", 80),),
+        affinity_timeout=60,
+    )
+    return ServicePortView(
+        service,
+        service.ports[0],
+        tuple(
+            Backend(ipaddress.ip_address(ip), 8080, "n1", True)
+            for ip in sorted(ips, key=lambda ip: int(ipaddress.ip_address(ip)))
+        ),
+    )
 
 
 def slots_of(table: ServiceTable) -> dict[str, str]:
     """backend address -> the slot map holding it, as the table programmed it."""
-    return {e.value.split(" . ")[0]: e.name for e in table.elements()
-            if e.name.startswith("slot-")}
+    return {
+        e.value.split(" . ")[0]: e.name for e in table.elements() if e.name.startswith("slot-")
+    }
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(2, 200), min_size=1, max_size=4, unique=True),
-       st.lists(st.integers(2, 200), min_size=1, max_size=3, unique=True), st.booleans())
+@given(
+    st.lists(st.integers(2, 200), min_size=1, max_size=4, unique=True),
+    st.lists(st.integers(2, 200), min_size=1, max_size=3, unique=True),
+    st.booleans(),
+)
 @example([5], [3], False)
 def test_a_sticky_backend_keeps_its_slot_when_another_endpoint_joins(hosts, joining, resync):
     """Joins (lower addresses too) move no surviving backend, also through a full render
@@ -117,8 +159,15 @@ def store(tmp_path):
 
 
 def put_corrupt_service(store) -> None:
-    store.txn([], [Put(f"{SERVICES}ns/bad", b'{"namespace": "ns", "name": "bad", '
-                                            b'"ports": [{"port": "x"}]}')])
+    store.txn(
+        [],
+        [
+            Put(
+                f"{SERVICES}ns/bad",
+                b'{"namespace": "ns", "name": "bad", "ports": [{"port": "x"}]}',
+            )
+        ],
+    )
 
 
 def test_an_unreadable_service_can_be_removed(store):

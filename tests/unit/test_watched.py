@@ -2,12 +2,14 @@
 ``ensure`` calls keep the view equal to the store's prefixes after every ``ensure``, and the
 store is read again exactly when its revision moved (a txn that changes nothing, such as the
 delete of an absent key, does not move it) (store/watched.py)."""
+
 from __future__ import annotations
 
 import tempfile
 import threading
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store.base import Delete, Put
 from store.sqlite import SqliteStore
@@ -15,10 +17,14 @@ from store.watched import WatchedPrefixes
 
 PREFIXES = ("/a/", "/b/")
 KEYS = st.sampled_from([f"{p}{k}" for p in PREFIXES for k in "xyz"] + ["/c/x"])
-STEPS = st.lists(st.one_of(st.tuples(st.just("put"), KEYS, st.binary(max_size=3)),
-                           st.tuples(st.just("delete"), KEYS, st.just(b"")),
-                           st.tuples(st.just("ensure"), st.just(""), st.just(b""))),
-                 max_size=12)
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), KEYS, st.binary(max_size=3)),
+        st.tuples(st.just("delete"), KEYS, st.just(b"")),
+        st.tuples(st.just("ensure"), st.just(""), st.just(b"")),
+    ),
+    max_size=12,
+)
 
 
 class View:

@@ -1,5 +1,6 @@
 """The executable <-> pycnid framing, the DEL netconf cut to the size limit, the daemon's
 socket-path and request-timeout rules (pure parts; the transport itself: tests/daemon)."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,11 @@ from cni.spec.errors import InvalidConfig
 from pycnid.config import parse_daemon_config
 from pycnid.server import prepare_socket_path
 
-ENV = st.dictionaries(st.text("CNI_ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=1, max_size=12),
-                      st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=30),
-                      max_size=6)
+ENV = st.dictionaries(
+    st.text("CNI_ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=1, max_size=12),
+    st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=30),
+    max_size=6,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -61,9 +64,14 @@ def test_too_large_names_the_size_and_the_limit():
     assert code == 7 and "5000000" in msg and str(wire.MAX_REQUEST) in msg
 
 
-CONF = {"cniVersion": "1.0.0", "name": "n", "type": "pycni-bridge", "bridge": "br0",
-        "daemonSocket": "/run/x.sock",
-        "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": "10.1.0.0/24"}]]}}
+CONF = {
+    "cniVersion": "1.0.0",
+    "name": "n",
+    "type": "pycni-bridge",
+    "bridge": "br0",
+    "daemonSocket": "/run/x.sock",
+    "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": "10.1.0.0/24"}]]},
+}
 
 
 def test_del_keeps_only_what_del_needs():
@@ -86,11 +94,18 @@ def test_del_that_cannot_be_cut_is_none():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.sampled_from([*DEL_KEYS, "prevResult", "x", "args"]),
-                       st.recursive(st.none() | st.integers() | st.text(max_size=40),
-                                    lambda kids: st.lists(kids, max_size=4)
-                                    | st.dictionaries(st.text(max_size=5), kids, max_size=4))),
-       st.integers(0, 400))
+@given(
+    st.dictionaries(
+        st.sampled_from([*DEL_KEYS, "prevResult", "x", "args"]),
+        st.recursive(
+            st.none() | st.integers() | st.text(max_size=40),
+            lambda kids: (
+                st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=5), kids, max_size=4)
+            ),
+        ),
+    ),
+    st.integers(0, 400),
+)
 def test_del_netconf_fits_its_budget_or_is_none(config, budget):
     out = netconf_for_del(json.dumps(config).encode(), budget)
     if out is not None:
