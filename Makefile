@@ -2,6 +2,7 @@
 #
 #   make demo      one-command demo on a fresh machine (installs what is missing, then cleans up)
 #   make test      the whole pytest suite, after installing what is missing (as root: namespaces)
+#   make lint      ruff (lint + format check) and mypy over every package (CI runs it first)
 #   make install   pip install . + plugin launchers, example conflist, daemon config, systemd unit
 #   make bench     side-by-side benchmarks against the reference bridge + host-local
 #                  (also: make bench-ipam, make bench-overlay, make bench-svc,
@@ -27,11 +28,11 @@ SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_pat
 PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
-        deps test test-unit fuzz demo bench bench-ipam bench-overlay bench-svc \
+        deps lint test test-unit fuzz demo bench bench-ipam bench-overlay bench-svc \
         bench-svc-e2e launchers clean
 
 help:
-	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,11p' Makefile | sed 's/^# \{0,1\}//'
 
 # --- install -----------------------------------------------------------------------------
 
@@ -86,6 +87,12 @@ uninstall:
 # present: with everything there it costs ~0.2 s, so the test targets run it every time.
 deps:
 	PYTHON=$(PYTHON) bash scripts/install-deps.sh
+
+# ruff (lint and format) and mypy, configured in pyproject.toml; 0 findings is the bar
+lint: deps
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+	$(PYTHON) -m mypy
 
 test: deps
 	$(PYTEST) $(PYTEST_ARGS)

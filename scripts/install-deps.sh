@@ -20,7 +20,7 @@ FULL_APT=("${DEMO_APT[@]}" make conntrack containernetworking-plugins golang-go
           golang-github-appc-cni-dev iperf3 openssl netcat-openbsd socat ca-certificates git)
 # pyproject.toml's extras each mode needs besides the dependencies; all installed: pip is skipped
 DEMO_EXTRAS=(nft)
-FULL_EXTRAS=(test nft)
+FULL_EXTRAS=(test nft lint)
 
 mode=full
 [[ ${1:-} == --demo ]] && mode=demo
@@ -72,9 +72,10 @@ install_pip() {
     if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then  # Debian's python3 comes without pip
         install_apt python3-pip
     fi
-    say "Python packages: pip install -e '.[test,nft]'"
+    local spec=".[$(IFS=,; echo "${extras[*]}")]"
+    say "Python packages: pip install -e '$spec'"
     # shellcheck disable=SC2046
-    "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore $(pip_system_flag) -e '.[test,nft]'
+    "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore $(pip_system_flag) -e "$spec"
 }
 
 if [[ $mode == demo ]]; then install_apt "${DEMO_APT[@]}"; else install_apt "${FULL_APT[@]}"; fi

@@ -6,7 +6,7 @@ Exit 0 when every requirement in ``[project] dependencies`` and in the named opt
 is installed for this interpreter at a version the requirement allows; else exit 1, naming on
 stdout what is missing or too old. Reads installed metadata only (no imports: ~0.1 s), standard
 library only (it runs before anything is installed). A requirement it cannot judge (markers,
-an operator other than ``>=``) counts as missing: pip decides.
+an operator other than ``>=`` and ``==``) counts as missing: pip decides.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tomllib
 PYPROJECT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"
 )
-REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:>=\s*([0-9][0-9.]*))?\s*$")
+REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:(>=|==)\s*([0-9][0-9.]*))?\s*$")
 
 
 def requirements(extras: list[str]) -> list[str]:
@@ -53,13 +53,15 @@ def unmet(requirement: str) -> str | None:
     match = REQUIREMENT.match(requirement)
     if match is None:
         return f"{requirement} (not judged here)"
-    name, minimum = match.groups()
+    name, operator, wanted = match.groups()
     try:
         installed = importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return f"{name} (not installed)"
-    if minimum and older(release(installed), release(minimum)):
-        return f"{name} {installed} (needs >= {minimum})"
+    if operator == "==" and release(installed) != release(wanted):
+        return f"{name} {installed} (needs == {wanted})"
+    if operator == ">=" and older(release(installed), release(wanted)):
+        return f"{name} {installed} (needs >= {wanted})"
     return None
 
 

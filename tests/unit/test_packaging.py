@@ -210,7 +210,7 @@ done
         calls(log)
     )
     pip = [c for c in calls(log) if c.startswith("pip")]
-    assert len(pip) == 2 and "--version" in pip[0] and pip[1].endswith("-e .[test,nft]"), pip
+    assert len(pip) == 2 and "--version" in pip[0] and pip[1].endswith("-e .[test,nft,lint]"), pip
 
 
 def load_python_deps():
@@ -228,6 +228,8 @@ def load_python_deps():
         ("pytest>=999", False),
         ("no-such-distribution-pycni", False),
         ("pytest>=8; python_version > '3'", False),
+        (f"pytest=={pytest.__version__}", True),
+        ("pytest==0.1", False),
     ],
 )
 def test_python_deps_judges_a_requirement_by_installed_metadata(requirement, met):
