@@ -114,16 +114,16 @@ demo:
 bench:
 	$(PYTHON) -m bench.run $(BENCH_ARGS)
 
-# IPAM allocations/s and p50/p99 on a real etcd, one node and three (issue 3)
+# IPAM allocations/s and p50/p99 on a real etcd, one node and three
 bench-ipam:
 	$(PYTHON) -m bench.ipam_alloc $(BENCH_ARGS)
 
-# Multi-node pod network (issue 8): Pod<->Pod iperf3 against a hand-built topology, join/leave
+# Multi-node pod network: Pod<->Pod iperf3 against a hand-built topology, join/leave
 # convergence with 20 node namespaces, full resync of 1,000 synthetic peers
 bench-overlay:
 	$(PYTHON) -m bench.overlay $(BENCH_ARGS)
 
-# Service proxy rulesets (issue 9): full sync of 1k/10k/30k Services x 5 endpoints and a
+# Service proxy rulesets: full sync of 1k/10k/30k Services x 5 endpoints and a
 # one-Service update, pycni's renderer against a kube-proxy-shaped ruleset, in fresh netns
 bench-svc:
 	$(PYTHON) -m bench.svc $(BENCH_ARGS)

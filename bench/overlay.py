@@ -1,4 +1,4 @@
-"""`make bench-overlay`: the multi-node pod network (issue 8), in one run.
+"""`make bench-overlay`: the multi-node pod network, in one run.
 
     python3 -m bench.overlay [--runs 5] [--seconds 3] [--nodes 20] [--rounds 5] [--peers 1000]
                              [--parts throughput,convergence,resync] [--results-dir DIR]

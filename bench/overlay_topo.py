@@ -3,10 +3,10 @@
 pycni:      tests/fixtures/cluster.py (underlay bridge namespace, etcd in a control-plane
             namespace, node namespaces 172.31.250.11..), each node running pycnid with the
             ``overlay`` section, a pool with /26 blocks, Pods added through pycni-bridge.
-hand-built: the same shape made with ``ip`` commands only (OVERLAY-NOTES §4.6): underlay bridge
-            ``br0``, nodes 192.168.77.N on veths, a bridge ``cni0`` 10.244.N.1/24 per node and
-            one Pod (default via .1); host-gw: ``10.244.M.0/24 via 192.168.77.M``; vxlan:
-            ``vx0`` (VNI 1, dstport 4789, nolearning, MTU 1450), a /32 VTEP, a permanent
+hand-built: the same shape made with ``ip`` commands only (what the overlay is held against):
+            underlay bridge ``br0``, nodes 192.168.77.N on veths, a bridge ``cni0`` 10.244.N.1/24
+            per node and one Pod (default via .1); host-gw: ``10.244.M.0/24 via 192.168.77.M``;
+            vxlan: ``vx0`` (VNI 1, dstport 4789, nolearning, MTU 1450), a /32 VTEP, a permanent
             neighbour, an FDB entry and an onlink route per peer. No nft, no proxy ARP.
 
 Both are made only inside namespaces this run creates; nothing touches the root namespace.

@@ -1,4 +1,4 @@
-"""`make bench-svc`: loading Service rulesets, pycni's proxy against the kube-proxy shape (issue 9).
+"""`make bench-svc`: loading Service rulesets, pycni's proxy against the kube-proxy shape.
 
     python3 -m bench.svc [--sizes 1000,10000,30000] [--update-at 10000] [--updates 5]
                          [--engines lib,bin] [--kube-max 10000] [--results-dir DIR]
@@ -13,11 +13,11 @@ shape's count only nft's load (its Go generator is not measured), which favours 
 Endpoints are spread over 100 nodes (1 in 100 local to the measured node), which changes
 pycni's hairpin set only: kube-proxy renders its hairpin rule in every endpoint chain.
 
-The kube-proxy shape above --kube-max is skipped (SVC-NOTES §3.5: 37 s at 10k and super-linear,
-so 30k would take many minutes): pass --kube-max 30000 to run it. Goals at 10k × 5: full sync
-<= 1 s, update <= 5 ms, >= 30x faster than the kube-proxy shape on both. Prints a table and
-writes JSON to bench/results/ (svc-<time>.json, svc-latest.json). Only namespaces this run
-creates are touched; never used as timed assertions in the test suite.
+The kube-proxy shape above --kube-max is skipped (its load time grows faster than the number of
+Services: 30k would take many minutes): pass --kube-max 30000 to run it. Goals at 10k × 5: full
+sync <= 1 s, update <= 5 ms, >= 30x faster than the kube-proxy shape on both. Prints a table and
+writes JSON to bench/results/ (svc-<time>.json, svc-latest.json). Only namespaces this run creates
+are touched; never used as timed assertions in the test suite.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`make bench-svc-e2e`: the Service proxy end to end in pycnid (issue 9), on two real nodes.
+"""`make bench-svc-e2e`: the Service proxy end to end in pycnid, on two real nodes.
 
     python3 -m bench.svc_e2e [--reps 5] [--services 10000] [--endpoints 5] [--updates 5]
                              [--timeout 900] [--results-dir DIR]

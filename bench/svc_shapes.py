@@ -6,13 +6,14 @@ Both shapes serve the same Services: N ClusterIP Services (TCP 80, Cluster polic
 - pycni: the real proxy pass (``services.proxy``) over the store records pycnid would hold
   (``build_records``), each Service selecting its 5 endpoints by label; ``build_model`` is
   the same Services as a model for the unit tests;
-- kube-proxy: SVC-NOTES §1.2-1.3 / §3.5 layout A, generated here: per service port one
+- kube-proxy: the shape of kube-proxy's nftables mode, generated here: per service port one
   ``service-`` chain (masquerade rule + inline ``numgen random mod N vmap``) and one
   ``endpoint-`` chain per endpoint (hairpin mark + dnat), dispatched by the ``service-ips``
   verdict map. The update is kube-proxy's own: add the new endpoint chain, flush and refill the
   service chain, flush and delete the old endpoint chain, in one transaction.
 
-Address plan (SVC-NOTES §4): ClusterIPs 172.30.0.0/16, Pods 10.0.0.0/8, node 192.168.0.2.
+Address plan (the one kube-proxy's own unit tests use): ClusterIPs 172.30.0.0/16, Pods
+10.0.0.0/8, node 192.168.0.2.
 """
 
 from __future__ import annotations

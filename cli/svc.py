@@ -118,7 +118,7 @@ def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group(name="svc")
 def command() -> None:
-    """Services: virtual IPs and nodePorts, served by the proxy in pycnid (issue 9)."""
+    """Services: virtual IPs and nodePorts, served by the proxy in pycnid."""
 
 
 @command.group(name="config")

@@ -1,6 +1,7 @@
 """The IPAM data model in the store: key layout and the JSON records (pure, no I/O).
 
-DESIGN.md "Store layout" (this module is the one place keys, codecs and shared defaults live)::
+docs/store-layout.md has every prefix and the txns that write them; this module is the one place
+keys, codecs and shared defaults live::
 
     /pycni/v1/pools/<pool>                       cidr, blockSize, disabled, nodeSelector, ranges
     /pycni/v1/blocks/<pool>/<block-cidr>         affinity node, allocations {ip: handle id}

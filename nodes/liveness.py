@@ -1,6 +1,6 @@
 """Node liveness: the node record, and a heartbeat key on an etcd lease kept alive by a loop.
 
-Keys (DESIGN.md "Store layout")::
+Keys (docs/store-layout.md, "Nodes and heartbeats")::
 
     /pycni/v1/nodes/<node>        {"name", "address", "labels", "startedAt", "overlay"}  no lease
     /pycni/v1/heartbeats/<node>   {"node", "lease", "grantedAt", "pid"}           on the lease

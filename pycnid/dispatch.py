@@ -25,7 +25,9 @@ IPAM_PLUGINS = frozenset({"ipam"})
 
 
 class AttachmentLocks:
-    """Serialise requests for the same (containerID, ifname); GC runs alone (CNI-CHECKLIST §1.9)."""
+    """Serialise requests for the same (containerID, ifname); GC runs alone. Runtimes promise both
+    (no parallel operations on one container, no ADD or DEL while GC runs); pycnid holds them
+    itself so that a runtime that breaks the promise cannot corrupt state."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()

@@ -1,2 +1,2 @@
 """Services in the store: the records, input validation, VIP and nodePort allocation, and
-which endpoints a selector picks. The proxy (issue 9) and `pycni svc` build on it."""
+which endpoints a selector picks. The proxy (``proxy/``) and `pycni svc` build on it."""

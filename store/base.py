@@ -3,7 +3,7 @@
 It is the subset of etcd v3 that pycni needs, so etcd implements it directly and the embedded
 SQLite store mimics it (one global revision counter, ``mod_revision`` per key). Every write in
 pycni is a ``txn`` that compares the ``mod_revision`` of each key it read (0 = must be absent),
-so no two writers can both win (DESIGN.md "Store layout").
+so no two writers can both win (docs/store-layout.md, "Keys written together").
 
 Errors: a store that cannot be reached raises ``cni.spec.errors.TryAgainLater`` (code 11)
 naming the store; ``status()`` raises ``NotAvailable`` (code 50) instead.

@@ -1,7 +1,8 @@
 """A per-thread cap on each store call, for requests that must answer in time.
 
-A CNI ADD must answer within a few seconds even when etcd is gone (issue 3: code 11 within
-3 s), while the store's own ``requestTimeout`` (2.5 s) is made for background work.
+A CNI ADD must answer within a few seconds even when etcd is gone (the outage tests in
+tests/liveness hold its code 11 under 3 s), while the store's own ``requestTimeout`` (2.5 s) is
+made for background work.
 ``call_budget(s)`` caps every store call this thread makes inside the block at ``s`` seconds
 (a store that honours it: ``EtcdStore`` through ``bound()``); nested caps keep the smaller.
 It caps each call, not the request as a whole: time spent queued behind other requests of the

@@ -1,4 +1,4 @@
-"""The Store on etcd v3 (etcd-sdk-python behind our own adapter, IPAM-NOTES §7).
+"""The Store on etcd v3 (etcd-sdk-python behind our own adapter: ``etcd_conn``).
 
 Reads are linearizable ranges; every write is one ``Txn`` whose compares are ``mod_revision ==
 r`` per key read, or ``version == 0`` (create-if-absent) for ``Compare(key, 0)``. Calls fail over

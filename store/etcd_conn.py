@@ -3,7 +3,7 @@
 Built on etcd-sdk-python (``pyetcd``): its ``Endpoint`` (one gRPC channel per member, failure
 tracking with ``time_retry``) and ``MultiEndpointEtcd3Client`` (use the current member, else the
 next one not recently failed), plus the generated stubs in ``pyetcd.etcdrpc``. What pyetcd does
-not give (IPAM-NOTES §7) lives here: a per-call timeout *and* an overall deadline across
+not give lives here: a per-call timeout *and* an overall deadline across
 members, a short ``time_retry`` (its default keeps a member "failed" for 300 s), gRPC reconnect
 backoff capped at 1 s (gRPC's default grows to 120 s), and every gRPC error turned into a CNI
 error naming the endpoints.

@@ -1,6 +1,6 @@
 """Keep one etcd lease alive from a background thread, re-granting it when it expired.
 
-pyetcd has lease grant/refresh/revoke but no keepalive loop (IPAM-NOTES §7). ``LeaseKeeper``
+pyetcd has lease grant/refresh/revoke but no keepalive loop. ``LeaseKeeper``
 refreshes every ``ttl/3`` seconds (on ``common/loop.py``); while etcd is unreachable it keeps
 trying (every 0.5 s after each failed call); when
 etcd answers that the lease is gone (it expired during an outage, or someone revoked it) it

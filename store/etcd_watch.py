@@ -1,6 +1,6 @@
 """Watch a key prefix and never lose an event: resume from the last revision, re-list on compaction.
 
-pyetcd's watcher raises on any stream error and is not resumed (IPAM-NOTES §7), so this runs its
+pyetcd's watcher raises on any stream error and is not resumed, so this runs its
 own watch stream on the shared connection: after any error (member killed, no leader, network)
 it re-creates the watch on a healthy member from ``last_revision + 1``; if that revision was
 compacted meanwhile, it lists the whole prefix and hands the owner a snapshot instead.

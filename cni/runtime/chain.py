@@ -1,4 +1,4 @@
-"""ADD/CHECK/DEL/GC/STATUS over a network configuration list, as libcni does (§1.9, §1.10).
+"""ADD/CHECK/DEL/GC/STATUS over a network configuration list, as libcni does.
 
 ADD runs the plugins in order, each given the previous result, stops at the first error and
 caches the final result; DEL runs them in reverse with the cached result (corrupt cache →

@@ -1,4 +1,4 @@
-"""Loading network configuration lists the way libcni does (CNI-CHECKLIST §1.8, §1.10).
+"""Loading network configuration lists the way libcni does.
 
 `load_network_conf(dir, name)`: `*.conflist` files sorted lexically, the first whose `name`
 matches (a file that fails to parse fails the whole lookup, as in libcni); else a legacy

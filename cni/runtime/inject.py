@@ -1,4 +1,4 @@
-"""What a runtime adds to each plugin object before it goes on stdin (CNI-CHECKLIST §1.3).
+"""What a runtime adds to each plugin object before it goes on stdin.
 
 Pure functions. `name` and `cniVersion` of the list always; `prevResult` when there is one;
 `runtimeConfig` holding only the capabilities the plugin declares `true` *and* the runtime

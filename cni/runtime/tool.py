@@ -1,5 +1,5 @@
 """cnitool's behaviour as functions: the environment it reads, the container ID it derives,
-and one verb run over a loaded list (CNI-CHECKLIST §3). The `pycni net` click layer only
+and one verb run over a loaded list. The `pycni net` click layer only
 parses arguments and calls `run_net`.
 
 NETCONFPATH (default /etc/cni/net.d), CNI_PATH, CNI_ARGS (every pair `K=V` with non-empty

@@ -1,6 +1,6 @@
 """CNI results: one canonical form (the 1.1.0 shape) and conversion to every version.
 
-Mirrors ``pkg/types`` of the reference library (CNI-CHECKLIST §1.6):
+Mirrors ``pkg/types`` of the reference library, so a runtime gets what libcni would give:
 0.3.x/0.4.0 carry ``ips[].version``; 1.0.0/1.1.0 do not; interfaces lose ``mtu``,
 ``socketPath`` and ``pciID`` below 1.1.0 and routes keep only ``dst``/``gw`` below 1.0.0.
 """

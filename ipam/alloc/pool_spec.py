@@ -1,9 +1,9 @@
 """Pools as records, pure: validation, and which addresses of a pool can ever be handed out.
 
-A pool record (``/pycni/v1/pools/<name>``, issue 3) is either a *cluster pool* made by
-``pycni ipam pool add`` — ``{name, cidr, blockSize, disabled, nodeSelector {label: value},
-strictAffinity, exclusions [cidr | "a-b"], gateway "none"|"first", reuseDelay, createdAt}`` — or
-a *netconf pool* the allocator derives from a network's ``ranges`` (``"source": "netconf"``,
+A pool record (``/pycni/v1/pools/<name>``, docs/store-layout.md "Pools") is either a *cluster pool*
+made by ``pycni ipam pool add`` — ``{name, cidr, blockSize, disabled, nodeSelector {label: value},
+strictAffinity, exclusions [cidr | "a-b"], gateway "none"|"first", reuseDelay, createdAt}`` — or a
+*netconf pool* the allocator derives from a network's ``ranges`` (``"source": "netconf"``,
 ``network``, ``ranges [{rangeStart, rangeEnd, gateway}]``).
 
 What is never handed out (the one definition every report counts with): addresses outside
@@ -178,7 +178,7 @@ def validate_usable(spec: PoolSpec) -> PoolSpec:
 
 
 def record_of(spec: PoolSpec) -> dict[str, Any]:
-    """The cluster pool record as stored (the issue-3 format)."""
+    """The cluster pool record as stored (what ``pycni ipam pool add`` writes)."""
     return {
         "name": spec.name,
         "cidr": str(spec.cidr),

@@ -1,7 +1,7 @@
 """Which pools serve a request (pure): netconf ranges, pools named in the netconf, or the
 cluster pools whose node selector matches this node.
 
-- ``ipam.ranges`` / ``ipam.subnet`` / the ``ipRanges`` capability: netconf pools (issue 2),
+- ``ipam.ranges`` / ``ipam.subnet`` / the ``ipRanges`` capability: netconf pools,
   one address per range set.
 - ``ipam.pools: [names]``: cluster pools by name; one address per IP family, the named pools of
   a family tried in the order given (dual-stack is all-or-nothing).

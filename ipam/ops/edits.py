@@ -3,8 +3,9 @@
 The operator tools (release, gc, pool rm --force) rewrite records the allocator wrote. They
 edit the same ``BlockRecord`` / ``HandleRecord`` the daemon does; a field they do not know
 (added by a newer pycnid) is carried in the record's ``extra`` and written back. A freed
-address is stamped in the block's ``released`` map (reuse cooldown, issue 3) and a block left
-without allocations gets ``emptySince``.
+address is stamped in the block's ``released`` map (its reuse delay: it is handed out again
+within ``reuseDelay`` only when nothing else is free) and a block left without allocations gets
+``emptySince``.
 """
 
 from __future__ import annotations

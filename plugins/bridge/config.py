@@ -1,7 +1,7 @@
 """pycni-bridge's network config: parsed once into a frozen value, every key validated.
 
-Reference `bridge` field names where the meaning is the same (CNI-CHECKLIST §2.1). An
-invalid value is InvalidConfig (7) naming the key; reference keys whose feature pycni does not
+Reference `bridge` field names where the meaning is the same, so a reference netconf carries over.
+An invalid value is InvalidConfig (7) naming the key; reference keys whose feature pycni does not
 implement are UnsupportedField (2) when switched on; other unknown keys are ignored.
 """
 

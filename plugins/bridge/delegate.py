@@ -1,4 +1,4 @@
-"""Delegation to the IPAM plugin named by `ipam.type` (CNI-CHECKLIST §1.9).
+"""Delegation to the IPAM plugin named by `ipam.type`.
 
 `pycni-ipam` is served in-process (same daemon, no exec); any other type (`host-local`,
 `static`, `dhcp` …) is executed from CNI_PATH exactly as the spec says: the whole config on

@@ -1,5 +1,5 @@
-"""Stale UDP conntrack entries after a sync (SVC-NOTES §1.6): what the kernel still sends to a
-backend that no longer serves, or to nobody (entries made while the Service had none).
+"""Stale UDP conntrack entries after a sync (kube-proxy deletes them too): what the kernel still
+sends to a backend that no longer serves, or to nobody (entries made while the Service had none).
 
 UDP has no end a conntrack entry could follow: a client reusing its socket keeps hitting the
 entry's old translation (or the refusal it met while the Service was empty, the 0→N case)

@@ -1,6 +1,6 @@
 """The Service proxy's nftables layout (pure): static chains, per-Service data in maps only.
 
-Layout C of SVC-NOTES §3.5 extended to kube-proxy's feature set. Cost is map elements: no
+docs/nftables.md describes this table. Cost is map elements: no
 Service owns a chain. Chains exist per *shape* (endpoint count N, affinity timeout T), shared by
 every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb-5``::
 

@@ -1,8 +1,8 @@
 """What one family's Service table holds, per Service, and the transaction to its next state.
 
-The proxy's sync cost must follow what changed, not how many Services exist (issue 9: a
-one-Service update at 10k Services within 5 ms). So pycnid keeps, per Service, the port views
-it programmed and the elements and shapes they produced, with a count per element and per
+The proxy's sync cost must follow what changed, not how many Services exist (``make bench-svc``'s
+goal: a one-Service update at 10k Services within 5 ms). So pycnid keeps, per Service, the port
+views it programmed and the elements and shapes they produced, with a count per element and per
 shape (a hairpin element or a shared ``lb-N`` chain serves several Services). A sync hands
 over only the Services that changed; their elements are diffed against what they had, and an
 element or shape goes when its last user does. The table is never listed (knftables style):

@@ -1,5 +1,6 @@
 """pycnid's socket transport against a real daemon: the request size limit (answered, never
-dropped, no fd kept), DEL over the limit, idle connections, the socket path (issue 6 §5)."""
+dropped, no fd kept), DEL over the limit, idle connections, the socket path: a
+client that sends too much or nothing at all is answered or closed, and the others are served."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What must hold whatever the input (issue 6 §4): one reply, a known code, a clean log.
+"""What must hold whatever the input, so a runtime can always act on it: one reply, a known
+code, a clean log.
 
 ``judge_output`` checks what an executable printed (or what pycnid replied): exactly one JSON
 object, a result for a successful ADD, nothing for another successful verb, a spec error with

@@ -1,4 +1,4 @@
-"""pycnid over its socket with generated netconfs and prevResults (issue 6 §4 and §9).
+"""pycnid over its socket with generated netconfs and prevResults.
 
 Every case: a reply with a known code (never 999) and a non-empty msg, or success; no stack
 in the log; a refused request changes no state, an accepted ADD is deleted again and leaves

@@ -1,5 +1,5 @@
 """The real executables (pycni-bridge, pycni-ipam) with every CNI_* variable generated as bytes,
-including non-UTF-8 ones, and generated netconfs (issue 6 §4 and §9).
+including non-UTF-8 ones, and generated netconfs.
 
 Every case: exit within the hang guard, exactly one JSON object on stdout (a result, nothing
 for another successful verb, or a spec error with a known code and a message), no traceback on

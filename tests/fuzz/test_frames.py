@@ -1,5 +1,6 @@
 """Raw frames on pycnid's socket (the framing is cni/spec/wire.py), well-formed or not, with
-and without file descriptors attached; and requests over the size limit (issue 6 §5, §9).
+and without file descriptors attached; and requests over the size limit: whatever
+arrives, pycnid answers or closes and keeps serving.
 
 A well-formed frame gets a reply (exit code line + a result, nothing, or a spec error with a
 known code); a malformed one gets such a reply or none at all, never a partial one. Either way

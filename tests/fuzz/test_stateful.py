@@ -1,6 +1,6 @@
-"""Random ADD/CHECK/DEL/GC sequences over several networks and Pods on one real pycnid
-(issue 6 §9): two networks with the same subnet on different bridges, both with a default
-route, and a third sharing the first one's bridge (host-local IPAM).
+"""Random ADD/CHECK/DEL/GC sequences over several networks and Pods on one real pycnid, with the
+attachments that share something: two networks with the same subnet on different bridges, both with
+a default route, and a third sharing the first one's bridge (host-local IPAM).
 
 After every step each live attachment CHECKs (exit 0, nothing printed); at the end every live
 attachment is deleted and nothing is left: no host veth, no masquerade element, no lease, no

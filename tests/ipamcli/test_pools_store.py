@@ -32,7 +32,7 @@ def record(store, key: str) -> dict | None:
     return json.loads(kv.value) if kv else None
 
 
-def test_add_stores_the_issue3_record_and_bumps_the_marker(store):
+def test_add_stores_the_cluster_pool_record_and_bumps_the_marker(store):
     stored = add_pool(
         store,
         make_pool(

@@ -1,7 +1,7 @@
-"""`/metrics` while etcd is down (issue 6 §6): a real pycnid on a real etcd, etcd SIGKILLed
-(connection refused) or SIGSTOPped (never answers). The scrape still answers, from the last good
-snapshot of the pools and blocks, with the failure gauge at 1 and a growing snapshot age; a
-scraper that disconnects mid-response leaves no traceback in the daemon's log."""
+"""`/metrics` while etcd is down, when operators need it most: a real pycnid on a real etcd, etcd
+SIGKILLed (connection refused) or SIGSTOPped (never answers). The scrape still answers, from the
+last good snapshot of the pools and blocks, with the failure gauge at 1 and a growing snapshot age;
+a scraper that disconnects mid-response leaves no traceback in the daemon's log."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""pycni-bridge CHECK names what differs from prevResult (CNI-CHECKLIST §5 item 6)."""
+"""pycni-bridge CHECK names what differs from prevResult, so an
+operator reading the runtime's error knows what to repair."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Many ADDs and DELs at once on a fresh node: the bridge is created once, no EEXIST failures,
-unique addresses, everything reachable, nothing left (CNI-CHECKLIST §4 #4)."""
+unique addresses, everything reachable, nothing left: a runtime
+starts many Pods at once, and two ADDs racing to create or address one bridge must both succeed."""
 
 from __future__ import annotations
 

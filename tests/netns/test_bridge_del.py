@@ -1,4 +1,6 @@
-"""pycni-bridge DEL and GC leave zero residue, whatever the runtime got wrong (CNI-CHECKLIST §4 #2, #10)."""
+"""pycni-bridge DEL and GC leave zero residue, whatever the runtime got wrong
+(DEL twice, with no netns or a deleted one, with a missing, garbage or stale prevResult; a
+pycnid killed mid-ADD): runtimes do all of these, and whatever DEL leaves stays for good."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The gateway rule through the real pycni-bridge (issue 6 §1): with the shape of
-conf/20-pycni-cluster.conflist (isGateway, isDefaultGateway) a small pool is filled completely,
+"""The gateway rule through the real pycni-bridge (no Pod gets a bridge's address): with the shape
+of conf/20-pycni-cluster.conflist (isGateway, isDefaultGateway) a small pool is filled completely,
 on one node (SQLite) and on three (etcd, several blocks per node, borrowed addresses), and no
 Pod address is ever an address of a bridge; every Pod's gateway is on its node's bridge and
 named in the ADD result; the pool's last ADD fails with the exhaustion error and leaves nothing.
@@ -106,7 +106,8 @@ def assert_exhausted(res: PluginRun, pool: str) -> None:
 
 
 def test_one_node_pool_filled_completely_never_gives_a_bridge_address(bridge_node, netns_factory):
-    # the issue's reproduction, with several blocks: /28 in /30 blocks, pool add's default
+    # a bridge address was once handed to a Pod this way; now with several blocks: /28 in /30
+    # blocks, pool add's default
     pool_add_sqlite(bridge_node.store_path, "gw", "--cidr", "10.129.7.0/28", "--block-size", "30")
     conf = cluster_conf("gw")
     pods = add_pods(bridge_node, netns_factory, conf, 10)  # 4 blocks: 2 + 3 + 3 + 2 addresses

@@ -1,6 +1,6 @@
 """Attachments that share something: the same subnet on two networks (masquerading belongs to
 each attachment, keyed by its bridge) and one Pod on two networks (each attachment's routes on
-its own device, CHECK per device). Issue 6 §2 and §3."""
+its own device, CHECK per device)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A real pycnid answers bad input with the spec code and a message naming the field, logs no
-stack for it, changes nothing on the node and keeps serving (issue 6 §4, §7)."""
+stack for it, changes nothing on the node and keeps serving."""
 
 from __future__ import annotations
 

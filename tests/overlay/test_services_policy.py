@@ -1,5 +1,5 @@
 """Traffic policies, NodePort from outside the cluster and IPv6 Services on a 2-node dual-stack
-vxlan cluster with the proxy in every pycnid (issue 9). Three backend Pods (one on node1, two on
+vxlan cluster with the proxy in every pycnid. Three backend Pods (one on node1, two on
 node2; endpoints written as records, as pycni-svc will) answer with their address and the
 source they saw; a client outside the cluster CIDRs sits on the underlay bridge (not a node, not
 a Pod). Each test asks `pycni svc trace` the same question and checks its answer (entry,

@@ -1,5 +1,6 @@
 """Bad input to the plugin executable: it exits promptly with one spec error JSON naming the
-problem, never a traceback, never a hang (issue 6 §4).
+problem, never a traceback, never a hang: a runtime
+must always get an answer it can parse.
 
 Each case runs the real launcher as a runtime does (env + stdin, subprocess) with the daemon
 socket unreachable: every check here happens before the executable talks to pycnid.

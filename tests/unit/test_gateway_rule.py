@@ -1,6 +1,7 @@
-"""The gateway rule (issue 6 §1): the IPAM reserves every gateway it returns and never hands it
-out, for every pool shape; a main plugin with isGateway gets a gateway with every address or a
-code 7 naming the pool; the bridge never takes a Pod's own address as its gateway.
+"""The gateway rule, so no Pod is ever given an address a bridge holds: the IPAM reserves every
+gateway it returns and never hands it out, for every pool shape; a main plugin with isGateway gets
+a gateway with every address or a code 7 naming the pool; the bridge never takes a Pod's own
+address as its gateway.
 
 Allocator-level properties run on a real SqliteStore (one per example) with one to three
 LeaseServices (nodes) on it, so blocks are claimed by several nodes and borrowed."""

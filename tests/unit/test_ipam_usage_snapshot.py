@@ -1,4 +1,4 @@
-"""The store-backed IPAM gauges come from the last good snapshot (issue 6 §6): a scrape never
+"""The store-backed IPAM gauges come from the last good snapshot: a scrape never
 calls the store, so a store that hangs or fails leaves the scrape as fast as ever, with the old
 figures, their age and the failure gauge. A real SqliteStore behind a switchable fault (the
 store is the slow edge a unit test may fake); the refresh thread is common/loop.py."""

@@ -121,7 +121,7 @@ def test_example_conflist_is_valid_and_uses_our_plugins():
     assert first["ipam"]["type"] == "pycni-ipam"
 
 
-# --- `make test` on a fresh machine: the dependency step (issue 6 §8) -----------------------
+# --- `make test` on a fresh machine: the dependency step installs only what is missing ----------
 
 RECORDER = """#!/bin/sh
 echo "$(basename "$0") $*" >> "{log}"

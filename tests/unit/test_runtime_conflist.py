@@ -1,4 +1,4 @@
-"""Loading network configuration lists with libcni's rules (CNI-CHECKLIST §1.8, §1.10)."""
+"""Loading network configuration lists with libcni's rules."""
 
 from __future__ import annotations
 

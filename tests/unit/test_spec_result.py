@@ -1,4 +1,5 @@
-"""Result conversion for every version pair (CNI-CHECKLIST §1.6)."""
+"""Result conversion for every version pair, as the reference library
+converts them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An outside review of the Service proxy (issue 9): each test states a behaviour the feature
+"""An outside review of the Service proxy: each test states a behaviour the feature
 list, kube-proxy's semantics or an operator needs, and is marked ``xfail(strict=True)`` with the
 diagnosis while the code does otherwise, so the suite stays green and a fix turns it into a
 failure to un-mark. Pure: records, models and the store in a temp dir; no kernel.
