@@ -18,6 +18,8 @@ silently on a VXLAN node::
                                                 # every pool this node may use, one per family)
                 "resyncInterval": 30,           # seconds between full resyncs
                 "leaveOnStop": false}           # a graceful stop takes the node out of the overlay
+
+Parsed once at load by ``pycnid/config.py`` into ``DaemonConfig.overlay``.
 """
 
 from __future__ import annotations
