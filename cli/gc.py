@@ -18,7 +18,6 @@ from cli.command import Env, Failed
 from ipam.ops.check import find_problems
 from ipam.ops.repair import apply_fix, read_snapshot
 from nodes.liveness import supports_leases
-from nodes.options import parse_node_options
 from nodes.reaper import reap_dead_nodes
 
 MAX_ROUNDS = 5
@@ -26,7 +25,7 @@ MAX_ROUNDS = 5
 
 def calc_grace(env: Env, grace: float | None) -> float:
     if grace is None:
-        return parse_node_options(env.config().raw).reap_grace
+        return env.config().node.reap_grace
     if grace < 0:
         raise Failed(f"invalid --grace {grace:g}", "expected seconds >= 0")
     return grace

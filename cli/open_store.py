@@ -4,14 +4,15 @@ Order: ``--store-path`` (a SQLite file), else ``--etcd-endpoints`` (TLS files fr
 ``--etcd-ca/--etcd-cert/--etcd-key`` or the daemon config), else the store of the daemon
 config ``--config`` (default /etc/pycni/pycnid.json; when that default file is absent, the
 built-in defaults: SQLite at /var/lib/pycni/store.db). A SQLite file is never created here:
-an operator tool pointed at the wrong path must say so, not show an empty cluster.
+an operator tool pointed at the wrong path must say so, not show an empty cluster. The daemon
+config is the ``DaemonConfig`` pycnid itself loads (``pycnid/config.py``): one parser, the same
+errors.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from cni.spec.errors import InvalidConfig
 from pycnid.config import (
@@ -32,7 +33,6 @@ class StoreOptions:
     etcd_ca: str | None = None
     etcd_cert: str | None = None
     etcd_key: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
 
 
 def load_config(opts: StoreOptions) -> DaemonConfig:

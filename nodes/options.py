@@ -1,6 +1,7 @@
 """The daemon config keys for node liveness, outage tolerance and dead-node reclamation.
 
-Read from pycnid's JSON config (``DaemonConfig.raw``) so the keys sit beside the others::
+Keys of pycnid's JSON config, parsed once at load by ``pycnid/config.py`` into
+``DaemonConfig.node``, beside the others::
 
     "nodeAddress": "172.31.250.11",      # underlay address in the node record (default: the
                                          # source address towards the first etcd endpoint)
@@ -11,7 +12,9 @@ Read from pycnid's JSON config (``DaemonConfig.raw``) so the keys sit beside the
              "reapInterval": 60,         # seconds between two reaper passes on this node (0: off)
              "addBudget": 2}             # seconds one store call of an ADD/DEL may take
 
-Every bad value is ``InvalidConfig`` naming the key, so pycnid refuses to start with it.
+Every bad value is ``InvalidConfig`` naming the key, so pycnid refuses to start with it. The
+parse is pure: the default address (a route lookup towards etcd) is found at start-up, by
+``calc_node_address``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from cni.spec.errors import InvalidConfig
 
 @dataclass(frozen=True)
 class NodeOptions:
-    address: str = ""
+    address: str | None = None  # nodeAddress as configured; None: ``calc_node_address`` finds it
     labels: Mapping[str, str] = field(default_factory=dict)
     buffer_size: int = 8
     heartbeat_ttl: int = 10
@@ -45,9 +48,7 @@ NUMBERS = {  # config key -> (attribute, minimum, maximum, integer)
 }
 
 
-def parse_node_options(
-    raw: Mapping[str, Any], etcd_endpoints: tuple[str, ...] = ()
-) -> NodeOptions:
+def parse_node_options(raw: Mapping[str, Any]) -> NodeOptions:
     ipam = raw.get("ipam", {})
     if not isinstance(ipam, dict):
         raise InvalidConfig("invalid daemon config key 'ipam'", "expected an object")
@@ -57,7 +58,7 @@ def parse_node_options(
         if key in ipam
     }
     return NodeOptions(
-        address=parse_address(raw.get("nodeAddress"), etcd_endpoints),
+        address=parse_address(raw.get("nodeAddress")),
         labels=parse_labels(raw.get("nodeLabels")),
         **values,
     )
@@ -86,11 +87,17 @@ def parse_labels(value: Any) -> dict[str, str]:
     return dict(value)
 
 
-def parse_address(value: Any, etcd_endpoints: tuple[str, ...]) -> str:
-    if value is not None:
-        if not isinstance(value, str):
-            raise InvalidConfig("invalid daemon config key 'nodeAddress'", "expected a string")
-        return value
+def parse_address(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidConfig("invalid daemon config key 'nodeAddress'", "expected a string")
+    return value
+
+
+def calc_node_address(configured: str | None, etcd_endpoints: tuple[str, ...]) -> str:
+    """The address of the node record: ``nodeAddress`` when configured, else the source
+    address towards the first etcd endpoint, else "" (no etcd)."""
+    if configured is not None:
+        return configured
     return calc_source_address(etcd_endpoints[0]) if etcd_endpoints else ""
 
 

@@ -18,6 +18,8 @@ silently on a VXLAN node::
                                                 # every pool this node may use, one per family)
                 "resyncInterval": 30,           # seconds between full resyncs
                 "leaveOnStop": false}           # a graceful stop takes the node out of the overlay
+
+Parsed once at load by ``pycnid/config.py`` into ``DaemonConfig.overlay``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from cni.spec.errors import InvalidConfig
-from kernel.link import normalize_mac
 
 DEFAULT_VNI = 1
 DEFAULT_VXLAN_PORT = 4789
@@ -96,9 +97,9 @@ def parse_overlay_config(raw: Mapping[str, Any]) -> OverlayConfig | None:
         port=validate_int(section, "port", DEFAULT_VXLAN_PORT, 1, 65535),
         device=validate_device(section.get("device")),
         vtep_mac=validate_mac(section),
-        mtu=validate_int(section, "mtu", None, 576, 65535),
+        mtu=validate_optional_int(section, "mtu", 576, 65535),
         vtep_pools=validate_pools(section.get("vtepPools")),
-        resync_interval=float(validate_int(section, "resyncInterval", 30, 1, 86400) or 30),
+        resync_interval=float(validate_int(section, "resyncInterval", 30, 1, 86400)),
         leave_on_stop=validate_flag(section, "leaveOnStop"),
     )
 
@@ -118,12 +119,15 @@ def validate_address(value: Any) -> str | None:
         ) from None
 
 
-def validate_int(
-    section: Mapping[str, Any], key: str, default: int | None, lo: int, hi: int
-) -> int | None:
+def validate_int(section: Mapping[str, Any], key: str, default: int, lo: int, hi: int) -> int:
+    value = validate_optional_int(section, key, lo, hi)
+    return default if value is None else value
+
+
+def validate_optional_int(section: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
     value = section.get(key)
-    if value is None:  # absent or null: the default
-        return default
+    if value is None:  # absent or null: no value
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise bad(f"overlay.{key}", f"expected an integer {lo}..{hi}", value)
     return value
@@ -154,6 +158,8 @@ def validate_mac(section: Mapping[str, Any]) -> str | None:
     value = section.get("vtepMAC")
     if value is None:
         return None
+    from kernel.link import normalize_mac  # here: it loads pyroute2, which `pycni` never needs
+
     mac = normalize_mac(value) if isinstance(value, str) else None
     if mac is None:
         raise bad("overlay.vtepMAC", "expected a unicast MAC address", value)

@@ -1,22 +1,21 @@
 """Starting the overlay in pycnid: the node's end resolved, then the sync loop.
 
 Runs in pycnid's start-up (``pycnid/wiring.py``) once the lease service exists: the VTEP
-addresses are leased through it. Config errors (``overlay`` section, underlay address not on
-this node) stop pycnid from starting, naming the key. On shutdown the sync stops; with
-``leaveOnStop`` the node also leaves (VTEP released, node record removed, its own entries
-taken out), and peers remove what they had for it.
+addresses are leased through it. The ``overlay`` section comes parsed (``overlay/config.py``,
+at load); an underlay address not on this node stops pycnid from starting, naming the key. On
+shutdown the sync stops; with ``leaveOnStop`` the node also leaves (VTEP released, node record
+removed, its own entries taken out), and peers remove what they had for it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from kernel.session import node_session
 from nodes.liveness import Liveness
-from overlay.config import OverlayConfig, calc_vtep_mac, parse_overlay_config
+from overlay.config import OverlayConfig, calc_vtep_mac
 from overlay.device import NodeEnd, calc_mtu
 from overlay.sync import OverlaySync
 from overlay.underlay import resolve_underlay
@@ -25,9 +24,10 @@ log = logging.getLogger("pycnid.overlay")
 
 
 def resolve_end(
-    config: OverlayConfig, node: str, raw: Mapping[str, Any], fallback: str
+    config: OverlayConfig, node: str, node_address: str | None, fallback: str
 ) -> NodeEnd:
-    configured = config.underlay_address or raw.get("nodeAddress")
+    """This node's end; ``node_address`` is ``nodeAddress`` as configured (None: not set)."""
+    configured = config.underlay_address or node_address
     with node_session() as ipr:
         underlay = resolve_underlay(ipr, configured, fallback or None)
     return NodeEnd(
@@ -36,7 +36,8 @@ def resolve_end(
 
 
 def start_overlay(
-    raw: Mapping[str, Any],
+    config: OverlayConfig | None,
+    node_address: str | None,
     node: str,
     store: Any,
     leases: Any,
@@ -45,10 +46,9 @@ def start_overlay(
     on_shutdown: list,
 ) -> NodeEnd | None:
     """The overlay of this node, started; None when the config has no ``overlay``."""
-    config = parse_overlay_config(raw)
     if config is None:
         return None
-    end = resolve_end(config, node, raw, liveness.record.address)
+    end = resolve_end(config, node, node_address, liveness.record.address)
     sync = OverlaySync(
         end, node, store, leases, lambda info: liveness.update(overlay=info), registry
     ).start()

@@ -1,4 +1,22 @@
-"""pycnid's configuration file (JSON): where to listen, which store, which node this is."""
+"""pycnid's configuration file (JSON), parsed and validated once, at load, into typed sections.
+
+Nothing after ``load_daemon_config`` reads the JSON. pycnid's own keys (socket, node name,
+state dir, store, metrics endpoint, log level, workers...) are fields of ``DaemonConfig``; the
+other sections are typed next to the code that uses them, and built here:
+
+- ``node``: ``nodeAddress``, ``nodeLabels`` and the liveness and outage keys of ``ipam``
+  (``NodeOptions``, nodes/options.py);
+- ``ipam``: ``nodeLabels`` and the lease service's keys of ``ipam`` (``DaemonOptions``,
+  plugins/ipam/config.py);
+- ``overlay``: the ``overlay`` section (``OverlayConfig``, overlay/config.py); None without it;
+- ``proxy``: the ``services`` section (``ProxyConfig``, services/proxy/config.py); None unless
+  ``services.proxy`` is true.
+
+Every problem is InvalidConfig (code 7) naming the key. In pycnid's own keys it makes pycnid
+exit 2 (``pycnid: <error>`` on stderr); in the sections above it is ``SectionInvalid``, which
+pycnid logs as a failed start and exits 1 (pycnid/main.py), as for a store it cannot open.
+`pycni` reads the same ``DaemonConfig`` (cli/open_store.py).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +27,10 @@ from typing import Any
 
 from cni.exe import DEFAULT_SOCKET  # the executable's default (stdlib only): one definition
 from cni.spec.errors import InvalidConfig
+from nodes.options import NodeOptions, parse_node_options
+from overlay.config import OverlayConfig, parse_overlay_config
+from plugins.ipam.config import DaemonOptions, parse_daemon_options
+from services.proxy.config import ProxyConfig, parse_proxy_config
 from store.config import StoreConfig
 
 DEFAULT_CONFIG_PATH = "/etc/pycni/pycnid.json"
@@ -17,6 +39,17 @@ DEFAULT_WORKERS = 16
 MAX_WORKERS = 1024
 DEFAULT_RECEIVE_TIMEOUT = 10.0  # seconds a request may take to arrive whole on the socket
 MAX_RECEIVE_TIMEOUT = 3600.0
+STORE_KEYS = ("type", "path", "endpoints", "ca", "cert", "key")  # the rest: store options
+
+
+@dataclass(frozen=True)
+class Sections:
+    """The sections typed next to the code that uses them (the module's doc)."""
+
+    node: NodeOptions
+    ipam: DaemonOptions
+    overlay: OverlayConfig | None
+    proxy: ProxyConfig | None
 
 
 @dataclass(frozen=True)
@@ -32,56 +65,100 @@ class DaemonConfig:
     fault_injection: bool = False
     workers: int = DEFAULT_WORKERS  # pooled request threads of the socket server
     receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT
-    raw: dict[str, Any] = field(default_factory=dict)
+    node: NodeOptions = field(default_factory=NodeOptions)
+    ipam: DaemonOptions = field(default_factory=lambda: DaemonOptions({}))
+    overlay: OverlayConfig | None = None  # no ``overlay`` section: a single-node network
+    proxy: ProxyConfig | None = None  # None: no Service proxy on this node
 
 
-def parse_daemon_config(data: dict[str, Any]) -> DaemonConfig:
+class SectionInvalid(InvalidConfig):
+    """A bad key in one of the ``Sections``, with the config's log level: pycnid logs it as a
+    failed start (its message and details are the section parser's, unchanged)."""
+
+    def __init__(self, error: InvalidConfig, log_level: str) -> None:
+        super().__init__(error.msg, error.details)
+        self.log_level = log_level
+
+
+def parse_daemon_config(data: Any) -> DaemonConfig:
     if not isinstance(data, dict):
         raise InvalidConfig("daemon config is not a JSON object")
-    store = data.get("store") or {}
+    store = validate_store_section(data.get("store") or {})
+    state_dir = text(data, "stateDir", DEFAULT_STATE_DIR)
+    store_cfg = parse_store(store, state_dir)
+    socket = text(data, "socket", DEFAULT_SOCKET)
+    node_name = text(data, "nodeName", "") or _socket.gethostname()
+    metrics_address = optional_text(data, "metricsAddress")
+    log_level = text(data, "logLevel", "info")
+    fault_injection = bool(data.get("faultInjection", False))
+    workers = parse_workers(data.get("workers", DEFAULT_WORKERS))
+    receive_timeout = parse_receive_timeout(data.get("receiveTimeout", DEFAULT_RECEIVE_TIMEOUT))
+    sections = parse_sections(data, log_level)
+    return DaemonConfig(
+        socket=socket,
+        node_name=node_name,
+        state_dir=state_dir,
+        store=store_cfg,
+        metrics_address=metrics_address,
+        log_level=log_level,
+        fault_injection=fault_injection,
+        workers=workers,
+        receive_timeout=receive_timeout,
+        node=sections.node,
+        ipam=sections.ipam,
+        overlay=sections.overlay,
+        proxy=sections.proxy,
+    )
+
+
+def parse_sections(data: dict[str, Any], log_level: str) -> Sections:
+    """Each section by its own parser, in the order pycnid starts what they configure."""
+    try:
+        ipam = parse_daemon_options(data)
+        node = parse_node_options(data)
+        overlay = parse_overlay_config(data)
+        proxy = parse_proxy_config(data)
+    except InvalidConfig as exc:
+        raise SectionInvalid(exc, log_level) from None
+    return Sections(node, ipam, overlay, proxy)
+
+
+def validate_store_section(store: Any) -> dict[str, Any]:
     if not isinstance(store, dict) or store.get("type", "sqlite") not in ("sqlite", "etcd"):
         raise InvalidConfig(
             "invalid daemon config key 'store'", "expected {'type': 'sqlite'|'etcd', ...}"
         )
-    state_dir = text(data, "stateDir", DEFAULT_STATE_DIR)
-    store_cfg = StoreConfig(
+    return store
+
+
+def parse_store(store: dict[str, Any], state_dir: str) -> StoreConfig:
+    config = StoreConfig(
         type=store.get("type", "sqlite"),
         path=text(store, "path", f"{state_dir}/store.db", "store.path"),
         endpoints=parse_endpoints(store.get("endpoints")),
-        ca=text(store, "ca", None, "store.ca"),
-        cert=text(store, "cert", None, "store.cert"),
-        key=text(store, "key", None, "store.key"),
-        options={
-            k: v
-            for k, v in store.items()
-            if k not in ("type", "path", "endpoints", "ca", "cert", "key")
-        },
+        ca=optional_text(store, "ca", "store.ca"),
+        cert=optional_text(store, "cert", "store.cert"),
+        key=optional_text(store, "key", "store.key"),
+        options={k: v for k, v in store.items() if k not in STORE_KEYS},
     )
-    if store_cfg.type == "etcd" and not store_cfg.endpoints:
+    if config.type == "etcd" and not config.endpoints:
         raise InvalidConfig(
             "invalid daemon config key 'store.endpoints'",
             "an etcd store needs at least one endpoint",
         )
-    return DaemonConfig(
-        socket=text(data, "socket", DEFAULT_SOCKET),
-        node_name=text(data, "nodeName", "") or _socket.gethostname(),
-        state_dir=state_dir,
-        store=store_cfg,
-        metrics_address=text(data, "metricsAddress", None),
-        log_level=text(data, "logLevel", "info"),
-        fault_injection=bool(data.get("faultInjection", False)),
-        workers=parse_workers(data.get("workers", DEFAULT_WORKERS)),
-        receive_timeout=parse_receive_timeout(data.get("receiveTimeout", DEFAULT_RECEIVE_TIMEOUT)),
-        raw=data,
-    )
+    return config
 
 
-def text(data: dict[str, Any], key: str, default: str | None, name: str = "") -> str | None:
+def text(data: dict[str, Any], key: str, default: str, name: str = "") -> str:
     """A string key (missing or null: ``default``); anything else is code 7 naming it."""
+    value = optional_text(data, key, name)
+    return default if value is None else value
+
+
+def optional_text(data: dict[str, Any], key: str, name: str = "") -> str | None:
+    """A string key, None when missing or null; anything else is code 7 naming it."""
     value = data.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, str):
+    if value is not None and not isinstance(value, str):
         raise InvalidConfig(
             f"invalid daemon config key '{name or key}'", f"expected a string, got {value!r}"
         )

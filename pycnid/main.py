@@ -1,4 +1,5 @@
-"""pycnid lifecycle: load config -> wire the store, node services and plugins (wiring.py) -> serve -> shut down on SIGTERM."""
+"""pycnid lifecycle: load config -> wire the store, node services and plugins (wiring.py) ->
+serve -> shut down on SIGTERM."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from cni.spec.errors import CNIError
 from common.metrics import Registry
-from pycnid.config import DaemonConfig, load_daemon_config
+from pycnid.config import DaemonConfig, SectionInvalid, load_daemon_config
 from pycnid.dispatch import Dispatcher
 from pycnid.logs import setup_logging
 from pycnid.metrics_server import MetricsServer
@@ -102,10 +103,21 @@ def run(config: DaemonConfig) -> int:
     return 0
 
 
+def report_failed_start(exc: SectionInvalid) -> int:
+    """A bad section is a failed start (logged, exit 1), as in ``run``; pycnid's own keys are
+    not (``main``: exit 2)."""
+    setup_logging(exc.log_level)
+    log.error("pycnid failed to start: %s", exc)
+    log.info("pycnid stopped")
+    return 1
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
         config = load_daemon_config(args.config)
+    except SectionInvalid as exc:
+        sys.exit(report_failed_start(exc))
     except CNIError as exc:
         sys.stderr.write(f"pycnid: {exc}\n")
         sys.exit(2)

@@ -15,6 +15,8 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
    leases its VTEP addresses through the lease service and publishes them in the node record.
 6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true.
 
+Every section comes typed in ``DaemonConfig`` (parsed once at load, ``pycnid/config.py``).
+
 ``build_plugins`` then creates every handler this build has, with the one typed ``Services``.
 A plugin name pycnid has no handler for is not guessed at here: the dispatcher answers it,
 code 7 "pycnid serves no plugin '<name>'".
@@ -36,14 +38,13 @@ from ipam.outage.guard import OutageGuard
 from ipam.outage.store import TrackedStore
 from nodes.context import NodeServices, reaper_metrics
 from nodes.liveness import Liveness, supports_leases
-from nodes.options import parse_node_options
+from nodes.options import calc_node_address
 from nodes.reaper import ReaperLoop
 from nodes.record import NodeRecord
 from overlay.setup import start_overlay
 from plugins.base import Faults, MetricsRegistry, Plugin, Services
 from plugins.bridge import plugin as bridge
 from plugins.ipam import plugin as ipam
-from plugins.ipam.config import parse_daemon_options
 from plugins.svc import plugin as svc
 from pycnid.config import DaemonConfig
 from services.proxy.setup import start_proxy
@@ -91,7 +92,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     """Open the store and start the node's services on it (the order is the module's doc)."""
     store = open_store(config.store)
     life.on_shutdown.append(store.close)
-    options = parse_daemon_options(config.raw or {})
+    options = config.ipam
     node = setup_node(life, config, store)  # liveness, reaper; node.store is tracked
     leases = LeaseService(
         node.store, life.node_name, labels=options.labels, block_grace=options.block_grace
@@ -103,7 +104,8 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     life.on_shutdown.append(housekeeping.stop)
     watch = start_pool_watch(life, store, leases)
     overlay = start_overlay(
-        config.raw or {},
+        config.overlay,
+        config.node.address,
         life.node_name,
         store,
         leases,
@@ -111,7 +113,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         life.metrics,
         life.on_shutdown,
     )
-    start_proxy(config.raw or {}, life.node_name, store, life.metrics, life.on_shutdown)
+    start_proxy(config.proxy, life.node_name, store, life.metrics, life.on_shutdown)
     services = Services(
         life.node_name,
         Faults(config.fault_injection),
@@ -135,8 +137,9 @@ def build_plugins(services: Services, life: Lifecycle) -> dict[str, Plugin]:
 
 def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeServices:
     endpoints = tuple(config.store.endpoints) if config.store.type == "etcd" else ()
-    options = parse_node_options(config.raw or {}, endpoints)
-    record = NodeRecord(life.node_name, options.address, options.labels, time.time())
+    options = config.node
+    address = calc_node_address(options.address, endpoints)
+    record = NodeRecord(life.node_name, address, options.labels, time.time())
     liveness = Liveness(store, record, options.heartbeat_ttl).start()
     life.on_shutdown.append(liveness.stop)
     if not supports_leases(store):

@@ -179,7 +179,8 @@ def parse_dns(value: Any) -> dict | None:
 @dataclass(frozen=True)
 class DaemonOptions:
     """pycnid config keys of the IPAM: ``nodeLabels``, ``ipam.blockReturnGrace``,
-    ``ipam.housekeepingInterval``, ``ipam.metricsInterval``."""
+    ``ipam.housekeepingInterval``, ``ipam.metricsInterval``; parsed once at load by
+    ``pycnid/config.py`` into ``DaemonConfig.ipam``."""
 
     labels: Mapping[str, str]
     block_grace: float = DEFAULT_BLOCK_GRACE

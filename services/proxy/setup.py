@@ -1,55 +1,24 @@
-"""Starting the Service proxy in pycnid, from the daemon config's ``services`` section.
+"""Starting the Service proxy in pycnid, from the ``services`` section of its config.
 
-``"services": {"proxy": true, "resyncInterval": 30}``: ``proxy`` turns the nftables proxy on
-(off when the section or the key is absent: a node without it programs no Service table),
-``resyncInterval`` is the seconds between full renders (default 30). A bad value stops pycnid
-from starting, naming the key (code 7).
+The section is parsed at load (``services/proxy/config.py``); here the proxy starts when it
+is on, and its stop goes on pycnid's shutdown list.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from cni.spec.errors import InvalidConfig
+from services.proxy.config import ProxyConfig
 from services.proxy.sync import ProxySync
 
 log = logging.getLogger("pycnid.proxy")
-DEFAULT_PROXY_RESYNC = 30.0
-
-
-@dataclass(frozen=True)
-class ProxyConfig:
-    resync_interval: float = DEFAULT_PROXY_RESYNC
-
-
-def parse_proxy_config(raw: Mapping[str, Any]) -> ProxyConfig | None:
-    """The proxy's settings; None when it is not on."""
-    section = raw.get("services")
-    if section is None:
-        return None
-    if not isinstance(section, Mapping):
-        raise InvalidConfig("invalid key 'services': an object is expected")
-    proxy = section.get("proxy", False)
-    if not isinstance(proxy, bool):
-        raise InvalidConfig("invalid key 'services.proxy': true or false is expected")
-    interval = section.get("resyncInterval", DEFAULT_PROXY_RESYNC)
-    if (
-        isinstance(interval, bool)
-        or not isinstance(interval, (int, float))
-        or not 0 < interval < float("inf")
-    ):
-        raise InvalidConfig("invalid key 'services.resyncInterval': seconds > 0 are expected")
-    return ProxyConfig(float(interval)) if proxy else None
 
 
 def start_proxy(
-    raw: Mapping[str, Any], node: str, store: Any, registry: Any, on_shutdown: list
+    config: ProxyConfig | None, node: str, store: Any, registry: Any, on_shutdown: list
 ) -> ProxySync | None:
     """The proxy of this node, started; None when the config does not turn it on."""
-    config = parse_proxy_config(raw)
     if config is None:
         return None
     sync = ProxySync(node, store, registry, config.resync_interval).start()

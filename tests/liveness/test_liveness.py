@@ -18,7 +18,7 @@ from nodes.liveness import (
     node_key,
     supports_leases,
 )
-from nodes.options import parse_node_options
+from nodes.options import calc_node_address, parse_node_options
 from store.sqlite import SqliteStore
 from tests.fixtures.waiting import wait_for
 
@@ -77,11 +77,10 @@ def test_sqlite_store_gets_a_node_record_but_no_heartbeat(tmp_path):
 
 
 def test_node_options_defaults_and_errors():
-    opts = parse_node_options(
-        {"nodeLabels": {"zone": "b"}, "ipam": {"bufferSize": 3}}, ("http://127.0.0.1:2379",)
-    )
+    opts = parse_node_options({"nodeLabels": {"zone": "b"}, "ipam": {"bufferSize": 3}})
     assert opts.buffer_size == 3 and opts.heartbeat_ttl == 10 and opts.labels == {"zone": "b"}
-    assert opts.address == "127.0.0.1"  # the source address towards the first endpoint
+    address = calc_node_address(opts.address, ("http://127.0.0.1:2379",))
+    assert address == "127.0.0.1"  # the source address towards the first endpoint
     for bad, key in (
         ({"ipam": {"bufferSize": -1}}, "ipam.bufferSize"),
         ({"ipam": {"heartbeatTTL": 1}}, "ipam.heartbeatTTL"),

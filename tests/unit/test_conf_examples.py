@@ -1,10 +1,11 @@
 """Every example under conf/ is accepted by the parsers pycnid and the plugins really use.
 
-Daemon configs (*.json): ``parse_daemon_config``, the node options (``nodes/options.py``),
-the IPAM's daemon options (``plugins/ipam/config.py``) and, for an etcd store, the etcd
-options (``store/etcd_conn.py``). Conflists: the runtime's conflist parser, then each
-plugin object through ``parse_bridge_config`` / ``parse_ipam_config``. A file of an unknown
-kind fails, so a new example cannot slip in untested.
+Daemon configs (*.json): ``parse_daemon_config`` with its sections (the node options of
+``nodes/options.py``, the IPAM's daemon options of ``plugins/ipam/config.py``, the overlay)
+and, for an etcd store, the etcd options (``store/etcd_conn.py``). Conflists: the runtime's
+conflist parser, then each plugin object through ``parse_bridge_config`` /
+``parse_ipam_config``. A file of an unknown kind fails, so a new example cannot slip in
+untested.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import pytest
 
 from cni.runtime.conflist import conflist_from_bytes
 from cni.spec.request import Env, Request
-from nodes.options import NodeOptions, parse_node_options
-from overlay.config import DEFAULT_RESYNC, DEFAULT_VNI, DEFAULT_VXLAN_PORT, parse_overlay_config
+from nodes.options import NodeOptions
+from overlay.config import DEFAULT_RESYNC, DEFAULT_VNI, DEFAULT_VXLAN_PORT
 from plugins.bridge.config import parse_bridge_config
-from plugins.ipam.config import DaemonOptions, parse_daemon_options, parse_ipam_config
+from plugins.ipam.config import DaemonOptions, parse_ipam_config
 from plugins.svc.args import parse_labels, parse_ports
 from pycnid.config import parse_daemon_config
 from store.etcd_conn import EtcdOptions, parse_options
@@ -61,9 +62,8 @@ def test_every_file_is_of_a_known_kind():
 def test_daemon_config_is_accepted(name):
     raw = load(name)
     config = parse_daemon_config(raw)
-    endpoints = config.store.endpoints if config.store.type == "etcd" else ()
-    node = parse_node_options(config.raw, endpoints)
-    options = parse_daemon_options(config.raw)
+    node = config.node
+    options = config.ipam
     assert isinstance(node, NodeOptions) and isinstance(options, DaemonOptions)
     if config.store.type == "etcd":
         etcd = parse_options(
@@ -82,7 +82,7 @@ def test_etcd_example_shows_the_real_defaults():
     config = parse_daemon_config(raw)
     assert config.store.type == "etcd" and len(config.store.endpoints) == 3
     assert all(url.startswith("https://") for url in config.store.endpoints)
-    node = parse_node_options(raw, config.store.endpoints)
+    node = config.node
     defaults = NodeOptions()
     assert (
         node.buffer_size,
@@ -98,7 +98,7 @@ def test_etcd_example_shows_the_real_defaults():
         defaults.add_budget,
     )
     assert node.labels == {"zone": "a"} and node.address == "10.0.0.11"
-    options = parse_daemon_options(raw)
+    options = config.ipam
     assert (options.block_grace, options.housekeeping_interval) == (
         DaemonOptions({}).block_grace,
         DaemonOptions({}).housekeeping_interval,
@@ -117,7 +117,7 @@ def test_etcd_example_shows_the_real_defaults():
         plain.status_timeout,
         plain.endpoint_retry,
     )
-    overlay = parse_overlay_config(raw)
+    overlay = config.overlay
     assert overlay is not None and overlay.backend == "vxlan"
     assert (overlay.vni, overlay.port, overlay.resync_interval, overlay.leave_on_stop) == (
         DEFAULT_VNI,

@@ -4,12 +4,19 @@ a traceback instead of a message)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cni.spec.errors import InvalidConfig
-from pycnid.config import parse_daemon_config
+from pycnid.config import SectionInvalid, parse_daemon_config
+
+ROOT = Path(__file__).resolve().parents[2]
 
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5000) | st.floats() | st.text(max_size=8),
@@ -73,3 +80,77 @@ def test_a_key_of_the_wrong_type_is_code_7_naming_it(data, key):
     """A single URL string used to become one endpoint per character; a number, a TypeError."""
     with pytest.raises(InvalidConfig, match=f"'{key}'"):
         parse_daemon_config(data)
+
+
+def test_the_sections_are_parsed_at_load_into_typed_fields():
+    config = parse_daemon_config(
+        {
+            "nodeAddress": "10.0.0.11",
+            "nodeLabels": {"zone": "a"},
+            "ipam": {"bufferSize": 3, "housekeepingInterval": 5},
+            "overlay": {"backend": "vxlan", "vni": 7},
+            "services": {"proxy": True, "resyncInterval": 12},
+        }
+    )
+    assert (config.node.address, config.node.labels, config.node.buffer_size) == (
+        "10.0.0.11",
+        {"zone": "a"},
+        3,
+    )
+    assert config.ipam.labels == {"zone": "a"} and config.ipam.housekeeping_interval == 5.0
+    assert config.overlay is not None and (config.overlay.backend, config.overlay.vni) == (
+        "vxlan",
+        7,
+    )
+    assert config.proxy is not None and config.proxy.resync_interval == 12.0
+    plain = parse_daemon_config({})
+    assert plain.node.address is None  # found at start-up: nodes.options.calc_node_address
+    assert (plain.overlay, plain.proxy) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"nodeLabels": {"a": 1}}, "'nodeLabels'"),
+        ({"nodeAddress": 5}, "'nodeAddress'"),
+        ({"ipam": []}, "'ipam'"),
+        ({"ipam": {"bufferSize": -1}}, "'ipam.bufferSize'"),
+        ({"ipam": {"housekeepingInterval": "1h"}}, "'ipam.housekeepingInterval'"),
+        ({"overlay": {"backend": "gre"}}, "'overlay.backend'"),
+        ({"overlay": {"backend": "vxlan", "bogus": 1}}, "'overlay.bogus'"),
+        ({"services": {"proxy": "yes"}}, "'services.proxy'"),
+    ],
+)
+def test_a_bad_section_is_refused_at_load_naming_the_key(data, key):
+    with pytest.raises(SectionInvalid, match=key) as caught:
+        parse_daemon_config({**data, "logLevel": "debug"})
+    assert caught.value.code == 7 and caught.value.log_level == "debug"
+
+
+def start_pycnid(tmp_path, data: dict) -> subprocess.CompletedProcess:
+    path = tmp_path / "pycnid.json"
+    path.write_text(json.dumps({"stateDir": str(tmp_path), **data}))
+    return subprocess.run(
+        [sys.executable, "-m", "pycnid.main", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+def test_pycnid_exits_2_on_its_own_keys_and_1_logged_on_a_bad_section(tmp_path):
+    """A bad daemon key: ``pycnid: <error>``, exit 2; a bad section: a failed start (exit 1,
+    logged), and nothing opened (no store file in stateDir)."""
+    own = start_pycnid(tmp_path, {"workers": 0})
+    assert own.returncode == 2
+    assert own.stderr.startswith("pycnid: invalid daemon config key 'workers'")
+    section = start_pycnid(tmp_path, {"overlay": {"backend": "vxlan", "vni": 0}})
+    assert section.returncode == 1, section.stderr
+    lines = [json.loads(line) for line in section.stderr.splitlines()]
+    assert lines[0]["level"] == "error"
+    assert lines[0]["msg"].startswith(
+        "pycnid failed to start: invalid daemon config key 'overlay.vni'"
+    )
+    assert lines[-1]["msg"] == "pycnid stopped"
+    assert not (tmp_path / "store.db").exists()

@@ -16,12 +16,10 @@ from hypothesis import strategies as st
 
 from cni.runtime.conflist import conflist_from_bytes
 from cni.spec.request import Env, Request
-from overlay.config import parse_overlay_config
 from plugins.bridge.config import parse_bridge_config
 from plugins.bridge.overlay import fit_to_node
 from plugins.ipam.config import parse_ipam_config
 from pycnid.config import parse_daemon_config
-from services.proxy.setup import parse_proxy_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONF = os.path.join(REPO, "conf")
@@ -71,9 +69,9 @@ def test_overlay_node_configs_parse_and_fit_the_tunnel(tmp_path):
     daemon = parse_daemon_config(raw)
     assert daemon.store.type == "etcd"
     assert list(daemon.store.endpoints) == ["http://172.31.251.2:2379"]
-    overlay = parse_overlay_config(raw)
+    overlay = daemon.overlay
     assert overlay is not None and overlay.backend == "vxlan"
-    assert parse_proxy_config(raw) is not None
+    assert daemon.proxy is not None
     conflist_path = f"{node_dir}/net.d/{demo.CLUSTER_CONFLIST}"
     with open(conflist_path, "rb") as fh:
         assert conflist_from_bytes(fh.read(), conflist_path).name == "pycni-cluster"
@@ -133,7 +131,7 @@ def test_overlay_conflist_drops_the_bridge_mtu_and_chains_pycni_svc_once(plugins
         (i + 1 for i, p in enumerate(others) if p["type"] == "pycni-bridge"), len(others)
     )
     assert rendered[at] == {"type": "pycni-svc", "daemonSocket": "/s"}
-    for before, after in zip(others, rendered[:at] + rendered[at + 1 :]):
+    for before, after in zip(others, rendered[:at] + rendered[at + 1 :], strict=True):
         if before["type"] == "pycni-bridge":
             assert "mtu" not in after and after["backend"] == {"type": "vxlan"}
             assert after["daemonSocket"] == "/s" and after["hairpinMode"] is True

@@ -20,8 +20,8 @@ from ipam.records import ENDPOINTS, NODES, SERVICE_IPS, SERVICES_META, encode, p
 from nodes.record import NodeRecord
 from services.ops.edit import create, set_settings
 from services.ops.trace import parse_endpoint, parse_target, trace
+from services.proxy.config import parse_proxy_config
 from services.proxy.conntrack import calc_checks, calc_stale, calc_udp_serving, parse_flows
-from services.proxy.setup import parse_proxy_config
 from services.proxy.view import Records, calc_model, calc_node_ips
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import KV, Put
