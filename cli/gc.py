@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 from cli.command import Env, Failed
+from cli.open_store import load_config
 from ipam.ops.check import find_problems
 from ipam.ops.repair import apply_fix, read_snapshot
 from nodes.liveness import supports_leases
@@ -25,7 +26,7 @@ MAX_ROUNDS = 5
 
 def calc_grace(env: Env, grace: float | None) -> float:
     if grace is None:
-        return env.config().node.reap_grace
+        return load_config(env.opts, sections=True).node.reap_grace
     if grace < 0:
         raise Failed(f"invalid --grace {grace:g}", "expected seconds >= 0")
     return grace

@@ -35,11 +35,12 @@ class StoreOptions:
     etcd_key: str | None = None
 
 
-def load_config(opts: StoreOptions) -> DaemonConfig:
+def load_config(opts: StoreOptions, sections: bool = False) -> DaemonConfig:
+    """pycnid's config as the CLI reads it: its own keys, its sections only when asked."""
     if opts.config is not None:
-        return load_daemon_config(opts.config)
+        return load_daemon_config(opts.config, sections)
     if os.path.exists(DEFAULT_CONFIG_PATH):
-        return load_daemon_config(DEFAULT_CONFIG_PATH)
+        return load_daemon_config(DEFAULT_CONFIG_PATH, sections)
     return parse_daemon_config({})
 
 

@@ -15,7 +15,9 @@ other sections are typed next to the code that uses them, and built here:
 Every problem is InvalidConfig (code 7) naming the key. In pycnid's own keys it makes pycnid
 exit 2 (``pycnid: <error>`` on stderr); in the sections above it is ``SectionInvalid``, which
 pycnid logs as a failed start and exits 1 (pycnid/main.py), as for a store it cannot open.
-`pycni` reads the same ``DaemonConfig`` (cli/open_store.py).
+`pycni` reads the same ``DaemonConfig`` (cli/open_store.py): pycnid's own keys, and a section
+only where a command uses it (``pycni ipam gc``: the node section), as before the sections were
+typed.
 """
 
 from __future__ import annotations
@@ -80,7 +82,9 @@ class SectionInvalid(InvalidConfig):
         self.log_level = log_level
 
 
-def parse_daemon_config(data: Any) -> DaemonConfig:
+def parse_daemon_config(data: Any, sections: bool = True) -> DaemonConfig:
+    """With ``sections=False`` only pycnid's own keys are read and the sections keep their
+    defaults: `pycni` reads the store from a config whose other sections may be broken."""
     if not isinstance(data, dict):
         raise InvalidConfig("daemon config is not a JSON object")
     store = validate_store_section(data.get("store") or {})
@@ -93,7 +97,11 @@ def parse_daemon_config(data: Any) -> DaemonConfig:
     fault_injection = bool(data.get("faultInjection", False))
     workers = parse_workers(data.get("workers", DEFAULT_WORKERS))
     receive_timeout = parse_receive_timeout(data.get("receiveTimeout", DEFAULT_RECEIVE_TIMEOUT))
-    sections = parse_sections(data, log_level)
+    parsed = (
+        parse_sections(data, log_level)
+        if sections
+        else Sections(NodeOptions(), DaemonOptions({}), None, None)
+    )
     return DaemonConfig(
         socket=socket,
         node_name=node_name,
@@ -104,10 +112,10 @@ def parse_daemon_config(data: Any) -> DaemonConfig:
         fault_injection=fault_injection,
         workers=workers,
         receive_timeout=receive_timeout,
-        node=sections.node,
-        ipam=sections.ipam,
-        overlay=sections.overlay,
-        proxy=sections.proxy,
+        node=parsed.node,
+        ipam=parsed.ipam,
+        overlay=parsed.overlay,
+        proxy=parsed.proxy,
     )
 
 
@@ -198,12 +206,12 @@ def parse_receive_timeout(value: Any) -> float:
     return float(value)
 
 
-def load_daemon_config(path: str | None) -> DaemonConfig:
+def load_daemon_config(path: str | None, sections: bool = True) -> DaemonConfig:
     if path is None:
         return parse_daemon_config({})
     try:
         with open(path, encoding="utf-8") as fh:
-            return parse_daemon_config(json.load(fh))
+            return parse_daemon_config(json.load(fh), sections)
     except FileNotFoundError:
         raise InvalidConfig(f"daemon config {path} not found") from None
     except ValueError as exc:

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from cni.spec.errors import InvalidConfig
+from pycnid.config import load_daemon_config
 from tests.fixtures.etcd import etcd_tls, free_port  # noqa: F401
 from tests.fixtures.ipam_contents import Contents
 
@@ -181,3 +183,15 @@ def test_missing_store_or_config_is_a_message(tmp_path):
     corrupt.write_bytes(b"this is not a database" * 100)
     out = pycni("show", "--store-path", str(corrupt), code=1)
     assert f"sqlite:{corrupt}" in out.stderr
+
+
+def test_a_broken_section_pycni_does_not_use_does_not_stop_it(tmp_path, sqlite_path):
+    """`pycni ipam` reads pycnid's own keys: a bad overlay section, which pycnid refuses
+    naming the key, does not stop it."""
+    path = tmp_path / "pycnid.json"
+    store = {"type": "sqlite", "path": sqlite_path}
+    path.write_text(json.dumps({"store": store, "overlay": {"backend": "carrier-pigeon"}}))
+    pycni("pool", "add", "p", "--cidr", "10.7.0.0/16", "--config", str(path))
+    assert "10.7.0.0/16" in pycni("pool", "ls", "--config", str(path)).stdout
+    with pytest.raises(InvalidConfig, match="overlay"):
+        load_daemon_config(str(path))
