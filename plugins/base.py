@@ -16,6 +16,7 @@ from cni.spec.request import Request
 
 if TYPE_CHECKING:
     from ipam.leases.service import LeaseService
+    from masq.table import MasqTable
     from nodes.context import NodeServices
     from overlay.device import NodeEnd
     from store.base import Store
@@ -99,5 +100,6 @@ class Services:
     store: Store
     leases: LeaseService
     node: NodeServices
+    masq: MasqTable  # the masquerade table's one writer (the overlay writes through it too)
     plugins: dict[str, Plugin] = field(default_factory=dict)
     overlay: NodeEnd | None = None  # the node's overlay end (backend, MTU), if it runs one

@@ -12,7 +12,9 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
 4. the IPAM metrics (their refresh thread when an endpoint serves them), housekeeping, and the
    pool watch (etcd: pool changes reach the cache at once);
 5. the overlay (``overlay/setup.py``), when the config has an ``overlay`` section: it
-   leases its VTEP addresses through the lease service and publishes them in the node record.
+   leases its VTEP addresses through the lease service and publishes them in the node record;
+   it sets the cluster's pools in the masquerade table through the table's one writer
+   (``masq/table.py``), the one pycni-bridge's ipMasq gets too.
 6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true.
 
 ``build_plugins`` then creates every handler this build has, with the one typed ``Services``.
@@ -34,6 +36,8 @@ from ipam.leases.service import LeaseService
 from ipam.outage.files import OutageFiles
 from ipam.outage.guard import OutageGuard
 from ipam.outage.store import TrackedStore
+from kernel.nft import Nft
+from masq.table import MasqTable
 from nodes.context import NodeServices, reaper_metrics
 from nodes.liveness import Liveness, supports_leases
 from nodes.options import parse_node_options
@@ -102,6 +106,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     housekeeping = Housekeeping(leases, options.housekeeping_interval, life.metrics).start()
     life.on_shutdown.append(housekeeping.stop)
     watch = start_pool_watch(life, store, leases)
+    masq = MasqTable(Nft())  # the one writer of the masquerade table: bridge and overlay
     overlay = start_overlay(
         config.raw or {},
         life.node_name,
@@ -110,6 +115,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         node.liveness,
         life.metrics,
         life.on_shutdown,
+        masq,
     )
     start_proxy(config.raw or {}, life.node_name, store, life.metrics, life.on_shutdown)
     services = Services(
@@ -119,6 +125,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         store,
         leases,
         node,
+        masq,
         overlay=overlay,
     )
     return WiredNode(services, ipam_metrics, housekeeping, watch)

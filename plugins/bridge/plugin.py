@@ -3,7 +3,8 @@
 pycnid runs in the node netns: the bridge, the host veth ends and the nftables table live
 there; the pod is reached through the netns fd the executable sent. Requests arrive
 concurrently on worker threads: each thread reuses its node netlink session (the pod
-session is per request), bridge set-up is serialised per bridge name (and tolerates EEXIST from other processes), nft changes go through one engine.
+session is per request), bridge set-up is serialised per bridge name (and tolerates EEXIST
+from other processes), masquerade changes go through the table's one writer (``masq/table.py``).
 
 - ADD: ``bridge_add`` (named steps, full rollback).
 - DEL: by derived names only (host veth, masquerade tag), so it needs neither the pod netns
@@ -22,9 +23,7 @@ from cni.spec.errors import CleanupIncomplete, CNIError
 from cni.spec.request import Request, gc_valid_attachments
 from common.attachment import Attachment, tag_in_network, tag_of_alias
 from kernel import link
-from kernel.nft import Nft
 from kernel.session import close_node_sessions, node_session
-from masq.table import Masquerader
 from plugins.base import Services
 from plugins.bridge.add import ADD_STEPS, run_add
 from plugins.bridge.check import run_check
@@ -38,10 +37,9 @@ DEL_HELPERS = 8  # concurrent veth deletions (they queue on the kernel's rtnl lo
 
 
 class BridgePlugin:
-    def __init__(self, services: Services, nft: Nft | None = None) -> None:
+    def __init__(self, services: Services) -> None:
         self.services = services
-        cluster = services.overlay.cluster_cidrs if services.overlay is not None else tuple
-        self.masq = Masquerader(nft or Nft(), cluster=cluster)
+        self.masq = services.masq  # the table's one writer, lent by pycnid
         self.bridges = NodeBridges()
         # Threads are made by the submitting request thread, so they start in the node netns.
         self.helpers = ThreadPoolExecutor(DEL_HELPERS, thread_name_prefix="pycnid-bridge-del")
