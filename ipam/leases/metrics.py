@@ -29,8 +29,10 @@ from common.metrics import Labels, labels
 from ipam.alloc.pool_settings import PoolInvalid
 from ipam.alloc.pool_spec import PoolSpec, spec_from_record
 from ipam.alloc.usage import calc_pool_usage
-from ipam.records import BLOCKS, POOLS, BlockRecord, CorruptRecord, decode
+from ipam.records import BlockRecord
 from store.base import KV, Store
+from store.codec import CorruptRecord, decode
+from store.keys import BLOCKS, POOLS
 
 ADDRESS_STATES = {"in_use": "used", "free": "free", "cooling": "cooling", "borrowed": "borrowed"}
 

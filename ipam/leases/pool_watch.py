@@ -28,8 +28,9 @@ from common.loop import Backoff, Errors, Loop
 from ipam.alloc.allocator import pool_from_record
 from ipam.alloc.pool_cache import PoolCache
 from ipam.leases.service import LeaseService
-from ipam.records import POOLS, decode
 from store.base import KV
+from store.codec import decode
+from store.keys import POOLS
 
 log = logging.getLogger("pycnid.ipam")
 RETRY_MIN, RETRY_MAX = 0.2, 2.0

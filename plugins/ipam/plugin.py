@@ -29,10 +29,11 @@ from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
 from ipam.alloc.selection import missing_gateway
-from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
+from ipam.records import BlockRecord, HandleId, HandleRecord
 from plugins.base import Services
 from plugins.ipam.config import IpamConfig, cached_ipam_config
 from plugins.ipam.requested import parse_requested_ips, requested_by_set
+from store.keys import block_key
 
 log = logging.getLogger("pycnid.ipam")
 POD_ATTRIBUTES = {"K8S_POD_NAMESPACE": "namespace", "K8S_POD_NAME": "pod", "K8S_POD_UID": "podUID"}
