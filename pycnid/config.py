@@ -7,8 +7,8 @@ import socket as _socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from cni.exe import DEFAULT_SOCKET  # the executable's default (stdlib only): one definition
 from cni.spec.errors import InvalidConfig
+from cni.spec.wire import DEFAULT_SOCKET  # the executable's default too: one definition
 from store.config import StoreConfig
 
 DEFAULT_CONFIG_PATH = "/etc/pycni/pycnid.json"
