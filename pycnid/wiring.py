@@ -1,4 +1,4 @@
-"""pycnid's start-up wiring: the store, the node's services on it, then the plugin handlers.
+"""pycnid's start-up wiring: the store, the node's loops on it, then the plugin handlers.
 
 ``wire_node`` runs once, in this order, and puts each stop on the shutdown list as soon as the
 thing it stops is running (pycnid runs that list in reverse, also after a failed start-up):
@@ -17,7 +17,7 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
    (``masq/table.py``), the one pycni-bridge's ipMasq gets too.
 6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true.
 
-``build_plugins`` then creates every handler this build has, with the one typed ``Services``.
+``build_plugins`` then creates every handler this build has, with the one typed ``HandlerDeps``.
 A plugin name pycnid has no handler for is not guessed at here: the dispatcher answers it,
 code 7 "pycnid serves no plugin '<name>'".
 """
@@ -38,13 +38,13 @@ from ipam.outage.guard import OutageGuard
 from ipam.outage.store import TrackedStore
 from kernel.nft import Nft
 from masq.table import MasqTable
-from nodes.context import NodeServices, reaper_metrics
+from nodes.context import NodeContext, reaper_metrics
 from nodes.liveness import Liveness, supports_leases
 from nodes.options import parse_node_options
 from nodes.reaper import ReaperLoop
 from nodes.record import NodeRecord
 from overlay.setup import start_overlay
-from plugins.base import Faults, MetricsRegistry, Plugin, Services
+from plugins.base import Faults, HandlerDeps, MetricsRegistry, Plugin
 from plugins.bridge import plugin as bridge
 from plugins.ipam import plugin as ipam
 from plugins.ipam.config import parse_daemon_options
@@ -57,7 +57,7 @@ from store.base import Store
 log = logging.getLogger("pycnid")
 
 # plugin name (as the executable sends it) -> the handler's constructor
-PLUGINS: dict[str, Callable[[Services], Plugin]] = {
+PLUGINS: dict[str, Callable[[HandlerDeps], Plugin]] = {
     "ipam": ipam.create,
     "bridge": bridge.create,
     "svc": svc.create,
@@ -83,16 +83,16 @@ class Lifecycle:
 
 @dataclass(frozen=True)
 class WiredNode:
-    """What ``wire_node`` started: the handlers' ``Services`` and the loops behind them."""
+    """What ``wire_node`` started: the handlers' ``HandlerDeps`` and the loops behind them."""
 
-    services: Services
+    deps: HandlerDeps
     ipam_metrics: IpamMetrics
     housekeeping: Housekeeping
     pool_watch: PoolWatch | None
 
 
 def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
-    """Open the store and start the node's services on it (the order is the module's doc)."""
+    """Open the store and start the node's loops on it (the order is the module's doc)."""
     store = open_store(config.store)
     life.on_shutdown.append(store.close)
     options = parse_daemon_options(config.raw or {})
@@ -118,7 +118,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         masq,
     )
     start_proxy(config.raw or {}, life.node_name, store, life.metrics, life.on_shutdown)
-    services = Services(
+    deps = HandlerDeps(
         life.node_name,
         Faults(config.fault_injection),
         life.metrics,
@@ -128,27 +128,27 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         masq,
         overlay=overlay,
     )
-    return WiredNode(services, ipam_metrics, housekeeping, watch)
+    return WiredNode(deps, ipam_metrics, housekeeping, watch)
 
 
-def build_plugins(services: Services, life: Lifecycle) -> dict[str, Plugin]:
-    """Every handler of ``PLUGINS``, into ``services.plugins``; each one's close at shutdown."""
+def build_plugins(deps: HandlerDeps, life: Lifecycle) -> dict[str, Plugin]:
+    """Every handler of ``PLUGINS``, into ``deps.plugins``; each one's close at shutdown."""
     for name, create in PLUGINS.items():
-        plugin = create(services)
+        plugin = create(deps)
         life.on_shutdown.append(plugin.close)
-        services.plugins[name] = plugin
-    return services.plugins
+        deps.plugins[name] = plugin
+    return deps.plugins
 
 
-def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeServices:
+def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeContext:
     endpoints = tuple(config.store.endpoints) if config.store.type == "etcd" else ()
     options = parse_node_options(config.raw or {}, endpoints)
     record = NodeRecord(life.node_name, options.address, options.labels, time.time())
     liveness = Liveness(store, record, options.heartbeat_ttl).start()
     life.on_shutdown.append(liveness.stop)
     if not supports_leases(store):
-        return NodeServices(options, store, store, liveness)
-    node = NodeServices(
+        return NodeContext(options, store, store, liveness)
+    node = NodeContext(
         options, store, TrackedStore(store), liveness, metrics=reaper_metrics(life.metrics)
     )
     node.reaper = ReaperLoop(
@@ -164,7 +164,7 @@ def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeServi
 
 
 def setup_guard(
-    node: NodeServices, life: Lifecycle, config: DaemonConfig, leases: LeaseService
+    node: NodeContext, life: Lifecycle, config: DaemonConfig, leases: LeaseService
 ) -> None:
     """The outage guard for the lease service (started: it replays a leftover journal)."""
     if not isinstance(node.store, TrackedStore):

@@ -24,7 +24,7 @@ from cni.spec.request import Request, gc_valid_attachments
 from common.attachment import Attachment, tag_in_network, tag_of_alias
 from kernel import link
 from kernel.session import close_node_sessions, node_session
-from plugins.base import Services
+from plugins.base import HandlerDeps
 from plugins.bridge.add import ADD_STEPS, run_add
 from plugins.bridge.check import run_check
 from plugins.bridge.context import BridgeContext
@@ -38,13 +38,13 @@ DEL_HELPERS = 8  # concurrent veth deletions (they queue on the kernel's rtnl lo
 
 
 class BridgePlugin:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, deps: HandlerDeps) -> None:
         self.ctx = BridgeContext(
-            plugins=services.plugins,  # filled by pycnid once every handler exists
-            faults=services.faults,
-            masq=services.masq,  # the table's one writer, lent by pycnid
+            plugins=deps.plugins,  # filled by pycnid once every handler exists
+            faults=deps.faults,
+            masq=deps.masq,  # the table's one writer, lent by pycnid
             bridges=NodeBridges(),
-            overlay=services.overlay,
+            overlay=deps.overlay,
         )
         # Threads are made by the submitting request thread, so they start in the node netns.
         self.helpers = ThreadPoolExecutor(DEL_HELPERS, thread_name_prefix="pycnid-bridge-del")
@@ -149,6 +149,6 @@ def valid_attachment_filter(req: Request) -> Any:
     return keep
 
 
-def create(services: Services) -> BridgePlugin:
+def create(deps: HandlerDeps) -> BridgePlugin:
     """pycnid's entry point (called on its main thread, in the node netns)."""
-    return BridgePlugin(services)
+    return BridgePlugin(deps)
