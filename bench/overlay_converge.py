@@ -26,7 +26,7 @@ import os
 import sys
 import time
 
-from ipam.records import AFFINITY, NODES, parse_block_key
+from store.keys import AFFINITY, NODES, parse_block_key
 from tests.overlay.pods import OverlayCluster
 
 from .common import percentile

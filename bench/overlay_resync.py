@@ -25,9 +25,10 @@ import sys
 import time
 import urllib.request
 
-from ipam.records import AffinityRecord, affinity_key
+from ipam.records import AffinityRecord
 from nodes.record import NodeRecord, OverlayInfo, node_key
 from overlay.config import calc_vtep_mac
+from store.keys import affinity_key
 from tests.fixtures.etcd import run_in_netns
 
 from .common import vm_rss_kib

@@ -1,4 +1,5 @@
-"""What every `pycni ipam` command shares: store options, output, and the one error exit.
+"""What every `pycni` command on the store shares (ipam, node, svc): store options, output,
+and the one error exit.
 
 ``command_options`` adds ``--config``, ``--etcd-endpoints``, ``--store-path``, ``--etcd-ca``,
 ``--etcd-cert``, ``--etcd-key`` and ``--output`` to a command and hands it an ``Env``. Any
@@ -160,21 +161,3 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         run(env, lambda: fn(env, **kwargs))
 
     return wrapper
-
-
-def check_document(snap: Any) -> dict:
-    """`check`'s JSON: the findings of one snapshot and what was looked at."""
-    from ipam.ops.check import find_problems
-
-    problems = find_problems(snap)
-    return {
-        "revision": snap.revision,
-        "ok": not problems,
-        "counts": {
-            "pools": len(snap.pools),
-            "blocks": len(snap.blocks),
-            "handles": len(snap.handles),
-            "allocations": sum(len(b.allocations) for b in snap.blocks.values()),
-        },
-        "problems": [p.to_dict() for p in problems],
-    }

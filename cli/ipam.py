@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
+from typing import Any
 
 import click
 
@@ -286,11 +287,28 @@ def is_address(text: str) -> bool:
     return True
 
 
+def check_document(snap: Any) -> dict:
+    """`check`'s JSON: the findings of one snapshot and what was looked at."""
+    from ipam.ops.check import find_problems
+
+    problems = find_problems(snap)
+    return {
+        "revision": snap.revision,
+        "ok": not problems,
+        "counts": {
+            "pools": len(snap.pools),
+            "blocks": len(snap.blocks),
+            "handles": len(snap.handles),
+            "allocations": sum(len(b.allocations) for b in snap.blocks.values()),
+        },
+        "problems": [p.to_dict() for p in problems],
+    }
+
+
 @command.command(name="check")
 @command_options
 def check(env: Env) -> int:
     """Cross-check pools, blocks and handles cluster-wide; exit 2 when problems exist."""
-    from cli.command import check_document
     from ipam.ops.repair import read_snapshot
 
     doc = check_document(read_snapshot(env.store()))

@@ -18,7 +18,7 @@ import click
 
 from cli.command import Env, Failed, command_options
 from cli.output import cell_text, render_table
-from ipam.records import DEFAULT_NODE_PORT_RANGE
+from services.record import DEFAULT_NODE_PORT_RANGE
 
 
 def parse_ref(text: str) -> tuple[str, str]:

@@ -15,7 +15,6 @@ import sys
 
 from cni.spec import envcheck, wire
 
-DEFAULT_SOCKET = "/run/pycni/pycnid.sock"
 CONNECT_TIMEOUT = 2.0
 DEFAULT_TIMEOUT = 90.0
 MAX_TIMEOUT = 86400.0
@@ -50,7 +49,7 @@ def socket_path(plugin, stdin, environ):
             found = parse_daemon_socket(plugin, stdin)
         if found:
             return found
-    return environ.get("PYCNI_SOCKET") or DEFAULT_SOCKET
+    return environ.get("PYCNI_SOCKET") or wire.DEFAULT_SOCKET
 
 
 def scan_daemon_socket(stdin):

@@ -1,118 +1,24 @@
-"""The IPAM data model in the store: key layout and the JSON records (pure, no I/O).
+"""The IPAM records as stored (pure, no I/O): blocks, handles with their leased IPs, and the
+affinity index entries; their keys are in ``store.keys``, their codec in ``store.codec``.
 
-docs/store-layout.md has every prefix and the txns that write them; this module is the one place
-keys, codecs and shared defaults live::
-
-    /pycni/v1/pools/<pool>                       cidr, blockSize, disabled, nodeSelector, ranges
-    /pycni/v1/blocks/<pool>/<block-cidr>         affinity node, allocations {ip: handle id}
-    /pycni/v1/handles/<network>/<cid>/<ifname>   the IPs held by one attachment + attributes
-    /pycni/v1/affinity/<node>/<pool>/<block-cidr>  index: "this node claimed that block"
-    /pycni/v1/nodes/<node>, heartbeats/<node>    node records (overlay fields: ``nodes.record``)
-                                                 and their leases (``nodes``)
-    /pycni/v1/handles/_vtep/<node>/<device>.v4   a node's VTEP address (a handle like any other)
-    /pycni/v1/reaper/suspects/<node>             a node the reaper saw without heartbeat
-    /pycni/v1/meta/pools                         bumped by every pool add and rm
-    /pycni/v1/services/<ns>/<name>               Services (``services.record``)
-    /pycni/v1/endpoints/<ns>/<pod>/<ifname>      a Pod's attachment as a Service endpoint
-    /pycni/v1/serviceips/<ip>, nodeports/<proto>/<port>  index: "ns/name" holds it
-    /pycni/v1/meta/services                      the service CIDRs and the nodePort range
-
-The affinity index is written and deleted in the same txn as its block, so a node finds its
-own blocks with one ``keys_only`` range instead of reading every block of the pool.
-
-CIDRs in keys write ``/`` as ``-`` (``10.22.0.0/26`` -> ``10.22.0.0-26``); changing that
-encoding would strand every stored row. Records keep fields they do not know (``extra``), so
-a newer pycnid writing more fields is not undone by an older one, nor by ``pycni ipam``.
+docs/store-layout.md has every prefix and the txns that write them. Records keep fields they do
+not know (``extra``), so a newer pycnid writing more fields is not undone by an older one, nor
+by ``pycni ipam``.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from cni.spec.errors import InternalError
-from store.base import PREFIX
+from store.codec import CorruptRecord, decode, encode
+from store.keys import block_key, handles_prefix, parse_block_key
 
 IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
-POOLS = f"{PREFIX}pools/"
-BLOCKS = f"{PREFIX}blocks/"
-HANDLES = f"{PREFIX}handles/"
-AFFINITY = f"{PREFIX}affinity/"
-NODES = f"{PREFIX}nodes/"
-HEARTBEATS = f"{PREFIX}heartbeats/"
-SUSPECTS = f"{PREFIX}reaper/suspects/"
-POOLS_MARKER = f"{PREFIX}meta/pools"
-SERVICES = f"{PREFIX}services/"
-ENDPOINTS = f"{PREFIX}endpoints/"
-SERVICE_IPS = f"{PREFIX}serviceips/"  # written and deleted in the same txn as their Service
-NODE_PORTS = f"{PREFIX}nodeports/"
-SERVICES_META = f"{PREFIX}meta/services"
-DEFAULT_NODE_PORT_RANGE = (30000, 32767)
-DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds a ClientIP affinity lasts (Kubernetes' default)
-BUFFER_NETWORK = "_buffer"  # handles/_buffer/<node>/<pool>: a node's outage buffer
-VTEP_NETWORK = "_vtep"  # handles/_vtep/<node>/<device>: a node's overlay tunnel addresses
 DEFAULT_BLOCK_GRACE = 300.0  # seconds an empty block stays claimed before it goes back
-
-
-class CorruptRecord(InternalError, ValueError):
-    """A stored value that is not a usable record (``details`` says why)."""
-
-
-def cidr_key(cidr: IPNet | str) -> str:
-    return str(cidr).replace("/", "-")
-
-
-def parse_cidr_key(text: str) -> IPNet:
-    address, _, prefix = text.rpartition("-")
-    return ipaddress.ip_network(f"{address}/{prefix}")
-
-
-def pool_key(pool: str) -> str:
-    return f"{POOLS}{pool}"
-
-
-def blocks_prefix(pool: str) -> str:
-    return f"{BLOCKS}{pool}/"
-
-
-def block_key(pool: str, cidr: IPNet | str) -> str:
-    return blocks_prefix(pool) + cidr_key(cidr)
-
-
-def handles_prefix(network: str) -> str:
-    return f"{HANDLES}{network}/"
-
-
-def affinity_prefix(node: str, pool: str | None = None) -> str:
-    return f"{AFFINITY}{node}/" + (f"{pool}/" if pool is not None else "")
-
-
-def affinity_key(node: str, pool: str, cidr: IPNet | str) -> str:
-    return affinity_prefix(node, pool) + cidr_key(cidr)
-
-
-def block_affinity_key(node: str, key: str) -> str:
-    """The index key of the block stored at ``key`` when ``node`` claimed it."""
-    return f"{AFFINITY}{node}/{key[len(BLOCKS) :]}"
-
-
-def handle_key(handle_id: str) -> str:
-    """The key of a handle named as blocks name it (``network/containerID/ifname``)."""
-    return f"{HANDLES}{handle_id}"
-
-
-def is_buffer_handle(handle_id: str) -> bool:
-    return handle_id.startswith(f"{BUFFER_NETWORK}/")
-
-
-def parse_block_key(key: str) -> tuple[str, str]:
-    """(pool, block CIDR) of a block key or of an affinity key."""
-    head, _, cidr_text = key.rpartition("/")
-    return head.rpartition("/")[2], str(parse_cidr_key(cidr_text))
 
 
 @dataclass(frozen=True)
@@ -129,21 +35,6 @@ class HandleId:
 
     def __str__(self) -> str:  # the value a block stores for an allocation
         return f"{self.network}/{self.container_id}/{self.ifname}"
-
-
-def encode(data: Mapping[str, Any]) -> bytes:
-    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
-
-
-def decode(key: str, value: bytes) -> dict:
-    """A record's JSON; a corrupt record is an internal error naming its key."""
-    try:
-        data = json.loads(value)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise CorruptRecord(f"corrupt IPAM record {key}", f"not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise CorruptRecord(f"corrupt IPAM record {key}", "not a JSON object")
-    return data
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""Applying pycni-bridge's masquerade elements: one atomic nft transaction per change.
+"""The one writer of the pycni-masq table: one atomic nft transaction per change.
+
+pycnid makes one ``MasqTable`` (``pycnid/wiring.py``) and lends it to both of the table's
+users: pycni-bridge's ipMasq adds and removes an attachment's elements (``add``, ``remove``,
+``collect``), the overlay sets the cluster's pools it must leave alone (``ensure_cluster``).
 
 The kernel holds the truth. An in-memory index (tag -> elements), read from the kernel on
 first use, lets DEL remove an attachment's elements without listing the table; when a
@@ -55,7 +59,11 @@ def live_attachments() -> dict[str, str]:
     }
 
 
-class Masquerader:
+class MasqTable:
+    """Owns the pycni-masq table: its static part, each attachment's elements (by tag) and
+    the cluster's pools (``cluster``: read when this writer first makes the table; the overlay
+    names its source with ``follow_cluster`` and pushes changes with ``ensure_cluster``)."""
+
     def __init__(
         self,
         nft: Nft,
@@ -68,6 +76,26 @@ class Masquerader:
         self._lock = threading.Lock()
         self._index: dict[str, set[Element]] | None = None
         self._table_ready = False
+        self._cluster_set: list[str] | None = None  # what ensure_cluster last wrote
+
+    def follow_cluster(self, cluster: Callable[[], Iterable[str]]) -> None:
+        """Read the cluster's pools from ``cluster`` when this writer makes the table."""
+        self.cluster = cluster
+
+    def ensure_cluster(self, cidrs: list[str]) -> None:
+        """The cluster's pools as the table's no-masquerade destinations, only where the
+        table exists: a node whose networks do not masquerade gets no NAT table (and so no
+        conntrack) from here; ``add`` fills the sets when it makes the table. Written again
+        only when ``cidrs`` changed or the table was gone; NftError or ValueError (a bad
+        CIDR) when refused."""
+        with self._lock:
+            if not table_exists(self.nft, FAMILY, TABLE):
+                self._cluster_set = None
+                return
+            if cidrs == self._cluster_set:
+                return
+            self.nft.run(render_cluster(cidrs))
+            self._cluster_set = cidrs
 
     def add(self, tag: str, bridge: str, pairs: Iterable[tuple[Any, Any]]) -> None:
         """Masquerade traffic of these (address, subnet) pairs from ``bridge`` leaving their

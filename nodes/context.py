@@ -1,6 +1,6 @@
-"""The node's services around the IPAM store, as pycnid hands them to plugin handlers.
+"""The node's context around the IPAM store, as pycnid hands it to plugin handlers.
 
-``NodeServices`` holds this node's liveness, and for a store with leases (etcd) the tracked
+``NodeContext`` holds this node's liveness, and for a store with leases (etcd) the tracked
 store, the reaper and the outage guard; pycnid's start-up builds it (``pycnid/wiring.py``).
 With SQLite there is no heartbeat, no reaper and no guard (``NoGuard``): the store is local and
 the only node.
@@ -20,7 +20,7 @@ from store.base import Store
 
 
 @dataclass
-class NodeServices:
+class NodeContext:
     options: NodeOptions
     raw_store: Store
     store: Store  # what the lease service uses (tracked when the store can be unreachable)

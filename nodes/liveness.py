@@ -28,10 +28,10 @@ from dataclasses import replace
 from typing import Any
 
 from cni.spec.errors import CNIError, TryAgainLater
-from ipam.records import encode
 from nodes.record import NodeRecord, heartbeat_key, node_key
 from store.base import Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
+from store.codec import encode
 
 log = logging.getLogger("pycnid.liveness")
 WRITE_ATTEMPTS = 8

@@ -15,21 +15,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.records import (
+from ipam.records import BlockRecord
+from nodes.liveness import supports_leases
+from nodes.reaper import forget_node, release_node, suspect_key
+from nodes.record import NodeRecord, heartbeat_key, node_key
+from store.base import KV, Compare, Delete, Store
+from store.codec import decode
+from store.keys import (
     AFFINITY,
     BLOCKS,
     HEARTBEATS,
     NODES,
     SUSPECTS,
-    BlockRecord,
     affinity_prefix,
-    decode,
     parse_block_key,
 )
-from nodes.liveness import supports_leases
-from nodes.reaper import forget_node, release_node, suspect_key
-from nodes.record import NodeRecord, heartbeat_key, node_key
-from store.base import KV, Compare, Delete, Store
 
 Reach = Callable[[str], "str | None"]  # underlay address -> None (direct) or why not
 

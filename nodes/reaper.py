@@ -33,11 +33,12 @@ from typing import Any
 
 from cni.spec.errors import CNIError, InvalidConfig
 from common.loop import Errors, Periodic
-from ipam.records import AFFINITY, HEARTBEATS, NODES, SUSPECTS, decode, encode
 from nodes.liveness import supports_leases
 from nodes.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
 from nodes.record import heartbeat_key, node_key
 from store.base import Compare, Delete, Put, Store
+from store.codec import decode, encode
+from store.keys import AFFINITY, HEARTBEATS, NODES, SUSPECTS
 
 log = logging.getLogger("pycnid.reaper")
 

@@ -16,18 +16,11 @@ from dataclasses import dataclass, field
 
 from cni.spec.errors import CNIError, TryAgainLater
 from ipam.alloc.pool_spec import DEFAULT_REUSE_DELAY
-from ipam.records import (
-    BLOCKS,
-    HANDLES,
-    BlockRecord,
-    HandleRecord,
-    affinity_key,
-    block_key,
-    decode,
-    pool_key,
-)
+from ipam.records import BlockRecord, HandleRecord
 from store.base import KV, Compare, Delete, Op, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
+from store.codec import decode
+from store.keys import BLOCKS, HANDLES, affinity_key, block_key, pool_key
 
 ATTEMPTS = 16
 RETRY = Retry(ATTEMPTS, base=0.001, cap=0.05, jitter=True)

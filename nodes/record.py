@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipam.records import HEARTBEATS, NODES, CorruptRecord, decode, encode
+from store.codec import CorruptRecord, decode, encode
+from store.keys import HEARTBEATS, NODES
 
 BACKENDS = ("vxlan", "host-gw")
 

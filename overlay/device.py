@@ -10,8 +10,7 @@ VTEP address this node no longer has and is removed. host-gw has no device.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 
@@ -29,7 +28,6 @@ class NodeEnd:
     underlay: Underlay
     vtep_mac: str
     mtu: int
-    cluster_cidrs: Callable[[], tuple[str, ...]] = field(default=tuple, compare=False)
 
     @property
     def backend(self) -> str:

@@ -13,19 +13,12 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ipam.records import (
-    AFFINITY,
-    BLOCKS,
-    NODES,
-    POOLS,
-    BlockRecord,
-    CorruptRecord,
-    decode,
-    parse_block_key,
-)
+from ipam.records import BlockRecord
 from nodes.record import NodeRecord
 from overlay.model import Peer
 from store.base import KV
+from store.codec import CorruptRecord, decode
+from store.keys import AFFINITY, BLOCKS, NODES, POOLS, parse_block_key
 
 log = logging.getLogger("pycnid.overlay")
 PREFIXES = (NODES, AFFINITY, BLOCKS, POOLS)

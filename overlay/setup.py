@@ -10,10 +10,10 @@ removed, its own entries taken out), and peers remove what they had for it.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any
 
 from kernel.session import node_session
+from masq.table import MasqTable
 from nodes.liveness import Liveness
 from overlay.config import OverlayConfig, calc_vtep_mac
 from overlay.device import NodeEnd, calc_mtu
@@ -44,13 +44,15 @@ def start_overlay(
     liveness: Liveness,
     registry: Any,
     on_shutdown: list,
+    masq: MasqTable,
 ) -> NodeEnd | None:
-    """The overlay of this node, started; None when the config has no ``overlay``."""
+    """The overlay of this node, started; None when the config has no ``overlay``. It keeps
+    the cluster's pools in the masquerade table through ``masq``, the table's one writer."""
     if config is None:
         return None
     end = resolve_end(config, node, node_address, liveness.record.address)
     sync = OverlaySync(
-        end, node, store, leases, lambda info: liveness.update(overlay=info), registry
+        end, node, store, leases, lambda info: liveness.update(overlay=info), registry, masq
     ).start()
     log.info(
         "overlay %s on %s (%s, MTU %d)",
@@ -59,7 +61,7 @@ def start_overlay(
         end.underlay.ifname,
         end.mtu,
     )
-    end = replace(end, cluster_cidrs=sync.pool_cidrs)  # what pycni-bridge's ipMasq spares
+    masq.follow_cluster(sync.pool_cidrs)  # what pycni-bridge's ipMasq spares
 
     def stop() -> None:
         sync.stop()

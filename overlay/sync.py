@@ -34,12 +34,10 @@ from kernel import monitor
 from kernel.addr import ADDR_PROTO_PYCNI
 from kernel.monitor import NetlinkMonitor
 from kernel.neigh import AF_BRIDGE
-from kernel.nft import Nft, NftError, table_exists
+from kernel.nft import Nft, NftError
 from kernel.route import RTPROT_PYCNI
 from kernel.session import node_session
-from masq.rules import FAMILY as MASQ_FAMILY
-from masq.rules import TABLE as MASQ_TABLE
-from masq.rules import render_cluster
+from masq.table import MasqTable
 from nodes.record import OverlayInfo
 from overlay import dataplane, device, firewall, underlay, vtep
 from overlay.metrics import OverlayMetrics
@@ -60,9 +58,11 @@ class OverlaySync:
         leases: Any,
         publish: Callable[[OverlayInfo], None],
         registry: Any,
+        masq: MasqTable,
     ) -> None:
         self.end, self.node, self.store, self.leases = end, node, store, leases
         self.publish = publish
+        self.masq = masq  # the masquerade table's one writer, pycni-bridge's too
         self.view = Registry()
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -74,7 +74,6 @@ class OverlaySync:
         )
         self.last: Plan | None = None
         self.firewall_script = ""
-        self.cluster_cidrs: list[str] | None = None
         self.macs: set[str] = set()  # every VTEP MAC this pycnid put into the FDB
         self.nft: Nft | None = None
         self.metrics = OverlayMetrics(registry)
@@ -232,24 +231,16 @@ class OverlaySync:
             return tuple(sorted(set(self.view.pools.values())))
 
     def ensure_cluster_cidrs(self) -> None:
-        """Pod to Pod inside the cluster's pools is never masqueraded (pycni-bridge's ipMasq
-        table holds them as destinations to leave alone). Only where that table exists: a node
-        whose networks do not masquerade gets no NAT table (and so no conntrack) from here;
-        pycni-bridge fills the sets when it makes the table."""
-        cidrs = list(self.pool_cidrs())
-        if self.nft is None or not table_exists(self.nft, MASQ_FAMILY, MASQ_TABLE):
-            self.cluster_cidrs = None  # no ipMasq network here: no NAT table (nor conntrack)
-            return
-        if cidrs == self.cluster_cidrs:
+        """Pod to Pod inside the cluster's pools is never masqueraded: the masquerade
+        table's writer holds them as destinations to leave alone (where that table exists)."""
+        if self.nft is None:
             return
         try:
-            self.nft.run(render_cluster(cidrs))
+            self.masq.ensure_cluster(list(self.pool_cidrs()))
         except (NftError, ValueError) as exc:
             log.warning(
                 "overlay: the cluster's pools were not set in the masquerade table: %s", exc
             )
-            return
-        self.cluster_cidrs = cidrs
 
     def ensure_firewall(self, peers: list[str]) -> None:
         if self.nft is None or self.end.backend != "vxlan":

@@ -18,7 +18,9 @@ from cni.spec.errors import CNIError
 from ipam.alloc.pool_spec import spec_from_record
 from ipam.alloc.selection import Selection, matches
 from ipam.leases.service import LeaseService
-from ipam.records import POOLS, VTEP_NETWORK, HandleId, decode
+from ipam.records import HandleId
+from store.codec import decode
+from store.keys import POOLS, VTEP_NETWORK
 
 
 def vtep_handle(node: str, device: str, version: int) -> HandleId:

@@ -1,7 +1,7 @@
-"""What every plugin handler offers the daemon, and the services the daemon lends it.
+"""What every plugin handler offers the daemon, and the dependencies the daemon lends it.
 
-pycnid builds one ``Services`` at start-up (``pycnid/wiring.py``): the store and the
-node's services are open and started before any handler exists, so a handler only reads
+pycnid builds one ``HandlerDeps`` at start-up (``pycnid/wiring.py``): the store and the
+node's loops on it are open and started before any handler exists, so a handler only reads
 typed fields. The metrics registry is the daemon's; handlers see it through ``MetricsRegistry``.
 """
 
@@ -16,7 +16,8 @@ from cni.spec.request import Request
 
 if TYPE_CHECKING:
     from ipam.leases.service import LeaseService
-    from nodes.context import NodeServices
+    from masq.table import MasqTable
+    from nodes.context import NodeContext
     from overlay.device import NodeEnd
     from store.base import Store
 
@@ -88,9 +89,10 @@ class Faults:
 
 
 @dataclass(frozen=True)
-class Services:
+class HandlerDeps:
     """What the daemon lends to plugin handlers: who this node is, test faults, the metrics
-    registry, the store and the node's services on it, and the other handlers (the bridge
+    registry, the store, the lease service and the node's context on it, the masquerade
+    table's writer, and the other handlers (the bridge
     delegates to IPAM in-process; pycnid fills ``plugins`` once every handler exists)."""
 
     node_name: str
@@ -98,6 +100,7 @@ class Services:
     metrics: MetricsRegistry
     store: Store
     leases: LeaseService
-    node: NodeServices
+    node: NodeContext
+    masq: MasqTable  # the masquerade table's one writer (the overlay writes through it too)
     plugins: dict[str, Plugin] = field(default_factory=dict)
     overlay: NodeEnd | None = None  # the node's overlay end (backend, MTU), if it runs one

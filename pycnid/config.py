@@ -27,8 +27,8 @@ import socket as _socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from cni.exe import DEFAULT_SOCKET  # the executable's default (stdlib only): one definition
 from cni.spec.errors import InvalidConfig
+from cni.spec.wire import DEFAULT_SOCKET  # the executable's default too: one definition
 from nodes.options import NodeOptions, parse_node_options
 from overlay.config import OverlayConfig, parse_overlay_config
 from plugins.ipam.config import DaemonOptions, parse_daemon_options

@@ -1,5 +1,5 @@
-"""pycnid lifecycle: load config -> wire the store, node services and plugins (wiring.py) ->
-serve -> shut down on SIGTERM."""
+"""pycnid lifecycle: load config -> wire the store, the node's loops and plugins (wiring.py)
+-> serve -> shut down on SIGTERM."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ class Daemon:
         self._stopping = threading.Event()
 
     def startup(self) -> None:
-        node = wire_node(self.config, self.life)  # the store and the node's services
-        plugins = build_plugins(node.services, self.life)
+        node = wire_node(self.config, self.life)  # the store and the node's loops
+        plugins = build_plugins(node.deps, self.life)
         dispatcher = Dispatcher(plugins, self.registry)
         if self.config.metrics_address:
             self.metrics_server = MetricsServer(self.registry, self.config.metrics_address).start()

@@ -1,4 +1,4 @@
-"""pycnid's start-up wiring: the store, the node's services on it, then the plugin handlers.
+"""pycnid's start-up wiring: the store, the node's loops on it, then the plugin handlers.
 
 ``wire_node`` runs once, in this order, and puts each stop on the shutdown list as soon as the
 thing it stops is running (pycnid runs that list in reverse, also after a failed start-up):
@@ -12,12 +12,14 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
 4. the IPAM metrics (their refresh thread when an endpoint serves them), housekeeping, and the
    pool watch (etcd: pool changes reach the cache at once);
 5. the overlay (``overlay/setup.py``), when the config has an ``overlay`` section: it
-   leases its VTEP addresses through the lease service and publishes them in the node record.
+   leases its VTEP addresses through the lease service and publishes them in the node record;
+   it sets the cluster's pools in the masquerade table through the table's one writer
+   (``masq/table.py``), the one pycni-bridge's ipMasq gets too.
 6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true.
 
 Every section comes typed in ``DaemonConfig`` (parsed once at load, ``pycnid/config.py``).
 
-``build_plugins`` then creates every handler this build has, with the one typed ``Services``.
+``build_plugins`` then creates every handler this build has, with the one typed ``HandlerDeps``.
 A plugin name pycnid has no handler for is not guessed at here: the dispatcher answers it,
 code 7 "pycnid serves no plugin '<name>'".
 """
@@ -36,13 +38,15 @@ from ipam.leases.service import LeaseService
 from ipam.outage.files import OutageFiles
 from ipam.outage.guard import OutageGuard
 from ipam.outage.store import TrackedStore
-from nodes.context import NodeServices, reaper_metrics
+from kernel.nft import Nft
+from masq.table import MasqTable
+from nodes.context import NodeContext, reaper_metrics
 from nodes.liveness import Liveness, supports_leases
 from nodes.options import calc_node_address
 from nodes.reaper import ReaperLoop
 from nodes.record import NodeRecord
 from overlay.setup import start_overlay
-from plugins.base import Faults, MetricsRegistry, Plugin, Services
+from plugins.base import Faults, HandlerDeps, MetricsRegistry, Plugin
 from plugins.bridge import plugin as bridge
 from plugins.ipam import plugin as ipam
 from plugins.svc import plugin as svc
@@ -54,7 +58,7 @@ from store.base import Store
 log = logging.getLogger("pycnid")
 
 # plugin name (as the executable sends it) -> the handler's constructor
-PLUGINS: dict[str, Callable[[Services], Plugin]] = {
+PLUGINS: dict[str, Callable[[HandlerDeps], Plugin]] = {
     "ipam": ipam.create,
     "bridge": bridge.create,
     "svc": svc.create,
@@ -80,16 +84,16 @@ class Lifecycle:
 
 @dataclass(frozen=True)
 class WiredNode:
-    """What ``wire_node`` started: the handlers' ``Services`` and the loops behind them."""
+    """What ``wire_node`` started: the handlers' ``HandlerDeps`` and the loops behind them."""
 
-    services: Services
+    deps: HandlerDeps
     ipam_metrics: IpamMetrics
     housekeeping: Housekeeping
     pool_watch: PoolWatch | None
 
 
 def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
-    """Open the store and start the node's services on it (the order is the module's doc)."""
+    """Open the store and start the node's loops on it (the order is the module's doc)."""
     store = open_store(config.store)
     life.on_shutdown.append(store.close)
     options = config.ipam
@@ -103,6 +107,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     housekeeping = Housekeeping(leases, options.housekeeping_interval, life.metrics).start()
     life.on_shutdown.append(housekeeping.stop)
     watch = start_pool_watch(life, store, leases)
+    masq = MasqTable(Nft())  # the one writer of the masquerade table: bridge and overlay
     overlay = start_overlay(
         config.overlay,
         config.node.address,
@@ -112,30 +117,32 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         node.liveness,
         life.metrics,
         life.on_shutdown,
+        masq,
     )
     start_proxy(config.proxy, life.node_name, store, life.metrics, life.on_shutdown)
-    services = Services(
+    deps = HandlerDeps(
         life.node_name,
         Faults(config.fault_injection),
         life.metrics,
         store,
         leases,
         node,
+        masq,
         overlay=overlay,
     )
-    return WiredNode(services, ipam_metrics, housekeeping, watch)
+    return WiredNode(deps, ipam_metrics, housekeeping, watch)
 
 
-def build_plugins(services: Services, life: Lifecycle) -> dict[str, Plugin]:
-    """Every handler of ``PLUGINS``, into ``services.plugins``; each one's close at shutdown."""
+def build_plugins(deps: HandlerDeps, life: Lifecycle) -> dict[str, Plugin]:
+    """Every handler of ``PLUGINS``, into ``deps.plugins``; each one's close at shutdown."""
     for name, create in PLUGINS.items():
-        plugin = create(services)
+        plugin = create(deps)
         life.on_shutdown.append(plugin.close)
-        services.plugins[name] = plugin
-    return services.plugins
+        deps.plugins[name] = plugin
+    return deps.plugins
 
 
-def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeServices:
+def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeContext:
     endpoints = tuple(config.store.endpoints) if config.store.type == "etcd" else ()
     options = config.node
     address = calc_node_address(options.address, endpoints)
@@ -143,8 +150,8 @@ def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeServi
     liveness = Liveness(store, record, options.heartbeat_ttl).start()
     life.on_shutdown.append(liveness.stop)
     if not supports_leases(store):
-        return NodeServices(options, store, store, liveness)
-    node = NodeServices(
+        return NodeContext(options, store, store, liveness)
+    node = NodeContext(
         options, store, TrackedStore(store), liveness, metrics=reaper_metrics(life.metrics)
     )
     node.reaper = ReaperLoop(
@@ -160,7 +167,7 @@ def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeServi
 
 
 def setup_guard(
-    node: NodeServices, life: Lifecycle, config: DaemonConfig, leases: LeaseService
+    node: NodeContext, life: Lifecycle, config: DaemonConfig, leases: LeaseService
 ) -> None:
     """The outage guard for the lease service (started: it replays a leftover journal)."""
     if not isinstance(node.store, TrackedStore):

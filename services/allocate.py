@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from cni.spec.errors import AddressExhausted, InvalidConfig, TryAgainLater
-from ipam.records import NODE_PORTS, SERVICE_IPS, SERVICES_META, CorruptRecord
 from services.record import (
     ServicePort,
     ServiceRecord,
@@ -28,6 +27,8 @@ from services.record import (
 from services.validate import validate_service
 from store.base import KV, Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
+from store.codec import CorruptRecord
+from store.keys import NODE_PORTS, SERVICE_IPS, SERVICES_META
 
 RETRY = Retry(attempts=12, base=0.005, cap=0.2, jitter=True, immediate=1)
 

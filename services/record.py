@@ -23,17 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ipam.records import (
-    DEFAULT_AFFINITY_TIMEOUT,
-    DEFAULT_NODE_PORT_RANGE,
-    ENDPOINTS,
-    NODE_PORTS,
-    SERVICE_IPS,
-    SERVICES,
-    CorruptRecord,
-    decode,
-    encode,
-)
+from store.codec import CorruptRecord, decode, encode
+from store.keys import ENDPOINTS, NODE_PORTS, SERVICE_IPS, SERVICES
+
+DEFAULT_NODE_PORT_RANGE = (30000, 32767)
+DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds a ClientIP affinity lasts (Kubernetes' default)
 
 
 def service_key(namespace: str, name: str) -> str:

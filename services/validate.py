@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cni.spec.errors import InvalidConfig
-from ipam.records import DEFAULT_AFFINITY_TIMEOUT
-from services.record import ServicePort, ServiceRecord, ServiceSettings
+from services.record import DEFAULT_AFFINITY_TIMEOUT, ServicePort, ServiceRecord, ServiceSettings
 
 SPEC_FIELDS = ServiceRecord.FIELDS
 PORT_FIELDS = ServicePort.FIELDS

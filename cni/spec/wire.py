@@ -8,6 +8,7 @@ A request is at most MAX_REQUEST bytes, header included: the executable checks b
 pycnid checks the header's lengths before it reads the rest and answers `too_large` instead.
 """
 
+DEFAULT_SOCKET = "/run/pycni/pycnid.sock"  # where pycnid listens unless told otherwise
 MAGIC = b"PYCNI1"
 MAX_REQUEST = 4 << 20
 MAX_HEAD = 256  # "PYCNI1 <plugin> <len> <len> <0|1>\n", far longer than any real header

@@ -29,7 +29,8 @@ from typing import Any
 from cni.spec.errors import CNIError, InternalError
 from ipam.alloc.intervals import Interval, count
 from ipam.alloc.pool_spec import DEFAULT_BLOCK_SIZE, PoolSpec, calc_exclusions, spec_from_record
-from ipam.records import IPNet, cidr_key
+from ipam.records import IPNet
+from store.keys import cidr_key
 
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
 SEGMENT_CACHE_LIMIT = 4096

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ipam.records import AffinityRecord, BlockRecord, HandleRecord, encode
+from ipam.records import AffinityRecord, BlockRecord, HandleRecord
 from store.base import Compare, Delete, Op, Put
+from store.codec import encode
 
 MAX_TXN_OPS = 120  # etcd's default --max-txn-ops is 128
 

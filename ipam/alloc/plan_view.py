@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from ipam.alloc.allocator import Pool
 from ipam.alloc.plan import Plan
 from ipam.alloc.pool_cache import PoolCache, PoolState
-from ipam.records import HANDLES, BlockRecord, HandleId, HandleRecord, block_key
+from ipam.records import BlockRecord, HandleId, HandleRecord
+from store.keys import HANDLES, block_key
 
 
 class PlanReads:

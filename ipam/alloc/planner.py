@@ -28,15 +28,8 @@ from ipam.alloc.selection import (
     select_by_labels,
     select_by_name,
 )
-from ipam.records import (
-    BlockRecord,
-    HandleId,
-    HandleRecord,
-    LeasedIP,
-    affinity_key,
-    block_key,
-    pool_key,
-)
+from ipam.records import BlockRecord, HandleId, HandleRecord, LeasedIP
+from store.keys import affinity_key, block_key, pool_key
 
 StateSets = tuple[tuple[PoolState, ...], ...]
 

@@ -19,21 +19,20 @@ from dataclasses import dataclass, field
 
 from cni.spec.errors import CNIError
 from ipam.alloc.allocator import Pool, apply_pool_record, pool_from_record
-from ipam.records import (
+from ipam.records import BlockRecord, HandleRecord
+from store.base import KV, Store
+from store.codec import decode
+from store.keys import (
     AFFINITY,
     BLOCKS,
     HANDLES,
     POOLS,
-    BlockRecord,
-    HandleRecord,
     affinity_prefix,
     block_key,
     blocks_prefix,
-    decode,
     parse_block_key,
     pool_key,
 )
-from store.base import KV, Store
 
 log = logging.getLogger("pycnid.ipam")
 OTHERS_TTL = 1.0

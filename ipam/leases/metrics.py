@@ -1,4 +1,4 @@
-"""pycni-ipam's Prometheus metrics, on pycnid's registry (``services.metrics``).
+"""pycni-ipam's Prometheus metrics, on pycnid's registry (``Lifecycle.metrics``).
 
 Counted as they happen (from the lease service's hooks):
 ``pycni_ipam_cas_conflicts_total`` (txns lost to a concurrent writer), ``pycni_ipam_cas_retries_total``
@@ -29,8 +29,10 @@ from common.metrics import Labels, labels
 from ipam.alloc.pool_settings import PoolInvalid
 from ipam.alloc.pool_spec import PoolSpec, spec_from_record
 from ipam.alloc.usage import calc_pool_usage
-from ipam.records import BLOCKS, POOLS, BlockRecord, CorruptRecord, decode
+from ipam.records import BlockRecord
 from store.base import KV, Store
+from store.codec import CorruptRecord, decode
+from store.keys import BLOCKS, POOLS
 
 ADDRESS_STATES = {"in_use": "used", "free": "free", "cooling": "cooling", "borrowed": "borrowed"}
 
@@ -130,23 +132,23 @@ class IpamMetrics:
 
 
 def start_ipam_metrics(
-    services: Any, store: Store, leases: Any, interval: float, *, serve: bool
+    life: Any, store: Store, leases: Any, interval: float, *, serve: bool
 ) -> IpamMetrics:
     """The IPAM metrics on pycnid's registry; with ``serve`` (a metrics endpoint is configured)
     a background thread refreshes the store-backed figures every ``interval`` seconds,
-    stopped through ``services.on_shutdown``."""
+    stopped through ``life.on_shutdown``."""
     if interval <= 0:
         raise InvalidConfig(
             "invalid daemon config key 'ipam.metricsInterval'",
             f"expected a number of seconds > 0, got {interval!r}",
         )
-    metrics = IpamMetrics(services.metrics, store)
+    metrics = IpamMetrics(life.metrics, store)
     metrics.attach(leases)
     if serve:
         refresher = Periodic(
-            "ipam-metrics", interval, metrics.refresh, registry=services.metrics
+            "ipam-metrics", interval, metrics.refresh, registry=life.metrics
         ).start()
-        services.on_shutdown.append(refresher.stop)
+        life.on_shutdown.append(refresher.stop)
     return metrics
 
 

@@ -28,8 +28,9 @@ from common.loop import Backoff, Errors, Loop
 from ipam.alloc.allocator import pool_from_record
 from ipam.alloc.pool_cache import PoolCache
 from ipam.leases.service import LeaseService
-from ipam.records import POOLS, decode
 from store.base import KV
+from store.codec import decode
+from store.keys import POOLS
 
 log = logging.getLogger("pycnid.ipam")
 RETRY_MIN, RETRY_MAX = 0.2, 2.0
@@ -181,10 +182,10 @@ class PoolWatch:
             log.debug("pool watch: the batch of revision %d failed: %s", revision, err)
 
 
-def start_pool_watch(services: Any, store: Any, leases: LeaseService) -> PoolWatch | None:
+def start_pool_watch(life: Any, store: Any, leases: LeaseService) -> PoolWatch | None:
     """Watch the pool records when the store can (etcd); None for SQLite."""
     if not supports_watch(store):
         return None
-    watch = PoolWatch(store, leases, services.metrics).start()
-    services.on_shutdown.append(watch.stop)
+    watch = PoolWatch(store, leases, life.metrics).start()
+    life.on_shutdown.append(watch.stop)
     return watch

@@ -32,8 +32,9 @@ from ipam.alloc.policy import choose_address
 from ipam.alloc.pool_cache import PoolCache
 from ipam.alloc.selection import RangeSets, Selection, as_selection
 from ipam.leases.combiner import Combiner
-from ipam.records import DEFAULT_BLOCK_GRACE, HANDLES, HandleId, HandleRecord, handles_prefix
+from ipam.records import DEFAULT_BLOCK_GRACE, HandleId, HandleRecord
 from store.base import Store
+from store.keys import HANDLES, handles_prefix
 
 log = logging.getLogger("pycnid.ipam")
 T = TypeVar("T")

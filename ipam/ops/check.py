@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ipam.ops.inspect import HandleIP, HandleView, Snapshot
-from ipam.records import AFFINITY, BLOCKS, IPNet, block_affinity_key, pool_key
+from ipam.records import IPNet
+from store.keys import AFFINITY, BLOCKS, block_affinity_key, pool_key
 
 
 @dataclass(frozen=True)

@@ -14,21 +14,10 @@ from dataclasses import dataclass, field, fields
 
 from ipam.alloc.pool_settings import PoolInvalid
 from ipam.alloc.pool_spec import PoolSpec, spec_from_record
-from ipam.records import (
-    AFFINITY,
-    BLOCKS,
-    HANDLES,
-    HEARTBEATS,
-    NODES,
-    POOLS,
-    BlockRecord,
-    CorruptRecord,
-    HandleRecord,
-    LeasedIP,
-    decode,
-    is_buffer_handle,
-)
+from ipam.records import BlockRecord, HandleRecord, LeasedIP
 from store.base import KV
+from store.codec import CorruptRecord, decode
+from store.keys import AFFINITY, BLOCKS, HANDLES, HEARTBEATS, NODES, POOLS, is_buffer_handle
 
 HandleIP = LeasedIP  # an address a handle lists
 

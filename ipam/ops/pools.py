@@ -24,20 +24,12 @@ from ipam.ops.inspect import PoolView, Snapshot, parse_pool
 from ipam.ops.pool_update import PoolUpdate, calc_updated_record, find_gateway_conflicts
 from ipam.ops.release import CHUNK, release_in_block
 from ipam.ops.repair import read_snapshot
-from ipam.records import (
-    POOLS,
-    BlockRecord,
-    CorruptRecord,
-    block_affinity_key,
-    blocks_prefix,
-    decode,
-    encode,
-    is_buffer_handle,
-    pool_key,
-)
-from ipam.records import POOLS_MARKER as MARKER
+from ipam.records import BlockRecord
 from store.base import KV, Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
+from store.codec import CorruptRecord, decode, encode
+from store.keys import POOLS, block_affinity_key, blocks_prefix, is_buffer_handle, pool_key
+from store.keys import POOLS_MARKER as MARKER
 
 MAX_ATTEMPTS = 5
 RETRY = Retry(MAX_ATTEMPTS, base=0.02, linear=True)  # 20 ms, 40 ms ... between attempts

@@ -22,8 +22,8 @@ from ipam.ops.repair import (
     put_or_delete_handle,
     read_snapshot,
 )
-from ipam.records import handle_key
 from store.base import Store
+from store.keys import handle_key
 
 CHUNK = 100  # etcd allows 128 ops per txn
 

@@ -16,20 +16,11 @@ from cni.spec.errors import TryAgainLater
 from ipam.ops.check import Fix
 from ipam.ops.edits import block_at, block_with, block_without, handle_at, handle_without, lists
 from ipam.ops.inspect import Snapshot, parse_snapshot
-from ipam.records import (
-    BLOCKS,
-    AffinityRecord,
-    BlockRecord,
-    CorruptRecord,
-    HandleRecord,
-    block_affinity_key,
-    decode,
-    handle_key,
-    is_buffer_handle,
-    pool_key,
-)
+from ipam.records import AffinityRecord, BlockRecord, HandleRecord
 from store.base import PREFIX, Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
+from store.codec import CorruptRecord, decode
+from store.keys import BLOCKS, block_affinity_key, handle_key, is_buffer_handle, pool_key
 
 MAX_ATTEMPTS = 5
 RETRY = Retry(MAX_ATTEMPTS, base=0.01, linear=True)  # 10 ms, 20 ms ... between attempts

@@ -18,7 +18,7 @@ from typing import Any
 from ipam.alloc.pool_spec import PoolSpec, render_selector
 from ipam.alloc.usage import calc_block_usage, calc_pool_usage, is_borrowed, is_cooling
 from ipam.ops.inspect import BlockView, HandleView, Snapshot
-from ipam.records import HANDLES
+from store.keys import HANDLES
 
 
 def pool_summary(name: str, snap: Snapshot, now: float) -> dict[str, Any]:

@@ -22,17 +22,9 @@ from collections.abc import Callable
 from cni.spec.errors import AddressExhausted
 from ipam.alloc.plan import Plan
 from ipam.alloc.planner import Planner
-from ipam.records import (
-    BUFFER_NETWORK,
-    BlockRecord,
-    HandleId,
-    HandleRecord,
-    LeasedIP,
-    affinity_key,
-    block_key,
-    handles_prefix,
-)
+from ipam.records import BlockRecord, HandleId, HandleRecord, LeasedIP
 from store.base import Store
+from store.keys import BUFFER_NETWORK, affinity_key, block_key, handles_prefix
 
 BUFFER_ROLE = "outage-buffer"
 

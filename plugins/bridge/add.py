@@ -13,7 +13,6 @@ import socket
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -33,12 +32,10 @@ from plugins.bridge.calc import (
     route_specs,
 )
 from plugins.bridge.config import BridgeConfig, parse_bridge_config
+from plugins.bridge.context import BridgeContext
 from plugins.bridge.delegate import delegate, validate_delegation
 from plugins.bridge.errors import describe, failing
 from plugins.bridge.overlay import ensure_neighbour_proxy, ensure_quick_resolve, fit_to_node
-
-if TYPE_CHECKING:
-    from plugins.bridge.plugin import BridgePlugin
 
 log = logging.getLogger("pycnid.bridge")
 
@@ -59,21 +56,21 @@ class AddState:
     container_mac: str = ""
 
 
-def ensure_bridge(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
-    st.bridge = rt.bridges.ensure_bridge(st.node, st.cfg)
+def ensure_bridge(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
+    st.bridge = ctx.bridges.ensure_bridge(st.node, st.cfg)
 
 
-def add_ipam(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
+def add_ipam(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
     """A failed IPAM ADD cleans up after itself (as the reference assumes): the IPAM DEL is
     pushed only once it has leased something."""
-    result = delegate(rt.services.plugins, st.req, "ADD") or {}
-    undo.callback(quietly("IPAM DEL", delegate, rt.services.plugins, st.req, "DEL"))
+    result = delegate(ctx.plugins, st.req, "ADD") or {}
+    undo.callback(quietly("IPAM DEL", delegate, ctx.plugins, st.req, "DEL"))
     st.ips = calc_ips(result.get("ips") or [], st.cfg.is_gateway)
     st.routes = calc_routes(result.get("routes") or [], st.ips, st.cfg.is_default_gateway)
     st.dns = st.cfg.dns or result.get("dns") or {}
 
 
-def setup_veth(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
+def setup_veth(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
     """The veth pair: host end on the bridge (up, MTU), container end CNI_IFNAME in the pod."""
     host, ifname = st.att.host_veth, st.req.env.ifname
     st.host_mac, st.container_mac = link.random_mac(), st.cfg.mac or link.random_mac()
@@ -136,7 +133,7 @@ def validate_new_attachment(att: Attachment) -> None:
         raise attachment_exists(att.host_veth)
 
 
-def setup_port(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
+def setup_port(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
     """Label the host veth with its attachment (for GC) and set hairpin mode."""
     with failing(f"failed to configure bridge port {st.att.host_veth}"):
         link.set_port(
@@ -144,14 +141,14 @@ def setup_port(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
         )
 
 
-def setup_pod(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
+def setup_pod(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
     """Inside the pod: addresses, link up, routes (gw defaults to the family's gateway), each
     route on this attachment's device next to another attachment's route to the same dst."""
     ifname = st.req.env.ifname
 
     def inside() -> int:
         sysctl.ensure_sysctl(f"net/ipv4/conf/{ifname}/arp_notify", "1", missing_ok=True)
-        if rt.services.overlay is not None:
+        if ctx.overlay is not None:
             ensure_quick_resolve(ifname)
         return socket.if_nametoindex(ifname)
 
@@ -164,19 +161,19 @@ def setup_pod(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
             route.add_route(pod, spec, exist_ok=True)
 
 
-def ensure_gateway(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
+def ensure_gateway(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
     """isGateway: the gateway addresses on the bridge (forceAddress replaces another one);
     a Pod address the bridge already holds is refused."""
     wanted = bridge_addresses(st.ips) if st.cfg.is_gateway else []
-    rt.bridges.ensure_gateway(
+    ctx.bridges.ensure_gateway(
         st.node, st.bridge, wanted, st.cfg.force_address, container_addresses(st.ips)
     )
-    if wanted and rt.services.overlay is not None:
+    if wanted and ctx.overlay is not None:
         with failing(f"failed to answer for remote Pods on {st.cfg.bridge}"):
             ensure_neighbour_proxy(st.cfg.bridge, {a.version for a in wanted})
 
 
-def ensure_forwarding(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
+def ensure_forwarding(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
     if not (st.cfg.is_gateway or st.cfg.ip_masq):
         return
     versions = {a.version for a in container_addresses(st.ips)}
@@ -187,15 +184,15 @@ def ensure_forwarding(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
             sysctl.ensure_sysctl("net/ipv6/conf/all/forwarding", "1", missing_ok=True)
 
 
-def setup_masquerade(rt: BridgePlugin, st: AddState, undo: ExitStack) -> None:
+def setup_masquerade(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
     if not (st.cfg.ip_masq and st.ips):
         return
-    undo.callback(quietly("remove masquerade elements", rt.masq.remove, st.att.tag))
+    undo.callback(quietly("remove masquerade elements", ctx.masq.remove, st.att.tag))
     with failing("failed to set up masquerading"):
-        rt.masq.add(st.att.tag, st.cfg.bridge, masq_pairs(st.ips))
+        ctx.masq.add(st.att.tag, st.cfg.bridge, masq_pairs(st.ips))
 
 
-STEPS: tuple[tuple[str, Callable[[BridgePlugin, AddState, ExitStack], None]], ...] = (
+STEPS: tuple[tuple[str, Callable[[BridgeContext, AddState, ExitStack], None]], ...] = (
     ("ensure-bridge", ensure_bridge),
     ("ipam-add", add_ipam),
     ("setup-veth", setup_veth),
@@ -208,18 +205,18 @@ STEPS: tuple[tuple[str, Callable[[BridgePlugin, AddState, ExitStack], None]], ..
 ADD_STEPS = tuple(name for name, _ in STEPS) + ("finish",)
 
 
-def run_add(rt: BridgePlugin, req: Request) -> dict:
-    cfg = fit_to_node(parse_bridge_config(req), rt.services.overlay)
-    validate_delegation(rt.services.plugins, req, parse=True)
+def run_add(ctx: BridgeContext, req: Request) -> dict:
+    cfg = fit_to_node(parse_bridge_config(req), ctx.overlay)
+    validate_delegation(ctx.plugins, req, parse=True)
     validate_pod_netns(req)
     att = Attachment.of(req)
     validate_new_attachment(att)
     with node_session() as node, ExitStack() as resources, ExitStack() as undo:
         st = AddState(req=req, cfg=cfg, att=att, node=node, resources=resources)
         for name, step in STEPS:
-            rt.services.faults.point(req, name)
-            step(rt, st, undo)
-        rt.services.faults.point(req, "finish")
+            ctx.faults.point(req, name)
+            step(ctx, st, undo)
+        ctx.faults.point(req, "finish")
         result = add_result(st)
         undo.pop_all()
     return result

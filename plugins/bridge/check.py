@@ -8,7 +8,6 @@ inside the pod, the masquerade elements, and the IPAM lease (delegated CHECK).
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
 
 from cni.spec.errors import CheckFailed, InvalidConfig
 from cni.spec.request import Request
@@ -20,16 +19,14 @@ from masq.rules import FAMILY, TABLE, elements_for
 from plugins.bridge.add import validate_pod_netns
 from plugins.bridge.calc import bridge_addresses, masq_pairs, route_specs
 from plugins.bridge.config import BridgeConfig, parse_bridge_config
+from plugins.bridge.context import BridgeContext
 from plugins.bridge.delegate import delegate
 from plugins.bridge.errors import failing
 from plugins.bridge.overlay import fit_to_node
 
-if TYPE_CHECKING:
-    from plugins.bridge.plugin import BridgePlugin
 
-
-def run_check(rt: BridgePlugin, req: Request) -> None:
-    cfg = fit_to_node(parse_bridge_config(req), rt.services.overlay)
+def run_check(ctx: BridgeContext, req: Request) -> None:
+    cfg = fit_to_node(parse_bridge_config(req), ctx.overlay)
     prev = expected_result(req)
     validate_pod_netns(req)
     index = container_index(prev, req)
@@ -45,8 +42,8 @@ def run_check(rt: BridgePlugin, req: Request) -> None:
             if cfg.is_gateway:
                 validate_gateway(node, bridge, ips)
         if cfg.ip_masq:
-            validate_masquerade(rt, att, cfg.bridge, ips)
-    delegate(rt.services.plugins, req, "CHECK")
+            validate_masquerade(ctx, att, cfg.bridge, ips)
+    delegate(ctx.plugins, req, "CHECK")
 
 
 def expected_result(req: Request) -> dict:
@@ -147,8 +144,8 @@ def validate_gateway(node, bridge: link.LinkInfo, ips: list[dict]) -> None:
             raise CheckFailed(f"gateway address {want} is missing from bridge {bridge.name}")
 
 
-def validate_masquerade(rt: BridgePlugin, att: Attachment, bridge: str, ips: list[dict]) -> None:
-    have = rt.masq.elements(att.tag)
+def validate_masquerade(ctx: BridgeContext, att: Attachment, bridge: str, ips: list[dict]) -> None:
+    have = ctx.masq.elements(att.tag)
     for elem in elements_for(att.tag, bridge, masq_pairs(ips)):
         if elem not in have:
             raise CheckFailed(

@@ -3,7 +3,8 @@
 pycnid runs in the node netns: the bridge, the host veth ends and the nftables table live
 there; the pod is reached through the netns fd the executable sent. Requests arrive
 concurrently on worker threads: each thread reuses its node netlink session (the pod
-session is per request), bridge set-up is serialised per bridge name (and tolerates EEXIST from other processes), nft changes go through one engine.
+session is per request), bridge set-up is serialised per bridge name (and tolerates EEXIST
+from other processes), masquerade changes go through the table's one writer (``masq/table.py``).
 
 - ADD: ``bridge_add`` (named steps, full rollback).
 - DEL: by derived names only (host veth, masquerade tag), so it needs neither the pod netns
@@ -22,12 +23,11 @@ from cni.spec.errors import CleanupIncomplete, CNIError
 from cni.spec.request import Request, gc_valid_attachments
 from common.attachment import Attachment, tag_in_network, tag_of_alias
 from kernel import link
-from kernel.nft import Nft
 from kernel.session import close_node_sessions, node_session
-from masq.table import Masquerader
-from plugins.base import Services
+from plugins.base import HandlerDeps
 from plugins.bridge.add import ADD_STEPS, run_add
 from plugins.bridge.check import run_check
+from plugins.bridge.context import BridgeContext
 from plugins.bridge.delegate import delegate, validate_delegation
 from plugins.bridge.errors import MECHANISM_ERRORS, describe
 from plugins.bridge.node import NodeBridges
@@ -38,31 +38,34 @@ DEL_HELPERS = 8  # concurrent veth deletions (they queue on the kernel's rtnl lo
 
 
 class BridgePlugin:
-    def __init__(self, services: Services, nft: Nft | None = None) -> None:
-        self.services = services
-        cluster = services.overlay.cluster_cidrs if services.overlay is not None else tuple
-        self.masq = Masquerader(nft or Nft(), cluster=cluster)
-        self.bridges = NodeBridges()
+    def __init__(self, deps: HandlerDeps) -> None:
+        self.ctx = BridgeContext(
+            plugins=deps.plugins,  # filled by pycnid once every handler exists
+            faults=deps.faults,
+            masq=deps.masq,  # the table's one writer, lent by pycnid
+            bridges=NodeBridges(),
+            overlay=deps.overlay,
+        )
         # Threads are made by the submitting request thread, so they start in the node netns.
         self.helpers = ThreadPoolExecutor(DEL_HELPERS, thread_name_prefix="pycnid-bridge-del")
 
     def add(self, req: Request) -> dict:
-        return run_add(self, req)
+        return run_add(self.ctx, req)
 
     def delete(self, req: Request) -> None:
         """The kernel spends ~15-20 ms deleting a veth (RCU grace periods), nearly all of it
         waiting: a helper thread deletes it while this one releases the masquerade elements and
         the lease (the reference, too, releases the lease before the veth is gone)."""
         att = Attachment.of(req)
-        validate_delegation(self.services.plugins, req)  # a bad ipam section removes nothing
+        validate_delegation(self.ctx.plugins, req)  # a bad ipam section removes nothing
         veth_removed = self.helpers.submit(remove_host_veth, att.host_veth)
         errors: list[str] = []
         try:
             try:
-                self.masq.remove(att.tag)
+                self.ctx.masq.remove(att.tag)
             except MECHANISM_ERRORS as exc:
                 errors.append(f"removing masquerade elements of {att.tag}: {describe(exc)}")
-            delegate(self.services.plugins, req, "DEL")
+            delegate(self.ctx.plugins, req, "DEL")
         finally:
             veth_error = veth_removed.result()
         errors = ([veth_error] if veth_error else []) + errors
@@ -76,23 +79,23 @@ class BridgePlugin:
         close_node_sessions()
 
     def check(self, req: Request) -> None:
-        validate_delegation(self.services.plugins, req)
-        run_check(self, req)
+        validate_delegation(self.ctx.plugins, req)
+        run_check(self.ctx, req)
 
     def status(self, req: Request) -> None:
-        validate_delegation(self.services.plugins, req)
-        delegate(self.services.plugins, req, "STATUS")
+        validate_delegation(self.ctx.plugins, req)
+        delegate(self.ctx.plugins, req, "STATUS")
 
     def gc(self, req: Request) -> None:
-        validate_delegation(self.services.plugins, req)
+        validate_delegation(self.ctx.plugins, req)
         keep = valid_attachment_filter(req)
         errors = self._collect_veths(keep)
         try:
-            errors += self.masq.collect(keep)
+            errors += self.ctx.masq.collect(keep)
         except MECHANISM_ERRORS as exc:
             errors.append(f"reading masquerade elements: {describe(exc)}")
         try:
-            delegate(self.services.plugins, req, "GC")
+            delegate(self.ctx.plugins, req, "GC")
         except CNIError as exc:
             errors.append(f"IPAM GC: {exc}")
         if errors:
@@ -146,6 +149,6 @@ def valid_attachment_filter(req: Request) -> Any:
     return keep
 
 
-def create(services: Services) -> BridgePlugin:
+def create(deps: HandlerDeps) -> BridgePlugin:
     """pycnid's entry point (called on its main thread, in the node netns)."""
-    return BridgePlugin(services)
+    return BridgePlugin(deps)

@@ -15,7 +15,7 @@ whose node selector matches this node (``ipam_config``). The daemon config adds 
 how long an empty block stays with the node, and how often that is looked at; 0: never). The
 housekeeping thread also rolls back failed ADDs whose txn landed after all. pycnid opens the
 store and starts those threads at start-up (``pycnid/wiring.py``); the handler only
-reads ``Services.leases`` and ``Services.node``.
+reads ``HandlerDeps.leases`` and ``HandlerDeps.node``.
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
 from ipam.alloc.selection import missing_gateway
-from ipam.records import BlockRecord, HandleId, HandleRecord, block_key
-from plugins.base import Services
+from ipam.records import BlockRecord, HandleId, HandleRecord
+from plugins.base import HandlerDeps
 from plugins.ipam.config import IpamConfig, cached_ipam_config
 from plugins.ipam.requested import parse_requested_ips, requested_by_set
+from store.keys import block_key
 
 log = logging.getLogger("pycnid.ipam")
 POD_ATTRIBUTES = {"K8S_POD_NAMESPACE": "namespace", "K8S_POD_NAME": "pod", "K8S_POD_UID": "podUID"}
@@ -68,11 +69,11 @@ def pod_attributes(req: Request) -> dict[str, str]:
 
 
 class IpamPlugin:
-    def __init__(self, services: Services) -> None:
-        self.services = services
-        self.leases = services.leases
-        self.node = services.node  # liveness, outage guard, reaper (nodes/context.py)
-        self.guard = services.node.guard
+    def __init__(self, deps: HandlerDeps) -> None:
+        self.deps = deps
+        self.leases = deps.leases
+        self.node = deps.node  # liveness, outage guard, reaper (nodes/context.py)
+        self.guard = deps.node.guard
 
     def add(self, req: Request) -> dict:
         cfg = cached_ipam_config(req.config)  # validated once per distinct netconf
@@ -81,7 +82,7 @@ class IpamPlugin:
             requested = requested_by_set(cfg, requested)
         handle = handle_of(req)
         with ExitStack() as undo:
-            self.services.faults.point(req, "ipam-allocate")
+            self.deps.faults.point(req, "ipam-allocate")
             attributes = pod_attributes(req)
             record, created = self.guard.acquire(  # the outage buffer when etcd is away
                 handle,
@@ -93,7 +94,7 @@ class IpamPlugin:
             if created:
                 undo.callback(self._rollback, handle)
             require_gateways(record, cfg)  # the outage buffer's and older leases too
-            self.services.faults.point(req, "ipam-result")
+            self.deps.faults.point(req, "ipam-result")
             result = render_result(record, cfg)
             undo.pop_all()
         return result
@@ -157,7 +158,7 @@ class IpamPlugin:
         self.node.reap()  # dead nodes' addresses, after their grace period (nodes/reaper.py)
 
     def close(self) -> None:
-        """Nothing of its own: the store and the node's services are pycnid's to stop."""
+        """Nothing of its own: the store and the node's loops are pycnid's to stop."""
 
 
 def compare_with_prev_result(record: HandleRecord, prev: Any, version: str) -> None:
@@ -182,6 +183,6 @@ def compare_with_prev_result(record: HandleRecord, prev: Any, version: str) -> N
         )
 
 
-def create(services: Services) -> IpamPlugin:
+def create(deps: HandlerDeps) -> IpamPlugin:
     """pycnid's entry point: serve IPAM from the store and lease service it opened."""
-    return IpamPlugin(services)
+    return IpamPlugin(deps)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from cni.spec.errors import CheckFailed, CNIError, InvalidConfig
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
-from plugins.base import Services
+from plugins.base import HandlerDeps
 from plugins.svc.args import calc_ips, parse_labels, parse_ports, validate_identity
 from plugins.svc.store import (
     attachment_of,
@@ -68,9 +68,9 @@ def calc_differences(
 
 
 class SvcPlugin:
-    def __init__(self, services: Services) -> None:
-        self.services = services
-        self.store = services.store
+    def __init__(self, deps: HandlerDeps) -> None:
+        self.deps = deps
+        self.store = deps.store
 
     def add(self, req: Request) -> dict:
         if req.prev_result is None:
@@ -78,8 +78,8 @@ class SvcPlugin:
                 "pycni-svc needs prevResult",
                 "key 'prevResult' is missing: put pycni-svc after the main plugin in the conflist",
             )
-        record = calc_record(req, self.services.node_name)
-        self.services.faults.point(req, "svc-publish")
+        record = calc_record(req, self.deps.node_name)
+        self.deps.faults.point(req, "svc-publish")
         ensure_published(self.store, record)
         return canonical(req.prev_result, req.version)
 
@@ -97,7 +97,7 @@ class SvcPlugin:
 
     def check(self, req: Request) -> None:
         with_ips = req.prev_result is not None
-        wanted = calc_record(req, self.services.node_name, with_ips)
+        wanted = calc_record(req, self.deps.node_name, with_ips)
         kv = self.store.get(wanted.key)
         stored = decode_endpoint(kv) if kv is not None else None
         if stored is None:
@@ -114,7 +114,7 @@ class SvcPlugin:
         self.store.status()
 
     def gc(self, req: Request) -> None:
-        stale = calc_stale_filter(req, self.services.node_name)
+        stale = calc_stale_filter(req, self.deps.node_name)
         gone = withdraw_all(self.store, find_keys(self.store, stale), stale)
         if gone:
             log.info(
@@ -142,6 +142,6 @@ def calc_stale_filter(req: Request, node: str) -> Callable[[EndpointRecord], boo
     return stale
 
 
-def create(services: Services) -> SvcPlugin:
+def create(deps: HandlerDeps) -> SvcPlugin:
     """pycnid's entry point: publish endpoints in the store pycnid opened."""
-    return SvcPlugin(services)
+    return SvcPlugin(deps)

@@ -13,10 +13,11 @@ import logging
 from collections.abc import Callable, Iterable
 
 from cni.spec.errors import TryAgainLater
-from ipam.records import ENDPOINTS, CorruptRecord
 from services.record import EndpointRecord
 from store.base import KV, Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
+from store.codec import CorruptRecord
+from store.keys import ENDPOINTS
 
 log = logging.getLogger("pycnid.svc")
 RETRY = Retry(attempts=12, base=0.005, cap=0.2, jitter=True, immediate=1)

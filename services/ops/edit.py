@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from cni.spec.errors import InvalidConfig
-from ipam.records import SERVICES, SERVICES_META, CorruptRecord
 from services.allocate import commit, create_service, read_service, remove_service, update_service
 from services.record import (
     EndpointRecord,
@@ -28,6 +27,8 @@ from services.selectors import calc_endpoints
 from services.validate import validate_settings
 from store.base import KV, Compare, Put, Store
 from store.cas import LOST, Lost
+from store.codec import CorruptRecord
+from store.keys import SERVICES, SERVICES_META
 
 
 def calc_stranded(settings: ServiceSettings, services: list[ServiceRecord]) -> str | None:

@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cni.spec.errors import CNIError
-from ipam.records import ENDPOINTS, NODES, POOLS, SERVICES, SERVICES_META, CorruptRecord, decode
 from nodes.record import NodeRecord
 from services.proxy.model import (
     LOOPBACK,
@@ -34,6 +33,8 @@ from services.proxy.model import (
 from services.record import EndpointRecord, ServiceRecord, ServiceSettings
 from services.selectors import calc_served_ports, matches
 from store.base import KV
+from store.codec import CorruptRecord, decode
+from store.keys import ENDPOINTS, NODES, POOLS, SERVICES, SERVICES_META
 
 log = logging.getLogger("pycnid.proxy")
 PREFIXES = (SERVICES, ENDPOINTS, POOLS, SERVICES_META, NODES)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import event
 
-from ipam.records import ENDPOINTS, HANDLES
+from store.keys import ENDPOINTS, HANDLES
 from store.sqlite import SqliteStore
 from tests.fixtures.bridge import host_local_ipam, masq_elements, pycni_ipam
 from tests.fixtures.daemon import Pycnid, daemon_config, send_frame

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from cni.spec.errors import CNIError
 from cni.spec.request import MAX_DEPTH, decode_json
 from cni.spec.result import canonical, render
-from ipam.records import ENDPOINTS
 from services.record import EndpointRecord
+from store.keys import ENDPOINTS
 
 from .budget import cases
 from .node import FuzzNode, State, new_cid

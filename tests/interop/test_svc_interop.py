@@ -21,8 +21,8 @@ import sys
 import pytest
 
 from cni.runtime.tool import container_id_for
-from ipam.records import ENDPOINTS, handles_prefix
 from services.record import EndpointRecord, endpoint_key
+from store.keys import ENDPOINTS, handles_prefix
 from store.sqlite import SqliteStore
 from tests.fixtures.cnirun import (
     REPO,

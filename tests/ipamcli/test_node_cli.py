@@ -14,10 +14,11 @@ from click.testing import CliRunner
 from cli import cli
 from ipam.alloc.selection import Selection
 from ipam.leases.service import LeaseService
-from ipam.records import AFFINITY, HANDLES, HandleId
+from ipam.records import HandleId
 from nodes.liveness import Liveness, write_node
 from nodes.record import NodeRecord, OverlayInfo, heartbeat_key, node_key
 from store.base import Put
+from store.keys import AFFINITY, HANDLES
 
 POOLS = Selection("net", pools=("tiny",))
 ROW_KEYS = {"name", "record", "address", "labels", "startedAt", "overlay", "blockCount", "health"}

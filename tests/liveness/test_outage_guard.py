@@ -17,9 +17,10 @@ from ipam.outage.files import OutageFiles
 from ipam.outage.guard import OutageGuard
 from ipam.outage.store import TrackedStore
 from ipam.outage.txns import read_buffers
-from ipam.records import BlockRecord, HandleId, HandleRecord, blocks_prefix
+from ipam.records import BlockRecord, HandleId, HandleRecord
 from plugins.ipam.config import parse_ipam_config
 from store.etcd import EtcdStore
+from store.keys import blocks_prefix
 
 pytestmark = pytest.mark.etcd
 CONF = {

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from ipam.records import affinity_prefix
 from nodes.liveness import Liveness, NodeRecord, heartbeat_key, node_key, write_node
 from nodes.reaper import NodeIsAlive, reap_dead_nodes, release_node, suspect_key
 from store.base import Compare, Put
+from store.keys import affinity_prefix
 from tests.fixtures.liveness import allocations, blocks_of, handles_of, seed_lease, seed_pool
 
 pytestmark = pytest.mark.etcd

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from ipam.records import blocks_prefix
+from store.keys import blocks_prefix
 from store.sqlite import SqliteStore
 from tests.cluster.load import pycni_ipam_cli
 from tests.fixtures.bridge import BridgeNode, bridge_node, new_cid  # noqa: F401

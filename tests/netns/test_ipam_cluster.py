@@ -10,7 +10,8 @@ import tempfile
 
 import pytest
 
-from ipam.records import BlockRecord, blocks_prefix
+from ipam.records import BlockRecord
+from store.keys import blocks_prefix
 from tests.fixtures.daemon import Pycnid, daemon_config
 from tests.fixtures.ipam import addresses, daemon_store, handles, ipam_conf, run_ipam
 from tests.fixtures.ipam_pools import put_pool

@@ -29,7 +29,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ipam.records import SERVICES_META, encode, pool_key
 from services.proxy.model import PROTOCOLS, ProxyModel, ProxyPort, ProxyService, ServicePortView
 from services.proxy.render import FAMILY, TABLE, is_shape_chain
 from services.proxy.sync import POLL, calc_plan
@@ -37,6 +36,8 @@ from services.proxy.table import ServiceTable, group_views
 from services.proxy.view import PREFIXES, Records
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import Delete, Put
+from store.codec import encode
+from store.keys import SERVICES_META, pool_key
 from store.sqlite import SqliteStore
 from tests.fixtures.netns import Netns, new_netns
 from tests.fixtures.svc_model import NODE, NODE6, be

@@ -11,9 +11,9 @@ import os
 import pytest
 
 from cni.runtime.tool import container_id_for
-from ipam.records import ENDPOINTS, PREFIX
 from services.record import EndpointRecord
-from store.base import Put
+from store.base import PREFIX, Put
+from store.keys import ENDPOINTS
 from store.sqlite import SqliteStore
 from tests.fixtures.cnirun import (
     Runner,

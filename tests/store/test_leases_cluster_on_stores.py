@@ -17,15 +17,8 @@ import pytest
 from cni.spec.errors import AddressExhausted
 from ipam.alloc.selection import Selection
 from ipam.leases.service import LeaseService
-from ipam.records import (
-    HANDLES,
-    BlockRecord,
-    HandleId,
-    HandleRecord,
-    affinity_prefix,
-    blocks_prefix,
-    handles_prefix,
-)
+from ipam.records import BlockRecord, HandleId, HandleRecord
+from store.keys import HANDLES, affinity_prefix, blocks_prefix, handles_prefix
 from tests.fixtures.ipam_pools import Clock, put_pool
 
 

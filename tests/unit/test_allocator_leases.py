@@ -9,9 +9,11 @@ import pytest
 
 from cni.spec.errors import AddressConflict, AddressExhausted, NotAvailable
 from ipam.leases.service import LeaseService
-from ipam.records import BlockRecord, HandleId, block_key, decode, encode, pool_key
+from ipam.records import BlockRecord, HandleId
 from plugins.ipam.config import parse_ipam_config
 from store.base import Compare, Put
+from store.codec import decode, encode
+from store.keys import block_key, pool_key
 from store.sqlite import SqliteStore
 
 

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from bench import svc_e2e
 from bench import svc_e2e_load as load
-from ipam.records import ENDPOINTS, SERVICE_IPS, SERVICES
 from services.record import EndpointRecord, ServiceRecord
 from services.selectors import calc_endpoints
+from store.keys import ENDPOINTS, SERVICE_IPS, SERVICES
 
 CIDR = ipaddress.ip_network(svc_e2e.CIDR)
 CREATE_VIPS = ipaddress.ip_network("10.96.255.0/24")

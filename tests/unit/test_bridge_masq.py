@@ -1,4 +1,4 @@
-"""Masquerader policy over an in-memory nft (the privileged edge faked, knftables style).
+"""MasqTable policy over an in-memory nft (the privileged edge faked, knftables style).
 
 The fake applies our own element commands atomically (a transaction that deletes a missing
 element fails as a whole, as nft does) and lists sets in nft's JSON shape; it can start with a
@@ -15,7 +15,7 @@ import pytest
 from cni.spec.errors import AddressConflict
 from kernel.nft import NftError
 from masq.rules import SET_TYPES
-from masq.table import Masquerader
+from masq.table import MasqTable
 
 ELEMENT = re.compile(
     r'^(add|delete) element inet pycni-masq (\w+) \{ (.+?)(?: comment "(.*)")? \}$'
@@ -114,7 +114,7 @@ def _part(text: str):
 
 
 class Veths:
-    """The live attachments (tag -> bridge of its host veth) the Masquerader asks about."""
+    """The live attachments (tag -> bridge of its host veth) the MasqTable asks about."""
 
     def __init__(self) -> None:
         self.live: dict[str, str] = {}
@@ -135,8 +135,8 @@ def veths() -> Veths:
     return Veths()
 
 
-def masquerader(nft: FakeNft, veths: Veths | None = None) -> Masquerader:
-    return Masquerader(nft, veths or Veths())
+def masquerader(nft: FakeNft, veths: Veths | None = None) -> MasqTable:
+    return MasqTable(nft, veths or Veths())
 
 
 def test_first_add_creates_the_table_in_the_same_transaction(nft):

@@ -1,6 +1,6 @@
 """pycnid's start-up wiring (pycnid/wiring.py) on a real SqliteStore: the store and the
-node's services open in a fixed order, each stop registered as it starts and run in reverse;
-handlers get one typed Services; plugins/base.py does not import the daemon."""
+node's deps open in a fixed order, each stop registered as it starts and run in reverse;
+handlers get one typed HandlerDeps; plugins/base.py does not import the daemon."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from cni.spec.errors import InvalidConfig
 from common.metrics import Registry
-from plugins.base import Services
+from plugins.base import HandlerDeps
 from pycnid.config import parse_daemon_config
 from pycnid.wiring import PLUGINS, Lifecycle, build_plugins, wire_node
 
@@ -35,15 +35,15 @@ def stop_names(life: Lifecycle) -> list[str]:
 def test_the_store_then_liveness_then_housekeeping_each_stop_as_it_starts(tmp_path):
     life = Lifecycle("node1", Registry())
     wired = wire_node(sqlite_config(tmp_path), life)
-    services = wired.services
+    deps = wired.deps
     try:
         assert life.on_shutdown == [
-            services.store.close,
-            services.node.liveness.stop,
+            deps.store.close,
+            deps.node.liveness.stop,
             wired.housekeeping.stop,
         ]  # SQLite: no reaper, guard, watch
-        assert services.node_name == "node1" and services.metrics is life.metrics
-        assert services.leases.store is services.node.store and wired.pool_watch is None
+        assert deps.node_name == "node1" and deps.metrics is life.metrics
+        assert deps.leases.store is deps.node.store and wired.pool_watch is None
     finally:
         life.shut_down()
 
@@ -88,14 +88,14 @@ def test_shutdown_runs_the_stops_in_reverse_and_past_a_failing_one(caplog):
 
 def test_every_handler_of_this_build_is_created_and_closed_at_shutdown(tmp_path):
     life = Lifecycle("node1", Registry())
-    services = wire_node(sqlite_config(tmp_path), life).services
+    deps = wire_node(sqlite_config(tmp_path), life).deps
     before = len(life.on_shutdown)
-    plugins = build_plugins(services, life)
+    plugins = build_plugins(deps, life)
     try:
-        assert plugins is services.plugins and sorted(plugins) == sorted(PLUGINS)
+        assert plugins is deps.plugins and sorted(plugins) == sorted(PLUGINS)
         assert {"ipam", "bridge", "svc"} <= set(plugins)
         assert life.on_shutdown[before:] == [plugins[name].close for name in PLUGINS]
-        assert isinstance(services, Services)
+        assert isinstance(deps, HandlerDeps)
     finally:
         life.shut_down()
 

@@ -1,9 +1,10 @@
 """One data model: every store key prefix, record codec and shared default is defined once.
 
 A grep over the source (its syntax tree, so docstrings and comments do not count): the key
-layout and the codecs live in ``ipam/records.py``; the operator tools (``ipam.ops``,
-``cli``) and pycnid import them instead of writing their own. And the layers below the
-operator tools never import them (usage counting sits in ``ipam.alloc.usage`` for that).
+layout lives in ``store/keys.py`` and the codec in ``store/codec.py``; the operator tools
+(``ipam.ops``, ``cli``) and pycnid import them instead of writing their own. And the layers
+below the operator tools never import them (usage counting sits in ``ipam.alloc.usage`` for
+that).
 """
 
 from __future__ import annotations
@@ -15,17 +16,33 @@ from collections import defaultdict
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SOURCES = sorted(p for top in ("cni", "ipam") for p in (ROOT / top).rglob("*.py"))
-RECORDS = ROOT / "ipam" / "records.py"
-STORE_BASE = ROOT / "ipam" / "store" / "base.py"  # PREFIX itself: the store's namespace
-KEY_OWNERS = {RECORDS, STORE_BASE}
+LAYERS = (
+    "cni",
+    "common",
+    "kernel",
+    "store",
+    "ipam",
+    "nodes",
+    "masq",
+    "services",
+    "overlay",
+    "plugins",
+    "pycnid",
+    "cli",
+)
+SOURCES = sorted(p for top in LAYERS for p in (ROOT / top).rglob("*.py"))
+KEYS = ROOT / "store" / "keys.py"
+CODEC = ROOT / "store" / "codec.py"
+STORE_BASE = ROOT / "store" / "base.py"  # PREFIX itself: the store's namespace
+KEY_OWNERS = {KEYS, STORE_BASE}
 CODEC_NAMES = {"encode", "decode", "load_json", "decoded"}
 LOWER = [
     ROOT / "cni",
-    *(
-        ROOT / "ipam" / d
-        for d in ("store", "alloc", "leases", "outage", "nodes", "services", "daemon")
-    ),
+    ROOT / "store",
+    *(ROOT / "ipam" / d for d in ("alloc", "leases", "outage")),
+    ROOT / "nodes",
+    ROOT / "services",
+    ROOT / "pycnid",
 ]
 
 
@@ -93,19 +110,19 @@ def test_store_keys_are_spelled_only_in_records():
         for keys in [key_literals(tree(p))]
         if keys
     }
-    assert found == {}, "define store keys in ipam/records.py and import them"
+    assert found == {}, "define store keys in store/keys.py and import them"
 
 
 def test_record_codecs_are_defined_only_in_records():
     found = sorted(
         f"{rel(p)}: {node.name}"
         for p in SOURCES
-        if p != RECORDS
-        and rel(p).startswith("ipam/")  # (cni/spec's netconf codecs are not records)
+        if p != CODEC
+        and not rel(p).startswith("cni/")  # (cni/spec's netconf codecs are not records)
         for node in ast.walk(tree(p))
         if isinstance(node, ast.FunctionDef) and node.name in CODEC_NAMES
     )
-    assert found == [], "use ipam.records.encode/decode (and the record types)"
+    assert found == [], "use store.codec.encode/decode (and the record types)"
 
 
 def module_constants(module: ast.Module) -> dict[str, str]:
@@ -159,7 +176,7 @@ def test_default_constants_are_defined_once():
         "SERVICES_META",
     ],
 )
-def test_key_constants_are_assigned_only_in_records(name):
+def test_key_constants_are_assigned_only_in_keys(name):
     owners = [
         rel(p)
         for p in SOURCES
@@ -168,7 +185,7 @@ def test_key_constants_are_assigned_only_in_records(name):
         for target in node.targets
         if isinstance(target, ast.Name) and target.id == name
     ]
-    assert owners == ["ipam/records.py"]
+    assert owners == ["store/keys.py"]
 
 
 def imported_modules(module: ast.Module) -> set[str]:

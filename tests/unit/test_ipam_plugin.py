@@ -24,7 +24,7 @@ def life():
 
 
 @pytest.fixture
-def services(tmp_path, life):
+def deps(tmp_path, life):
     config = parse_daemon_config(
         {
             "nodeName": "node1",
@@ -33,9 +33,9 @@ def services(tmp_path, life):
             "store": {"type": "sqlite", "path": str(tmp_path / "s.db")},
         }
     )
-    services = wire_node(config, life).services
-    services.plugins["ipam"] = ipam_plugin.create(services)
-    return services
+    deps = wire_node(config, life).deps
+    deps.plugins["ipam"] = ipam_plugin.create(deps)
+    return deps
 
 
 def request(command: str, config: dict, cid: str = "c1", args: str = "") -> Request:
@@ -67,61 +67,61 @@ CONF = {
 }
 
 
-def test_bridge_delegation_runs_in_process(services):
-    result = delegate(services.plugins, request("ADD", CONF), "ADD")
+def test_bridge_delegation_runs_in_process(deps):
+    result = delegate(deps.plugins, request("ADD", CONF), "ADD")
     assert result == {
         "cniVersion": "1.1.0",
         "ips": [{"address": "10.30.0.2/24", "gateway": "10.30.0.1"}],
         "routes": [{"dst": "0.0.0.0/0"}],
         "dns": {},
     }
-    delegate(services.plugins, request("CHECK", CONF), "CHECK")  # no prevResult: lease only
-    delegate(services.plugins, request("DEL", CONF), "DEL")
+    delegate(deps.plugins, request("CHECK", CONF), "CHECK")  # no prevResult: lease only
+    delegate(deps.plugins, request("DEL", CONF), "DEL")
     with pytest.raises(CheckFailed, match="no address lease for net/c1/eth0"):
-        delegate(services.plugins, request("CHECK", CONF), "CHECK")
+        delegate(deps.plugins, request("CHECK", CONF), "CHECK")
 
 
-def test_wiring_shares_the_store_and_closes_it_at_shutdown(services, life):
-    store = services.store
-    assert store.name.startswith("sqlite:") and services.leases.node == "node1"
+def test_wiring_shares_the_store_and_closes_it_at_shutdown(deps, life):
+    store = deps.store
+    assert store.name.startswith("sqlite:") and deps.leases.node == "node1"
     assert store.close in life.on_shutdown
 
 
-def test_fault_after_commit_releases_the_lease(services):
-    plugin = services.plugins["ipam"]
+def test_fault_after_commit_releases_the_lease(deps):
+    plugin = deps.plugins["ipam"]
     with pytest.raises(InjectedFault):
         plugin.add(request("ADD", CONF, args="PYCNI_FAULT=ipam-result"))
-    assert services.leases.handles("net") == []
-    assert services.faults.steps_seen[-2:] == ["ipam-allocate", "ipam-result"]
+    assert deps.leases.handles("net") == []
+    assert deps.faults.steps_seen[-2:] == ["ipam-allocate", "ipam-result"]
 
 
-def test_repeated_add_that_fails_late_keeps_the_existing_lease(services):
-    plugin = services.plugins["ipam"]
+def test_repeated_add_that_fails_late_keeps_the_existing_lease(deps):
+    plugin = deps.plugins["ipam"]
     plugin.add(request("ADD", CONF))
     with pytest.raises(InjectedFault):
         plugin.add(request("ADD", CONF, args="PYCNI_FAULT=ipam-result"))
-    assert len(services.leases.handles("net")) == 1  # not ours to undo
+    assert len(deps.leases.handles("net")) == 1  # not ours to undo
 
 
-def test_status_is_not_available_when_the_store_is_gone(services):
-    plugin = services.plugins["ipam"]
+def test_status_is_not_available_when_the_store_is_gone(deps):
+    plugin = deps.plugins["ipam"]
     plugin.status(request("STATUS", CONF))
-    services.store.close()
+    deps.store.close()
     with pytest.raises(NotAvailable) as info:
         plugin.status(request("STATUS", CONF))
     assert info.value.code == 50 and "sqlite:" in info.value.msg
 
 
-def test_metrics_count_conflicts(services):
-    counter = services.metrics.counter("pycni_ipam_cas_conflicts_total", "")
-    services.leases.on_conflict()
+def test_metrics_count_conflicts(deps):
+    counter = deps.metrics.counter("pycni_ipam_cas_conflicts_total", "")
+    deps.leases.on_conflict()
     assert counter.value() == 1
 
 
-def test_del_needs_no_valid_ranges(services):
-    plugin = services.plugins["ipam"]
+def test_del_needs_no_valid_ranges(deps):
+    plugin = deps.plugins["ipam"]
     plugin.add(request("ADD", CONF))
     broken = {**CONF, "ipam": {"type": "pycni-ipam", "ranges": "garbage"}}
     plugin.delete(request("DEL", broken))  # DEL releases by handle alone
     plugin.delete(request("DEL", broken))
-    assert services.leases.handles("net") == []
+    assert deps.leases.handles("net") == []

@@ -28,17 +28,17 @@ def wired(tmp_path):
         }
     )
     wired = wire_node(config, life)
-    wired.services.plugins["ipam"] = ipam_plugin.create(wired.services)
+    wired.deps.plugins["ipam"] = ipam_plugin.create(wired.deps)
     yield wired
     life.shut_down()
 
 
 @pytest.fixture
-def services(wired):
-    return wired.services
+def deps(wired):
+    return wired.deps
 
 
-def add(services, cid: str) -> dict:
+def add(deps, cid: str) -> dict:
     env = {
         "CNI_COMMAND": "ADD",
         "CNI_CONTAINERID": cid,
@@ -51,29 +51,29 @@ def add(services, cid: str) -> dict:
         {"cniVersion": "1.1.0", "name": "net", "type": "ptp", "ipam": {"type": "pycni-ipam"}}
     ).encode()
     req = Request(env=parse_env(env), config=parse_config(raw, "ADD"), raw_env=env, raw_config=raw)
-    return services.plugins["ipam"].add(req)
+    return deps.plugins["ipam"].add(req)
 
 
-def samples(services) -> dict[str, float]:
+def samples(deps) -> dict[str, float]:
     out = {}
-    for line in services.metrics.render().splitlines():
+    for line in deps.metrics.render().splitlines():
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
 
 
-def test_pool_usage_blocks_events_and_latency_are_exposed(wired, services):
-    store = services.store
+def test_pool_usage_blocks_events_and_latency_are_exposed(wired, deps):
+    store = deps.store
     put_pool(
         store, "pa", "10.95.0.0/24", block_size=26, gateway="first", node_selector={"zone": "a"}
     )
     for cid in ("c1", "c2", "c3"):
-        add(services, cid)
-    leases = services.leases
+        add(deps, cid)
+    leases = deps.leases
     leases.release(next(r.handle for r in leases.handles("net") if r.handle.container_id == "c3"))
     wired.ipam_metrics.refresh()  # the background thread's round (no endpoint here)
-    got = samples(services)
+    got = samples(deps)
     assert got['pycni_ipam_pool_size{pool="pa"}'] == 256 - 2 - 4  # net/bcast, 4 gateways
     assert got['pycni_ipam_addresses_in_use{pool="pa"}'] == 2
     assert got['pycni_ipam_addresses_cooling{pool="pa"}'] == 1

@@ -14,7 +14,8 @@ import pytest
 from cni.spec.errors import AddressConflict, AddressExhausted, InvalidConfig, TryAgainLater
 from ipam.alloc.selection import Selection
 from ipam.leases.service import LeaseService
-from ipam.records import BlockRecord, HandleId, affinity_key, block_key, blocks_prefix
+from ipam.records import BlockRecord, HandleId
+from store.keys import affinity_key, block_key, blocks_prefix
 from store.sqlite import SqliteStore
 from tests.fixtures.ipam_pools import Clock, edit_pool, put_pool
 

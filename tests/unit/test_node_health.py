@@ -9,10 +9,10 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ipam.records import encode
 from nodes.ops import Beat, calc_health, parse_heartbeat
 from nodes.record import heartbeat_key
 from store.base import KV
+from store.codec import encode
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from cni.spec.errors import InvalidConfig
 from cni.spec.request import Env, Request
-from ipam.records import BlockRecord, CorruptRecord, affinity_key, block_key
+from ipam.records import BlockRecord
 from nodes.record import NodeRecord, OverlayInfo, node_key
 from overlay.config import OverlayConfig, calc_vtep_mac, parse_overlay_config
 from overlay.firewall import render_table
@@ -26,6 +26,8 @@ from overlay.registry import Registry
 from plugins.bridge.config import parse_bridge_config
 from plugins.bridge.overlay import fit_to_node
 from store.base import KV
+from store.codec import CorruptRecord
+from store.keys import affinity_key, block_key
 
 NODES = [f"n{i}" for i in range(5)]
 BLOCKS = [f"10.40.{i}.0/26" for i in range(8)] + [f"fd40::{i:x}00/120" for i in range(4)]

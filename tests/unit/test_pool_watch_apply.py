@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from ipam.alloc.pool_cache import PoolCache
 from ipam.leases.pool_watch import apply_delete, apply_put, apply_snapshot, supports_watch
-from ipam.records import POOLS, encode
 from store.base import KV
+from store.codec import encode
+from store.keys import POOLS
 from store.sqlite import SqliteStore
 
 

@@ -15,12 +15,13 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipam.records import SERVICES, SERVICES_META, encode, pool_key
 from services.proxy.render import TABLE
 from services.proxy.sync import calc_plan
 from services.proxy.table import ServiceTable
 from services.proxy.view import Records
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
+from store.codec import encode
+from store.keys import SERVICES, SERVICES_META, pool_key
 from tests.unit.test_proxy_view import kv
 
 NAMES = "abcd"

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cni.spec.errors import InvalidConfig
-from ipam.records import ENDPOINTS, NODES, SERVICE_IPS, SERVICES_META, encode, pool_key
 from nodes.record import NodeRecord
 from services.ops.edit import create, set_settings
 from services.ops.trace import parse_endpoint, parse_target, trace
@@ -25,6 +24,8 @@ from services.proxy.conntrack import calc_checks, calc_stale, calc_udp_serving, 
 from services.proxy.view import Records, calc_model, calc_node_ips
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import KV, Put
+from store.codec import encode
+from store.keys import ENDPOINTS, NODES, SERVICE_IPS, SERVICES_META, pool_key
 from store.sqlite import SqliteStore
 
 NODES_ = ("n1", "n2")

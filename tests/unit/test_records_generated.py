@@ -1,21 +1,16 @@
-"""The store's record codec (ipam/records.py) under generated input: whatever bytes a key holds,
-reading gives a record or CorruptRecord (never another exception); a record written and read
-back is the same record, the fields it does not know included."""
+"""The store's record codec (store/codec.py) and the IPAM records (ipam/records.py) under
+generated input: whatever bytes a key holds, reading gives a record or CorruptRecord (never
+another exception); a record written and read back is the same record, the fields it does not
+know included."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipam.records import (
-    BlockRecord,
-    CorruptRecord,
-    HandleId,
-    HandleRecord,
-    LeasedIP,
-    block_key,
-    decode,
-)
+from ipam.records import BlockRecord, HandleId, HandleRecord, LeasedIP
+from store.codec import CorruptRecord, decode
+from store.keys import block_key
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from cni.spec.errors import AddressExhausted, InvalidConfig
-from ipam.records import NODE_PORTS, SERVICE_IPS
 from services.allocate import ServiceConflict, ServiceNotFound, create_service
 from services.ops.edit import change, create, remove, set_settings
 from services.record import ServiceRecord
+from store.keys import NODE_PORTS, SERVICE_IPS
 from store.sqlite import SqliteStore
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g"]

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from cli.command import Failed
 from cli.svc import parse_port
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.records import CorruptRecord
 from services.record import (
     EndpointRecord,
     ServicePort,
@@ -25,6 +24,7 @@ from services.record import (
 )
 from services.selectors import calc_endpoints, matches
 from services.validate import SPEC_FIELDS, validate_service, validate_settings
+from store.codec import CorruptRecord
 
 SETTINGS = settings(max_examples=400, deadline=None, database=None)
 CONFIG = ServiceSettings(("10.96.0.0/24", "fd00:96::/120"), (30000, 30100))

@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from cni.spec.errors import CheckFailed, CNIError, InvalidConfig
 from cni.spec.request import Env, Request
 from cni.spec.result import canonical
-from ipam.records import ENDPOINTS
 from plugins.base import Faults
 from plugins.svc.args import calc_ips, parse_labels, parse_ports, validate_identity
 from plugins.svc.plugin import SvcPlugin
 from services.record import EndpointRecord
+from store.keys import ENDPOINTS
 from store.sqlite import SqliteStore
 
 PREV = {

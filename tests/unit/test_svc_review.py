@@ -13,7 +13,6 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cni.spec.errors import CNIError, InvalidConfig
-from ipam.records import SERVICES, SERVICES_META, encode
 from services.ops.edit import create, list_services, remove, set_settings
 from services.proxy import conntrack
 from services.proxy.model import (
@@ -29,6 +28,8 @@ from services.proxy.table import ServiceTable
 from services.record import ServicePort, ServiceRecord, ServiceSettings
 from services.validate import validate_service
 from store.base import Put
+from store.codec import encode
+from store.keys import SERVICES, SERVICES_META
 from store.sqlite import SqliteStore
 from tests.unit.test_proxy_table import base_records
 from tests.unit.test_proxy_view import kv
