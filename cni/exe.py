@@ -202,7 +202,7 @@ def send_request(sock, request, netns_fd):
 
 
 def receive_reply(sock, refused):
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         try:
             chunk = sock.recv(65536)
@@ -230,8 +230,8 @@ def render_failure(failure, stdin, command):
     except CNIError as err:
         if code in (11, 3):
             return err.to_json(), 1
-    err = BY_CODE.get(code, CNIError)(msg, details)
-    return err.to_json(version), 1
+    error = BY_CODE.get(code, CNIError)(msg, details)
+    return error.to_json(version), 1
 
 
 def run(plugin, environ, stdin):
