@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from cni.spec.errors import AddressConflict, InvalidConfig, TryAgainLater
 from ipam.alloc.pool_spec import PoolSpec, record_of
@@ -39,6 +39,7 @@ from ipam.records import POOLS_MARKER as MARKER
 from store.base import KV, Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
 
+T = TypeVar("T")
 MAX_ATTEMPTS = 5
 RETRY = Retry(MAX_ATTEMPTS, base=0.02, linear=True)  # 20 ms, 40 ms ... between attempts
 
@@ -65,7 +66,7 @@ def read_pool(store: Store, name: str) -> tuple[int, dict]:
     return kv.mod_revision, decode(kv.key, kv.value)
 
 
-def attempts(what: str, store: Store, body: Callable[[], Any]) -> Any:
+def attempts(what: str, store: Store, body: Callable[[], T | None]) -> T:
     """Run ``body`` until it returns non-None (a committed txn), a few times at most."""
     return run_cas(
         lambda: LOST if (result := body()) is None else result,
