@@ -15,13 +15,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Self
+from typing import TYPE_CHECKING, Self
 
 from ipam.leases.service import LeaseService
 from ipam.outage.calc import calc_cancelled, entry_handle, entry_record, leased_ip
 from ipam.outage.files import OutageFiles
+from ipam.outage.store import Reachability, TrackedStore
 from ipam.outage.txns import plan_refill, plan_replay, read_buffers
 from ipam.records import HandleRecord, LeasedIP
+
+if TYPE_CHECKING:
+    from common.metrics import Counter
 
 log = logging.getLogger("pycnid.outage")
 FAST, SLOW = 0.5, 5.0  # reconciler period while something waits / when all is quiet
@@ -32,9 +36,9 @@ class WriteBack:
     """The state it shares with the request path is set up by ``OutageGuard.__init__``."""
 
     leases: LeaseService
-    store: Any
+    store: TrackedStore
     node: str
-    reach: Any
+    reach: Reachability
     files: OutageFiles
     size: int
     clock: Callable[[], float]
@@ -48,8 +52,8 @@ class WriteBack:
     pools: set[str]
     _next_refill: dict[str, float]
     _seq: int
-    replayed: Any
-    conflicts: Any
+    replayed: Counter
+    conflicts: Counter
 
     def load(self) -> Self:
         """Read the journal and the snapshot (after a restart: what was served, what is left)."""
