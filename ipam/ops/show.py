@@ -103,9 +103,7 @@ def holder_details(handle: HandleView | None) -> dict[str, Any]:
     }
 
 
-def ip_in_pool(
-    snap: Snapshot, spec: PoolSpec, ip: IPAddr, now: float
-) -> dict[str, Any]:
+def ip_in_pool(snap: Snapshot, spec: PoolSpec, ip: IPAddr, now: float) -> dict[str, Any]:
     block_net = spec.block_of(ip)
     out: dict[str, Any] = {"pool": spec.name, "block": str(block_net)}
     block = next((b for b in snap.blocks_of(spec.name) if b.net == block_net), None)
