@@ -122,11 +122,13 @@ def open_netns(path, required):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         if required:
-            raise Failure(3, "network namespace does not exist", f"CNI_NETNS={path!r} not found")
+            raise Failure(
+                3, "network namespace does not exist", f"CNI_NETNS={path!r} not found"
+            ) from None
         return None
     except OSError as exc:
         if required:
-            raise Failure(4, "cannot open CNI_NETNS", f"{path!r}: {exc.strerror}")
+            raise Failure(4, "cannot open CNI_NETNS", f"{path!r}: {exc.strerror}") from None
         return None
     try:
         check_netns_kind(path, os.fstat(fd).st_mode)  # replaced between the stat and the open
@@ -160,7 +162,7 @@ def exchange(path, request, netns_fd, timeout):
         except OSError as exc:
             raise Failure(
                 11, f"pycnid is not reachable at {path}", f"{exc.strerror or exc}; {START_HINT}"
-            )
+            ) from None
         sock.settimeout(timeout)
         refused = send_request(sock, request, netns_fd)
         chunks = receive_reply(sock, refused)
@@ -169,9 +171,9 @@ def exchange(path, request, netns_fd, timeout):
             11,
             f"pycnid at {path} did not answer within {timeout:g}s",
             "the request may still complete; the runtime should retry",
-        )
+        ) from None
     except OSError as exc:
-        raise Failure(11, f"pycnid at {path} closed the connection", str(exc))
+        raise Failure(11, f"pycnid at {path} closed the connection", str(exc)) from None
     finally:
         sock.close()
     try:
@@ -181,7 +183,7 @@ def exchange(path, request, netns_fd, timeout):
             11,
             f"pycnid at {path} sent no reply",
             "the daemon may have stopped mid-request; the runtime should retry",
-        )
+        ) from None
 
 
 def send_request(sock, request, netns_fd):
@@ -201,7 +203,7 @@ def send_request(sock, request, netns_fd):
 
 
 def receive_reply(sock, refused):
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         try:
             chunk = sock.recv(65536)
@@ -229,8 +231,8 @@ def render_failure(failure, stdin, command):
     except CNIError as err:
         if code in (11, 3):
             return err.to_json(), 1
-    err = BY_CODE.get(code, CNIError)(msg, details)
-    return err.to_json(version), 1
+    error = BY_CODE.get(code, CNIError)(msg, details)
+    return error.to_json(version), 1
 
 
 def run(plugin, environ, stdin):

@@ -23,9 +23,12 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cni.spec.errors import CNIError
+
+if TYPE_CHECKING:
+    from common.metrics import Registry
 
 log = logging.getLogger("pycnid")
 FOREVER = math.inf  # a pause that lasts until the loop is woken or stopped
@@ -71,7 +74,7 @@ class Loop:
         retry: float | Callable[[], float] = 0.5,
         wake: threading.Event | None = None,
         errors: Errors = Errors(),
-        registry: Any = None,
+        registry: Registry | None = None,
         join_timeout: float | None = 5.0,
     ) -> None:
         self.name, self.step, self.first, self.retry = name, step, first, retry
@@ -184,7 +187,7 @@ class Periodic(Loop):
         self,
         name: str,
         interval: float,
-        run: Callable[[], Any],
+        run: Callable[[], object],
         *,
         first: float = 0.0,
         **options: Any,

@@ -10,12 +10,14 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 log = logging.getLogger("pycnid.metrics")
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 Labels = tuple[tuple[str, str], ...]
+M = TypeVar("M", bound="Metric")
 
 
 def _labels(labels: dict[str, str] | None) -> Labels:
@@ -74,12 +76,15 @@ class Counter(Metric):
 
 
 class Gauge(Metric):
-    """Set explicitly, or computed at scrape time by ``collect`` -> {labels dict as tuple: value}."""
+    """Set explicitly, or computed at scrape time by ``collect`` -> {labels as tuple: value}."""
 
     kind = "gauge"
 
     def __init__(
-        self, name: str, help_text: str, collect: Callable[[], dict[Labels, float]] | None = None
+        self,
+        name: str,
+        help_text: str,
+        collect: Callable[[], Mapping[Labels, float]] | None = None,
     ) -> None:
         super().__init__(name, help_text)
         self._values: dict[Labels, float] = {}
@@ -129,7 +134,7 @@ class Histogram(Metric):
             items = [(k, (list(v[0]), v[1], v[2])) for k, v in self._series.items()]
         for key, (counts, total, summed) in items:
             running = 0
-            for bound, count in zip(self.buckets, counts):
+            for bound, count in zip(self.buckets, counts, strict=False):
                 running += count
                 yield f"{self.name}_bucket{_fmt_labels(key, (('le', f'{bound:g}'),))} {running}"
             yield f"{self.name}_bucket{_fmt_labels(key, (('le', '+Inf'),))} {total}"
@@ -142,22 +147,30 @@ class Registry:
         self._metrics: dict[str, Metric] = {}
         self._lock = threading.Lock()
 
-    def _add(self, metric: Metric) -> Metric:
+    def _add(self, metric: M) -> M:
+        """The metric registered under ``metric.name`` (the first registration of a name wins;
+        registering it again as another kind is a bug)."""
         with self._lock:
-            return self._metrics.setdefault(metric.name, metric)
+            found = self._metrics.setdefault(metric.name, metric)
+        if not isinstance(found, type(metric)):
+            raise TypeError(f"metric {metric.name} is registered as a {found.kind} already")
+        return found
 
     def counter(self, name: str, help_text: str) -> Counter:
-        return self._add(Counter(name, help_text))  # type: ignore[return-value]
+        return self._add(Counter(name, help_text))
 
     def gauge(
-        self, name: str, help_text: str, collect: Callable[[], dict[Labels, float]] | None = None
+        self,
+        name: str,
+        help_text: str,
+        collect: Callable[[], Mapping[Labels, float]] | None = None,
     ) -> Gauge:
-        return self._add(Gauge(name, help_text, collect))  # type: ignore[return-value]
+        return self._add(Gauge(name, help_text, collect))
 
     def histogram(
         self, name: str, help_text: str, buckets: tuple[float, ...] = LATENCY_BUCKETS
     ) -> Histogram:
-        return self._add(Histogram(name, help_text, buckets))  # type: ignore[return-value]
+        return self._add(Histogram(name, help_text, buckets))
 
     def render(self) -> str:
         with self._lock:

@@ -103,7 +103,7 @@ def ensure_bridge(ipr: IPRoute, name: str, mtu: int | None = None) -> tuple[Link
     link = get_link(ipr, name)
     created = False
     if link is None:
-        create = {"ifname": name, "kind": "bridge", "address": random_mac()}
+        create: dict[str, str | int] = {"ifname": name, "kind": "bridge", "address": random_mac()}
         if mtu:
             create["mtu"] = mtu
         try:

@@ -20,7 +20,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyroute2 import AsyncIPRoute
 from pyroute2.netlink.rtnl import (
@@ -33,6 +33,9 @@ from pyroute2.netlink.rtnl import (
 )
 
 from common.loop import Loop
+
+if TYPE_CHECKING:
+    from common.metrics import Registry
 
 log = logging.getLogger("pycnid.netlink")
 GROUPS = (
@@ -96,7 +99,7 @@ def route_dst(msg) -> str:
 
 class NetlinkMonitor:
     def __init__(
-        self, on_event: OnEvent, *, name: str = "netlink-monitor", registry: Any = None
+        self, on_event: OnEvent, *, name: str = "netlink-monitor", registry: Registry | None = None
     ) -> None:
         self.on_event = on_event
         self.subscribed = threading.Event()  # set while the socket is bound
@@ -147,7 +150,9 @@ class NetlinkMonitor:
         with self._lock:
             if self._loop.stopping:
                 return False
-            self._running = (asyncio.get_running_loop(), asyncio.current_task())
+            task = asyncio.current_task()
+            assert task is not None  # called from the _listen coroutine, inside its task
+            self._running = (asyncio.get_running_loop(), task)
             return True
 
     async def _receive(self, ipr: AsyncIPRoute) -> bool:

@@ -36,6 +36,9 @@ class Nft:
     def __init__(self, prefer_library: bool = True) -> None:
         self._lock = threading.Lock()
         self._home = thread_netns_inode()
+        # nftables.Nftables contexts (the module has no type hints), or None: the nft binary
+        self._ctx: Any
+        self._json_ctx: Any
         self._ctx, self._json_ctx = _library_contexts() if prefer_library else (None, None)
         self.engine = "libnftables" if self._ctx else "nft -f -"
 

@@ -23,9 +23,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -54,8 +54,8 @@ class _Cached:
     netns: int
     # pyroute2 keeps these in the thread's locals, which vanish with the thread: held here so
     # that another thread can close them once the owner has ended.
-    loop: Any
-    transport: Any
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport  # from the loop's connect_accepted_socket
 
 
 class NodeSessions:
@@ -103,11 +103,11 @@ class NodeSessions:
             ipr.asyncore.local.transport,
         )
         with self._lock:
-            ended = [c for c in self._open.values() if not c.thread.is_alive()]
-            for c in ended:
-                del self._open[c.thread.ident]
+            ended = {ident: c for ident, c in self._open.items() if not c.thread.is_alive()}
+            for ident in ended:
+                del self._open[ident]
             self._open[threading.get_ident()] = cached
-        for c in ended:
+        for c in ended.values():
             _close(c, loop_too=True)
         self._local.cached = cached
         return cached
@@ -149,7 +149,7 @@ def _close(cached: _Cached, loop_too: bool) -> None:
 _NODE = NodeSessions()
 
 
-def node_session() -> Any:
+def node_session() -> AbstractContextManager[IPRoute]:
     """The calling thread's IPRoute in its own netns (pycnid's node netns), reused."""
     return _NODE.session()
 

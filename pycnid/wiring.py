@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from common.metrics import Registry
 from ipam.leases.housekeeping import Housekeeping
 from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
 from ipam.leases.pool_watch import PoolWatch, start_pool_watch
@@ -46,7 +47,7 @@ from nodes.options import calc_node_address
 from nodes.reaper import ReaperLoop
 from nodes.record import NodeRecord
 from overlay.setup import start_overlay
-from plugins.base import Faults, HandlerDeps, MetricsRegistry, Plugin
+from plugins.base import Faults, HandlerDeps, Plugin
 from plugins.bridge import plugin as bridge
 from plugins.ipam import plugin as ipam
 from plugins.svc import plugin as svc
@@ -70,7 +71,7 @@ class Lifecycle:
     """Who this node is, pycnid's metrics registry, and the stops to run at shutdown."""
 
     node_name: str
-    metrics: MetricsRegistry
+    metrics: Registry
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
 
     def shut_down(self) -> None:

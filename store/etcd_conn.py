@@ -171,7 +171,7 @@ def build_credentials(opts: EtcdOptions) -> grpc.ChannelCredentials:
 def build_endpoints(opts: EtcdOptions) -> list[Endpoint]:
     secure = parse_endpoint(opts.endpoints[0])[0] == "https"
     creds = build_credentials(opts) if secure else None
-    channel_opts = list(CHANNEL_OPTIONS)
+    channel_opts: list[tuple[str, int | str]] = list(CHANNEL_OPTIONS)
     if opts.server_name:
         channel_opts.append(("grpc.ssl_target_name_override", opts.server_name))
     endpoints = []
@@ -201,7 +201,7 @@ class Stubs:
 
 
 class Connection:
-    """Runs RPCs against the cluster with failover and a deadline; errors come out as CNI errors."""
+    """Runs RPCs against the cluster with failover and a deadline; errors come out as CNI ones."""
 
     def __init__(self, opts: EtcdOptions) -> None:
         self.opts = opts

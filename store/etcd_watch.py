@@ -1,4 +1,4 @@
-"""Watch a key prefix and never lose an event: resume from the last revision, re-list on compaction.
+"""Watch a key prefix and never lose an event: resume from the last revision, re-list if compacted.
 
 pyetcd's watcher raises on any stream error and is not resumed, so this runs its
 own watch stream on the shared connection: after any error (member killed, no leader, network)
@@ -24,7 +24,7 @@ from pyetcd.exceptions import NoServerAvailableError
 
 from cni.spec.errors import CNIError
 from common.loop import Backoff, Errors, Loop
-from store.base import KV
+from store.base import KV, Store
 from store.etcd_conn import RETRYABLE, Connection, describe_rpc_error
 
 log = logging.getLogger("pycnid.store.etcd")
@@ -53,6 +53,14 @@ class WatchUpdate:
 
 class Lister(Protocol):
     def range_at(self, prefix: str) -> tuple[list[KV], int]: ...
+
+
+class WatchingStore(Store, Lister, Protocol):
+    """A store that also reads a prefix with its revision and watches it (``EtcdStore``)."""
+
+    def watch(
+        self, prefix: str, start_revision: int, callback: Callable[[WatchUpdate], None]
+    ) -> Watch: ...
 
 
 class Compacted(Exception):

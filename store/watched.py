@@ -11,44 +11,65 @@ resumed past compaction) and ``apply(kv, deleted)``; changes are made under ``lo
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeGuard
+
+from store.base import KV, Store
+
+if TYPE_CHECKING:
+    from store.etcd_watch import Watch, WatchingStore, WatchUpdate
+
+
+class View(Protocol):
+    """What the owner keeps current (see the module docstring)."""
+
+    def replace_all(self, kvs: Iterable[KV], prefix: str) -> None: ...
+
+    def apply(self, kv: KV, deleted: bool) -> object: ...
+
+
+def can_watch(store: Store) -> TypeGuard[WatchingStore]:
+    return callable(getattr(store, "watch", None))
 
 
 class WatchedPrefixes:
     def __init__(
         self,
-        store: Any,
+        store: Store,
         prefixes: Sequence[str],
-        view: Any,
+        view: View,
         lock: threading.Lock,
         on_change: Callable[[bool], None],
     ) -> None:
         self.store, self.prefixes, self.view, self.lock = store, tuple(prefixes), view, lock
         self.on_change = on_change
         self.loaded: set[str] = set()
-        self.watches: list[Any] = []
+        self.watches: list[Watch] = []
         self.read_at: int | None = None  # without watches: the store revision last read
 
     @property
     def can_watch(self) -> bool:
-        return callable(getattr(self.store, "watch", None))
+        return can_watch(self.store)
 
     def ensure(self) -> None:
         """Read every prefix not yet watched (without watches: all of them, if the store
         changed since the last read)."""
-        can_watch = self.can_watch
-        revision = None if can_watch else self._revision()
-        if not can_watch and revision is not None and revision == self.read_at:
+        watching = self.store if can_watch(self.store) else None
+        revision = None if watching is not None else self._revision()
+        if watching is None and revision is not None and revision == self.read_at:
             return
         for prefix in self.prefixes:
             if prefix in self.loaded:
                 continue
-            kvs, read = self.store.range_at(prefix) if can_watch else (self.store.range(prefix), 0)
+            kvs, read = (
+                watching.range_at(prefix)
+                if watching is not None
+                else (self.store.range(prefix), 0)
+            )
             with self.lock:
                 self.view.replace_all(kvs, prefix)
-            if can_watch:
-                self.watches.append(self.store.watch(prefix, read + 1, self.on_update_of(prefix)))
+            if watching is not None:
+                self.watches.append(watching.watch(prefix, read + 1, self.on_update_of(prefix)))
                 self.loaded.add(prefix)
         self.read_at = revision  # after a whole read; a txn in between: read again next call
 
@@ -56,8 +77,8 @@ class WatchedPrefixes:
         revision = getattr(self.store, "revision", None)
         return revision() if callable(revision) else None
 
-    def on_update_of(self, prefix: str) -> Callable[[Any], None]:
-        def on_update(update: Any) -> None:
+    def on_update_of(self, prefix: str) -> Callable[[WatchUpdate], None]:
+        def on_update(update: WatchUpdate) -> None:
             with self.lock:
                 if update.snapshot:
                     self.view.replace_all([e.kv for e in update.events], prefix)

@@ -133,7 +133,9 @@ def _present(out: dict) -> dict:
 
 
 def _canonical_iface(item: dict, where: str) -> dict:
-    out = {key: _text(item, key, where) for key in IFACE_KEYS_1_1 if key != "mtu"}
+    out: dict[str, str | int | None] = {
+        key: _text(item, key, where) for key in IFACE_KEYS_1_1 if key != "mtu"
+    }
     out["mtu"] = _uint(item, "mtu", where)
     return _present({key: out[key] for key in IFACE_KEYS_1_1})
 
@@ -181,7 +183,7 @@ def _canonical_dns(dns: Any, where: str) -> dict:
         return {}
     if not isinstance(dns, dict):
         raise malformed(where, "an object", dns)
-    out = {"domain": _text(dns, "domain", where)}
+    out: dict[str, str | list[str] | None] = {"domain": _text(dns, "domain", where)}
     for key in DNS_LIST_KEYS:
         items = dns.get(key)
         if items is not None and not (

@@ -46,7 +46,9 @@ class Range:
     where: str = ""  # the config key, for messages: "ipam.ranges[0][1]"
 
     def contains(self, ip: IPAddr) -> bool:
-        return ip.version == self.start.version and self.start <= ip <= self.end
+        # start and end are of the subnet's family (plugins.ipam.ranges), so as integers they
+        # order exactly as the addresses do
+        return ip.version == self.start.version and int(self.start) <= int(ip) <= int(self.end)
 
     def describe(self) -> str:
         return f"{self.subnet} ({self.start}-{self.end})"
@@ -82,7 +84,8 @@ class Pool:
         if found is None:
             found = tuple(calc_segments(self.spec, parse_cidr(key)))
             if len(self._segments) >= SEGMENT_CACHE_LIMIT:
-                self._segments.clear(), self._capacity.clear()
+                self._segments.clear()
+                self._capacity.clear()
             self._segments[key] = found
         return found
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any
 
 from cni.spec.errors import AddressConflict, AddressExhausted, InternalError, InvalidConfig
 from ipam.alloc.allocator import IPAddr, Pool, Range, calc_pools, merge_pool_record
@@ -22,6 +21,7 @@ from ipam.alloc.plan_view import PlanReads, PlanView
 from ipam.alloc.policy import CLAIM, Choice, choose_address
 from ipam.alloc.pool_cache import PoolCache, PoolState, describe_blocks
 from ipam.alloc.selection import (
+    RequestedIP,
     Selection,
     assign_requested,
     missing_gateway,
@@ -79,7 +79,7 @@ class Planner(PlanReads):
         plan: Plan,
         handle: HandleId,
         selection: Selection,
-        requested: Iterable[Any],
+        requested: Iterable[RequestedIP],
         attributes: Mapping[str, str],
     ) -> tuple[HandleRecord, bool]:
         """Lease one address per set to ``handle`` (or find the lease it holds); (record,
@@ -101,7 +101,7 @@ class Planner(PlanReads):
         plan: Plan,
         handle: HandleId,
         selection: Selection,
-        requested: Iterable[Any],
+        requested: Iterable[RequestedIP],
         attributes: Mapping[str, str],
         fresh: bool,
     ) -> HandleRecord:
@@ -245,7 +245,8 @@ class Planner(PlanReads):
     def plan_return_empty(self, plan: Plan, grace: float, limit: int = 40) -> list[str]:
         """Give back this node's blocks that have been empty for ``grace`` seconds and hold
         no address in its reuse delay (block and affinity deleted, both compared)."""
-        now, returned = self.clock(), []
+        now = self.clock()
+        returned: list[str] = []
         for state in list(self.cache.states.values()):
             for cidr, (revision, block) in list(state.own.items()):
                 key = block_key(state.name, cidr)
@@ -268,7 +269,7 @@ class Planner(PlanReads):
         return returned
 
 
-def check_reuse(existing: HandleRecord, requested: Iterable[Any]) -> HandleRecord:
+def check_reuse(existing: HandleRecord, requested: Iterable[RequestedIP]) -> HandleRecord:
     """A repeated ADD returns the lease, unless it asks for addresses the lease lacks."""
     held = {ip.ip for ip in existing.ips}
     asked = {str(getattr(item, "ip", item)) for item in requested}

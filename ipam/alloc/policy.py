@@ -114,7 +114,9 @@ def pick_claim(pools: list[Pool], view: BlockView, node: str) -> Choice | None:
             iter_candidate_blocks(pool, view.taken(pool), calc_seed(node, pool.name)), None
         )
         if block is not None:
-            return Choice(pool, block, pick_address(pool, block), CLAIM)
+            ip = pick_address(pool, block)
+            assert ip is not None  # a candidate block has capacity: its first address is free
+            return Choice(pool, block, ip, CLAIM)
     return None
 
 

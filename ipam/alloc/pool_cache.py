@@ -181,7 +181,7 @@ class PoolCache:
             found = self.store.get(block_key(state.name, cidr))
             block = BlockRecord.from_bytes(found.key, found.value) if found else None
             state.indexed[cidr] = kv.mod_revision
-            if block is not None and block.affinity == self.node:
+            if found is not None and block is not None and block.affinity == self.node:
                 state.own[cidr] = (found.mod_revision, block)
         self.states[state.name] = state
 
@@ -222,8 +222,7 @@ class PoolCache:
 
     def note_pool(self, pool: str, revision: int, record: dict | None) -> None:
         state = self.states.get(pool)
-        netconf = state is not None and state.base is not None
-        if netconf:
+        if state is not None and state.base is not None:  # a netconf pool
             state.set_record(record, revision)
             return
         if record is None:  # a cluster pool that is gone

@@ -47,7 +47,7 @@ def parse_exclusion(text: str, cidr: IPNet) -> Interval:
         raise invalid(where, f"expected a CIDR, an address or a range a-b: {exc}") from None
     if first.version != cidr.version or last.version != cidr.version:
         raise invalid(where, f"not of the IP family of pool {cidr}")
-    if first > last:
+    if int(first) > int(last):  # both of the pool's family (checked above)
         raise invalid(where, f"{first} is after {last}")
     if first not in cidr or last not in cidr:
         raise invalid(where, f"not inside pool {cidr}")

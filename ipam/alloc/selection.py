@@ -15,13 +15,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from ipaddress import IPv4Address, IPv6Address
+from typing import Protocol
 
 from cni.spec.errors import AddressExhausted, InvalidConfig
 from ipam.alloc.allocator import IPAddr, Pool, Range
 
 RangeSets = tuple[tuple[Range, ...], ...]
 PoolSets = tuple[tuple[Pool, ...], ...]
+
+
+class SourcedIP(Protocol):
+    """A requested address and where it was asked for (``plugins.ipam.requested.Requested``)."""
+
+    @property
+    def ip(self) -> IPAddr: ...
+
+    @property
+    def source(self) -> str: ...
+
+
+RequestedIP = IPAddr | SourcedIP
 
 
 @dataclass(frozen=True)
@@ -100,13 +114,16 @@ def select_by_name(names: tuple[str, ...], found: Mapping[str, Pool]) -> PoolSet
     return group_by_family(found[name] for name in dict.fromkeys(names))
 
 
-def assign_requested(sets: PoolSets, requested: Iterable[Any]) -> dict[int, IPAddr]:
+def assign_requested(sets: PoolSets, requested: Iterable[RequestedIP]) -> dict[int, IPAddr]:
     """Map each requested address (an IP or an object with ``.ip`` and ``.source``) to the
     set it is leased from; InvalidConfig when it is in no pool, never handed out, or a
     second address for one set."""
     out: dict[int, tuple[IPAddr, str]] = {}
     for item in requested:
-        ip, source = (item.ip, item.source) if hasattr(item, "ip") else (item, "requested")
+        if isinstance(item, IPv4Address | IPv6Address):
+            ip, source = item, "requested"
+        else:
+            ip, source = item.ip, item.source
         index = _set_of(sets, ip, source)
         if index in out:
             first, first_source = out[index]

@@ -143,7 +143,8 @@ class Combiner:
     def _plan(self, batch: list[Job]) -> tuple[Plan, list[tuple[Job, Any]]]:
         """Every job that is not finished, planned into one txn; a job whose part would not
         fit goes back to the front of the queue for the next leader."""
-        plan, planned = Plan(), []
+        plan = Plan()
+        planned: list[tuple[Job, Any]] = []
         for job in list(batch):
             if job.done:
                 continue

@@ -12,10 +12,13 @@ tried again next time (``common/loop.py``); the loop never dies of it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from common.loop import FOREVER, Errors, Loop, Periodic
 from ipam.leases.service import LeaseService
+
+if TYPE_CHECKING:
+    from common.metrics import Registry
 
 log = logging.getLogger("pycnid.ipam")
 DOUBT_POLL = 0.5
@@ -25,7 +28,9 @@ class Housekeeping:
     """Two loops: the rounds (``Periodic``, the first after one interval; none with 0) and the
     in-doubt watcher, woken by ``leases.doubt`` whenever a txn's outcome became unknown."""
 
-    def __init__(self, leases: LeaseService, interval: float, registry: Any = None) -> None:
+    def __init__(
+        self, leases: LeaseService, interval: float, registry: Registry | None = None
+    ) -> None:
         self.leases = leases
         self.interval = interval
         self.rounds = Periodic(

@@ -1,8 +1,9 @@
 """pycni-ipam's Prometheus metrics, on pycnid's registry (``Lifecycle.metrics``).
 
 Counted as they happen (from the lease service's hooks):
-``pycni_ipam_cas_conflicts_total`` (txns lost to a concurrent writer), ``pycni_ipam_cas_retries_total``
-(further attempts), ``pycni_ipam_block_events_total{event=claim|borrow|return, pool}`` and the
+``pycni_ipam_cas_conflicts_total`` (txns lost to a concurrent writer),
+``pycni_ipam_cas_retries_total`` (further attempts),
+``pycni_ipam_block_events_total{event=claim|borrow|return, pool}`` and the
 ``pycni_ipam_allocation_seconds`` histogram (one ADD's lease, queueing included).
 
 Read from the store in the background (pool records and blocks: two ranges, no handles, every
@@ -21,7 +22,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
 
 from cni.spec.errors import CNIError, InvalidConfig
 from common.loop import Periodic
@@ -34,10 +36,25 @@ from store.base import KV, Store
 from store.codec import CorruptRecord, decode
 from store.keys import BLOCKS, POOLS
 
+if TYPE_CHECKING:
+    from common.metrics import Registry
+    from ipam.leases.service import LeaseService
+
 ADDRESS_STATES = {"in_use": "used", "free": "free", "cooling": "cooling", "borrowed": "borrowed"}
 
 
 log = logging.getLogger("pycnid.ipam")
+
+
+class DaemonHooks(Protocol):
+    """What the daemon hands a background part (pycnid's ``Lifecycle``): its metrics registry
+    and the stops it runs at shutdown."""
+
+    @property
+    def metrics(self) -> Registry: ...
+
+    @property
+    def on_shutdown(self) -> list[Callable[[], None]]: ...
 
 
 @dataclass(frozen=True)
@@ -51,7 +68,7 @@ class UsageSnapshot:
 
 class IpamMetrics:
     def __init__(
-        self, registry: Any, store: Store, *, clock: Callable[[], float] = time.time
+        self, registry: Registry, store: Store, *, clock: Callable[[], float] = time.time
     ) -> None:
         self.store, self.clock = store, clock
         self.snapshot = UsageSnapshot(clock())  # empty until the first good read
@@ -73,11 +90,11 @@ class IpamMetrics:
             "addresses of the pool that can be handed out",
             lambda: self._per_pool("capacity"),
         )
-        for suffix, field in ADDRESS_STATES.items():
+        for suffix, figure in ADDRESS_STATES.items():
             registry.gauge(
                 f"pycni_ipam_addresses_{suffix}",
                 f"addresses of the pool: {suffix}",
-                lambda field=field: self._per_pool(field),
+                partial(self._per_pool, figure),
             )
         registry.gauge("pycni_ipam_blocks", "blocks claimed per pool and node", self._per_node)
         registry.gauge(
@@ -91,7 +108,7 @@ class IpamMetrics:
             lambda: {(): float(self.failed)},
         )
 
-    def attach(self, leases: Any) -> None:
+    def attach(self, leases: LeaseService) -> None:
         """Feed the counters from a LeaseService's hooks."""
         leases.on_conflict = self.conflicts.inc
         leases.on_retry = self.retries.inc
@@ -132,7 +149,7 @@ class IpamMetrics:
 
 
 def start_ipam_metrics(
-    life: Any, store: Store, leases: Any, interval: float, *, serve: bool
+    life: DaemonHooks, store: Store, leases: LeaseService, interval: float, *, serve: bool
 ) -> IpamMetrics:
     """The IPAM metrics on pycnid's registry; with ``serve`` (a metrics endpoint is configured)
     a background thread refreshes the store-backed figures every ``interval`` seconds,

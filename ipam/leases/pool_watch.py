@@ -21,22 +21,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard
 
 from cni.spec.errors import CNIError
 from common.loop import Backoff, Errors, Loop
 from ipam.alloc.allocator import pool_from_record
 from ipam.alloc.pool_cache import PoolCache
+from ipam.leases.metrics import DaemonHooks
 from ipam.leases.service import LeaseService
-from store.base import KV
+from store.base import KV, Store
 from store.codec import decode
 from store.keys import POOLS
+
+if TYPE_CHECKING:
+    from common.metrics import Registry
+    from store.etcd_watch import Watch, WatchEvent, WatchingStore, WatchUpdate
 
 log = logging.getLogger("pycnid.ipam")
 RETRY_MIN, RETRY_MAX = 0.2, 2.0
 
 
-def supports_watch(store: Any) -> bool:
+def supports_watch(store: Store) -> TypeGuard[WatchingStore]:
     return callable(getattr(store, "watch", None)) and callable(getattr(store, "range_at", None))
 
 
@@ -93,7 +98,7 @@ class PoolWatch:
     """``start()`` returns at once: the first read (retried while the store is away) and the
     watch run on a thread of their own; ``stop()`` ends both."""
 
-    def __init__(self, store: Any, leases: LeaseService, registry: Any) -> None:
+    def __init__(self, store: WatchingStore, leases: LeaseService, registry: Registry) -> None:
         self.store, self.leases = store, leases
         self.events = registry.counter(
             "pycni_ipam_pool_watch_events_total",
@@ -102,7 +107,7 @@ class PoolWatch:
         self.revision = registry.gauge(
             "pycni_ipam_pool_watch_revision", "the last store revision the pool watch has seen"
         )
-        self.watch: Any = None
+        self.watch: Watch | None = None
         self._restarts = 0
         self.loop = Loop(
             "ipam-pool-watch",
@@ -135,7 +140,7 @@ class PoolWatch:
         if not self.loop.stopping:
             self.watch = self.store.watch(POOLS, revision + 1, self.on_update)
 
-    def on_update(self, update: Any) -> None:
+    def on_update(self, update: WatchUpdate) -> None:
         """The watch's callback (its thread, one update at a time, in revision order)."""
         restarts = self.watch.restarts if self.watch is not None else 0
         if restarts != self._restarts:
@@ -163,7 +168,7 @@ class PoolWatch:
         self.revision.set(update.revision)
 
     @staticmethod
-    def _apply_events(cache: PoolCache, events: Sequence[Any]) -> None:
+    def _apply_events(cache: PoolCache, events: Sequence[WatchEvent]) -> None:
         for event in events:
             if event.kind == "delete":
                 apply_delete(cache, event.kv.key[len(POOLS) :], event.kv.mod_revision)
@@ -182,7 +187,7 @@ class PoolWatch:
             log.debug("pool watch: the batch of revision %d failed: %s", revision, err)
 
 
-def start_pool_watch(life: Any, store: Any, leases: LeaseService) -> PoolWatch | None:
+def start_pool_watch(life: DaemonHooks, store: Store, leases: LeaseService) -> PoolWatch | None:
     """Watch the pool records when the store can (etcd); None for SQLite."""
     if not supports_watch(store):
         return None

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from cni.spec.errors import AddressExhausted, CNIError, NotAvailable, TryAgainLater
 from ipam.alloc.plan import Plan
@@ -30,7 +30,7 @@ from ipam.alloc.plan_view import PlanView
 from ipam.alloc.planner import Planner, exhausted
 from ipam.alloc.policy import choose_address
 from ipam.alloc.pool_cache import PoolCache
-from ipam.alloc.selection import RangeSets, Selection, as_selection
+from ipam.alloc.selection import RangeSets, RequestedIP, Selection, as_selection
 from ipam.leases.combiner import Combiner
 from ipam.records import DEFAULT_BLOCK_GRACE, HandleId, HandleRecord
 from store.base import Store
@@ -116,7 +116,7 @@ class LeaseService:
         self,
         handle: HandleId,
         selection: Selection | RangeSets,
-        requested: Mapping[int, Any] | Iterable[Any] | None = None,
+        requested: Mapping[int, RequestedIP] | Iterable[RequestedIP] | None = None,
         attributes: Mapping[str, str] | None = None,
     ) -> tuple[HandleRecord, bool]:
         """Lease one address per pool set to ``handle``; (record, newly created). Repeating
@@ -243,12 +243,24 @@ class LeaseService:
             )
         return released
 
+    @overload
+    def ensure_capacity(self, selection: Selection) -> None: ...
+
+    @overload
+    def ensure_capacity(self, selection: str, range_sets: RangeSets) -> None: ...
+
     def ensure_capacity(
         self, selection: Selection | str, range_sets: RangeSets | None = None
     ) -> None:
         """NotAvailable (50) unless every pool set still has an address for this node.
-        Re-reads the pools, so it also resynchronises the cache."""
-        chosen = as_selection(selection, range_sets) if isinstance(selection, str) else selection
+        Re-reads the pools, so it also resynchronises the cache. ``selection``: a Selection,
+        or a network name with its range sets."""
+        if not isinstance(selection, str):
+            chosen = selection
+        elif range_sets is None:
+            raise TypeError(f"ensure_capacity of network {selection} without its range sets")
+        else:
+            chosen = as_selection(selection, range_sets)
         self.run(lambda plan: self._check_capacity(plan, chosen), "capacity check")
 
     def _check_capacity(self, plan: Plan, selection: Selection) -> None:
@@ -259,8 +271,8 @@ class LeaseService:
         for states in sets:
             view = PlanView(self.planner, plan, states)
             if choose_address([s.pool for s in states], view, self.node, self.clock()) is None:
-                err = exhausted(states, self.node)
-                raise NotAvailable(err.msg, err.details)
+                failure = exhausted(states, self.node)
+                raise NotAvailable(failure.msg, failure.details)
 
     def return_empty_blocks(self) -> list[str]:
         """Give back this node's blocks empty for longer than the grace period."""

@@ -34,6 +34,7 @@ Restoring rather than dropping keeps an address a pod may still use from being h
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from ipaddress import IPv4Network, IPv6Network
 from typing import Any
 
 from ipam.ops.inspect import HandleIP, HandleView, Snapshot
@@ -111,7 +112,11 @@ def is_orphan_handle(snap: Snapshot, handle: HandleView) -> bool:
 
 
 def is_inside(net: IPNet, cidr: IPNet) -> bool:
-    return net.version == cidr.version and net.subnet_of(cidr)  # type: ignore[arg-type]
+    if isinstance(net, IPv4Network) and isinstance(cidr, IPv4Network):
+        return net.subnet_of(cidr)
+    if isinstance(net, IPv6Network) and isinstance(cidr, IPv6Network):
+        return net.subnet_of(cidr)
+    return False  # of another IP family
 
 
 def find_block_problems(snap: Snapshot) -> list[Finding]:
@@ -319,9 +324,9 @@ def find_affinity_problems(snap: Snapshot) -> list[Finding]:
             )
     for key in sorted(snap.affinities):
         node, _, rest = key[len(AFFINITY) :].partition("/")
-        block = snap.blocks.get(f"{BLOCKS}{rest}")
-        if block is None or block.affinity != node:
-            why = "is gone" if block is None else f"is node {block.affinity or '(none)'}'s"
+        indexed = snap.blocks.get(f"{BLOCKS}{rest}")
+        if indexed is None or indexed.affinity != node:
+            why = "is gone" if indexed is None else f"is node {indexed.affinity or '(none)'}'s"
             out.append(
                 Finding(
                     "stale-affinity",

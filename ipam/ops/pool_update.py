@@ -23,6 +23,7 @@ from ipam.alloc.pool_settings import (
 )
 from ipam.alloc.pool_spec import spec_from_record, validate_usable
 from ipam.ops.inspect import Snapshot
+from ipam.records import IPNet
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class PoolUpdate:
         ]
 
 
-def validate_immutable(spec_cidr: Any, spec_block: int, update: PoolUpdate, name: str) -> None:
+def validate_immutable(spec_cidr: IPNet, spec_block: int, update: PoolUpdate, name: str) -> None:
     if update.cidr is not None and parse_cidr(update.cidr) != spec_cidr:
         raise PoolInvalid(
             f"cidr of pool {name} is immutable (it is {spec_cidr})",
@@ -104,7 +105,7 @@ def calc_updated_record(old: Mapping[str, Any], update: PoolUpdate) -> dict:
     return new
 
 
-def calc_new_exclusions(current: list[str], update: PoolUpdate, cidr: Any) -> list[str]:
+def calc_new_exclusions(current: list[str], update: PoolUpdate, cidr: IPNet) -> list[str]:
     out = [] if update.clear_exclusions else current
     for item in update.remove_exclusions:
         text = normalize_exclusion(item, cidr)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from cni.spec.errors import AddressConflict, InvalidConfig, TryAgainLater
 from ipam.alloc.pool_spec import PoolSpec, record_of
@@ -31,6 +31,7 @@ from store.codec import CorruptRecord, decode, encode
 from store.keys import POOLS, block_affinity_key, blocks_prefix, is_buffer_handle, pool_key
 from store.keys import POOLS_MARKER as MARKER
 
+T = TypeVar("T")
 MAX_ATTEMPTS = 5
 RETRY = Retry(MAX_ATTEMPTS, base=0.02, linear=True)  # 20 ms, 40 ms ... between attempts
 
@@ -57,7 +58,7 @@ def read_pool(store: Store, name: str) -> tuple[int, dict]:
     return kv.mod_revision, decode(kv.key, kv.value)
 
 
-def attempts(what: str, store: Store, body: Callable[[], Any]) -> Any:
+def attempts(what: str, store: Store, body: Callable[[], T | None]) -> T:
     """Run ``body`` until it returns non-None (a committed txn), a few times at most."""
     return run_cas(
         lambda: LOST if (result := body()) is None else result,

@@ -62,6 +62,8 @@ def plan_release(
     pool = block_key.split("/")[-2]
     for handle_id in handle_ids:
         record = handle_at(handle_key(handle_id), cur[handle_key(handle_id)][1])
+        if record is None:  # gone: it lists nothing to release
+            continue
         listed = [ip for ip in sorted(ips) if lists(record, ip, block_key)]
         for ip in listed:
             record = handle_without(record, ip, pool)

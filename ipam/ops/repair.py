@@ -17,7 +17,7 @@ from ipam.ops.check import Fix
 from ipam.ops.edits import block_at, block_with, block_without, handle_at, handle_without, lists
 from ipam.ops.inspect import Snapshot, parse_snapshot
 from ipam.records import AffinityRecord, BlockRecord, HandleRecord
-from store.base import PREFIX, Compare, Delete, Put, Store
+from store.base import PREFIX, Compare, Delete, Op, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
 from store.codec import CorruptRecord, decode
 from store.keys import BLOCKS, block_affinity_key, handle_key, is_buffer_handle, pool_key
@@ -70,7 +70,7 @@ def read(store: Store, keys: list[str]) -> Current:
 
 
 def commit(store: Store, change: Change) -> bool:
-    ops = [
+    ops: list[Op] = [
         *(Put(k, v.to_bytes()) for k, v in change.puts.items()),
         *(Delete(k) for k in change.deletes),
     ]
@@ -129,6 +129,14 @@ def allocations_of(block: BlockRecord | None) -> Mapping[str, str]:
     return block.allocations if block else {}
 
 
+def required(value: str | None, field_name: str, fix: Fix) -> str:
+    """A field the fix's action plans with; ``ipam.ops.check`` sets every one an action
+    needs, so a fix without it is malformed (``apply_fix`` skips it as unusable)."""
+    if value is None:
+        raise TypeError(f"a {fix.action} fix without {field_name}")
+    return value
+
+
 def plan_free(
     fix: Fix,
     cur: Current,
@@ -137,11 +145,16 @@ def plan_free(
     change: Change,
     now: float,
 ) -> None:
-    if allocations_of(block).get(fix.ip) != fix.holder or lists(
-        current_handle(cur, fix.holder), fix.ip, fix.block_key
+    ip, holder = required(fix.ip, "ip", fix), required(fix.holder, "holder", fix)
+    block_key = required(fix.block_key, "block_key", fix)
+    # no block: no allocation to the holder either
+    if (
+        block is None
+        or allocations_of(block).get(ip) != holder
+        or lists(current_handle(cur, holder), ip, block_key)
     ):
         raise Skip("the allocation changed or its handle lists it now")
-    change.puts[fix.block_key] = block_without(block, [fix.ip], now)
+    change.puts[block_key] = block_without(block, [ip], now)
 
 
 def plan_repoint(
@@ -152,13 +165,19 @@ def plan_repoint(
     change: Change,
     now: float,
 ) -> None:
+    ip, holder = required(fix.ip, "ip", fix), required(fix.holder, "holder", fix)
+    block_key = required(fix.block_key, "block_key", fix)
+    handle_id = required(fix.handle, "handle", fix)
+    # no block: no allocation to the holder; no handle: it lists nothing
     if (
-        allocations_of(block).get(fix.ip) != fix.holder
-        or not lists(handle, fix.ip, fix.block_key)
-        or lists(current_handle(cur, fix.holder), fix.ip, fix.block_key)
+        block is None
+        or handle is None
+        or allocations_of(block).get(ip) != holder
+        or not lists(handle, ip, block_key)
+        or lists(current_handle(cur, holder), ip, block_key)
     ):
         raise Skip("the allocation or the handles changed")
-    change.puts[fix.block_key] = block_with(block, fix.ip, fix.handle, handle.node)
+    change.puts[block_key] = block_with(block, ip, handle_id, handle.node)
 
 
 def plan_restore(
@@ -169,19 +188,20 @@ def plan_restore(
     change: Change,
     now: float,
 ) -> None:
-    if not lists(handle, fix.ip, fix.block_key):
+    ip, block_key = required(fix.ip, "ip", fix), required(fix.block_key, "block_key", fix)
+    handle_id = required(fix.handle, "handle", fix)
+    if not lists(handle, ip, block_key):
         raise Skip("the handle no longer lists it")
     if block is None:
-        if cur[pool_key_of(fix.block_key)][1] is None:
+        if cur[pool_key_of(block_key)][1] is None:
             raise Skip(f"pool {fix.pool} is gone")
-        block = BlockRecord(fix.pool, fix.cidr, fix.node or "", claimed_at=now)
+        pool, cidr = required(fix.pool, "pool", fix), required(fix.cidr, "cidr", fix)
+        block = BlockRecord(pool, cidr, fix.node or "", claimed_at=now)
         if fix.node:  # the claim and its index entry together, as the allocator writes them
-            change.puts[block_affinity_key(fix.node, fix.block_key)] = AffinityRecord(
-                fix.pool, fix.cidr, now
-            )
-    elif allocations_of(block).get(fix.ip) is not None:
+            change.puts[block_affinity_key(fix.node, block_key)] = AffinityRecord(pool, cidr, now)
+    elif allocations_of(block).get(ip) is not None:
         raise Skip("the block holds it for someone now")
-    change.puts[fix.block_key] = block_with(block, fix.ip, fix.handle, fix.node or "")
+    change.puts[block_key] = block_with(block, ip, handle_id, fix.node or "")
 
 
 def plan_drop(
@@ -192,9 +212,16 @@ def plan_drop(
     change: Change,
     now: float,
 ) -> None:
-    if not lists(handle, fix.ip, fix.block_key) or allocations_of(block).get(fix.ip) == fix.handle:
+    ip, block_key = required(fix.ip, "ip", fix), required(fix.block_key, "block_key", fix)
+    handle_id = required(fix.handle, "handle", fix)
+    # no handle: it lists nothing
+    if (
+        handle is None
+        or not lists(handle, ip, block_key)
+        or allocations_of(block).get(ip) == handle_id
+    ):
         raise Skip("the handle no longer lists it, or the block now gives it to this handle")
-    put_or_delete_handle(change, fix.handle, handle_without(handle, fix.ip, fix.pool))
+    put_or_delete_handle(change, handle_id, handle_without(handle, ip, fix.pool))
 
 
 def plan_delete_handle(
@@ -209,7 +236,7 @@ def plan_delete_handle(
         raise Skip("already gone")
     pools = {item.pool for item in handle.ips}
     change.compares.update({pool_key(p): 0 for p in pools})  # still missing
-    change.deletes.append(handle_key(fix.handle))
+    change.deletes.append(handle_key(required(fix.handle, "handle", fix)))
 
 
 def plan_delete_block(
@@ -220,10 +247,16 @@ def plan_delete_block(
     change: Change,
     now: float,
 ) -> None:
-    if block is None or allocations_of(block) or cur[pool_key_of(fix.block_key)][1] is not None:
+    block_key = fix.block_key  # set whenever block is: plan_fix reads a block only then
+    if (
+        block is None
+        or block_key is None
+        or allocations_of(block)
+        or cur[pool_key_of(block_key)][1] is not None
+    ):
         raise Skip("the block is gone, holds addresses, or its pool exists again")
-    change.deletes.append(fix.block_key)
-    index = block_affinity_key(fix.node, fix.block_key) if fix.node else None
+    change.deletes.append(block_key)
+    index = block_affinity_key(fix.node, block_key) if fix.node else None
     if index and cur[index][1] is not None:
         change.deletes.append(index)
 
@@ -236,8 +269,9 @@ def plan_put_affinity(
     change: Change,
     now: float,
 ) -> None:
-    index = block_affinity_key(fix.node, fix.block_key)
-    if block is None or block.affinity != fix.node or cur[index][1] is not None:
+    node, block_key = required(fix.node, "node", fix), required(fix.block_key, "block_key", fix)
+    index = block_affinity_key(node, block_key)
+    if block is None or block.affinity != node or cur[index][1] is not None:
         raise Skip("the block or its index entry changed")
     change.puts[index] = AffinityRecord(block.pool, block.cidr, block.claimed_at or now)
 
@@ -250,8 +284,9 @@ def plan_delete_affinity(
     change: Change,
     now: float,
 ) -> None:
-    index = block_affinity_key(fix.node, fix.block_key)
-    if cur[index][1] is None or (block is not None and block.affinity == fix.node):
+    node, block_key = required(fix.node, "node", fix), required(fix.block_key, "block_key", fix)
+    index = block_affinity_key(node, block_key)
+    if cur[index][1] is None or (block is not None and block.affinity == node):
         raise Skip("the index entry is gone or its block is this node's again")
     change.deletes.append(index)
 

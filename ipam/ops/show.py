@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from ipam.alloc.pool_spec import PoolSpec, render_selector
+from ipam.alloc.pool_spec import IPAddr, PoolSpec, render_selector
 from ipam.alloc.usage import calc_block_usage, calc_pool_usage, is_borrowed, is_cooling
 from ipam.ops.inspect import BlockView, HandleView, Snapshot
 from store.keys import HANDLES
@@ -103,15 +103,13 @@ def holder_details(handle: HandleView | None) -> dict[str, Any]:
     }
 
 
-def ip_in_pool(
-    snap: Snapshot, spec: PoolSpec, ip: ipaddress._BaseAddress, now: float
-) -> dict[str, Any]:
+def ip_in_pool(snap: Snapshot, spec: PoolSpec, ip: IPAddr, now: float) -> dict[str, Any]:
     block_net = spec.block_of(ip)
     out: dict[str, Any] = {"pool": spec.name, "block": str(block_net)}
     block = next((b for b in snap.blocks_of(spec.name) if b.net == block_net), None)
     out["blockNode"] = block.affinity if block else None
     holder = block.allocations.get(str(ip)) if block else None
-    if holder is not None:
+    if block is not None and holder is not None:
         handle = snap.handles.get(holder)
         return {
             **out,

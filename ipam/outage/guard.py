@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cni.spec.errors import CNIError, TryAgainLater
 from common.loop import Errors, Loop
@@ -38,10 +38,13 @@ from ipam.alloc.selection import Selection
 from ipam.leases.service import LeaseService
 from ipam.outage.calc import Names, calc_pool_names, handle_dict
 from ipam.outage.files import OutageFiles
-from ipam.outage.store import StoreUnreachable
+from ipam.outage.store import StoreUnreachable, TrackedStore
 from ipam.outage.writeback import REFILL_PAUSE, WriteBack
 from ipam.records import HandleId, HandleRecord, LeasedIP
 from store.deadline import call_budget
+
+if TYPE_CHECKING:
+    from common.metrics import Registry
 
 log = logging.getLogger("pycnid.outage")
 Commit = Callable[[], tuple[HandleRecord, bool]]
@@ -60,10 +63,13 @@ class OutageGuard(WriteBack):
         size: int,
         budget: float,
         clock: Callable[[], float] = time.time,
-        metrics: Any = None,
+        metrics: Registry | None = None,
     ) -> None:
-        self.leases, self.store, self.node = leases, leases.store, leases.node
-        self.reach, self.files = leases.store.reach, files
+        store = leases.store
+        if not isinstance(store, TrackedStore):
+            raise TypeError(f"the outage guard needs its store tracked, not {store.name}")
+        self.leases, self.store, self.node = leases, store, leases.node
+        self.reach, self.files = store.reach, files
         self.size, self.budget, self.clock = size, budget, clock
         self._lock = threading.Lock()  # in-memory state and the journal file
         self._sync = threading.Lock()  # one replay / refill at a time
@@ -90,7 +96,7 @@ class OutageGuard(WriteBack):
             join_timeout=10,
         )
 
-    def _counters(self, metrics: Any) -> Any:
+    def _counters(self, metrics: Registry | None) -> Registry:
         if metrics is None:
             from common.metrics import Registry
 
@@ -152,7 +158,7 @@ class OutageGuard(WriteBack):
             return record, created
         return self.serve(handle, selection, attributes, static, None)
 
-    def release(self, handle: HandleId, commit: Callable[[], Any]) -> None:
+    def release(self, handle: HandleId, commit: Callable[[], object]) -> None:
         if self.ready():
             try:
                 with call_budget(self.budget):
@@ -285,7 +291,7 @@ class NoGuard:
     ) -> tuple[HandleRecord, bool]:
         return commit()
 
-    def release(self, handle: HandleId, commit: Callable[[], Any]) -> None:
+    def release(self, handle: HandleId, commit: Callable[[], object]) -> None:
         commit()
 
     def lookup(self, handle: HandleId) -> HandleRecord | None:

@@ -15,13 +15,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Self
+from functools import partial
+from typing import TYPE_CHECKING, Self
 
 from ipam.leases.service import LeaseService
 from ipam.outage.calc import calc_cancelled, entry_handle, entry_record, leased_ip
 from ipam.outage.files import OutageFiles
+from ipam.outage.store import Reachability, TrackedStore
 from ipam.outage.txns import plan_refill, plan_replay, read_buffers
 from ipam.records import HandleRecord, LeasedIP
+
+if TYPE_CHECKING:
+    from common.metrics import Counter
 
 log = logging.getLogger("pycnid.outage")
 FAST, SLOW = 0.5, 5.0  # reconciler period while something waits / when all is quiet
@@ -32,9 +37,9 @@ class WriteBack:
     """The state it shares with the request path is set up by ``OutageGuard.__init__``."""
 
     leases: LeaseService
-    store: Any
+    store: TrackedStore
     node: str
-    reach: Any
+    reach: Reachability
     files: OutageFiles
     size: int
     clock: Callable[[], float]
@@ -48,8 +53,8 @@ class WriteBack:
     pools: set[str]
     _next_refill: dict[str, float]
     _seq: int
-    replayed: Any
-    conflicts: Any
+    replayed: Counter
+    conflicts: Counter
 
     def load(self) -> Self:
         """Read the journal and the snapshot (after a restart: what was served, what is left)."""
@@ -153,7 +158,9 @@ class WriteBack:
             if have >= self.size or now < self._next_refill.get(name, 0.0):
                 continue
             record = self.leases.run(
-                lambda plan: plan_refill(self.leases.planner, plan, name, self.size, self.clock),
+                partial(
+                    plan_refill, self.leases.planner, pool=name, size=self.size, clock=self.clock
+                ),
                 f"refill of the outage buffer of {name}",
             )
             if record is not None:
