@@ -10,12 +10,13 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 log = logging.getLogger("pycnid.metrics")
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 Labels = tuple[tuple[str, str], ...]
+GaugeValues = Mapping[Labels, float]  # what a Gauge's ``collect`` returns
 
 
 def _labels(labels: dict[str, str] | None) -> Labels:
@@ -79,7 +80,7 @@ class Gauge(Metric):
     kind = "gauge"
 
     def __init__(
-        self, name: str, help_text: str, collect: Callable[[], dict[Labels, float]] | None = None
+        self, name: str, help_text: str, collect: Callable[[], GaugeValues] | None = None
     ) -> None:
         super().__init__(name, help_text)
         self._values: dict[Labels, float] = {}
@@ -150,7 +151,7 @@ class Registry:
         return self._add(Counter(name, help_text))  # type: ignore[return-value]
 
     def gauge(
-        self, name: str, help_text: str, collect: Callable[[], dict[Labels, float]] | None = None
+        self, name: str, help_text: str, collect: Callable[[], GaugeValues] | None = None
     ) -> Gauge:
         return self._add(Gauge(name, help_text, collect))  # type: ignore[return-value]
 
