@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cni.spec.errors import CNIError, TryAgainLater
@@ -286,7 +286,7 @@ class OverlaySync:
         self.metrics.observe(plan, outcome, peers, took)
 
 
-def calc_news(now: dict[str, str], before: dict[str, str]) -> dict[str, str]:
+def calc_news(now: Mapping[str, str], before: Mapping[str, str]) -> dict[str, str]:
     """What is new in ``now`` (said once, not on every pass)."""
     return {key: why for key, why in now.items() if before.get(key) != why}
 
