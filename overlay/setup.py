@@ -10,16 +10,18 @@ taken out), and peers remove what they had for it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ipam.leases.service import LeaseService
 from kernel.session import node_session
 from nodes.liveness import Liveness
 from overlay.config import OverlayConfig, calc_vtep_mac, parse_overlay_config
 from overlay.device import NodeEnd, calc_mtu
 from overlay.sync import OverlaySync
 from overlay.underlay import resolve_underlay
+from store.base import Store
 
 log = logging.getLogger("pycnid.overlay")
 
@@ -38,11 +40,11 @@ def resolve_end(
 def start_overlay(
     raw: Mapping[str, Any],
     node: str,
-    store: Any,
-    leases: Any,
+    store: Store,
+    leases: LeaseService,
     liveness: Liveness,
-    registry: Any,
-    on_shutdown: list,
+    registry: Any,  # a common.metrics.Registry (pycnid/wiring.py: MetricsRegistry)
+    on_shutdown: list[Callable[[], None]],
 ) -> NodeEnd | None:
     """The overlay of this node, started; None when the config has no ``overlay``."""
     config = parse_overlay_config(raw)

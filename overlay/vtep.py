@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from typing import Any
 
 from cni.spec.errors import CNIError
 from ipam.alloc.pool_spec import spec_from_record
 from ipam.alloc.selection import Selection, matches
 from ipam.leases.service import LeaseService
 from ipam.records import POOLS, VTEP_NETWORK, HandleId, decode
+from store.base import Store
 
 
 def vtep_handle(node: str, device: str, version: int) -> HandleId:
@@ -26,7 +26,7 @@ def vtep_handle(node: str, device: str, version: int) -> HandleId:
 
 
 def pools_by_family(
-    store: Any, configured: tuple[str, ...], labels: Mapping[str, str]
+    store: Store, configured: tuple[str, ...], labels: Mapping[str, str]
 ) -> dict[int, tuple[str, ...]]:
     """Family -> the pools a VTEP of that family may come from (the named ones in their order,
     else the cluster pools selecting this node, by name)."""
@@ -52,7 +52,7 @@ def pools_by_family(
 
 def lease_vteps(
     leases: LeaseService,
-    store: Any,
+    store: Store,
     node: str,
     device: str,
     configured: tuple[str, ...],
