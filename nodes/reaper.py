@@ -207,7 +207,7 @@ class ReaperLoop:
         interval: float,
         clock: Callable[[], float] = time.time,
         on_pass: Callable[[ReapReport], None] | None = None,
-        registry: Any = None,
+        registry: Any = None,  # a common.metrics.Registry (pycnid/wiring.py: MetricsRegistry)
     ) -> None:
         self.store, self.node, self.grace, self.interval = store, node, grace, interval
         self.clock = clock
