@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,6 +27,9 @@ from cli.open_store import (
 from cni.spec.errors import CNIError, InvalidConfig, NotAvailable, TryAgainLater
 from pycnid.config import DaemonConfig
 from store.base import Store
+
+if TYPE_CHECKING:
+    from ipam.ops.inspect import Snapshot
 
 EXIT_ERROR = 1
 EXIT_PROBLEMS = 2
@@ -162,7 +165,7 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def check_document(snap: Any) -> dict:
+def check_document(snap: Snapshot) -> dict:
     """`check`'s JSON: the findings of one snapshot and what was looked at."""
     from ipam.ops.check import find_problems
 
