@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -28,6 +28,9 @@ from cli.open_store import (
 from cni.spec.errors import CNIError, InvalidConfig, NotAvailable, TryAgainLater
 from pycnid.config import DaemonConfig
 from store.base import Store
+
+if TYPE_CHECKING:
+    pass
 
 EXIT_ERROR = 1
 EXIT_PROBLEMS = 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +25,9 @@ from cli.output import (
     render_pool_list,
 )
 from ipam.alloc.pool_spec import DEFAULT_REUSE_DELAY
+
+if TYPE_CHECKING:
+    from ipam.ops.inspect import Snapshot
 
 
 @click.group(name="ipam")
@@ -287,7 +290,7 @@ def is_address(text: str) -> bool:
     return True
 
 
-def check_document(snap: Any) -> dict:
+def check_document(snap: Snapshot) -> dict:
     """`check`'s JSON: the findings of one snapshot and what was looked at."""
     from ipam.ops.check import find_problems
 

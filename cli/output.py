@@ -49,9 +49,7 @@ def cell_text(value: Any) -> str:
 def when(seconds: float | None) -> str:
     if not seconds:
         return "-"
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime(
-        "%Y-%m-%dT%H:%M:%SZ"
-    )
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def render_pool(record: dict) -> str:

@@ -18,6 +18,7 @@ log = logging.getLogger("pycnid.metrics")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 Labels = tuple[tuple[str, str], ...]
 M = TypeVar("M", bound="Metric")
+GaugeValues = Mapping[Labels, float]  # what a Gauge's ``collect`` returns
 
 
 def _labels(labels: dict[str, str] | None) -> Labels:
@@ -81,10 +82,7 @@ class Gauge(Metric):
     kind = "gauge"
 
     def __init__(
-        self,
-        name: str,
-        help_text: str,
-        collect: Callable[[], Mapping[Labels, float]] | None = None,
+        self, name: str, help_text: str, collect: Callable[[], GaugeValues] | None = None
     ) -> None:
         super().__init__(name, help_text)
         self._values: dict[Labels, float] = {}
@@ -160,10 +158,7 @@ class Registry:
         return self._add(Counter(name, help_text))
 
     def gauge(
-        self,
-        name: str,
-        help_text: str,
-        collect: Callable[[], Mapping[Labels, float]] | None = None,
+        self, name: str, help_text: str, collect: Callable[[], GaugeValues] | None = None
     ) -> Gauge:
         return self._add(Gauge(name, help_text, collect))
 

@@ -25,20 +25,29 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 from cni.spec.errors import CNIError, TryAgainLater
 from nodes.record import NodeRecord, heartbeat_key, node_key
 from store.base import Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
 from store.codec import encode
+from store.etcd_lease import LeaseKeeper
 
 log = logging.getLogger("pycnid.liveness")
 WRITE_ATTEMPTS = 8
 WRITE_RETRY = Retry(WRITE_ATTEMPTS)  # at once: each attempt re-reads both keys
 
 
-def supports_leases(store: Any) -> bool:
+class LeaseStore(Store, Protocol):
+    """A store that keeps a lease alive (``EtcdStore``)."""
+
+    def keep_lease(
+        self, ttl: int, on_grant: Callable[[int], None] | None = None
+    ) -> LeaseKeeper: ...
+
+
+def supports_leases(store: Store) -> TypeGuard[LeaseStore]:
     """Only a store with leases (etcd) can carry heartbeats, hence the reaper too."""
     return callable(getattr(store, "keep_lease", None))
 
@@ -82,7 +91,7 @@ class Liveness:
         self.store = store
         self.record = record
         self.ttl = ttl
-        self.keeper: Any = None  # store.etcd_lease.LeaseKeeper with a lease store
+        self.keeper: LeaseKeeper | None = None  # with a lease store only
 
     def start(self) -> Liveness:
         if supports_leases(self.store):

@@ -36,7 +36,7 @@ from common.loop import Errors, Periodic
 from nodes.liveness import supports_leases
 from nodes.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
 from nodes.record import heartbeat_key, node_key
-from store.base import Compare, Delete, Put, Store
+from store.base import KV, Compare, Delete, Put, Store
 from store.codec import decode, encode
 from store.keys import AFFINITY, HEARTBEATS, NODES, SUSPECTS
 
@@ -161,7 +161,7 @@ def judge_node(store: Store, node: str, now: float, grace: float, dry_run: bool)
             store.txn([Compare(suspect.key, suspect.mod_revision)], [Delete(suspect.key)])
         return NodeVerdict(node, "alive" if suspect is None else "cleared")
     seen = decode(suspect.key, suspect.value) if suspect else None
-    if seen is None or record_rev > int(seen.get("revision") or 0):
+    if suspect is None or seen is None or record_rev > int(seen.get("revision") or 0):
         return first_look(store, node, now, record_rev, suspect, dry_run)
     since = float(seen.get("since") or now)
     if now - since < grace:
@@ -176,7 +176,7 @@ def judge_node(store: Store, node: str, now: float, grace: float, dry_run: bool)
 
 
 def first_look(
-    store: Store, node: str, now: float, record_rev: int, suspect, dry_run: bool
+    store: Store, node: str, now: float, record_rev: int, suspect: KV | None, dry_run: bool
 ) -> NodeVerdict:
     """Record (or restart) the suspicion, in a txn that also finds the heartbeat absent."""
     if dry_run:
@@ -208,7 +208,7 @@ class ReaperLoop:
         interval: float,
         clock: Callable[[], float] = time.time,
         on_pass: Callable[[ReapReport], None] | None = None,
-        registry: Any = None,
+        registry: Any = None,  # a common.metrics.Registry (pycnid/wiring.py: MetricsRegistry)
     ) -> None:
         self.store, self.node, self.grace, self.interval = store, node, grace, interval
         self.clock = clock

@@ -205,5 +205,7 @@ def delete_block(
         Compare(index, found.mod_revision if found else 0),
         *guards,
     ]
-    ops: list[Op] = [Delete(kv.key)] + ([Delete(index)] if found else [])
+    ops: list[Op] = [Delete(kv.key)]
+    if found:
+        ops.append(Delete(index))
     return store.txn(compares, ops).succeeded

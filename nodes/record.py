@@ -102,7 +102,7 @@ class NodeRecord:
     @classmethod
     def from_bytes(cls, key: str, value: bytes) -> NodeRecord:
         data = decode(key, value)
-        labels = data.get("labels") if isinstance(data.get("labels"), dict) else {}
+        labels = data["labels"] if isinstance(data.get("labels"), dict) else {}
         overlay = data.get("overlay")
         try:
             started = float(data.get("startedAt") or 0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
@@ -95,12 +96,12 @@ def apply_diff(ipr: IPRoute, desired: Entries, actual: Entries) -> Outcome:
             False,
             lambda f=fdb: neigh.delete_fdb(ipr, f.ifindex, f.mac, f.dst),
         )
-    for entry in sorted(actual.neighs - desired.neighs):
+    for nb in sorted(actual.neighs - desired.neighs):
         attempt(
             out,
-            f"delete neighbour {entry.ip}",
+            f"delete neighbour {nb.ip}",
             False,
-            lambda n=entry: neigh.delete_neigh(ipr, n.ifindex, n.ip),
+            lambda n=nb: neigh.delete_neigh(ipr, n.ifindex, n.ip),
         )
     for proxy in sorted(actual.proxies - desired.proxies):
         attempt(
@@ -116,12 +117,12 @@ def apply_diff(ipr: IPRoute, desired: Entries, actual: Entries) -> Outcome:
             True,
             lambda p=proxy: ndproxy.add_proxy(ipr, p.ifindex, p.ip),
         )
-    for entry in sorted(desired.neighs - actual.neighs):
+    for nb in sorted(desired.neighs - actual.neighs):
         attempt(
             out,
-            f"neighbour {entry.ip} lladdr {entry.mac}",
+            f"neighbour {nb.ip} lladdr {nb.mac}",
             True,
-            lambda n=entry: neigh.replace_neigh(ipr, n.ifindex, n.ip, n.mac, RTPROT_PYCNI),
+            lambda n=nb: neigh.replace_neigh(ipr, n.ifindex, n.ip, n.mac, RTPROT_PYCNI),
         )
     for fdb in sorted(desired.fdbs - actual.fdbs):
         attempt(
@@ -140,7 +141,7 @@ def apply_diff(ipr: IPRoute, desired: Entries, actual: Entries) -> Outcome:
     return out
 
 
-def attempt(out: Outcome, what: str, adding: bool, op) -> None:
+def attempt(out: Outcome, what: str, adding: bool, op: Callable[..., object]) -> None:
     try:
         op()
     except NetlinkError as exc:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from common.metrics import Registry
 from overlay import dataplane
 from overlay.model import Plan
 
 
 class OverlayMetrics:
-    def __init__(self, registry: Any) -> None:
+    def __init__(self, registry: Registry) -> None:
         self.peers = registry.gauge("pycni_overlay_peers", "remote nodes in the overlay")
         self.unreachable = registry.gauge(
             "pycni_overlay_unreachable_peers", "host-gw peers not on a connected subnet"

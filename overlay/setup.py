@@ -10,8 +10,10 @@ removed, its own entries taken out), and peers remove what they had for it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
 
+from common.metrics import Registry
+from ipam.leases.service import LeaseService
 from kernel.session import node_session
 from masq.table import MasqTable
 from nodes.liveness import Liveness
@@ -19,6 +21,7 @@ from overlay.config import OverlayConfig, calc_vtep_mac
 from overlay.device import NodeEnd, calc_mtu
 from overlay.sync import OverlaySync
 from overlay.underlay import resolve_underlay
+from store.base import Store
 
 log = logging.getLogger("pycnid.overlay")
 
@@ -39,11 +42,11 @@ def start_overlay(
     config: OverlayConfig | None,
     node_address: str | None,
     node: str,
-    store: Any,
-    leases: Any,
+    store: Store,
+    leases: LeaseService,
     liveness: Liveness,
-    registry: Any,
-    on_shutdown: list,
+    registry: Registry,
+    on_shutdown: list[Callable[[], None]],
     masq: MasqTable,
 ) -> NodeEnd | None:
     """The overlay of this node, started; None when the config has no ``overlay``. It keeps

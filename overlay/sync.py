@@ -25,11 +25,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+
+from pyroute2 import IPRoute
 
 from cni.spec.errors import CNIError, TryAgainLater
 from common.loop import Errors, Loop
+from common.metrics import Registry as MetricsRegistry
+from ipam.leases.service import LeaseService
 from kernel import monitor
 from kernel.addr import ADDR_PROTO_PYCNI
 from kernel.monitor import NetlinkMonitor
@@ -43,6 +46,7 @@ from overlay import dataplane, device, firewall, underlay, vtep
 from overlay.metrics import OverlayMetrics
 from overlay.model import Local, Plan, calc_desired
 from overlay.registry import PREFIXES, Registry
+from store.base import Store
 from store.watched import WatchedPrefixes
 
 log = logging.getLogger("pycnid.overlay")
@@ -54,10 +58,10 @@ class OverlaySync:
         self,
         end: device.NodeEnd,
         node: str,
-        store: Any,
-        leases: Any,
+        store: Store,
+        leases: LeaseService,
         publish: Callable[[OverlayInfo], None],
-        registry: Any,
+        registry: MetricsRegistry,
         masq: MasqTable,
     ) -> None:
         self.end, self.node, self.store, self.leases = end, node, store, leases
@@ -213,13 +217,13 @@ class OverlaySync:
         self.report(plan, outcome, len(peers), time.perf_counter() - started)
         return plan
 
-    def ensure_local(self, ipr: Any) -> int:
+    def ensure_local(self, ipr: IPRoute) -> int:
         if self.end.backend != "vxlan":
             return self.end.underlay.ifindex
         device.ensure_forwarding()
         return device.ensure_device(ipr, self.end, self.vteps or ()).index
 
-    def read_actual(self, ipr: Any, macs: set[str]) -> dataplane.Entries:
+    def read_actual(self, ipr: IPRoute, macs: set[str]) -> dataplane.Entries:
         index = None
         if self.end.backend == "vxlan":
             found = [i for i in ipr.link_lookup(ifname=self.end.config.device_name)]
@@ -277,7 +281,7 @@ class OverlaySync:
         self.metrics.observe(plan, outcome, peers, took)
 
 
-def calc_news(now: dict[str, str], before: dict[str, str]) -> dict[str, str]:
+def calc_news(now: Mapping[str, str], before: Mapping[str, str]) -> dict[str, str]:
     """What is new in ``now`` (said once, not on every pass)."""
     return {key: why for key, why in now.items() if before.get(key) != why}
 

@@ -240,9 +240,10 @@ def resolve_underlay(ipr: IPRoute, configured: str | None, fallback: str | None)
     found = default_underlay(ipr)
     if found is not None:
         return describe_device(ipr, *found, "default route")
-    index = device_of(ipr, fallback) if fallback and normalize(fallback) else None
-    if index is not None:
-        return describe_device(ipr, normalize(fallback) or "", index, "node address")
+    address = normalize(fallback) if fallback else None
+    index = device_of(ipr, fallback) if fallback and address else None
+    if address and index is not None:
+        return describe_device(ipr, address, index, "node address")
     raise InvalidConfig(
         f"no underlay address for the overlay: set {CONFIG_KEY}",
         "this node has no default route"

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from typing import Any
 
 from cni.spec.errors import CNIError
 from ipam.alloc.pool_spec import spec_from_record
 from ipam.alloc.selection import Selection, matches
 from ipam.leases.service import LeaseService
 from ipam.records import HandleId
+from store.base import Store
 from store.codec import decode
 from store.keys import POOLS, VTEP_NETWORK
 
@@ -28,7 +28,7 @@ def vtep_handle(node: str, device: str, version: int) -> HandleId:
 
 
 def pools_by_family(
-    store: Any, configured: tuple[str, ...], labels: Mapping[str, str]
+    store: Store, configured: tuple[str, ...], labels: Mapping[str, str]
 ) -> dict[int, tuple[str, ...]]:
     """Family -> the pools a VTEP of that family may come from (the named ones in their order,
     else the cluster pools selecting this node, by name)."""
@@ -54,7 +54,7 @@ def pools_by_family(
 
 def lease_vteps(
     leases: LeaseService,
-    store: Any,
+    store: Store,
     node: str,
     device: str,
     configured: tuple[str, ...],

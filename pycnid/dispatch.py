@@ -12,16 +12,26 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
 
 from cni.spec.errors import CNIError, InternalError, InvalidConfig
 from cni.spec.request import Request, ipam_type, parse_config, parse_env
 from cni.spec.result import render
+from common.metrics import Registry
 from kernel.ns import validate_netns_fd
+from plugins.base import Plugin
 
 log = logging.getLogger("pycnid.dispatch")
 # Plugins pycnid serves as IPAM executables: the netconf names them by `ipam.type`, not `type`.
 IPAM_PLUGINS = frozenset({"ipam"})
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What goes back to the executable: its exit code and its stdout."""
+
+    exit: int
+    stdout: str
 
 
 class AttachmentLocks:
@@ -78,12 +88,10 @@ class AttachmentLocks:
 
 
 class Dispatcher:
-    def __init__(self, plugins: Mapping[str, Any], metrics: Any = None) -> None:
+    def __init__(self, plugins: Mapping[str, Plugin], metrics: Registry | None = None) -> None:
         self.plugins = plugins
         self.locks = AttachmentLocks()
         if metrics is None:
-            from common.metrics import Registry
-
             metrics = Registry()
         self.requests = metrics.counter(
             "pycni_requests_total", "CNI requests served, by plugin, command and result code"
@@ -115,25 +123,27 @@ class Dispatcher:
             )
             plugin = self._plugin(plugin_name)
             stdout = self._run(plugin, req)
-            reply = {"stdout": stdout, "exit": 0}
+            reply = Reply(0, stdout)
         except CNIError as err:
-            reply = {"stdout": err.to_json(version), "exit": 1}
+            reply = Reply(1, err.to_json(version))
         except Exception as exc:  # a bug: never a traceback on stdout, always one in the log
             log.exception("internal error")
-            err = InternalError("internal error in pycnid", f"{exc.__class__.__name__}: {exc}")
-            reply = {"stdout": err.to_json(version), "exit": 1}
+            internal = InternalError(
+                "internal error in pycnid", f"{exc.__class__.__name__}: {exc}"
+            )
+            reply = Reply(1, internal.to_json(version))
         seconds = time.monotonic() - started
         command = str(env_vars.get("CNI_COMMAND", ""))
         self.requests.inc(
             plugin=plugin_name,
             command=command,
-            code=str(json.loads(reply["stdout"]).get("code", 999)) if reply["exit"] else "0",
+            code=str(json.loads(reply.stdout).get("code", 999)) if reply.exit else "0",
         )
         self.latency.observe(seconds, plugin=plugin_name, command=command)
         self._log(plugin_name, env_vars, req, reply, seconds)
-        return reply["exit"], reply["stdout"]
+        return reply.exit, reply.stdout
 
-    def _plugin(self, name: str) -> Any:
+    def _plugin(self, name: str) -> Plugin:
         plugin = self.plugins.get(name)
         if plugin is None:
             raise InvalidConfig(
@@ -142,7 +152,7 @@ class Dispatcher:
             )
         return plugin
 
-    def _run(self, plugin: Any, req: Request) -> str:
+    def _run(self, plugin: Plugin, req: Request) -> str:
         command = req.command
         if command == "GC":
             with self.locks.exclusive():
@@ -161,9 +171,14 @@ class Dispatcher:
         return ""
 
     def _log(
-        self, plugin: str, env: Mapping[str, str], req: Request | None, reply: dict, seconds: float
+        self,
+        plugin: str,
+        env: Mapping[str, str],
+        req: Request | None,
+        reply: Reply,
+        seconds: float,
     ) -> None:
-        level = logging.WARNING if reply["exit"] else logging.INFO
+        level = logging.WARNING if reply.exit else logging.INFO
         if not log.isEnabledFor(level):  # one line a request, built only when it is written
             return
         fields = {
@@ -172,14 +187,14 @@ class Dispatcher:
             "containerID": env.get("CNI_CONTAINERID"),
             "ifname": env.get("CNI_IFNAME"),
             "network": req.network if req and req.command != "VERSION" else None,
-            "exit": reply["exit"],
+            "exit": reply.exit,
             "ms": round(seconds * 1000, 2),
         }
-        if reply["exit"]:
+        if reply.exit:
             try:
-                fields["error"] = json.loads(reply["stdout"])
+                fields["error"] = json.loads(reply.stdout)
             except ValueError:
-                fields["error"] = reply["stdout"]
+                fields["error"] = reply.stdout
             log.warning("request failed", extra={"fields": fields})
         else:
             log.info("request served", extra={"fields": fields})

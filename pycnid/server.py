@@ -219,7 +219,10 @@ class PluginServer(socketserver.UnixStreamServer):
             os.umask(old)
         os.chmod(path, 0o600)
 
-    def process_request(self, request: socket.socket, client_address: object) -> None:
+    def process_request(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: object
+    ) -> None:
+        assert isinstance(request, socket.socket)  # a stream server's request is its connection
         self.pool.submit(request)  # the worker closes it
 
     def _serve_one(self, sock: socket.socket) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import TypeGuard, TypeVar
 
 from cni.spec.errors import AddressExhausted, InvalidConfig, TryAgainLater
 from services.record import (
@@ -29,6 +30,8 @@ from store.base import KV, Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
 from store.codec import CorruptRecord
 from store.keys import NODE_PORTS, SERVICE_IPS, SERVICES_META
+
+T = TypeVar("T")
 
 RETRY = Retry(attempts=12, base=0.005, cap=0.2, jitter=True, immediate=1)
 
@@ -156,7 +159,7 @@ def plan_write(
     return compares, ops
 
 
-def commit(store: Store, attempt: Callable[[], ServiceRecord | Lost]) -> ServiceRecord:
+def commit(store: Store, attempt: Callable[[], T | Lost]) -> T:
     busy = TryAgainLater(
         "the Service could not be written: other writers kept winning", "run the command again"
     )
@@ -229,5 +232,5 @@ def remove_corrupt(store: Store, key: str) -> ServiceRecord | Lost:
     return gone if store.txn(compares, ops).succeeded else LOST
 
 
-def is_held(kv: KV | None, record: ServiceRecord) -> bool:
+def is_held(kv: KV | None, record: ServiceRecord) -> TypeGuard[KV]:
     return kv is not None and kv.value == record.ref.encode()

@@ -237,7 +237,7 @@ def validate_service(data: Any, settings: ServiceSettings) -> ServiceRecord:
 
 def validate_settings(cidrs: list[str], node_port_range: str) -> ServiceSettings:
     """`pycni svc config set`'s values: at most one CIDR per family, a sane nodePort range."""
-    nets = []
+    nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
     for i, text in enumerate(cidrs):
         try:
             net = ipaddress.ip_network(text)

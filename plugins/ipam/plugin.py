@@ -28,11 +28,12 @@ from typing import Any
 from cni.spec.errors import CheckFailed, CNIError, NotAvailable, TryAgainLater
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
+from ipam.alloc.allocator import IPAddr
 from ipam.alloc.selection import missing_gateway
 from ipam.records import BlockRecord, HandleId, HandleRecord
 from plugins.base import HandlerDeps
 from plugins.ipam.config import IpamConfig, cached_ipam_config
-from plugins.ipam.requested import parse_requested_ips, requested_by_set
+from plugins.ipam.requested import Requested, parse_requested_ips, requested_by_set
 from store.keys import block_key
 
 log = logging.getLogger("pycnid.ipam")
@@ -77,7 +78,8 @@ class IpamPlugin:
 
     def add(self, req: Request) -> dict:
         cfg = cached_ipam_config(req.config)  # validated once per distinct netconf
-        requested: Any = parse_requested_ips(req.config, req.env.args)
+        requested: tuple[Requested, ...] | dict[int, IPAddr]
+        requested = parse_requested_ips(req.config, req.env.args)
         if cfg.range_sets:  # cluster pools map requests once the pools are read
             requested = requested_by_set(cfg, requested)
         handle = handle_of(req)

@@ -112,7 +112,7 @@ def _range_limits(item: Mapping, where: str, subnet: IPNet) -> tuple[IPAddr, IPA
     for key, ip in (("rangeStart", start), ("rangeEnd", end)):
         if ip not in subnet:
             raise invalid(f"{where}.{key}", f"{ip} is not in network {subnet}")
-    if start > end:
+    if int(start) > int(end):  # both in subnet, so of one family
         raise invalid(f"{where}.rangeStart", f"{start} is after rangeEnd {end}")
     return start, end
 
@@ -140,6 +140,10 @@ def validate_no_overlap(sets: tuple[tuple[Range, ...], ...]) -> None:
         for j, b in flat[n + 1 :]:
             if a.subnet.version != b.subnet.version or not a.subnet.overlaps(b.subnet):
                 continue
-            if i == j and a.subnet == b.subnet and (a.end < b.start or b.end < a.start):
+            if (
+                i == j
+                and a.subnet == b.subnet
+                and (int(a.end) < int(b.start) or int(b.end) < int(a.start))
+            ):
                 continue
             raise invalid(b.where, f"{b.describe()} overlaps {a.where} {a.describe()}")

@@ -25,7 +25,9 @@ def calc_udp_serving(model: ProxyModel | None) -> dict[Entry, frozenset[str]]:
     """Every UDP entry point and the backend IPs that may answer it (policy ignored, as
     kube-proxy does: a Local-policy backend is still a serving one)."""
     out: dict[Entry, frozenset[str]] = {}
-    for view in model.ports if model else ():
+    if model is None:
+        return out
+    for view in model.ports:
         if view.port.protocol != "udp":
             continue
         serving = frozenset(str(b.ip) for b in view.backends)

@@ -65,13 +65,13 @@ class Shape(NamedTuple):
 
     entry: str
     kind: str
-    count: int
+    size: int  # N: backends, one dispatch index each (a field "count" would hide tuple.count)
     timeout: int = 0
 
     @property
     def chain(self) -> str:
         middle = "lb" if self.kind == "lb" else f"aff-{self.timeout}"
-        return f"{PREFIX[self.entry]}{middle}-{self.count}"
+        return f"{PREFIX[self.entry]}{middle}-{self.size}"
 
 
 SHAPE_CHAIN = re.compile(r"^(np-)?(lb|aff-\d+|pick-\d+)-\d+$")
@@ -89,7 +89,7 @@ def calc_shape_chains(shapes: Iterable[Shape]) -> set[str]:
     for shape in shapes:
         chains.add(shape.chain)
         if shape.kind == "aff":
-            chains |= {pick_chain(shape.entry, shape.timeout, i) for i in range(shape.count)}
+            chains |= {pick_chain(shape.entry, shape.timeout, i) for i in range(shape.size)}
     return chains
 
 
@@ -236,7 +236,7 @@ def render_shape(family: int, shape: Shape) -> str:
     if shape.kind == "lb":
         return _render_chain(t, shape.chain, _lb_rules(f, shape))
     lines = [
-        _render_affinity_index(family, shape.entry, i, shape.timeout) for i in range(shape.count)
+        _render_affinity_index(family, shape.entry, i, shape.timeout) for i in range(shape.size)
     ]
     return "".join(lines) + _render_chain(t, shape.chain, _affinity_rules(f, shape))
 
@@ -248,7 +248,7 @@ def _render_chain(t: str, chain: str, rules: list[str]) -> str:
 
 def _lb_rules(f: str, shape: Shape) -> list[str]:
     """One guarded rule per protocol: each protocol's packets read that protocol's map."""
-    key, n = KEY[shape.entry].format(f=f), shape.count
+    key, n = KEY[shape.entry].format(f=f), shape.size
     return [
         f"meta l4proto {proto} dnat {f} to {key} . numgen random mod {n} "
         f"map @{backends_map(shape.entry, proto)}"
@@ -261,12 +261,12 @@ def _affinity_rules(f: str, shape: Shape) -> list[str]:
     sticky = [
         f"{client} @sticky-{i} update @sticky-{i} {{ {client} timeout {shape.timeout}s }} "
         f"dnat {f} to {key} map @{p}slot-{i}"
-        for i in range(shape.count)
+        for i in range(shape.size)
     ]
     picks = ", ".join(
-        f"{i} : goto {pick_chain(shape.entry, shape.timeout, i)}" for i in range(shape.count)
+        f"{i} : goto {pick_chain(shape.entry, shape.timeout, i)}" for i in range(shape.size)
     )
-    return sticky + [f"numgen random mod {shape.count} vmap {{ {picks} }}"]
+    return sticky + [f"numgen random mod {shape.size} vmap {{ {picks} }}"]
 
 
 def _render_affinity_index(family: int, entry: str, i: int, timeout: int) -> str:

@@ -26,10 +26,10 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 
 from cni.spec.errors import CNIError
 from common.loop import Errors, Loop
+from common.metrics import Registry
 from kernel.nft import Nft, NftError
 from kernel.session import node_session
 from services.proxy import conntrack
@@ -37,6 +37,7 @@ from services.proxy.model import ProxyModel
 from services.proxy.render import FAMILY, TABLE, is_shape_chain
 from services.proxy.table import Planned, ServiceTable, TablePlan
 from services.proxy.view import PREFIXES, Records, calc_changes
+from store.base import Store
 from store.watched import WatchedPrefixes
 
 log = logging.getLogger("pycnid.proxy")
@@ -45,7 +46,7 @@ POLL = 0.5  # a store without watches (SQLite): how often its revision is looked
 
 
 class ProxyMetrics:
-    def __init__(self, registry: Any) -> None:
+    def __init__(self, registry: Registry) -> None:
         self.seconds = registry.histogram(
             "pycni_proxy_sync_seconds", "time of one Service proxy sync"
         )
@@ -62,7 +63,9 @@ class ProxyMetrics:
 
 
 class ProxySync:
-    def __init__(self, node: str, store: Any, registry: Any, resync_interval: float) -> None:
+    def __init__(
+        self, node: str, store: Store, registry: Registry, resync_interval: float
+    ) -> None:
         self.node, self.store, self.resync_interval = node, store, resync_interval
         self.records = Records()
         self.lock = threading.Lock()

@@ -121,7 +121,11 @@ class ServiceTable:
         claimed = {} if claimed is None else claimed
         for key in sorted(planned):
             mine = _map_keys(planned[key].elements)
-            held = {claimed.get(k) or _holder(owners.get(k), planned) for k in mine} - {None, key}
+            held = {
+                holder
+                for k in mine
+                if (holder := claimed.get(k) or _holder(owners.get(k), planned)) is not None
+            } - {key}
             if held:
                 if key not in self.left_out:
                     log.warning(

@@ -318,9 +318,12 @@ def _parse_ip(text: str) -> IPAddress:
 
 def calc_fixed_ports(record: ServiceRecord) -> dict[str, int] | None:
     """{port label: targetPort} when no targetPort is a name (None otherwise)."""
-    if any(isinstance(p.target_port, str) for p in record.ports):
-        return None
-    return {p.name or str(p.port): p.target_port for p in record.ports}
+    fixed: dict[str, int] = {}
+    for p in record.ports:
+        if isinstance(p.target_port, str):
+            return None
+        fixed[p.name or str(p.port)] = p.target_port
+    return fixed
 
 
 def calc_port_views(
