@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from cni.spec.errors import AttachmentExists, CNIError, InvalidEnvironment, NodeChangeFailed
+from cni.spec.errors import (
+    AttachmentExists,
+    CNIError,
+    InternalError,
+    InvalidEnvironment,
+    NodeChangeFailed,
+)
 from cni.spec.request import Request
 from common.attachment import Attachment
 from kernel import addr, link, route, sysctl
@@ -45,9 +51,17 @@ class AddState:
     req: Request
     cfg: BridgeConfig
     att: Attachment
+    netns_fd: int  # the pod's netns (validate_pod_netns)
     node: IPRoute
     resources: ExitStack
-    bridge: link.LinkInfo | None = None
+    bridge_link: link.LinkInfo | None = None  # set by the first step, ensure_bridge
+
+    @property
+    def bridge(self) -> link.LinkInfo:
+        if self.bridge_link is None:
+            raise InternalError("bridge step reached before ensure_bridge")
+        return self.bridge_link
+
     ips: list[dict] = field(default_factory=list)
     routes: list[dict] = field(default_factory=list)
     dns: dict = field(default_factory=dict)
@@ -57,7 +71,7 @@ class AddState:
 
 
 def ensure_bridge(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
-    st.bridge = ctx.bridges.ensure_bridge(st.node, st.cfg)
+    st.bridge_link = ctx.bridges.ensure_bridge(st.node, st.cfg)
 
 
 def add_ipam(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
@@ -79,7 +93,7 @@ def setup_veth(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
             st.node,
             host,
             ifname,
-            st.req.netns_fd,
+            st.netns_fd,
             host_mac=st.host_mac,
             peer_mac=st.container_mac,
             mtu=st.cfg.mtu,
@@ -112,8 +126,8 @@ def attachment_exists(host: str) -> CNIError:
     )
 
 
-def validate_pod_netns(req: Request) -> None:
-    """CNI_NETNS must be a pod's netns, not the node's own (pycnid's)."""
+def validate_pod_netns(req: Request) -> int:
+    """CNI_NETNS must be a pod's netns, not the node's own (pycnid's); its fd."""
     if req.netns_fd is None:
         raise InvalidEnvironment(
             f"CNI_NETNS is required for {req.command}", "no pod netns was received"
@@ -124,6 +138,7 @@ def validate_pod_netns(req: Request) -> None:
             "CNI_NETNS is the node's own network namespace",
             f"{req.env.netns} is where pycnid and the bridge live",
         )
+    return req.netns_fd
 
 
 def validate_new_attachment(att: Attachment) -> None:
@@ -153,7 +168,8 @@ def setup_pod(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
         return socket.if_nametoindex(ifname)
 
     with failing(f"failed to configure {ifname} in {st.req.env.netns}"):
-        pod, index = st.resources.enter_context(pod_session(st.req.netns_fd, inside))
+        pod, index = st.resources.enter_context(pod_session(st.netns_fd, inside))
+        assert index is not None  # what inside() returned
         for address in container_addresses(st.ips):
             addr.add_address(pod, index, address)
         link.set_up(pod, index)
@@ -208,11 +224,11 @@ ADD_STEPS = tuple(name for name, _ in STEPS) + ("finish",)
 def run_add(ctx: BridgeContext, req: Request) -> dict:
     cfg = fit_to_node(parse_bridge_config(req), ctx.overlay)
     validate_delegation(ctx.plugins, req, parse=True)
-    validate_pod_netns(req)
+    netns_fd = validate_pod_netns(req)
     att = Attachment.of(req)
     validate_new_attachment(att)
     with node_session() as node, ExitStack() as resources, ExitStack() as undo:
-        st = AddState(req=req, cfg=cfg, att=att, node=node, resources=resources)
+        st = AddState(req, cfg, att, netns_fd, node, resources)
         for name, step in STEPS:
             ctx.faults.point(req, name)
             step(ctx, st, undo)

@@ -128,7 +128,7 @@ def calc_bridge_conflicts(
     """Bridge addresses that stand in the way of ``wanted`` (as the reference decides):
     any other IPv4 address once an IPv4 gateway is wanted; an IPv6 address that overlaps a
     wanted IPv6 subnet. Link-local addresses never conflict."""
-    out = []
+    out: list[ipaddress.IPv4Interface | ipaddress.IPv6Interface] = []
     for have in existing:
         if have in wanted or have.ip.is_link_local:
             continue

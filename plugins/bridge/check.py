@@ -28,12 +28,12 @@ from plugins.bridge.overlay import fit_to_node
 def run_check(ctx: BridgeContext, req: Request) -> None:
     cfg = fit_to_node(parse_bridge_config(req), ctx.overlay)
     prev = expected_result(req)
-    validate_pod_netns(req)
+    netns_fd = validate_pod_netns(req)
     index = container_index(prev, req)
     ips = [ip for ip in prev.get("ips", []) if ip.get("interface", index) == index]
     att = Attachment.of(req)
     with failing("CHECK could not read the live state"):
-        with node_session() as node, pod_session(req.netns_fd) as (pod, _):
+        with node_session() as node, pod_session(netns_fd) as (pod, _):
             container = validate_container(pod, req, prev["interfaces"][index], cfg)
             host = validate_host_veth(node, att, container, cfg)
             bridge = validate_bridge(node, cfg, host, prev)

@@ -118,8 +118,8 @@ def _exec(kind: str, req: Request) -> dict | None:
             where=f"result of IPAM plugin {kind}",
         )
     except CNIError as exc:
-        err = DelegateFailed(f"IPAM plugin {kind} returned an unreadable result", str(exc))
-        raise undo_unsettled_add(kind, req, err) from None
+        unreadable = DelegateFailed(f"IPAM plugin {kind} returned an unreadable result", str(exc))
+        raise undo_unsettled_add(kind, req, unreadable) from None
 
 
 def undo_unsettled_add(kind: str, req: Request, err: CNIError) -> CNIError:
