@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.fixtures.etcd import etcd_tls, free_port  # noqa: F401
+from tests.fixtures.etcd import free_port
 from tests.fixtures.ipam_contents import Contents
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

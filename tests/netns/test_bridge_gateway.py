@@ -20,8 +20,7 @@ import pytest
 from ipam.records import blocks_prefix
 from store.sqlite import SqliteStore
 from tests.cluster.load import pycni_ipam_cli
-from tests.fixtures.bridge import BridgeNode, bridge_node, new_cid  # noqa: F401
-from tests.fixtures.cluster import make_cluster  # noqa: F401
+from tests.fixtures.bridge import BridgeNode, new_cid
 from tests.fixtures.ipam import run_reference
 from tests.fixtures.netns import Netns
 from tests.fixtures.plugins import PluginRun

@@ -13,7 +13,6 @@ from cni.spec import wire
 from tests.fixtures.bridge import (
     BridgeNode,
     bridge_conf,
-    bridge_node,  # noqa: F401 (fixture)
     container_links,
     new_cid,
     pycni_ipam,
