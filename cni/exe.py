@@ -121,13 +121,14 @@ def open_netns(path, required):
     try:
         check_netns_kind(path, os.stat(path).st_mode)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         if required:
-            raise Failure(3, "network namespace does not exist", f"CNI_NETNS={path!r} not found")
+            msg = f"CNI_NETNS={path!r} not found"
+            raise Failure(3, "network namespace does not exist", msg) from exc
         return None
     except OSError as exc:
         if required:
-            raise Failure(4, "cannot open CNI_NETNS", f"{path!r}: {exc.strerror}")
+            raise Failure(4, "cannot open CNI_NETNS", f"{path!r}: {exc.strerror}") from exc
         return None
     try:
         check_netns_kind(path, os.fstat(fd).st_mode)  # replaced between the stat and the open
@@ -161,28 +162,28 @@ def exchange(path, request, netns_fd, timeout):
         except OSError as exc:
             raise Failure(
                 11, f"pycnid is not reachable at {path}", f"{exc.strerror or exc}; {START_HINT}"
-            )
+            ) from exc
         sock.settimeout(timeout)
         refused = send_request(sock, request, netns_fd)
         chunks = receive_reply(sock, refused)
-    except _socket.timeout:
+    except _socket.timeout as exc:
         raise Failure(
             11,
             f"pycnid at {path} did not answer within {timeout:g}s",
             "the request may still complete; the runtime should retry",
-        )
+        ) from exc
     except OSError as exc:
-        raise Failure(11, f"pycnid at {path} closed the connection", str(exc))
+        raise Failure(11, f"pycnid at {path} closed the connection", str(exc)) from exc
     finally:
         sock.close()
     try:
         return wire.decode_reply(b"".join(chunks))
-    except ValueError:
+    except ValueError as exc:
         raise Failure(
             11,
             f"pycnid at {path} sent no reply",
             "the daemon may have stopped mid-request; the runtime should retry",
-        )
+        ) from exc
 
 
 def send_request(sock, request, netns_fd):
