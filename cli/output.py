@@ -32,7 +32,8 @@ def is_number(value: Any) -> bool:
 
 def fit(row: Sequence[str], widths: list[int], right: Sequence[bool]) -> str:
     return "  ".join(
-        cell.rjust(w) if r else cell.ljust(w) for cell, w, r in zip(row, widths, right)
+        cell.rjust(w) if r else cell.ljust(w)
+        for cell, w, r in zip(row, widths, right, strict=False)
     )
 
 
@@ -49,9 +50,7 @@ def cell_text(value: Any) -> str:
 def when(seconds: float | None) -> str:
     if not seconds:
         return "-"
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime(
-        "%Y-%m-%dT%H:%M:%SZ"
-    )
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def render_pool(record: dict) -> str:
