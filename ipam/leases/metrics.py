@@ -71,11 +71,11 @@ class IpamMetrics:
             "addresses of the pool that can be handed out",
             lambda: self._per_pool("capacity"),
         )
-        for suffix, field in ADDRESS_STATES.items():
+        for suffix, state in ADDRESS_STATES.items():
             registry.gauge(
                 f"pycni_ipam_addresses_{suffix}",
                 f"addresses of the pool: {suffix}",
-                lambda field=field: self._per_pool(field),
+                lambda state=state: self._per_pool(state),
             )
         registry.gauge("pycni_ipam_blocks", "blocks claimed per pool and node", self._per_node)
         registry.gauge(

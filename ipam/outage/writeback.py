@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Self
 
 from ipam.leases.service import LeaseService
@@ -153,7 +154,9 @@ class WriteBack:
             if have >= self.size or now < self._next_refill.get(name, 0.0):
                 continue
             record = self.leases.run(
-                lambda plan: plan_refill(self.leases.planner, plan, name, self.size, self.clock),
+                partial(
+                    plan_refill, self.leases.planner, pool=name, size=self.size, clock=self.clock
+                ),
                 f"refill of the outage buffer of {name}",
             )
             if record is not None:
