@@ -136,7 +136,7 @@ def render_overview(doc: dict) -> str:
         for p in doc["pools"]
     ]
     out = [
-        "POOLS (revision %d)" % doc["revision"],
+        f"POOLS (revision {doc['revision']:d})",
         render_table(
             [
                 "NAME",
