@@ -1,4 +1,5 @@
-"""`make bench-svc`: loading Service rulesets, pycni's proxy against the kube-proxy shape (issue 9).
+"""`make bench-svc`: loading Service rulesets,
+pycni's proxy against the kube-proxy shape (issue 9).
 
     python3 -m bench.svc [--sizes 1000,10000,30000] [--update-at 10000] [--updates 5]
                          [--engines lib,bin] [--kube-max 10000] [--results-dir DIR]

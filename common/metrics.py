@@ -74,7 +74,8 @@ class Counter(Metric):
 
 
 class Gauge(Metric):
-    """Set explicitly, or computed at scrape time by ``collect`` -> {labels dict as tuple: value}."""
+    """Set explicitly, or computed at scrape time by ``collect`` ->
+    {labels dict as tuple: value}."""
 
     kind = "gauge"
 

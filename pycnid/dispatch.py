@@ -25,7 +25,8 @@ IPAM_PLUGINS = frozenset({"ipam"})
 
 
 class AttachmentLocks:
-    """Serialise requests for the same (containerID, ifname); GC runs alone (CNI-CHECKLIST §1.9)."""
+    """Serialise requests for the same (containerID, ifname); GC runs alone
+    (CNI-CHECKLIST §1.9)."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()

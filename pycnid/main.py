@@ -1,4 +1,5 @@
-"""pycnid lifecycle: load config -> wire the store, node services and plugins (wiring.py) -> serve -> shut down on SIGTERM."""
+"""pycnid lifecycle: load config -> wire the store, node services and plugins (wiring.py) ->
+serve -> shut down on SIGTERM."""
 
 from __future__ import annotations
 

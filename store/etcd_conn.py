@@ -201,7 +201,8 @@ class Stubs:
 
 
 class Connection:
-    """Runs RPCs against the cluster with failover and a deadline; errors come out as CNI errors."""
+    """Runs RPCs against the cluster with failover and a deadline;
+    errors come out as CNI errors."""
 
     def __init__(self, opts: EtcdOptions) -> None:
         self.opts = opts

@@ -1,4 +1,5 @@
-"""Watch a key prefix and never lose an event: resume from the last revision, re-list on compaction.
+"""Watch a key prefix and never lose an event: resume from the last revision,
+re-list on compaction.
 
 pyetcd's watcher raises on any stream error and is not resumed (IPAM-NOTES §7), so this runs its
 own watch stream on the shared connection: after any error (member killed, no leader, network)

@@ -1,8 +1,9 @@
 """pycni-ipam's Prometheus metrics, on pycnid's registry (``services.metrics``).
 
 Counted as they happen (from the lease service's hooks):
-``pycni_ipam_cas_conflicts_total`` (txns lost to a concurrent writer), ``pycni_ipam_cas_retries_total``
-(further attempts), ``pycni_ipam_block_events_total{event=claim|borrow|return, pool}`` and the
+``pycni_ipam_cas_conflicts_total`` (txns lost to a concurrent writer),
+``pycni_ipam_cas_retries_total`` (further attempts),
+``pycni_ipam_block_events_total{event=claim|borrow|return, pool}`` and the
 ``pycni_ipam_allocation_seconds`` histogram (one ADD's lease, queueing included).
 
 Read from the store in the background (pool records and blocks: two ranges, no handles, every

@@ -3,7 +3,8 @@
 pycnid runs in the node netns: the bridge, the host veth ends and the nftables table live
 there; the pod is reached through the netns fd the executable sent. Requests arrive
 concurrently on worker threads: each thread reuses its node netlink session (the pod
-session is per request), bridge set-up is serialised per bridge name (and tolerates EEXIST from other processes), nft changes go through one engine.
+session is per request), bridge set-up is serialised per bridge name (and tolerates EEXIST
+from other processes), nft changes go through one engine.
 
 - ADD: ``bridge_add`` (named steps, full rollback).
 - DEL: by derived names only (host veth, masquerade tag), so it needs neither the pod netns
