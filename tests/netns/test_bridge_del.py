@@ -1,4 +1,5 @@
-"""pycni-bridge DEL and GC leave zero residue, whatever the runtime got wrong (CNI-CHECKLIST §4 #2, #10)."""
+"""pycni-bridge DEL and GC leave zero residue, whatever the runtime got wrong
+(CNI-CHECKLIST §4 #2, #10)."""
 
 from __future__ import annotations
 
