@@ -133,7 +133,7 @@ def test_overlay_conflist_drops_the_bridge_mtu_and_chains_pycni_svc_once(plugins
         (i + 1 for i, p in enumerate(others) if p["type"] == "pycni-bridge"), len(others)
     )
     assert rendered[at] == {"type": "pycni-svc", "daemonSocket": "/s"}
-    for before, after in zip(others, rendered[:at] + rendered[at + 1 :]):
+    for before, after in zip(others, rendered[:at] + rendered[at + 1 :], strict=True):
         if before["type"] == "pycni-bridge":
             assert "mtu" not in after and after["backend"] == {"type": "vxlan"}
             assert after["daemonSocket"] == "/s" and after["hairpinMode"] is True
