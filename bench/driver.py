@@ -86,7 +86,9 @@ def run(spec: dict) -> dict:
         add_wall = time.perf_counter() - start
         cpu1 = cpu_mark(spec)
         start = time.perf_counter()
-        dels = list(pool.map(lambda item: del_one(spec, item[0], item[1][1]), zip(pods, adds)))
+        dels = list(
+            pool.map(lambda item: del_one(spec, item[0], item[1][1]), zip(pods, adds, strict=True))
+        )
         del_wall = time.perf_counter() - start
         cpu2 = cpu_mark(spec)
     errors += [f"ADD: {err}" for _, _, err in adds if err]

@@ -163,7 +163,7 @@ def run_parts(
         report["throughput"] = overlay_throughput.measure(box, cni_bin, args.runs, args.seconds)
         sections.append(
             (
-                "throughput (iperf3 -t %g, one stream)" % args.seconds,
+                f"throughput (iperf3 -t {args.seconds:g}, one stream)",
                 throughput_lines(report["throughput"]),
             )
         )

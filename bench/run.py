@@ -258,9 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             for problem in side_problems(variant[side]):
                 print(f"  [{name}] {side}: {problem}")
-    print(
-        f"results: {os.path.relpath(save(report, args.results_dir), REPO)}  ({report['seconds']:.0f} s)"
-    )
+    saved = os.path.relpath(save(report, args.results_dir), REPO)
+    print(f"results: {saved}  ({report['seconds']:.0f} s)")
     return 0
 
 

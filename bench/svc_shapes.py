@@ -104,8 +104,8 @@ def build_records(plan: Plan) -> Records:
 
 def swap_records(records: Records, old: Plan, new: Plan) -> None:
     """Apply the endpoint records that differ between two plans (a watch event each)."""
-    for (name, _vip, eps0), (_n, _v, eps1) in zip(old, new):
-        for j, (ip0, ip1) in enumerate(zip(eps0, eps1)):
+    for (name, _vip, eps0), (_n, _v, eps1) in zip(old, new, strict=True):
+        for j, (ip0, ip1) in enumerate(zip(eps0, eps1, strict=True)):
             if ip0 != ip1:
                 records.apply(_endpoint_kv(name, j, ip1))
 
@@ -237,7 +237,7 @@ def render_kube_full(plan: Plan) -> str:
 def render_kube_update(old: Plan, new: Plan) -> str:
     """kube-proxy's transaction for the Services whose endpoints changed between two plans."""
     out = []
-    for (name, vip, eps0), (_n, _v, eps1) in zip(old, new):
+    for (name, vip, eps0), (_n, _v, eps1) in zip(old, new, strict=True):
         if eps0 == eps1:
             continue
         gone = [ip for ip in eps0 if ip not in eps1]

@@ -1,7 +1,8 @@
 """`pycni ipam`: pools, show, check, gc, release — parsing and printing only.
 
-Behaviour lives in ``ipam.ops.pools`` (pool CRUD), ``ipam.inspect*`` (reports), ``ipam.ops.repair`` /
-``ipam.ops.release`` (gc and release writes) and ``nodes.reaper`` (dead nodes). Every command takes
+Behaviour lives in ``ipam.ops.pools`` (pool CRUD), ``ipam.inspect*`` (reports),
+``ipam.ops.repair`` / ``ipam.ops.release`` (gc and release writes) and ``nodes.reaper`` (dead
+nodes). Every command takes
 the store options and ``--output table|json``; errors are one message on stderr and exit
 status 1; ``check`` (and ``gc`` when problems remain that it cannot fix) exit with status 2.
 """

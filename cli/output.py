@@ -32,7 +32,8 @@ def is_number(value: Any) -> bool:
 
 def fit(row: Sequence[str], widths: list[int], right: Sequence[bool]) -> str:
     return "  ".join(
-        cell.rjust(w) if r else cell.ljust(w) for cell, w, r in zip(row, widths, right)
+        cell.rjust(w) if r else cell.ljust(w)
+        for cell, w, r in zip(row, widths, right, strict=False)
     )
 
 
@@ -135,7 +136,7 @@ def render_overview(doc: dict) -> str:
         for p in doc["pools"]
     ]
     out = [
-        "POOLS (revision %d)" % doc["revision"],
+        f"POOLS (revision {doc['revision']:d})",
         render_table(
             [
                 "NAME",

@@ -132,7 +132,7 @@ class Histogram(Metric):
             items = [(k, (list(v[0]), v[1], v[2])) for k, v in self._series.items()]
         for key, (counts, total, summed) in items:
             running = 0
-            for bound, count in zip(self.buckets, counts, strict=False):
+            for bound, count in zip(self.buckets, counts, strict=True):
                 running += count
                 yield f"{self.name}_bucket{_fmt_labels(key, (('le', f'{bound:g}'),))} {running}"
             yield f"{self.name}_bucket{_fmt_labels(key, (('le', '+Inf'),))} {total}"

@@ -1,1 +1,2 @@
-"""pycni: the store-backed side (IPAM allocator, stores) and the node daemon that hosts everything."""
+"""pycni: the store-backed side (IPAM allocator, stores) and the node daemon that hosts
+everything."""

@@ -147,7 +147,9 @@ def proto_routes_of(msg) -> list[Route]:
             proto=msg["proto"],
             onlink=bool(flags & RTNH_F_ONLINK),
         )
-        for route, flags in zip(routes_of(msg, version, MAIN_TABLE), nexthop_flags(msg))
+        for route, flags in zip(
+            routes_of(msg, version, MAIN_TABLE), nexthop_flags(msg), strict=True
+        )
     ]
 
 

@@ -1,1 +1,2 @@
-"""pycni-masq: the one owner of the masquerade table (the bridge's ipMasq, the overlay's pod CIDRs)."""
+"""pycni-masq: the one owner of the masquerade table (the bridge's ipMasq, the overlay's pod
+CIDRs)."""

@@ -209,7 +209,7 @@ def key_text(value: Any, types: list | None = None) -> str:
             kinds = list(types or [])[: len(parts)] + [None] * (len(parts) - len(types or []))
             return " . ".join(
                 f'"{part}"' if kind == "ifname" else key_text(part)
-                for part, kind in zip(parts, kinds)
+                for part, kind in zip(parts, kinds, strict=True)
             )
         if "prefix" in value:
             p = value["prefix"]

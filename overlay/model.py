@@ -125,7 +125,7 @@ def calc_desired(local: Local, peers: Iterable[Peer]) -> Plan:
             routes.update(
                 peer_routes(
                     peer,
-                    lambda v: peer.info.underlay if v == version_of(peer.info.underlay) else None,
+                    calc_direct_gateway(peer.info.underlay),
                     local.towards(peer.info.underlay) or local.ifindex,
                     onlink=False,
                 )
@@ -137,6 +137,11 @@ def calc_desired(local: Local, peers: Iterable[Peer]) -> Plan:
         unreachable,
         skipped,
     )
+
+
+def calc_direct_gateway(underlay: str) -> Callable[[int], str | None]:
+    """A direct route's gateway by family: the peer's underlay address, in its own family."""
+    return lambda version: underlay if version == version_of(underlay) else None
 
 
 def calc_skip(local: Local, peer: Peer) -> str | None:

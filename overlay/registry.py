@@ -1,6 +1,7 @@
 """The overlay's view of the node registry, kept from the store's watch events (no I/O here).
 
-Four prefixes feed it: cluster pools (their CIDRs: a pool of a new family gets a VTEP), node records (``/nodes/``: backend, underlay, VTEP), the affinity index
+Four prefixes feed it: cluster pools (their CIDRs: a pool of a new family gets a VTEP), node
+records (``/nodes/``: backend, underlay, VTEP), the affinity index
 (``/affinity/<node>/<pool>/<block>``: which blocks a node serves; nothing is copied into the
 node record) and block records (``/blocks/``: only their ``borrowed`` map, the addresses a node
 holds in another node's block). A record that cannot be read is logged once and ignored — a

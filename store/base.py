@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import Protocol
 
 PREFIX = "/pycni/v1/"
 
@@ -47,7 +47,7 @@ class Delete:
     prefix: bool = False
 
 
-Op = Union[Put, Delete]
+Op = Put | Delete
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """`{"type": "sqlite", "path": ...}` or `{"type": "etcd", "endpoints": [...], "ca"/"cert"/"key"}`.
+    """`{"type": "sqlite", "path": ...}` or
+    `{"type": "etcd", "endpoints": [...], "ca"/"cert"/"key"}`.
 
     ``path`` (SQLite) is the database file; the daemon config derives it from `stateDir`."""
 

@@ -33,7 +33,8 @@ class LeaseOps(Protocol):
 
 
 class LeaseKeeper:
-    """A lease kept alive (and re-granted) until ``stop()``; ``lease_id`` is 0 while there is none."""
+    """A lease kept alive (and re-granted) until ``stop()``;
+    ``lease_id`` is 0 while there is none."""
 
     def __init__(
         self, ops: LeaseOps, ttl: int, on_grant: Callable[[int], None] | None = None

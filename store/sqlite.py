@@ -174,7 +174,7 @@ def _all_hold(conn: sqlite3.Connection, compares: Sequence[Compare]) -> bool:
     keys = [c.key.encode() for c in compares]
     marks = ",".join("?" * len(keys))
     found = dict(conn.execute(f"SELECT key, mod_revision FROM kv WHERE key IN ({marks})", keys))
-    return all(found.get(key, 0) == c.mod_revision for key, c in zip(keys, compares))
+    return all(found.get(key, 0) == c.mod_revision for key, c in zip(keys, compares, strict=True))
 
 
 def _apply(conn: sqlite3.Connection, op: Op, revision: int) -> None:

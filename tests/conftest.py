@@ -13,6 +13,12 @@ from tests.fixtures import netns as netns_mod
 from tests.fixtures.daemon import Pycnid, daemon_config
 from tests.fixtures.plugins import REFERENCE_BIN
 
+# The modules that define fixtures, registered for every test (pytest reads pytest_plugins in
+# the top-level conftest only): a test names the fixture as a parameter and imports nothing.
+# etcd before cluster: cluster imports etcd, and a plugin module imported before it is
+# registered cannot be assertion-rewritten (pytest warns, and warnings are errors here).
+pytest_plugins = ("tests.fixtures.etcd", "tests.fixtures.bridge", "tests.fixtures.cluster")
+
 IS_ROOT = os.geteuid() == 0
 ETCD_FIXTURES = frozenset(
     {

@@ -142,7 +142,8 @@ def calc_bridge_conflicts(
 
 
 def masq_pairs(ips: Iterable[dict]) -> list[tuple[IPAddress, IPv4Network | IPv6Network]]:
-    """(pod address, its own subnet) for each address: traffic into the subnet is not masqueraded."""
+    """(pod address, its own subnet) for each address:
+    traffic into the subnet is not masqueraded."""
     return [(i.ip, i.network) for i in container_addresses(ips)]
 
 

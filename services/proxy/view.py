@@ -347,7 +347,7 @@ def calc_port_views(
         for e, ips in endpoints
     ]
     views = []
-    for port, spec in zip(service.ports, record.ports):
+    for port, spec in zip(service.ports, record.ports, strict=True):
         label = spec.name or str(spec.port)
         backends = {
             (int(ip), ports[label], e.node): ip

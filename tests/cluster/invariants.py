@@ -2,9 +2,12 @@
 here from the documented key layout, not with pycni's record classes), used next to
 `pycni ipam check`.
 
-    /pycni/v1/blocks/<pool>/<block-cidr>        {"allocations": {ip: "<network>/<cid>/<ifname>"}, ...}
-    /pycni/v1/handles/<network>/<cid>/<ifname>  {"ips": [{"address", "pool", "block"}], "attributes"}
-    /pycni/v1/affinity/<node>/<pool>/<block-cidr>  index of the blocks a node claimed
+    /pycni/v1/blocks/<pool>/<block-cidr>
+        {"allocations": {ip: "<network>/<cid>/<ifname>"}, ...}
+    /pycni/v1/handles/<network>/<cid>/<ifname>
+        {"ips": [{"address", "pool", "block"}], "attributes"}
+    /pycni/v1/affinity/<node>/<pool>/<block-cidr>
+        index of the blocks a node claimed
 
 ``problems()`` lists every broken rule: an address in two handles, a handle address its block
 does not record for it, a block allocation whose handle is missing or does not list it, an

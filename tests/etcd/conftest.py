@@ -1,5 +1,4 @@
-"""Fixtures for tests against a real etcd: servers, clusters, mTLS, and stores closed at teardown."""
+"""Fixtures for tests against a real etcd: servers, clusters, mTLS, and stores closed at teardown.
 
-from tests.fixtures.etcd import (
-    etcd_shared,  # noqa: F401
-    )
+They come from tests/fixtures/etcd.py (``etcd_server``, ``etcd_shared``, ``etcd_cluster``,
+``etcd_tls``, ``open_store``, ``store``), registered in tests/conftest.py."""

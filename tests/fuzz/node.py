@@ -254,7 +254,9 @@ class FuzzNode:
     def remove_new_links(self, before: State) -> None:
         """After a failed case: what it left in the pods and on the node, so the next case
         starts clean (the failure is reported anyway)."""
-        for ns, old in [(self.node, before.node_links)] + list(zip(self.pods, before.pod_links)):
+        for ns, old in [(self.node, before.node_links)] + list(
+            zip(self.pods, before.pod_links, strict=True)
+        ):
             names = {item[0] for item in old}
             for link in self.links(ns):
                 if (

@@ -89,6 +89,8 @@ class LogWatch:
             assert "Traceback" not in line, f"pycnid logged a stack for {context}:\n{line}"
             try:
                 entry = json.loads(line)
-            except ValueError:
-                raise AssertionError(f"pycnid wrote a non-JSON log line for {context}: {line!r}")
+            except ValueError as exc:
+                raise AssertionError(
+                    f"pycnid wrote a non-JSON log line for {context}: {line!r}"
+                ) from exc
             assert "exc" not in entry, f"pycnid logged an exception for {context}:\n{line}"

@@ -5,8 +5,9 @@ A netconf is generated as a valid one of some plugin, then mutated a few times a
 places: a key dropped, a value retyped, a key set from the vocabulary pycni reads, a key
 duplicated in the raw text, a value nested ~1000 levels deep or made huge. ``render`` turns the
 tree into JSON text; ``Raw`` is emitted verbatim (``1e400``, deep nesting), ``Dup`` is an
-object whose keys may repeat. Lone surrogates, NUL and non-ASCII text come from ``texts``. No text names a reference plugin:
-host-local given no dataDir would write leases under /var/lib/cni on this machine.
+object whose keys may repeat. Lone surrogates, NUL and non-ASCII text come from ``texts``. No
+text names a reference plugin: host-local given no dataDir would write leases under /var/lib/cni
+on this machine.
 """
 
 from __future__ import annotations

@@ -177,7 +177,8 @@ from cni.runtime.chain import Runtime
 from cni.runtime.conflist import load_network_conf
 conf_dir, cache_dir, path, network, valid = sys.argv[1:]
 runtime = Runtime(path=tuple(path.split(":")), cache_dir=cache_dir)
-runtime.gc_network_list(load_network_conf(conf_dir, network), [tuple(v) for v in json.loads(valid)])
+attachments = [tuple(v) for v in json.loads(valid)]
+runtime.gc_network_list(load_network_conf(conf_dir, network), attachments)
 """
 
 

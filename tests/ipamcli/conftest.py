@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from store.sqlite import SqliteStore
-from tests.fixtures.etcd import etcd_shared, wipe_all_keys  # noqa: F401
+from tests.fixtures.etcd import wipe_all_keys
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def sqlite_path(tmp_path) -> str:
 
 
 @pytest.fixture
-def etcd_endpoints(etcd_shared) -> str:  # noqa: F811
+def etcd_endpoints(etcd_shared) -> str:
     wipe_all_keys(etcd_shared)
     return ",".join(etcd_shared.endpoints)
 

@@ -14,7 +14,7 @@ import pytest
 
 from cni.spec.errors import InvalidConfig
 from pycnid.config import load_daemon_config
-from tests.fixtures.etcd import etcd_tls, free_port  # noqa: F401
+from tests.fixtures.etcd import free_port
 from tests.fixtures.ipam_contents import Contents
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,8 +1,4 @@
-"""Fixtures for node liveness, outage and reaper tests: real etcd, stores closed at teardown."""
+"""Fixtures for node liveness, outage and reaper tests: real etcd, stores closed at teardown.
 
-from __future__ import annotations
-
-from tests.fixtures.cluster import make_cluster  # noqa: F401
-from tests.fixtures.etcd import (
-    open_etcd_store,  # noqa: F401
-    )
+They come from tests/fixtures/etcd.py and tests/fixtures/cluster.py (``etcd_server``,
+``etcd_shared``, ``open_store``, ``store``, ``make_cluster``), registered in tests/conftest.py."""

@@ -1,6 +1,7 @@
-"""pycnid watches the pool records in etcd (ipam/leases/pool_watch.py): an operator's `pycni ipam pool
-add / set --disabled / rm` reaches the node's cache at once (an ADD on the disabled pool fails
-without losing a compare first), and the watch resumes after etcd is restarted."""
+"""pycnid watches the pool records in etcd (ipam/leases/pool_watch.py): an operator's
+`pycni ipam pool add / set --disabled / rm` reaches the node's cache at once (an ADD on the
+disabled pool fails without losing a compare first), and the watch resumes after etcd is
+restarted."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """`make bench-svc-e2e` must keep working: at its smallest (one create, 50 Services, two
 kernel-polled updates and creates) every figure is measured (no timeout, no missing number), the
-programmed count is exact, and the run leaves no namespace or temp dir behind. No timing is asserted (benchmarks are not tests)."""
+programmed count is exact, and the run leaves no namespace or temp dir behind. No timing is
+asserted (benchmarks are not tests)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ from tests.fixtures.bridge import (
     GATEWAY,
     VERSIONS,
     bridge_conf,
-    bridge_node,  # noqa: F401
     container_links,
     host_local_ipam,
     ip_of,

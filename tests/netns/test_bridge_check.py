@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures.bridge import bridge_conf, bridge_node, ip_of, pycni_ipam  # noqa: F401
+from tests.fixtures.bridge import bridge_conf, ip_of, pycni_ipam
 
 pytestmark = pytest.mark.netns
 

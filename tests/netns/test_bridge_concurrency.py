@@ -36,7 +36,7 @@ def test_concurrent_adds_then_dels(bridge_node, netns_factory):
         ips = [ip_of(a.json) for a in adds]
         assert len(set(ips)) == PODS
         reachable = list(pool.map(lambda pod: pod.ping(GATEWAY, timeout=3), pods))
-        assert all(reachable), [p.name for p, ok in zip(pods, reachable) if not ok]
+        assert all(reachable), [p.name for p, ok in zip(pods, reachable, strict=True) if not ok]
         residue = bridge_node.residue()
         assert len(residue.veths) == PODS and len(residue.leases) == PODS
         assert len(residue.elements) == 2 * PODS

@@ -20,8 +20,7 @@ import pytest
 from store.keys import blocks_prefix
 from store.sqlite import SqliteStore
 from tests.cluster.load import pycni_ipam_cli
-from tests.fixtures.bridge import BridgeNode, bridge_node, new_cid  # noqa: F401
-from tests.fixtures.cluster import make_cluster  # noqa: F401
+from tests.fixtures.bridge import BridgeNode, new_cid
 from tests.fixtures.ipam import run_reference
 from tests.fixtures.netns import Netns
 from tests.fixtures.plugins import PluginRun
@@ -93,7 +92,7 @@ def assert_gateway_rule(
     leased = [ip for _, result in pods for ip in pod_ips(result)]
     assert len(leased) == len(set(leased))
     assert not on_bridges & set(leased), f"pod addresses on a bridge: {on_bridges & set(leased)}"
-    for (pod, result), node in zip(pods, node_of):
+    for (pod, result), node in zip(pods, node_of, strict=True):
         gateways = [ip["gateway"] for ip in result["ips"]]
         assert all(gateways), f"an ADD result names no gateway: {result['ips']}"
         assert set(gateways) <= bridges[node], f"{gateways} not on the bridge of {node}"

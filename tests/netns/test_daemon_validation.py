@@ -13,7 +13,6 @@ from cni.spec import wire
 from tests.fixtures.bridge import (
     BridgeNode,
     bridge_conf,
-    bridge_node,  # noqa: F401 (fixture)
     container_links,
     new_cid,
     pycni_ipam,
@@ -305,7 +304,8 @@ def test_a_foreign_ipam_add_with_an_unreadable_result_is_undone(tmp_path, served
     script.write_text(f"""#!/bin/sh
 cat >/dev/null
 case "$CNI_COMMAND" in
-ADD) touch {leases}/"$CNI_CONTAINERID"; echo '{{"ips": [{{"address": "10.9.0.2/24"}}], "routes": [{{}}]}}' ;;
+ADD) touch {leases}/"$CNI_CONTAINERID"
+     echo '{{"ips": [{{"address": "10.9.0.2/24"}}], "routes": [{{}}]}}' ;;
 DEL) rm -f {leases}/"$CNI_CONTAINERID" ;;
 esac
 """)

@@ -5,6 +5,7 @@ pair as its underlay. Entries someone else made (by hand with ``ip``) are never 
 from __future__ import annotations
 
 import os
+from functools import partial
 from ipaddress import ip_address, ip_network
 
 import pytest
@@ -228,12 +229,12 @@ def test_the_monitor_sees_deletions_made_by_hand(ipr, underlay, vx):
             (NEWLINK, {"ifname": "pycni.x", "kind": "veth"}),
             (DELLINK, {"ifname": "pycni.1", "index": vx, "kind": "vxlan"}),
         ]
+
+        def seen(kind: str, fields: dict) -> bool:
+            return any(k == kind and fields.items() <= s.items() for k, s in list(events))
+
         for kind, fields in wanted:
-            wait_for(
-                f"{kind} {fields}",
-                lambda: any(k == kind and fields.items() <= s.items() for k, s in list(events)),
-                timeout=5,
-            )
+            wait_for(f"{kind} {fields}", partial(seen, kind, fields), timeout=5)
     finally:
         monitor.stop()
     assert not monitor.subscribed.is_set()

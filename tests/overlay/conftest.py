@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.fixtures.cluster import Cluster, make_cluster  # noqa: F401
+from tests.fixtures.cluster import Cluster
 from tests.fixtures.etcd import require_etcd
 
 from .pods import OverlayCluster

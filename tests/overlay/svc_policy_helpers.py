@@ -33,7 +33,9 @@ CLIENT = """
 import socket, sys
 for _ in range(int(sys.argv[3])):
     try:
-        with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[4])) as s:
+        with socket.create_connection(
+            (sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[4])
+        ) as s:
             print(s.recv(128).decode() or "empty", flush=True)
     except OSError as exc:
         print(type(exc).__name__, flush=True)

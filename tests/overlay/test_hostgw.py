@@ -43,7 +43,7 @@ def test_a_peer_not_on_a_connected_subnet_gets_no_route_and_is_reported(hostgw):
         assert not [r for r in read_routes(node.host.ns) if r[1] == FAR]
         wait_for(
             f"{node.name}'s unreachable-peer gauge",
-            lambda: unreachable_peers(node) == 1,
+            lambda node=node: unreachable_peers(node) == 1,
             timeout=5,
         )
         assert "peer far gets no route" in node.daemon.log()

@@ -29,7 +29,7 @@ def test_every_address_of_the_plan_is_unique_and_in_its_pool(n):
 @given(sizes, st.integers(min_value=0, max_value=5))
 def test_a_swap_changes_one_endpoint_of_one_service_and_back(n, r):
     plan, swapped = shapes.calc_plan(n), shapes.calc_swap(shapes.calc_plan(n), r)
-    changed = [(a, b) for a, b in zip(plan, swapped) if a != b]
+    changed = [(a, b) for a, b in zip(plan, swapped, strict=True) if a != b]
     assert len(changed) == (r % 2)
     for (_n, vip0, eps0), (_m, vip1, eps1) in changed:
         assert vip0 == vip1 and len(set(eps0) ^ set(eps1)) == 2

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from cni.spec.errors import TryAgainLater
 from common.loop import FOREVER, Backoff, Errors, Loop, Periodic
-from common.metrics import Registry
 from tests.fixtures.waiting import wait_for
 
 GUARD = 5.0

@@ -137,7 +137,7 @@ def test_every_shape_chain_has_one_guarded_dnat_rule_per_protocol():
             )
             assert all(
                 f"map @{'np-' * chain.startswith('np')}backends-{p}" in r
-                for p, r in zip(PROTOCOLS, rules)
+                for p, r in zip(PROTOCOLS, rules, strict=True)
             )
         else:
             assert rules and not any(f"l4proto {p} " in r for p in PROTOCOLS for r in rules)
