@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from ipam.outage.guard import NoGuard
+from common.metrics import Counter, Registry
+from ipam.outage.guard import NoGuard, OutageGuard
 from nodes.liveness import Liveness
 from nodes.options import NodeOptions
 from nodes.reaper import ReaperLoop, ReapReport, reap_dead_nodes
@@ -26,8 +26,8 @@ class NodeContext:
     store: Store  # what the lease service uses (tracked when the store can be unreachable)
     liveness: Liveness
     reaper: ReaperLoop | None = None
-    guard: Any = field(default_factory=NoGuard)  # OutageGuard | NoGuard
-    metrics: Any = None
+    guard: OutageGuard | NoGuard = field(default_factory=NoGuard)
+    metrics: dict[str, Counter] | None = None  # reaper_metrics
 
     def reap(self) -> ReapReport | None:
         """One reaper pass (the CNI GC verb runs it); None without heartbeats (SQLite)."""
@@ -52,7 +52,7 @@ class NodeContext:
                 self.metrics["nodes"].inc()
 
 
-def reaper_metrics(registry: Any) -> dict[str, Any]:
+def reaper_metrics(registry: Registry) -> dict[str, Counter]:
     return {
         "nodes": registry.counter(
             "pycni_ipam_reaped_nodes_total", "Dead nodes whose addresses the reaper reclaimed"

@@ -29,10 +29,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from cni.spec.errors import CNIError, InvalidConfig
 from common.loop import Errors, Periodic
+from common.metrics import Registry
 from nodes.liveness import supports_leases
 from nodes.reclaim import GuardFailed, ReleaseReport, release_node_handles, return_empty_blocks
 from nodes.record import heartbeat_key, node_key
@@ -208,7 +208,7 @@ class ReaperLoop:
         interval: float,
         clock: Callable[[], float] = time.time,
         on_pass: Callable[[ReapReport], None] | None = None,
-        registry: Any = None,  # a common.metrics.Registry (pycnid/wiring.py: MetricsRegistry)
+        registry: Registry | None = None,
     ) -> None:
         self.store, self.node, self.grace, self.interval = store, node, grace, interval
         self.clock = clock

@@ -7,16 +7,22 @@ is on, and its stop goes on pycnid's shutdown list.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
 
+from common.metrics import Registry
 from services.proxy.config import ProxyConfig
 from services.proxy.sync import ProxySync
+from store.base import Store
 
 log = logging.getLogger("pycnid.proxy")
 
 
 def start_proxy(
-    config: ProxyConfig | None, node: str, store: Any, registry: Any, on_shutdown: list
+    config: ProxyConfig | None,
+    node: str,
+    store: Store,
+    registry: Registry,
+    on_shutdown: list[Callable[[], None]],
 ) -> ProxySync | None:
     """The proxy of this node, started; None when the config does not turn it on."""
     if config is None:
