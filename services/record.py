@@ -200,6 +200,17 @@ class ServiceRecord:
             raise CorruptRecord(f"corrupt Service record {key}", f"bad service: {exc!r}") from None
 
 
+def read_condition(data: Mapping[str, Any], name: str, default: bool) -> bool:
+    """An endpoint condition: absent (a record from before conditions, or JSON null) reads
+    as Kubernetes reads an unset one — ready, serving as ready, not terminating."""
+    value = data.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} {value!r} is not true or false")
+    return value
+
+
 @dataclass(frozen=True)
 class EndpointRecord:
     """One Pod attachment that may serve Services: its IPs, labels and named ports."""
@@ -214,6 +225,9 @@ class EndpointRecord:
     container_id: str = ""
     network: str = ""  # with container_id and ifname: the attachment DEL and GC look for
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    ready: bool = True  # the conditions of a Kubernetes EndpointSlice endpoint (after
+    serving: bool = True  # ``extra``: every positional construction stays as it was)
+    terminating: bool = False
 
     FIELDS = (
         "namespace",
@@ -225,7 +239,11 @@ class EndpointRecord:
         "ports",
         "containerID",
         "network",
+        "ready",
+        "serving",
+        "terminating",
     )
+    CONDITIONS = ("ready", "serving", "terminating")
 
     @property
     def key(self) -> str:
@@ -243,15 +261,25 @@ class EndpointRecord:
             "ports": dict(self.ports),
             "containerID": self.container_id,
             "network": self.network,
+            "ready": self.ready,
+            "serving": self.serving,
+            "terminating": self.terminating,
         }
 
     def to_bytes(self) -> bytes:
         return encode(self.to_dict())
 
+    @property
+    def usable(self) -> bool:
+        """May take traffic: ready, or serving while terminating (the fallback when a
+        Service has no ready endpoint, ``services.proxy.model.select_backends``)."""
+        return self.ready or (self.serving and self.terminating)
+
     @classmethod
     def from_bytes(cls, key: str, value: bytes) -> EndpointRecord:
         data = decode(key, value)
         try:
+            ready = read_condition(data, "ready", True)
             return cls(
                 str(data["namespace"]),
                 str(data["pod"]),
@@ -263,6 +291,9 @@ class EndpointRecord:
                 str(data.get("containerID") or ""),
                 str(data.get("network") or ""),
                 unknown(data, cls.FIELDS),
+                ready=ready,
+                serving=read_condition(data, "serving", ready),
+                terminating=read_condition(data, "terminating", False),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecord(
