@@ -171,7 +171,8 @@ def matched(store: Store, record: ServiceRecord) -> list[tuple[EndpointRecord, d
 
 
 def endpoints(store: Store, namespace: str, name: str) -> dict:
-    """The endpoints the Service's selector picks, with the ports each one serves."""
+    """The endpoints the Service's selector picks, with the ports each one serves and its
+    conditions."""
     record, _ = read_service(store, service_key(namespace, name))
     return {
         "service": record.ref,
@@ -184,6 +185,9 @@ def endpoints(store: Store, namespace: str, name: str) -> dict:
                 "ips": list(e.ips),
                 "node": e.node,
                 "ports": ports,
+                "ready": e.ready,
+                "serving": e.serving,
+                "terminating": e.terminating,
             }
             for e, ports in matched(store, record)
         ],
