@@ -84,6 +84,7 @@ def calc_spec(opts: dict) -> dict:
         "timeoutSeconds": opts["affinity_timeout"],
         "externalTrafficPolicy": opts["external_traffic_policy"],
         "internalTrafficPolicy": opts["internal_traffic_policy"],
+        "healthCheckNodePort": opts["health_check_node_port"],
     }
     spec.update({k: v for k, v in flags.items() if v is not None})
     lists = {
@@ -110,6 +111,12 @@ def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--affinity-timeout", type=int, metavar="S"),
             click.option("--external-traffic-policy", type=click.Choice(["Cluster", "Local"])),
             click.option("--internal-traffic-policy", type=click.Choice(["Cluster", "Local"])),
+            click.option(
+                "--health-check-node-port",
+                type=int,
+                metavar="PORT",
+                help="ETP Local: the port pycnid answers /healthz on (default: allocated)",
+            ),
             click.option("--from-json", metavar="FILE|-", help="the spec as JSON"),
         ]
     ):
@@ -325,6 +332,8 @@ def render_service(doc: dict) -> str:
             "internalTrafficPolicy",
         )
     ]
+    if svc.get("healthCheckNodePort"):
+        lines.append(f"  healthCheckNodePort: {svc['healthCheckNodePort']}")
     lines += [f"  port {port_text(p)}" for p in svc["ports"]]
     if "endpointCount" in doc:
         lines.append(f"  endpoints: {doc['endpointCount']}")

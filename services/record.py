@@ -28,6 +28,13 @@ from store.keys import ENDPOINTS, NODE_PORTS, SERVICE_IPS, SERVICES
 
 DEFAULT_NODE_PORT_RANGE = (30000, 32767)
 DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds a ClientIP affinity lasts (Kubernetes' default)
+HEALTH_CHECK_TYPES = ("NodePort", "LoadBalancer")  # with externalTrafficPolicy Local
+
+
+def wants_health_check(kind: object, external_policy: object) -> bool:
+    """A Service of this type and externalTrafficPolicy has a healthCheckNodePort: load
+    balancers ask each node whether it has local endpoints."""
+    return kind in HEALTH_CHECK_TYPES and external_policy == "Local"
 
 
 def service_key(namespace: str, name: str) -> str:
@@ -102,6 +109,7 @@ class ServiceRecord:
     external_traffic_policy: str = "Cluster"
     internal_traffic_policy: str = "Cluster"
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    health_check_node_port: int = 0  # 0: none (``wants_health_check``), or not allocated yet
 
     FIELDS = (
         "namespace",
@@ -115,6 +123,7 @@ class ServiceRecord:
         "timeoutSeconds",
         "externalTrafficPolicy",
         "internalTrafficPolicy",
+        "healthCheckNodePort",
     )
 
     @property
@@ -127,11 +136,19 @@ class ServiceRecord:
         return service_key(self.namespace, self.name)
 
     def index_keys(self) -> set[str]:
-        """The uniqueness index keys this Service holds (its VIPs and nodePorts)."""
-        return {
+        """The uniqueness index keys this Service holds (its VIPs and nodePorts, its
+        healthCheckNodePort a TCP one)."""
+        keys = {
             *(service_ip_key(ip) for ip in self.cluster_ips),
             *(node_port_key(p.protocol, p.node_port) for p in self.ports if p.node_port),
         }
+        if self.health_check_node_port:
+            keys.add(node_port_key("TCP", self.health_check_node_port))
+        return keys
+
+    @property
+    def wants_health_check(self) -> bool:
+        return wants_health_check(self.type, self.external_traffic_policy)
 
     def to_dict(self) -> dict:
         return {
@@ -147,6 +164,7 @@ class ServiceRecord:
             "timeoutSeconds": self.timeout_seconds,
             "externalTrafficPolicy": self.external_traffic_policy,
             "internalTrafficPolicy": self.internal_traffic_policy,
+            **({"healthCheckNodePort": hc} if (hc := self.health_check_node_port) else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -195,6 +213,7 @@ class ServiceRecord:
                 str(data.get("externalTrafficPolicy") or "Cluster"),
                 str(data.get("internalTrafficPolicy") or "Cluster"),
                 unknown(data, cls.FIELDS),
+                int(data.get("healthCheckNodePort") or 0),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecord(f"corrupt Service record {key}", f"bad service: {exc!r}") from None
