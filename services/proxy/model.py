@@ -71,9 +71,14 @@ def select_backends(backends: tuple[Backend, ...]) -> tuple[Backend, ...]:
     """Kubernetes' choice among usable endpoints (ready, or serving and terminating): the
     ready ones; if there are none, the serving terminating ones; none left is a reject (or
     a drop, under a Local policy while others serve elsewhere). The proxy's elements and
-    the tracer both get their backends from here, through ``calc_backends``."""
-    ready = tuple(b for b in backends if b.ready)
-    return ready or backends
+    the tracer both get their backends from here, through ``calc_backends``. All ready (the
+    common case) returns ``backends`` itself: a full render calls this per entry point."""
+    for b in backends:
+        if not b.ready:
+            break
+    else:
+        return backends
+    return tuple([b for b in backends if b.ready]) or backends
 
 
 @dataclass(frozen=True)
