@@ -163,6 +163,8 @@ def test_model_and_tracer_choose_as_kubernetes_specifies(eps, family, local):
         answer = explain(model, model.node, client, 40000, dst, port, "udp")
         if chosen:
             assert answer.verdict == "dnat" and {c.ip for c in answer.choices} == chosen
+            fallback = not any(e.ready for e in made if e.ips[0] in chosen)
+            assert ("terminating" in answer.reason) == fallback
         else:
             dropped = external and local and bool(usable)
             assert answer.verdict == ("drop" if dropped else "reject"), answer
