@@ -17,7 +17,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cli.command import Failed
+from cli.svc import parse_pod
+from cni.spec.errors import InvalidConfig
 from plugins.svc.store import calc_kept_conditions
+from services.ops.endpoint import validate_conditions
 from services.proxy.conntrack import calc_udp_serving
 from services.proxy.model import Backend, select_backends
 from services.proxy.trace import explain
@@ -168,3 +172,37 @@ def test_model_and_tracer_choose_as_kubernetes_specifies(eps, family, local):
         else:
             dropped = external and local and bool(usable)
             assert answer.verdict == ("drop" if dropped else "reject"), answer
+
+
+# --- the command's parsers ---
+
+
+@given(st.text("ab/", max_size=6))
+def test_a_pod_reference_parses_back_or_is_refused_naming_the_shape(text):
+    try:
+        namespace, pod = parse_pod(text)
+    except Failed as err:
+        assert "NAMESPACE/POD" in str(err)
+        return
+    assert f"{namespace}/{pod}" == text and namespace and pod and "/" not in pod
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["ready", "serving", "terminating", "Ready", "zone"]),
+        st.booleans() | st.integers(0, 1) | st.none() | st.text(max_size=2),
+        max_size=3,
+    )
+)
+def test_conditions_are_booleans_of_known_names_or_code_7_naming_one(changes):
+    try:
+        wanted = validate_conditions(changes)
+    except InvalidConfig as err:
+        assert err.code == 7
+        bad = [k for k, v in changes.items() if k not in EndpointRecord.CONDITIONS]
+        bad += [k for k, v in changes.items() if not isinstance(v, bool)]
+        assert (not changes and "no endpoint condition" in err.msg) or any(
+            f"condition {k}" in err.msg for k in bad
+        )
+        return
+    assert wanted == changes and changes
