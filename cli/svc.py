@@ -1,4 +1,5 @@
-"""`pycni svc`: config set|show, create, set, rm, ls, show, endpoints — parsing and printing.
+"""`pycni svc`: config set|show, create, set, rm, ls, show, endpoints, endpoint set|drain —
+parsing and printing.
 
 Behaviour lives in ``services.ops.edit`` (over ``services``). The flags of create and
 set, or ``--from-json FILE|-`` (the record's JSON fields), make one spec; set replaces only the
@@ -83,6 +84,7 @@ def calc_spec(opts: dict) -> dict:
         "timeoutSeconds": opts["affinity_timeout"],
         "externalTrafficPolicy": opts["external_traffic_policy"],
         "internalTrafficPolicy": opts["internal_traffic_policy"],
+        "healthCheckNodePort": opts["health_check_node_port"],
     }
     spec.update({k: v for k, v in flags.items() if v is not None})
     lists = {
@@ -109,6 +111,12 @@ def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--affinity-timeout", type=int, metavar="S"),
             click.option("--external-traffic-policy", type=click.Choice(["Cluster", "Local"])),
             click.option("--internal-traffic-policy", type=click.Choice(["Cluster", "Local"])),
+            click.option(
+                "--health-check-node-port",
+                type=int,
+                metavar="PORT",
+                help="ETP Local: the port pycnid answers /healthz on (default: allocated)",
+            ),
             click.option("--from-json", metavar="FILE|-", help="the spec as JSON"),
         ]
     ):
@@ -214,6 +222,46 @@ def svc_endpoints(env: Env, ref: str) -> None:
     env.emit(endpoints(env.store(), *parse_ref(ref)), render_endpoints)
 
 
+@command.group(name="endpoint")
+def svc_endpoint() -> None:
+    """One Pod's endpoint conditions (ready, serving, terminating)."""
+
+
+def parse_pod(text: str) -> tuple[str, str]:
+    namespace, slash, pod = text.partition("/")
+    if not slash or not namespace or not pod or "/" in pod:
+        raise Failed(f"{text!r} is not NAMESPACE/POD")
+    return namespace, pod
+
+
+@svc_endpoint.command(name="set")
+@click.argument("ref", metavar="NS/POD")
+@click.option("--ifname", default=None, help="one attachment (default: every one of the Pod)")
+@click.option("--ready/--not-ready", default=None)
+@click.option("--serving/--not-serving", default=None)
+@click.option("--terminating/--not-terminating", default=None)
+@command_options
+def endpoint_set(env: Env, ref: str, ifname: str | None, **conditions: bool | None) -> None:
+    """Change the conditions given; the proxy sends new connections to ready endpoints, and
+    to serving terminating ones only while none is ready."""
+    from services.ops.endpoint import set_conditions
+
+    changes = {k: v for k, v in conditions.items() if v is not None}
+    env.emit(set_conditions(env.store(), *parse_pod(ref), ifname, changes), render_conditions)
+
+
+@svc_endpoint.command(name="drain")
+@click.argument("ref", metavar="NS/POD")
+@click.option("--ifname", default=None, help="one attachment (default: every one of the Pod)")
+@command_options
+def endpoint_drain(env: Env, ref: str, ifname: str | None) -> None:
+    """Mark terminating before removal: not ready, still serving (no new connections while
+    a ready endpoint is left). pycni-svc's DEL removes the record."""
+    from services.ops.endpoint import drain
+
+    env.emit(drain(env.store(), *parse_pod(ref), ifname), render_conditions)
+
+
 @command.command(name="trace")
 @click.option("--from", "source", required=True, metavar="IP[:PORT]", help="the client")
 @click.option("--to", "target", required=True, metavar="VIP:PORT/PROTO", help="where it connects")
@@ -284,17 +332,24 @@ def render_service(doc: dict) -> str:
             "internalTrafficPolicy",
         )
     ]
+    if svc.get("healthCheckNodePort"):
+        lines.append(f"  healthCheckNodePort: {svc['healthCheckNodePort']}")
     lines += [f"  port {port_text(p)}" for p in svc["ports"]]
     if "endpointCount" in doc:
         lines.append(f"  endpoints: {doc['endpointCount']}")
     return "\n".join(lines)
 
 
+def conditions_text(e: dict) -> str:
+    """ready,serving,terminating as a row shows them ("-": none holds)."""
+    return ",".join(c for c in ("ready", "serving", "terminating") if e[c]) or "-"
+
+
 def render_endpoints(doc: dict) -> str:
     if not doc["endpoints"]:
         return f"{doc['service']}: no endpoints match its selector"
     return render_table(
-        ("POD", "IFNAME", "IPS", "NODE", "PORTS"),
+        ("POD", "IFNAME", "IPS", "NODE", "PORTS", "CONDITIONS"),
         [
             [
                 f"{e['namespace']}/{e['pod']}",
@@ -302,6 +357,23 @@ def render_endpoints(doc: dict) -> str:
                 ",".join(e["ips"]),
                 e["node"] or None,
                 ",".join(f"{k}={v}" for k, v in e["ports"].items()),
+                conditions_text(e),
+            ]
+            for e in doc["endpoints"]
+        ],
+    )
+
+
+def render_conditions(doc: dict) -> str:
+    return render_table(
+        ("POD", "IFNAME", "IPS", "NODE", "CONDITIONS"),
+        [
+            [
+                f"{e['namespace']}/{e['pod']}",
+                e["ifname"],
+                ",".join(e["ips"]),
+                e["node"] or None,
+                conditions_text(e),
             ]
             for e in doc["endpoints"]
         ],

@@ -7,7 +7,9 @@ VIP cannot both win, and the loser re-reads and plans again (``run_cas``), picki
 free one — the same rule as Pod IPs. A change keeps the Service's allocations unless it names
 new ones, and re-indexes in the same txn; a removal deletes the index keys with the Service.
 Allocation takes the lowest free address of each service CIDR (not its network address, nor
-the IPv4 broadcast) and the lowest free nodePort of the range, per protocol.
+the IPv4 broadcast) and the lowest free nodePort of the range, per protocol; a Service with
+externalTrafficPolicy Local on a NodePort or LoadBalancer also gets a healthCheckNodePort,
+the lowest free TCP nodePort after its own, indexed as one (``nodeports/TCP/<port>``).
 """
 
 from __future__ import annotations
@@ -133,11 +135,32 @@ def calc_allocated(
     held = {**read_index(store, SERVICE_IPS), **read_index(store, NODE_PORTS)}
     validate_held(record, held)
     others = {k: v for k, v in held.items() if v != record.ref}
-    return replace(
+    done = replace(
         record,
         cluster_ips=calc_vips(record, settings, others),
         ports=calc_node_ports(record, settings, others),
     )
+    return replace(done, health_check_node_port=calc_health_check_port(done, settings, others))
+
+
+def calc_health_check_port(
+    record: ServiceRecord, settings: ServiceSettings, held: dict[str, str]
+) -> int:
+    """The Service's healthCheckNodePort: none unless it wants one (``wants_health_check``),
+    the one it has, else the lowest free TCP nodePort of the range (its own nodePorts and
+    every other Service's index keys are taken)."""
+    if not record.wants_health_check:
+        return 0
+    if record.health_check_node_port:
+        return record.health_check_node_port
+    taken = set(held) | record.index_keys()
+    low, high = settings.node_port_range
+    free = next((n for n in range(low, high + 1) if node_port_key("TCP", n) not in taken), None)
+    if free is None:
+        raise AddressExhausted(
+            f"no free TCP nodePort left in {low}-{high} for healthCheckNodePort"
+        )
+    return free
 
 
 def plan_write(

@@ -28,6 +28,13 @@ from store.keys import ENDPOINTS, NODE_PORTS, SERVICE_IPS, SERVICES
 
 DEFAULT_NODE_PORT_RANGE = (30000, 32767)
 DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds a ClientIP affinity lasts (Kubernetes' default)
+HEALTH_CHECK_TYPES = ("NodePort", "LoadBalancer")  # with externalTrafficPolicy Local
+
+
+def wants_health_check(kind: object, external_policy: object) -> bool:
+    """A Service of this type and externalTrafficPolicy has a healthCheckNodePort: load
+    balancers ask each node whether it has local endpoints."""
+    return kind in HEALTH_CHECK_TYPES and external_policy == "Local"
 
 
 def service_key(namespace: str, name: str) -> str:
@@ -102,6 +109,7 @@ class ServiceRecord:
     external_traffic_policy: str = "Cluster"
     internal_traffic_policy: str = "Cluster"
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    health_check_node_port: int = 0  # 0: none (``wants_health_check``), or not allocated yet
 
     FIELDS = (
         "namespace",
@@ -115,6 +123,7 @@ class ServiceRecord:
         "timeoutSeconds",
         "externalTrafficPolicy",
         "internalTrafficPolicy",
+        "healthCheckNodePort",
     )
 
     @property
@@ -127,11 +136,19 @@ class ServiceRecord:
         return service_key(self.namespace, self.name)
 
     def index_keys(self) -> set[str]:
-        """The uniqueness index keys this Service holds (its VIPs and nodePorts)."""
-        return {
+        """The uniqueness index keys this Service holds (its VIPs and nodePorts, its
+        healthCheckNodePort a TCP one)."""
+        keys = {
             *(service_ip_key(ip) for ip in self.cluster_ips),
             *(node_port_key(p.protocol, p.node_port) for p in self.ports if p.node_port),
         }
+        if self.health_check_node_port:
+            keys.add(node_port_key("TCP", self.health_check_node_port))
+        return keys
+
+    @property
+    def wants_health_check(self) -> bool:
+        return wants_health_check(self.type, self.external_traffic_policy)
 
     def to_dict(self) -> dict:
         return {
@@ -147,6 +164,7 @@ class ServiceRecord:
             "timeoutSeconds": self.timeout_seconds,
             "externalTrafficPolicy": self.external_traffic_policy,
             "internalTrafficPolicy": self.internal_traffic_policy,
+            **({"healthCheckNodePort": hc} if (hc := self.health_check_node_port) else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -195,9 +213,21 @@ class ServiceRecord:
                 str(data.get("externalTrafficPolicy") or "Cluster"),
                 str(data.get("internalTrafficPolicy") or "Cluster"),
                 unknown(data, cls.FIELDS),
+                int(data.get("healthCheckNodePort") or 0),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecord(f"corrupt Service record {key}", f"bad service: {exc!r}") from None
+
+
+def read_condition(data: Mapping[str, Any], name: str, default: bool) -> bool:
+    """An endpoint condition: absent (a record from before conditions, or JSON null) reads
+    as Kubernetes reads an unset one — ready, serving as ready, not terminating."""
+    value = data.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} {value!r} is not true or false")
+    return value
 
 
 @dataclass(frozen=True)
@@ -214,6 +244,9 @@ class EndpointRecord:
     container_id: str = ""
     network: str = ""  # with container_id and ifname: the attachment DEL and GC look for
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    ready: bool = True  # the conditions of a Kubernetes EndpointSlice endpoint (after
+    serving: bool = True  # ``extra``: every positional construction stays as it was)
+    terminating: bool = False
 
     FIELDS = (
         "namespace",
@@ -225,7 +258,11 @@ class EndpointRecord:
         "ports",
         "containerID",
         "network",
+        "ready",
+        "serving",
+        "terminating",
     )
+    CONDITIONS = ("ready", "serving", "terminating")
 
     @property
     def key(self) -> str:
@@ -243,15 +280,25 @@ class EndpointRecord:
             "ports": dict(self.ports),
             "containerID": self.container_id,
             "network": self.network,
+            "ready": self.ready,
+            "serving": self.serving,
+            "terminating": self.terminating,
         }
 
     def to_bytes(self) -> bytes:
         return encode(self.to_dict())
 
+    @property
+    def usable(self) -> bool:
+        """May take traffic: ready, or serving while terminating (the fallback when a
+        Service has no ready endpoint, ``services.proxy.model.select_backends``)."""
+        return self.ready or (self.serving and self.terminating)
+
     @classmethod
     def from_bytes(cls, key: str, value: bytes) -> EndpointRecord:
         data = decode(key, value)
         try:
+            ready = read_condition(data, "ready", True)
             return cls(
                 str(data["namespace"]),
                 str(data["pod"]),
@@ -263,6 +310,9 @@ class EndpointRecord:
                 str(data.get("containerID") or ""),
                 str(data.get("network") or ""),
                 unknown(data, cls.FIELDS),
+                ready=ready,
+                serving=read_condition(data, "serving", ready),
+                terminating=read_condition(data, "terminating", False),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecord(

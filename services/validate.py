@@ -17,7 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from cni.spec.errors import InvalidConfig
-from services.record import DEFAULT_AFFINITY_TIMEOUT, ServicePort, ServiceRecord, ServiceSettings
+from services.record import (
+    DEFAULT_AFFINITY_TIMEOUT,
+    ServicePort,
+    ServiceRecord,
+    ServiceSettings,
+    wants_health_check,
+)
 
 SPEC_FIELDS = ServiceRecord.FIELDS
 PORT_FIELDS = ServicePort.FIELDS
@@ -220,11 +226,12 @@ def validate_service(data: Any, settings: ServiceSettings) -> ServiceRecord:
     if external == "Local" and kind != "NodePort":
         raise bad("externalTrafficPolicy", "Local only applies to a NodePort Service")
     affinity, timeout = validate_affinity(spec)
+    ports = validate_ports(spec, kind == "NodePort", settings)
     return ServiceRecord(
         validate_name(spec.get("namespace"), "namespace"),
         validate_name(spec.get("name"), "name"),
         kind,
-        validate_ports(spec, kind == "NodePort", settings),
+        ports,
         validate_cluster_ips(spec, settings),
         validate_external_ips(spec, settings),
         validate_selector(spec),
@@ -232,7 +239,32 @@ def validate_service(data: Any, settings: ServiceSettings) -> ServiceRecord:
         timeout,
         external,
         validate_choice(spec, "internalTrafficPolicy", POLICIES),
+        health_check_node_port=validate_health_check_port(spec, kind, external, ports, settings),
     )
+
+
+def validate_health_check_port(
+    spec: Mapping[str, Any],
+    kind: str,
+    external: str,
+    ports: tuple[ServicePort, ...],
+    settings: ServiceSettings,
+) -> int:
+    """An explicit healthCheckNodePort (0: none, or one to allocate): only where Kubernetes
+    has one (externalTrafficPolicy Local on a NodePort or LoadBalancer Service), in the
+    nodePort range, and not one of the Service's own TCP nodePorts."""
+    value = spec.get("healthCheckNodePort", 0)
+    if value is None or value == 0 and not isinstance(value, bool):
+        return 0
+    if not wants_health_check(kind, external):
+        raise bad(
+            "healthCheckNodePort",
+            "only a NodePort or LoadBalancer Service with externalTrafficPolicy Local has one",
+        )
+    port = validate_int(value, "healthCheckNodePort", *settings.node_port_range)
+    if any(p.protocol == "TCP" and p.node_port == port for p in ports):
+        raise bad("healthCheckNodePort", f"{port} is one of the Service's own TCP nodePorts")
+    return port
 
 
 def validate_settings(cidrs: list[str], node_port_range: str) -> ServiceSettings:

@@ -4,13 +4,16 @@ An endpoint key is the Pod's (``endpoints/<ns>/<pod>/<ifname>``), but a record b
 attachment that wrote it (network, containerID, ifname): a Pod recreated under the same name
 (a StatefulSet's) overwrites the key with its own attachment, and the old sandbox's late DEL
 then finds another attachment's record there and leaves it. Each write compares the key at
-the revision read, so a DEL never removes a record an ADD wrote after it looked.
+the revision read, so a DEL never removes a record an ADD wrote after it looked. A record is
+published ready and serving; a repeated ADD keeps the conditions the CLI gave its
+attachment's record.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from cni.spec.errors import TryAgainLater
 from services.record import EndpointRecord
@@ -46,13 +49,25 @@ def ensure_published(store: Store, record: EndpointRecord) -> None:
 
     def attempt() -> None | Lost:
         kv = store.get(record.key)
-        if kv is not None and kv.value == record.to_bytes():
+        wanted = calc_kept_conditions(record, decode_endpoint(kv) if kv is not None else None)
+        if kv is not None and kv.value == wanted.to_bytes():
             return None
         revision = kv.mod_revision if kv is not None else 0
-        done = store.txn([Compare(record.key, revision)], [Put(record.key, record.to_bytes())])
+        done = store.txn([Compare(record.key, revision)], [Put(record.key, wanted.to_bytes())])
         return None if done.succeeded else LOST
 
     run_cas(attempt, RETRY, lost_race(f"publish endpoint {record.key}"))
+
+
+def calc_kept_conditions(record: EndpointRecord, stored: EndpointRecord | None) -> EndpointRecord:
+    """``record`` with the conditions ``pycni svc endpoint set|drain`` gave the stored record
+    of the same attachment: a repeated ADD does not make a drained Pod ready again. A new
+    attachment (another sandbox under the Pod's name) starts ready and serving."""
+    if stored is None or attachment_of(stored) != attachment_of(record):
+        return record
+    return replace(
+        record, ready=stored.ready, serving=stored.serving, terminating=stored.terminating
+    )
 
 
 def withdraw(store: Store, key: str, owned: Callable[[EndpointRecord], bool]) -> bool:

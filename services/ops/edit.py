@@ -4,8 +4,9 @@ matched to their endpoints (``services``: records, validation, allocation, selec
 Every document returned is what ``--output json`` prints. A change (``change_service``) is a
 partial spec: the fields it names replace the Service's, the rest stay; ports it lists keep
 the nodePort of the old port of the same name and protocol (or number and protocol) unless
-they name one, a Service becoming ClusterIP drops its nodePorts, and the clusterIPs stay
-unless it names them. Settings that would strand a Service's VIP or nodePort are refused.
+they name one, a Service becoming ClusterIP drops its nodePorts, one leaving
+externalTrafficPolicy Local its healthCheckNodePort, and the clusterIPs stay unless it names
+them. Settings that would strand a Service's VIP or nodePort are refused.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from services.record import (
     ServiceSettings,
     endpoints_prefix,
     service_key,
+    wants_health_check,
 )
 from services.selectors import calc_endpoints
 from services.validate import validate_settings
@@ -103,6 +105,10 @@ def calc_changed(spec: dict, changes: Mapping[str, Any]) -> dict:
     ports = new.get("ports")
     if isinstance(ports, list):
         new["ports"] = calc_kept_ports(spec["ports"], ports, new.get("type") == "NodePort")
+    if "healthCheckNodePort" not in changes and not wants_health_check(
+        new.get("type"), new.get("externalTrafficPolicy")
+    ):
+        new.pop("healthCheckNodePort", None)  # freed when the change leaves ETP Local
     return new
 
 
@@ -122,7 +128,8 @@ def remove(store: Store, namespace: str, name: str) -> dict:
         "removed": record.ref,
         "freed": {
             "clusterIPs": list(record.cluster_ips),
-            "nodePorts": [f"{p.protocol}/{p.node_port}" for p in record.ports if p.node_port],
+            "nodePorts": [f"{p.protocol}/{p.node_port}" for p in record.ports if p.node_port]
+            + [f"TCP/{hc}" for hc in [record.health_check_node_port] if hc],
         },
     }
 
@@ -171,7 +178,8 @@ def matched(store: Store, record: ServiceRecord) -> list[tuple[EndpointRecord, d
 
 
 def endpoints(store: Store, namespace: str, name: str) -> dict:
-    """The endpoints the Service's selector picks, with the ports each one serves."""
+    """The endpoints the Service's selector picks, with the ports each one serves and its
+    conditions."""
     record, _ = read_service(store, service_key(namespace, name))
     return {
         "service": record.ref,
@@ -184,6 +192,9 @@ def endpoints(store: Store, namespace: str, name: str) -> dict:
                 "ips": list(e.ips),
                 "node": e.node,
                 "ports": ports,
+                "ready": e.ready,
+                "serving": e.serving,
+                "terminating": e.terminating,
             }
             for e, ports in matched(store, record)
         ],

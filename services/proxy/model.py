@@ -56,18 +56,35 @@ class ProxyService:
 
 
 class Backend(NamedTuple):
-    """An endpoint address serving one port; ``local`` = on the node being rendered. A tuple:
-    a full render at 10k Services makes 50k of them."""
+    """An endpoint address serving one port; ``local`` = on the node being rendered;
+    ``ready`` False: serving while terminating, used only when no ready one is left
+    (``select_backends``). A tuple: a full render at 10k Services makes 50k of them."""
 
     ip: IPAddress
     port: int
     node: str
     local: bool
+    ready: bool = True
+
+
+def select_backends(backends: tuple[Backend, ...]) -> tuple[Backend, ...]:
+    """Kubernetes' choice among usable endpoints (ready, or serving and terminating): the
+    ready ones; if there are none, the serving terminating ones; none left is a reject (or
+    a drop, under a Local policy while others serve elsewhere). The proxy's elements and
+    the tracer both get their backends from here, through ``calc_backends``. All ready (the
+    common case) returns ``backends`` itself: a full render calls this per entry point."""
+    for b in backends:
+        if not b.ready:
+            break
+    else:
+        return backends
+    return tuple([b for b in backends if b.ready]) or backends
 
 
 @dataclass(frozen=True)
 class ServicePortView:
-    """One service port with the backends that serve it (ready endpoints)."""
+    """One service port with the backends that may serve it: its usable endpoints, ready or
+    serving while terminating (which ones take new connections: ``calc_backends``)."""
 
     service: ProxyService
     port: ProxyPort
@@ -81,10 +98,11 @@ class ServicePortView:
             object.__setattr__(self, "backends", tuple(unique.values()))
 
     def calc_backends(self, external: bool) -> tuple[Backend, ...]:
-        """The backends an entry may choose: only local ones under a Local policy."""
+        """The backends an entry may choose: only local ones under a Local policy, each
+        bucket chosen by readiness on its own (``select_backends``)."""
         if not self.is_local_policy(external):
-            return self.backends
-        return tuple(b for b in self.backends if b.local)
+            return select_backends(self.backends)
+        return select_backends(tuple(b for b in self.backends if b.local))
 
     def is_local_policy(self, external: bool) -> bool:
         return self.service.external_local if external else self.service.internal_local

@@ -11,7 +11,9 @@
    what it changes. A full render of every Service comes at start, after a refused
    transaction (the table is then unknown) and every ``resyncInterval`` seconds;
 3. deletes stale UDP conntrack entries of the entry points whose serving backends changed
-   (``conntrack.py``).
+   (``conntrack.py``);
+4. hands the healthCheckNodePort servers the targets of the Services it touched
+   (``health.py``).
 
 A family gets its table once the service settings hold a CIDR of it or a Service has a VIP of
 it. Nothing is programmed before the first complete read (an empty view must not reject every
@@ -33,6 +35,7 @@ from common.metrics import Registry
 from kernel.nft import Nft, NftError
 from kernel.session import node_session
 from services.proxy import conntrack
+from services.proxy.health import HealthServers, calc_health
 from services.proxy.model import ProxyModel
 from services.proxy.render import FAMILY, TABLE, is_shape_chain
 from services.proxy.table import Planned, ServiceTable, TablePlan
@@ -79,6 +82,7 @@ class ProxySync:
         self.full_due = 0.0
         self.nft: Nft | None = None
         self.metrics = ProxyMetrics(registry)
+        self.health = HealthServers()
         self.loop = Loop(
             "proxy-sync",
             self.step,
@@ -96,6 +100,7 @@ class ProxySync:
     def stop(self) -> None:
         self.loop.stop()
         self.watched.cancel()
+        self.health.stop()
 
     def step(self) -> float:
         self.wake.clear()
@@ -129,6 +134,7 @@ class ProxySync:
         with paused_gc():
             with self.lock:
                 dirty = self.records.take_dirty()
+                health = {k: calc_health(self.records, k, self.node) for k in dirty}
                 plans = {
                     f: calc_plan(
                         self.records,
@@ -148,6 +154,7 @@ class ProxySync:
             del plans  # a full plan's script and element sets: before the heap is trimmed
             if full and self.nft is not None:
                 self.nft.release_cache()
+        self.health.apply(health)
         done = time.perf_counter()
         self.metrics.seconds.observe(done - started)
         (log.info if full else log.debug)(

@@ -89,7 +89,8 @@ def _answer(
         return _no_backends(view, label, name, external)
     timeout = view.service.affinity_timeout
     choices = tuple(_choice(b, 1 / len(backends), view, external, src_ip, model) for b in backends)
-    return Answer(label, "dnat", name, "", bool(timeout), timeout, choices)
+    reason = "" if backends[0].ready else "no ready endpoint: the serving terminating ones"
+    return Answer(label, "dnat", name, reason, bool(timeout), timeout, choices)
 
 
 def _no_backends(view: ServicePortView, label: str, name: str, external: bool) -> Answer:

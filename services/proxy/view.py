@@ -333,7 +333,9 @@ def calc_port_views(
     family: int,
 ) -> list[ServicePortView]:
     """One view per port of a Service with a VIP of ``family`` (none: not in this table);
-    ``endpoints`` are those its selector picks (``Records.selected``), with their addresses."""
+    ``endpoints`` are those its selector picks (``Records.selected``), with their addresses.
+    Only usable endpoints become backends (ready, or serving while terminating: a not-ready
+    one that is not terminating takes nothing), each with its readiness."""
     service = calc_service(record, family)
     if not service.vips:
         return []
@@ -345,12 +347,13 @@ def calc_port_views(
             fixed if fixed is not None else calc_served_ports(record, e),
         )
         for e, ips in endpoints
+        if e.usable
     ]
     views = []
     for port, spec in zip(service.ports, record.ports, strict=True):
         label = spec.name or str(spec.port)
         backends = {
-            (int(ip), ports[label], e.node): ip
+            (int(ip), ports[label], e.node): (ip, e.ready)
             for e, ips, ports in picked
             if label in ports
             for ip in ips
@@ -359,7 +362,10 @@ def calc_port_views(
             ServicePortView(
                 service,
                 port,
-                tuple(Backend(ip, p, n, n == node) for (_, p, n), ip in sorted(backends.items())),
+                tuple(
+                    Backend(ip, p, n, n == node, ready)
+                    for (_, p, n), (ip, ready) in sorted(backends.items())
+                ),
             )
         )
     return views
