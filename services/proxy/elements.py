@@ -70,6 +70,10 @@ def calc_port_parts(view: ServicePortView, model: ProxyModel) -> tuple[list[Elem
         backends = view.calc_backends(external)
         if external and not view.service.external_local:
             elements.append(Element(MASQ_SET[entry], key))
+        if view.is_short_circuit(external):
+            short_elements, short_shapes = _short_circuit_parts(view, entry, key)
+            elements += short_elements
+            shapes |= short_shapes
         if not backends:
             verdict = DROP if view.backends and view.is_local_policy(external) else REJECT
             elements.append(Element(NO_ENDPOINTS[entry], key, verdict))
@@ -80,9 +84,25 @@ def calc_port_parts(view: ServicePortView, model: ProxyModel) -> tuple[list[Elem
     return elements, shapes
 
 
+def _short_circuit_parts(
+    view: ServicePortView, entry: str, key: str
+) -> tuple[list[Element], set[Shape]]:
+    """The second dispatch of a Local-policy external entry, for clients in the cluster (the
+    ``services`` chain sends Pods and the node there first): every backend."""
+    kind, backends = SHORT_CIRCUIT[entry], view.calc_backends(True, in_cluster=True)
+    shape = calc_shape(view, kind, len(backends))
+    return _dispatch_elements(view, kind, key, shape, backends), {shape}
+
+
 MASQ_SET = {"vip": "external-masq", "np": "nodeport-masq"}  # ClusterIPs: @service-vips
 NO_ENDPOINTS = {"vip": "no-endpoints", "np": "no-endpoint-nodeports"}
-DISPATCH = {"vip": "service-ips", "np": "service-nodeports"}
+DISPATCH = {
+    "vip": "service-ips",
+    "np": "service-nodeports",
+    "sc-vip": "sc-service-ips",
+    "sc-np": "sc-service-nodeports",
+}
+SHORT_CIRCUIT = {"vip": "sc-vip", "np": "sc-np"}
 
 
 def _dispatch_elements(

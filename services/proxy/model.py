@@ -80,11 +80,20 @@ class ServicePortView:
         if len(unique) != len(self.backends):
             object.__setattr__(self, "backends", tuple(unique.values()))
 
-    def calc_backends(self, external: bool) -> tuple[Backend, ...]:
-        """The backends an entry may choose: only local ones under a Local policy."""
-        if not self.is_local_policy(external):
+    def calc_backends(self, external: bool, in_cluster: bool = False) -> tuple[Backend, ...]:
+        """The backends an entry may choose: only local ones under a Local policy. A client in
+        the cluster (a Pod, or the node itself) reaching an external entry is short-circuited:
+        externalTrafficPolicy applies to external traffic only, so it reaches every backend,
+        as through a ClusterIP (``in_cluster`` is ignored on a ClusterIP entry, where
+        internalTrafficPolicy is about exactly those clients)."""
+        if not self.is_local_policy(external) or external and in_cluster:
             return self.backends
         return tuple(b for b in self.backends if b.local)
+
+    def is_short_circuit(self, external: bool) -> bool:
+        """Whether an entry has a second dispatch for clients in the cluster: an external
+        entry under externalTrafficPolicy Local, with endpoints somewhere."""
+        return external and self.service.external_local and bool(self.backends)
 
     def is_local_policy(self, external: bool) -> bool:
         return self.service.external_local if external else self.service.internal_local

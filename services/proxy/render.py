@@ -9,6 +9,9 @@ every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb
                       externalIP @external-masq or NodePort @nodeport-masq (Cluster policy)
       daddr . l4proto . dport vmap @service-ips          → goto lb-N | aff-T-N
       daddr @nodeport-ips l4proto . dport vmap @service-nodeports → goto np-lb-N | np-aff-T-N
+      (before those two: a Pod source (saddr @cluster-cidrs), or the node's own (fib saddr
+      type local, marked), reaching a Local-policy external entry goes through
+      @sc-service-ips / @sc-service-nodeports → sc-lb-N | sc-np-lb-N, every backend)
     lb-N:      per protocol P: l4proto P → dnat to daddr . l4proto . dport . numgen random mod N
                map @backends-P   (one data map per protocol: nft types a DNAT port by protocol)
     aff-T-N:   for i < N: saddr . daddr . l4proto . dport @sticky-i → refresh, dnat map @slot-i
@@ -41,9 +44,22 @@ TABLE = "pycni-svc"
 FAMILY = {4: "ip", 6: "ip6"}
 ADDR = {4: "ipv4_addr", 6: "ipv6_addr"}
 MASQ_MARK = "0x4000"
-KEY = {"vip": "{f} daddr . meta l4proto . th dport", "np": "meta l4proto . th dport"}
-KEY_TYPE = {"vip": "{a} . inet_proto . inet_service", "np": "inet_proto . inet_service"}
-PREFIX = {"vip": "", "np": "np-"}
+# Entry kinds: a ClusterIP/externalIP key (vip), a NodePort key (np), and their short-circuit
+# twins (sc-vip, sc-np): the same keys dispatched for clients in the cluster (Pods, the node)
+# of a Local-policy external entry, over every backend rather than this node's.
+KEY = {
+    "vip": "{f} daddr . meta l4proto . th dport",
+    "np": "meta l4proto . th dport",
+    "sc-vip": "{f} daddr . meta l4proto . th dport",
+    "sc-np": "meta l4proto . th dport",
+}
+KEY_TYPE = {
+    "vip": "{a} . inet_proto . inet_service",
+    "np": "inet_proto . inet_service",
+    "sc-vip": "{a} . inet_proto . inet_service",
+    "sc-np": "inet_proto . inet_service",
+}
+PREFIX = {"vip": "", "np": "np-", "sc-vip": "sc-", "sc-np": "sc-np-"}
 CLIENT = "{f} saddr . {f} daddr . meta l4proto . th dport"
 
 
@@ -74,11 +90,12 @@ class Shape(NamedTuple):
         return f"{PREFIX[self.entry]}{middle}-{self.size}"
 
 
-SHAPE_CHAIN = re.compile(r"^(np-)?(lb|aff-\d+|pick-\d+)-\d+$")
+SHAPE_CHAIN = re.compile(r"^(sc-)?(np-)?(lb|aff-\d+|pick-\d+)-\d+$")
 
 
 def is_shape_chain(name: str) -> bool:
-    """A chain of a shape (``lb-N``, ``aff-T-N``, ``pick-T-i``, their ``np-`` twins)."""
+    """A chain of a shape (``lb-N``, ``aff-T-N``, ``pick-T-i``, their ``np-``, ``sc-`` and
+    ``sc-np-`` twins)."""
     return bool(SHAPE_CHAIN.match(name))
 
 
@@ -97,7 +114,7 @@ def pick_chain(entry: str, timeout: int, i: int) -> str:
     return f"{PREFIX[entry]}pick-{timeout}-{i}"
 
 
-PICK_CHAIN = re.compile(r"^(np-)?pick-\d+-(\d+)$")
+PICK_CHAIN = re.compile(r"^((?:sc-)?(?:np-)?)pick-\d+-(\d+)$")
 
 
 def calc_index_objects(chains: Iterable[str]) -> set[str]:
@@ -156,6 +173,8 @@ BACKENDS_MAPS = tuple(backends_map(entry, proto) for entry in PREFIX for proto i
 DATA_MAPS = (
     "service-ips",
     "service-nodeports",
+    "sc-service-ips",
+    "sc-service-nodeports",
     *BACKENDS_MAPS,
     "no-endpoints",
     "no-endpoint-nodeports",
@@ -180,6 +199,8 @@ def _static_maps(f: str, a: str) -> list[tuple[str, str]]:
     return [
         ("service-ips", f"type {vip} : verdict;"),
         ("service-nodeports", f"type {np} : verdict;"),
+        ("sc-service-ips", f"type {vip} : verdict;"),
+        ("sc-service-nodeports", f"type {np} : verdict;"),
         *_backends_maps(f),
         ("no-endpoints", f"type {vip} : verdict;"),
         ("no-endpoint-nodeports", f"type {np} : verdict;"),
@@ -201,6 +222,7 @@ def _backends_maps(f: str) -> list[tuple[str, str]]:
 def _static_rules(f: str) -> dict[str, list[str]]:
     vip, np, mark = KEY["vip"].format(f=f), KEY["np"], f"meta mark set meta mark | {MASQ_MARK}"
     nodeport = f"{f} daddr @nodeport-ips"
+    pods, host = f"{f} saddr @cluster-cidrs", "fib saddr type local"
     return {
         "nat-prerouting": ["jump services"],
         "nat-output": ["jump services"],
@@ -208,6 +230,10 @@ def _static_rules(f: str) -> dict[str, list[str]]:
             f"{f} daddr @service-vips {f} saddr != @cluster-cidrs {mark}",
             f"{vip} @external-masq {mark}",
             f"{nodeport} {np} @nodeport-masq {mark}",
+            f"{pods} {vip} vmap @sc-service-ips",
+            f"{pods} {nodeport} {np} vmap @sc-service-nodeports",
+            f"{host} {vip} @sc-service-ips {mark} {vip} vmap @sc-service-ips",
+            f"{host} {nodeport} {np} @sc-service-nodeports {mark} {np} vmap @sc-service-nodeports",
             f"{vip} vmap @service-ips",
             f"{nodeport} {np} vmap @service-nodeports",
         ],

@@ -3,7 +3,10 @@
 The walk follows the ruleset's order: masquerade marks, then the ``service-ips`` dispatch
 (ClusterIP, then externalIP), the NodePort dispatch, and last the filter checks (no endpoints,
 unknown port of a known VIP, unallocated service address). Entries and backends come from
-``calc_entries`` / ``calc_backends``, the functions that render the elements.
+``calc_entries`` / ``calc_backends``, the functions that render the elements. A client in the
+cluster CIDRs, or the node itself (one of its NodePort addresses, or loopback: the addresses
+the tracer knows of ``fib saddr type local``), meets a Local-policy external entry's
+short-circuit dispatch first: every backend, the node's own traffic masqueraded.
 """
 
 from __future__ import annotations
@@ -12,7 +15,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from services.proxy.elements import calc_entries
-from services.proxy.model import Backend, IPAddress, NodeView, ProxyModel, ServicePortView
+from services.proxy.model import (
+    LOOPBACK,
+    Backend,
+    IPAddress,
+    NodeView,
+    ProxyModel,
+    ServicePortView,
+)
 
 
 @dataclass(frozen=True)
@@ -84,12 +94,31 @@ def _answer(
     view: ServicePortView, entry: str, external: bool, src_ip: IPAddress, model: ProxyModel
 ) -> Answer:
     name = f"{view.service.namespace}/{view.service.name}:{view.port.name or view.port.port}"
-    label, backends = _label(view, entry, external), view.calc_backends(external)
+    source = calc_source(src_ip, model.node)
+    short = view.is_short_circuit(external) and source != "external"
+    label, backends = _label(view, entry, external), view.calc_backends(external, short)
     if not backends:
         return _no_backends(view, label, name, external)
     timeout = view.service.affinity_timeout
-    choices = tuple(_choice(b, 1 / len(backends), view, external, src_ip, model) for b in backends)
-    return Answer(label, "dnat", name, "", bool(timeout), timeout, choices)
+    choices = tuple(
+        _choice(b, 1 / len(backends), view, external, src_ip, model, short and source == "node")
+        for b in backends
+    )
+    reason = f"externalTrafficPolicy Local does not apply to {SOURCES[source]}" if short else ""
+    return Answer(label, "dnat", name, reason, bool(timeout), timeout, choices)
+
+
+SOURCES = {"pod": "a client in the cluster CIDRs", "node": "the node's own traffic"}
+
+
+def calc_source(src_ip: IPAddress, node: NodeView) -> str:
+    """pod (in the cluster CIDRs: the ruleset asks that first), node (an address of the node
+    the tracer knows: a NodePort address or loopback) or external."""
+    if any(src_ip in n for n in node.cluster_cidrs if n.version == src_ip.version):
+        return "pod"
+    if src_ip in node.node_ips or src_ip in LOOPBACK[src_ip.version]:
+        return "node"
+    return "external"
 
 
 def _no_backends(view: ServicePortView, label: str, name: str, external: bool) -> Answer:
@@ -106,10 +135,13 @@ def _choice(
     external: bool,
     src_ip: IPAddress,
     model: ProxyModel,
+    from_node: bool = False,
 ) -> Choice:
     why = []
     if b.ip == src_ip:
         why.append("hairpin: the client is this endpoint")
+    if from_node:
+        why.append("the node's own traffic to a Local-policy external entry")
     if external and not view.service.external_local:
         why.append("external traffic under Cluster policy")
     if not external and not any(src_ip in n for n in model.node.cluster_cidrs):

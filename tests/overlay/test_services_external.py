@@ -1,0 +1,158 @@
+"""External entries (NodePort, externalIP) of externalTrafficPolicy Local Services on a 2-node
+dual-stack vxlan cluster with the proxy in every pycnid: the policy is for external traffic
+only. Two backend Pods, e0 on node1 and e1 on node2, answer with their address and the source
+they saw; a client Pod sits on node1. A Pod, or node1 itself, reaching node1's NodePort or an
+externalIP reaches both backends (as through a ClusterIP; the node's own traffic masqueraded),
+and still reaches node2's backend when node1 has none. `pycni svc trace` is asked each
+question and must say the same; conntrack in node1's namespace shows where the flows went."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from services.record import EndpointRecord
+from tests.fixtures.bridge import ip_of
+from tests.fixtures.cluster import b64
+from tests.fixtures.waiting import wait_for
+
+from .pods import python_in
+from .svc_policy_helpers import (
+    PEER_SERVER,
+    backends_of,
+    connect,
+    flows,
+    flush_conntrack,
+    node_addresses,
+    route_service_cidrs,
+    svc,
+    trace,
+)
+from .test_services_policy import CIDRS, address, dual_stack_conf, node_port
+
+pytestmark = pytest.mark.etcd
+EXTERNAL, EXTERNAL6 = "203.0.113.90", "2001:db8:90::1"
+
+
+def endpoint(pod, name: str) -> EndpointRecord:
+    return EndpointRecord(
+        "ns", name, "eth0", (pod.ip, ip_of(pod.result, 1)), {"app": "etp"}, pod.node.name
+    )
+
+
+@pytest.fixture(scope="module")
+def world(module_overlay):
+    """The cluster, backends e0 (node1) and e1 (node2), a client Pod on node1, and one
+    NodePort Service with both externalIPs under externalTrafficPolicy Local."""
+    cluster = module_overlay("vxlan", nodes=2, daemon={"services": {"proxy": True}})
+    cluster.add_pool("pods6", "fd31::/112", 122)
+    cluster.wait_vteps(lambda overlay: len(overlay["vteps"]) == 2)
+    n1, n2 = cluster.nodes
+    backends = [cluster.add_pod(n, dual_stack_conf()) for n in (n1, n2)]
+    client = cluster.add_pod(n1, dual_stack_conf())
+    servers = [subprocess.Popen(python_in(p.ns, PEER_SERVER)) for p in backends]
+    for i, pod in enumerate(backends):
+        ep = endpoint(pod, f"e{i}")
+        cluster.cluster.etcd.put(ep.key, ep.to_bytes())
+    for node in cluster.nodes:
+        route_service_cidrs(node.host.ns, CIDRS)
+    svc(cluster, "config", "set", *[a for c in CIDRS for a in ("--cidr", c)])
+    local = svc(
+        cluster,
+        "create",
+        "ns/etp",
+        "--type",
+        "NodePort",
+        "--port",
+        "80/TCP:8080",
+        "--selector",
+        "app=etp",
+        "--external-ip",
+        EXTERNAL,
+        "--external-ip",
+        EXTERNAL6,
+        "--external-traffic-policy",
+        "Local",
+    )["service"]
+    yield cluster, backends, client, node_port(local)
+    for server in servers:
+        server.kill()
+        server.wait()
+
+
+def wait_answered(ns, ip: str, port: int, want: set[str]) -> None:
+    """Until 20 connects are answered by exactly ``want`` (the proxy followed the store)."""
+    wait_for(
+        f"{ip}:{port} answered by {want}",
+        lambda: backends_of(connect(ns, ip, port, 20, 2.0)) == want,
+        20,
+        0.2,
+    )
+
+
+def test_a_pod_reaches_every_backend_through_a_local_nodeport_and_external_ip(world):
+    cluster, backends, client, port = world
+    n1 = cluster.nodes[0]
+    both, both6 = {p.ip for p in backends}, {ip_of(p.result, 1) for p in backends}
+    target = address(cluster, n1)
+    for ip, dst, want, me in (
+        (target, target, both, client.ip),
+        (EXTERNAL, EXTERNAL, both, client.ip),
+        (EXTERNAL6, f"[{EXTERNAL6}]", both6, ip_of(client.result, 1)),
+    ):
+        wait_answered(client.ns, ip, port if ip == target else 80, want)
+        flush_conntrack(n1.host.ns)
+        answers = [a.split(",") for a in connect(client.ns, ip, port if ip == target else 80, 20)]
+        assert {b for b, _ in answers} == want, answers
+        assert {peer for _, peer in answers} == {me}, answers  # a Pod's source is kept
+        answer = trace(cluster, me, f"{dst}:{port if ip == target else 80}/tcp", n1.name)
+        assert answer["verdict"] == "dnat", answer
+        assert answer["entry"] == ("NodePort" if ip == target else "externalIP")
+        assert {c["ip"] for c in answer["choices"]} == want
+        assert not any(c["masquerade"] for c in answer["choices"]), answer
+        assert "does not apply" in answer["reason"]
+        tracked = flows(n1.host.ns, 6 if ":" in ip else 4, ip, port if ip == target else 80)
+        assert {f.reply_src for f in tracked} == want
+        assert {f.reply_dst for f in tracked} == {me}
+
+
+def test_a_pod_reaches_the_other_nodes_backend_when_its_node_has_none(world):
+    cluster, backends, client, port = world
+    n1 = cluster.nodes[0]
+    gone = endpoint(backends[0], "e0")
+    cluster.cluster.etcd.call("/v3/kv/deleterange", {"key": b64(gone.key)})
+    try:
+        remote, remote6 = backends[1].ip, ip_of(backends[1].result, 1)
+        target = address(cluster, n1)
+        for ip, p, want in (
+            (target, port, remote),
+            (EXTERNAL, 80, remote),
+            (EXTERNAL6, 80, remote6),
+        ):
+            wait_answered(client.ns, ip, p, {want})
+            assert backends_of(connect(client.ns, ip, p, 20)) == {want}
+        answer = trace(cluster, client.ip, f"{target}:{port}/tcp", n1.name)
+        assert (answer["verdict"], [c["ip"] for c in answer["choices"]]) == ("dnat", [remote])
+        outside = trace(cluster, "198.51.100.7", f"{target}:{port}/tcp", n1.name)
+        assert outside["verdict"] == "drop"  # the policy still holds for an outside client
+    finally:
+        cluster.cluster.etcd.put(gone.key, gone.to_bytes())
+    wait_answered(client.ns, address(cluster, n1), port, {p.ip for p in backends})
+
+
+def test_the_node_itself_reaches_every_backend_masqueraded(world):
+    cluster, backends, _, port = world
+    n1 = cluster.nodes[0]
+    host, both, target = n1.host.ns, {p.ip for p in backends}, address(cluster, n1)
+    host.run(["ip", "route", "replace", f"{EXTERNAL}/32", "dev", "eth0"])
+    for ip, p in ((target, port), (EXTERNAL, 80)):
+        wait_answered(host, ip, p, both)
+        flush_conntrack(host)
+        answers = [a.split(",") for a in connect(host, ip, p, 20)]
+        assert {b for b, _ in answers} == both, answers
+        assert {peer for _, peer in answers} <= node_addresses(host), answers
+        answer = trace(cluster, target, f"{ip}:{p}/tcp", n1.name)
+        assert {c["ip"] for c in answer["choices"]} == both, answer
+        assert all(c["masquerade"] for c in answer["choices"]), answer
+        assert {f.reply_src for f in flows(host, 4, ip, p)} == both
