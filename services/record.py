@@ -9,6 +9,10 @@ A Service at ``/pycni/v1/services/<ns>/<name>``::
      "sessionAffinity": "None", "timeoutSeconds": 10800,
      "externalTrafficPolicy": "Cluster", "internalTrafficPolicy": "Cluster"}
 
+A LoadBalancer Service also carries ``loadBalancerIPs``, its load balancer's ingress addresses
+(set by whatever provides them; the proxy DNATs them like externalIPs), and may carry
+``loadBalancerSourceRanges``; both are left out of the record when empty.
+
 Each of its clusterIPs and nodePorts has an index key (``serviceips/<ip>``,
 ``nodeports/<proto>/<port>``) whose value is "ns/name", written in the same txn as the Service,
 so no VIP or nodePort is held twice. An endpoint (what pycni-svc publishes for a Pod's
@@ -102,6 +106,8 @@ class ServiceRecord:
     external_traffic_policy: str = "Cluster"
     internal_traffic_policy: str = "Cluster"
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    load_balancer_ips: tuple[str, ...] = ()
+    load_balancer_source_ranges: tuple[str, ...] = ()
 
     FIELDS = (
         "namespace",
@@ -115,6 +121,8 @@ class ServiceRecord:
         "timeoutSeconds",
         "externalTrafficPolicy",
         "internalTrafficPolicy",
+        "loadBalancerIPs",
+        "loadBalancerSourceRanges",
     )
 
     @property
@@ -134,6 +142,10 @@ class ServiceRecord:
         }
 
     def to_dict(self) -> dict:
+        lb = {
+            "loadBalancerIPs": list(self.load_balancer_ips),
+            "loadBalancerSourceRanges": list(self.load_balancer_source_ranges),
+        }
         return {
             **self.extra,
             "namespace": self.namespace,
@@ -147,6 +159,7 @@ class ServiceRecord:
             "timeoutSeconds": self.timeout_seconds,
             "externalTrafficPolicy": self.external_traffic_policy,
             "internalTrafficPolicy": self.internal_traffic_policy,
+            **{k: v for k, v in lb.items() if v},
         }
 
     def to_bytes(self) -> bytes:
@@ -195,6 +208,10 @@ class ServiceRecord:
                 str(data.get("externalTrafficPolicy") or "Cluster"),
                 str(data.get("internalTrafficPolicy") or "Cluster"),
                 unknown(data, cls.FIELDS),
+                load_balancer_ips=tuple(map(str, data.get("loadBalancerIPs") or ())),
+                load_balancer_source_ranges=tuple(
+                    map(str, data.get("loadBalancerSourceRanges") or ())
+                ),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecord(f"corrupt Service record {key}", f"bad service: {exc!r}") from None

@@ -33,14 +33,15 @@ REJECT, DROP = "goto reject-chain", "drop"
 
 
 def calc_entries(view: ServicePortView, model: ProxyModel) -> list[tuple[str, str, bool]]:
-    """(entry kind, nft key, external?) of every way a packet reaches this service port."""
+    """(entry kind, nft key, external?) of every way a packet reaches this service port:
+    ClusterIPs, externalIPs and load balancer IPs (an address given as both is one entry),
+    the nodePort."""
     proto, port, svc = view.port.protocol, view.port.port, view.service
     entries = [
         ("vip", f"{_text(ip)} . {proto} . {port}", False) for ip in _family(svc.vips, model)
     ]
-    entries += [
-        ("vip", f"{_text(ip)} . {proto} . {port}", True) for ip in _family(svc.external_ips, model)
-    ]
+    external = dict.fromkeys(_family((*svc.external_ips, *svc.load_balancer_ips), model))
+    entries += [("vip", f"{_text(ip)} . {proto} . {port}", True) for ip in external]
     if view.port.node_port is not None and model.node.node_ips:
         entries.append(("np", f"{proto} . {view.port.node_port}", True))
     return entries

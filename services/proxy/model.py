@@ -39,7 +39,9 @@ class ProxyPort:
 
 @dataclass(frozen=True)
 class ProxyService:
-    """A Service as the proxy sees it: VIPs of one family at render time, policies."""
+    """A Service as the proxy sees it: VIPs of one family at render time, policies; a
+    LoadBalancer's ingress IPs are external entries like externalIPs, and its source ranges
+    (of the family) limit who reaches them."""
 
     namespace: str
     name: str
@@ -49,6 +51,8 @@ class ProxyService:
     affinity_timeout: int | None = None
     external_local: bool = False
     internal_local: bool = False
+    load_balancer_ips: tuple[IPAddress, ...] = ()
+    source_ranges: tuple[IPNetwork, ...] = ()
 
     def __post_init__(self) -> None:
         if self.affinity_timeout is not None and not 0 < self.affinity_timeout <= 86400:

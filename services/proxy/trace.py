@@ -41,7 +41,7 @@ class Choice:
 class Answer:
     """What the table does with the packet: entry matched, verdict, choices, reasons."""
 
-    entry: str  # ClusterIP | externalIP | NodePort | none
+    entry: str  # ClusterIP | externalIP | LoadBalancerIP | NodePort | none
     verdict: str  # dnat | reject | drop | accept (not a Service)
     service: str | None = None
     reason: str = ""
@@ -69,7 +69,7 @@ def explain(
             continue
         for entry, key, external in calc_entries(view, model):
             if _matches(entry, key, view, dst_ip, dst_port, model):
-                return _answer(view, entry, external, src_ip, model)
+                return _answer(view, entry, external, src_ip, dst_ip, model)
     return _miss(model, dst_ip)
 
 
@@ -86,17 +86,27 @@ def _matches(
     return key.split(" . ")[0] == str(dst_ip) and dst_port == view.port.port
 
 
-def _label(view: ServicePortView, entry: str, external: bool) -> str:
-    return "NodePort" if entry == "np" else ("externalIP" if external else "ClusterIP")
+def _label(view: ServicePortView, entry: str, external: bool, dst_ip: IPAddress) -> str:
+    if entry == "np":
+        return "NodePort"
+    if not external:
+        return "ClusterIP"
+    lb = dst_ip in view.service.load_balancer_ips and dst_ip not in view.service.external_ips
+    return "LoadBalancerIP" if lb else "externalIP"
 
 
 def _answer(
-    view: ServicePortView, entry: str, external: bool, src_ip: IPAddress, model: ProxyModel
+    view: ServicePortView,
+    entry: str,
+    external: bool,
+    src_ip: IPAddress,
+    dst_ip: IPAddress,
+    model: ProxyModel,
 ) -> Answer:
     name = f"{view.service.namespace}/{view.service.name}:{view.port.name or view.port.port}"
     source = calc_source(src_ip, model.node)
     short = view.is_short_circuit(external) and source != "external"
-    label, backends = _label(view, entry, external), view.calc_backends(external, short)
+    label, backends = _label(view, entry, external, dst_ip), view.calc_backends(external, short)
     if not backends:
         return _no_backends(view, label, name, external)
     timeout = view.service.affinity_timeout

@@ -33,6 +33,8 @@ from .test_services_policy import CIDRS, address, dual_stack_conf, node_port
 
 pytestmark = pytest.mark.etcd
 EXTERNAL, EXTERNAL6 = "203.0.113.90", "2001:db8:90::1"
+LB_IP, LB_IP6 = "203.0.113.91", "2001:db8:91::1"
+OUTSIDE = 101  # the off-cluster client's underlay octet
 
 
 def endpoint(pod, name: str) -> EndpointRecord:
@@ -51,6 +53,7 @@ def world(module_overlay):
     n1, n2 = cluster.nodes
     backends = [cluster.add_pod(n, dual_stack_conf()) for n in (n1, n2)]
     client = cluster.add_pod(n1, dual_stack_conf())
+    outside = cluster.cluster.underlay.add_host("ext", OUTSIDE)
     servers = [subprocess.Popen(python_in(p.ns, PEER_SERVER)) for p in backends]
     for i, pod in enumerate(backends):
         ep = endpoint(pod, f"e{i}")
@@ -75,7 +78,7 @@ def world(module_overlay):
         "--external-traffic-policy",
         "Local",
     )["service"]
-    yield cluster, backends, client, node_port(local)
+    yield cluster, backends, client, node_port(local), outside
     for server in servers:
         server.kill()
         server.wait()
@@ -92,7 +95,7 @@ def wait_answered(ns, ip: str, port: int, want: set[str]) -> None:
 
 
 def test_a_pod_reaches_every_backend_through_a_local_nodeport_and_external_ip(world):
-    cluster, backends, client, port = world
+    cluster, backends, client, port, _ = world
     n1 = cluster.nodes[0]
     both, both6 = {p.ip for p in backends}, {ip_of(p.result, 1) for p in backends}
     target = address(cluster, n1)
@@ -118,7 +121,7 @@ def test_a_pod_reaches_every_backend_through_a_local_nodeport_and_external_ip(wo
 
 
 def test_a_pod_reaches_the_other_nodes_backend_when_its_node_has_none(world):
-    cluster, backends, client, port = world
+    cluster, backends, client, port, _ = world
     n1 = cluster.nodes[0]
     gone = endpoint(backends[0], "e0")
     cluster.cluster.etcd.call("/v3/kv/deleterange", {"key": b64(gone.key)})
@@ -142,7 +145,7 @@ def test_a_pod_reaches_the_other_nodes_backend_when_its_node_has_none(world):
 
 
 def test_the_node_itself_reaches_every_backend_masqueraded(world):
-    cluster, backends, _, port = world
+    cluster, backends, _, port, _ = world
     n1 = cluster.nodes[0]
     host, both, target = n1.host.ns, {p.ip for p in backends}, address(cluster, n1)
     host.run(["ip", "route", "replace", f"{EXTERNAL}/32", "dev", "eth0"])
@@ -156,3 +159,53 @@ def test_the_node_itself_reaches_every_backend_masqueraded(world):
         assert {c["ip"] for c in answer["choices"]} == both, answer
         assert all(c["masquerade"] for c in answer["choices"]), answer
         assert {f.reply_src for f in flows(host, 4, ip, p)} == both
+
+
+def test_a_load_balancer_ip_is_local_from_outside_and_every_backend_from_a_pod(world):
+    """type LoadBalancer: nodePorts allocated, its ingress IPs DNATed like externalIPs; under
+    externalTrafficPolicy Local an outside client routed to node2 reaches node2's backend only,
+    its address kept, while a Pod on node1 reaches both (IPv4 and IPv6)."""
+    cluster, backends, client, _, outside = world
+    n1, n2 = cluster.nodes
+    made = svc(
+        cluster,
+        "create",
+        "ns/lb",
+        "--type",
+        "LoadBalancer",
+        "--port",
+        "80/TCP:8080",
+        "--selector",
+        "app=etp",
+        "--load-balancer-ip",
+        LB_IP,
+        "--load-balancer-ip",
+        LB_IP6,
+        "--external-traffic-policy",
+        "Local",
+    )["service"]
+    assert made["type"] == "LoadBalancer" and node_port(made)
+    assert made["loadBalancerIPs"] == [LB_IP, LB_IP6]
+    outside.ns.run(["ip", "route", "replace", f"{LB_IP}/32", "via", address(cluster, n2)])
+    wait_answered(outside.ns, LB_IP, 80, {backends[1].ip})
+    flush_conntrack(n2.host.ns)
+    answers = [a.split(",") for a in connect(outside.ns, LB_IP, 80, 20)]
+    assert answers == [[backends[1].ip, outside.address]] * 20  # Local: client IP kept
+    answer = trace(cluster, outside.address, f"{LB_IP}:80/tcp", n2.name)
+    assert (answer["entry"], answer["verdict"]) == ("LoadBalancerIP", "dnat")
+    assert [(c["ip"], c["masquerade"]) for c in answer["choices"]] == [(backends[1].ip, False)]
+    assert {f.reply_dst for f in flows(n2.host.ns, 4, LB_IP, 80)} == {outside.address}
+    both6 = {ip_of(p.result, 1) for p in backends}
+    for ip, dst, want in (
+        (LB_IP, LB_IP, {p.ip for p in backends}),
+        (LB_IP6, f"[{LB_IP6}]", both6),
+    ):
+        wait_answered(client.ns, ip, 80, want)
+        answer = trace(
+            cluster,
+            client.ip if ip == LB_IP else ip_of(client.result, 1),
+            f"{dst}:80/tcp",
+            n1.name,
+        )
+        assert (answer["entry"], answer["verdict"]) == ("LoadBalancerIP", "dnat")
+        assert {c["ip"] for c in answer["choices"]} == want
