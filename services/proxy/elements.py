@@ -9,11 +9,12 @@ per-element work here is kept to building tuples and strings (addresses are form
 
 from __future__ import annotations
 
+import ipaddress
 import operator
 import socket
 from collections.abc import Iterable
 
-from services.proxy.model import Backend, IPAddress, ProxyModel, ServicePortView
+from services.proxy.model import Backend, IPAddress, IPNetwork, ProxyModel, ServicePortView
 from services.proxy.render import (
     DATA_MAPS,
     DATA_SETS,
@@ -132,12 +133,42 @@ def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset
         elements += [
             Element("service-vips", _text(ip)) for ip in _family(view.service.vips, model)
         ]
+        elements += calc_firewall_elements(view, model)
         elements += [
             Element("hairpin", f"{text} . {text}")
             for b in view.backends
             if b.local and b.ip.version == model.family and (text := _text(b.ip))
         ]
     return frozenset(elements), frozenset(shapes)
+
+
+def calc_firewall_sources(view: ServicePortView, model: ProxyModel) -> tuple[IPNetwork, ...]:
+    """Who may reach the port's load balancer IPs (none: no limit): its
+    loadBalancerSourceRanges of the family and, when one holds an address of this node, the
+    load balancer IPs themselves (a node that holds the VIP reaches it with the VIP as its
+    source; kube-proxy allows that too), collapsed: an interval set refuses overlaps."""
+    ranges = [n for n in view.service.source_ranges if n.version == model.family]
+    if not ranges:
+        return ()
+    if any(ip in n for n in ranges for ip in model.node.node_ips if ip.version == n.version):
+        ranges += [
+            ipaddress.ip_network(ip) for ip in _family(view.service.load_balancer_ips, model)
+        ]
+    return tuple(ipaddress.collapse_addresses(ranges))  # type: ignore[type-var]
+
+
+def calc_firewall_elements(view: ServicePortView, model: ProxyModel) -> list[Element]:
+    """A load balancer IP key limited by source ranges: in ``firewall-ips``, and one
+    ``firewall-allow`` element per source range it takes."""
+    sources = calc_firewall_sources(view, model)
+    if not sources:
+        return []
+    out = []
+    for ip in _family(view.service.load_balancer_ips, model):
+        key = f"{_text(ip)} . {view.port.protocol} . {view.port.port}"
+        out.append(Element("firewall-ips", key))
+        out += [Element("firewall-allow", f"{key} . {net}") for net in sources]
+    return out
 
 
 def calc_node_elements(model: ProxyModel) -> frozenset[Element]:

@@ -16,6 +16,9 @@ every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb
                map @backends-P   (one data map per protocol: nft types a DNAT port by protocol)
     aff-T-N:   for i < N: saddr . daddr . l4proto . dport @sticky-i → refresh, dnat map @slot-i
                numgen random mod N vmap { i : goto pick-T-i }   (pick: update @sticky-i, dnat)
+    filter prerouting/output (-110, before DNAT), ct state new: a load balancer IP key in
+      @firewall-ips whose key . saddr is not in @firewall-allow (loadBalancerSourceRanges)
+      is dropped
     nat-postrouting (100): hairpin (saddr . daddr @hairpin) and marked traffic → masquerade
     filter input/forward/output (0), ct state new: vmap @no-endpoints / @no-endpoint-nodeports
       (goto reject-chain = no endpoints | drop = Local policy, none local), VIP with an unknown
@@ -151,8 +154,10 @@ BASE_CHAINS = (
     ("filter-input", "type filter hook input priority 0"),
     ("filter-forward", "type filter hook forward priority 0"),
     ("filter-output", "type filter hook output priority 0"),
+    ("filter-prerouting-pre-dnat", "type filter hook prerouting priority -110"),
+    ("filter-output-pre-dnat", "type filter hook output priority -110"),
 )
-HELPER_CHAINS = ("services", "endpoints-check", "reject-chain")
+HELPER_CHAINS = ("services", "endpoints-check", "reject-chain", "firewall-check")
 DATA_SETS = (
     "cluster-cidrs",
     "service-cidrs",
@@ -161,6 +166,8 @@ DATA_SETS = (
     "external-masq",
     "nodeport-masq",
     "hairpin",
+    "firewall-ips",
+    "firewall-allow",
 )
 
 
@@ -191,6 +198,8 @@ def _static_sets(a: str) -> list[tuple[str, str]]:
         ("external-masq", f"type {vip};"),
         ("nodeport-masq", f"type {KEY_TYPE['np']};"),
         ("hairpin", f"type {a} . {a};"),
+        ("firewall-ips", f"type {vip};"),
+        ("firewall-allow", f"type {vip} . {a}; flags interval;"),
     ]
 
 
@@ -253,6 +262,9 @@ def _static_rules(f: str) -> dict[str, list[str]]:
         "filter-input": ["ct state new jump endpoints-check"],
         "filter-forward": ["ct state new jump endpoints-check"],
         "filter-output": ["ct state new jump endpoints-check"],
+        "filter-prerouting-pre-dnat": ["ct state new jump firewall-check"],
+        "filter-output-pre-dnat": ["ct state new jump firewall-check"],
+        "firewall-check": [f"{vip} @firewall-ips {vip} . {f} saddr != @firewall-allow drop"],
     }
 
 

@@ -1,6 +1,7 @@
 """Explain what a packet meets in the proxy's table, from the same model the renderer reads.
 
-The walk follows the ruleset's order: masquerade marks, then the ``service-ips`` dispatch
+The walk follows the ruleset's order: the load balancer source-range firewall (before DNAT),
+masquerade marks, then the ``service-ips`` dispatch
 (ClusterIP, then externalIP), the NodePort dispatch, and last the filter checks (no endpoints,
 unknown port of a known VIP, unallocated service address). Entries and backends come from
 ``calc_entries`` / ``calc_backends``, the functions that render the elements. A client in the
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from services.proxy.elements import calc_entries
+from services.proxy.elements import calc_entries, calc_firewall_sources
 from services.proxy.model import (
     LOOPBACK,
     Backend,
@@ -107,6 +108,8 @@ def _answer(
     source = calc_source(src_ip, model.node)
     short = view.is_short_circuit(external) and source != "external"
     label, backends = _label(view, entry, external, dst_ip), view.calc_backends(external, short)
+    if _is_fenced(view, dst_ip, src_ip, model):
+        return Answer(label, "drop", name, "the client is outside loadBalancerSourceRanges")
     if not backends:
         return _no_backends(view, label, name, external)
     timeout = view.service.affinity_timeout
@@ -116,6 +119,16 @@ def _answer(
     )
     reason = f"externalTrafficPolicy Local does not apply to {SOURCES[source]}" if short else ""
     return Answer(label, "dnat", name, reason, bool(timeout), timeout, choices)
+
+
+def _is_fenced(
+    view: ServicePortView, dst_ip: IPAddress, src_ip: IPAddress, model: ProxyModel
+) -> bool:
+    """The pre-DNAT firewall: a load balancer IP with source ranges, a client outside them."""
+    if dst_ip not in view.service.load_balancer_ips:
+        return False
+    sources = calc_firewall_sources(view, model)
+    return bool(sources) and not any(src_ip in n for n in sources)
 
 
 SOURCES = {"pod": "a client in the cluster CIDRs", "node": "the node's own traffic"}

@@ -209,3 +209,85 @@ def test_a_load_balancer_ip_is_local_from_outside_and_every_backend_from_a_pod(w
         )
         assert (answer["entry"], answer["verdict"]) == ("LoadBalancerIP", "dnat")
         assert {c["ip"] for c in answer["choices"]} == want
+
+
+FENCED, FENCED6 = "203.0.113.92", "2001:db8:92::1"
+
+
+def fence_holds(node, family: int, text: str) -> bool:
+    """Whether the node's proxy holds a firewall-allow interval ``text``."""
+    table = "ip6" if family == 6 else "ip"
+    out = node.host.ns.run(
+        ["nft", "list", "set", table, "pycni-svc", "firewall-allow"], check=False
+    ).stdout
+    return text in out
+
+
+def test_load_balancer_source_ranges_drop_every_client_outside_them(world):
+    """The firewall sees the pre-DNAT destination and every source, as kube-proxy's: an
+    outside client, a Pod and the node itself each reach the load balancer IPs only from
+    inside the ranges (Pods too: a range must hold the cluster CIDR to let them in)."""
+    cluster, backends, client, _, outside = world
+    n1, n2 = cluster.nodes
+    svc(
+        cluster,
+        "create",
+        "ns/fenced",
+        "--type",
+        "LoadBalancer",
+        "--port",
+        "80/TCP:8080",
+        "--selector",
+        "app=etp",
+        "--load-balancer-ip",
+        FENCED,
+        "--load-balancer-ip",
+        FENCED6,
+        "--load-balancer-source-range",
+        "198.51.100.0/24",
+        "--load-balancer-source-range",
+        "2001:db8:ffff::/48",
+    )
+    outside.ns.run(["ip", "route", "replace", f"{FENCED}/32", "via", address(cluster, n2)])
+    n1.host.ns.run(["ip", "route", "replace", f"{FENCED}/32", "dev", "eth0"])
+    pod6 = ip_of(client.result, 1)
+    for node in (n1, n2):
+        wait_for("the fence", lambda n=node: fence_holds(n, 4, "198.51.100.0/24"), 20, 0.2)
+    wait_for("node1's v6 fence", lambda: fence_holds(n1, 6, "2001:db8:ffff::/48"), 20, 0.2)
+    for ns, ip in ((outside.ns, FENCED), (client.ns, FENCED), (client.ns, FENCED6)):
+        assert connect(ns, ip, 80, 2, 1.0) == ["TimeoutError"] * 2, (ns, ip)
+    assert connect(n1.host.ns, FENCED, 80, 2, 1.0) == ["TimeoutError"] * 2
+    for src, dst, node in (
+        (outside.address, f"{FENCED}:80/tcp", n2),
+        (client.ip, f"{FENCED}:80/tcp", n1),
+        (pod6, f"[{FENCED6}]:80/tcp", n1),
+        (address(cluster, n1), f"{FENCED}:80/tcp", n1),
+    ):
+        answer = trace(cluster, src, dst, node.name)
+        assert (answer["entry"], answer["verdict"]) == ("LoadBalancerIP", "drop"), answer
+        assert "loadBalancerSourceRanges" in answer["reason"]
+    underlay = outside.address.rsplit(".", 1)[0] + ".0/24"  # the outside client and the nodes
+    svc(
+        cluster,
+        "set",
+        "ns/fenced",
+        "--load-balancer-source-range",
+        underlay,
+        "--load-balancer-source-range",
+        "fd31::/112",  # the Pods' IPv6 pool
+    )
+    both, both6 = {p.ip for p in backends}, {ip_of(p.result, 1) for p in backends}
+    wait_answered(outside.ns, FENCED, 80, both)  # Cluster policy: every backend
+    wait_answered(client.ns, FENCED6, 80, both6)
+    wait_answered(n1.host.ns, FENCED, 80, both)  # the node is in a range
+    assert connect(client.ns, FENCED, 80, 2, 1.0) == ["TimeoutError"] * 2  # the Pod is not
+    for src, dst, node, verdict in (
+        (outside.address, f"{FENCED}:80/tcp", n2, "dnat"),
+        (pod6, f"[{FENCED6}]:80/tcp", n1, "dnat"),
+        (address(cluster, n1), f"{FENCED}:80/tcp", n1, "dnat"),
+        (client.ip, f"{FENCED}:80/tcp", n1, "drop"),
+    ):
+        assert trace(cluster, src, dst, node.name)["verdict"] == verdict, (src, dst)
+    flush_conntrack(n2.host.ns)
+    connect(outside.ns, FENCED, 80, 5)
+    assert {f.reply_src for f in flows(n2.host.ns, 4, FENCED, 80)} <= both
