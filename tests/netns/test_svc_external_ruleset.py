@@ -1,6 +1,8 @@
-"""loadBalancerSourceRanges in a real nft: the pre-DNAT firewall's interval set takes a full
-render and the element diffs that change a Service's ranges (one kept libnftables context, as
-pycnid runs them), IPv4 and IPv6, and holds exactly the rendered intervals after each."""
+"""The external entries' objects in a real nft, through one kept libnftables context as pycnid
+runs them, IPv4 and IPv6: the pre-DNAT firewall's interval set takes a full render and the
+element diffs that change a Service's ranges, holding exactly the rendered intervals after
+each; the short-circuit dispatch of a Local-policy Service with ClientIP affinity (its
+``sc-aff``/``sc-np-aff`` chains and ``sc-slot-i`` maps) loads, shrinks and grows back."""
 
 from __future__ import annotations
 
@@ -73,3 +75,34 @@ def test_changed_source_ranges_apply_as_element_diffs(netns_factory, tmp_path, m
         for name in ("firewall-ips", "firewall-allow"):
             assert listed(ns, m0.family, name) == want.count(name), (upto, name)
     assert not any(e.name.startswith("firewall-") for e in calc_elements(m2))  # unfenced
+
+
+def short_circuit_model(family: int) -> ProxyModel:
+    """A Local-policy NodePort + externalIP Service with affinity, one endpoint here and one
+    elsewhere: both the Local bucket and the short-circuit bucket, with slots."""
+    v = BALANCED_MODEL.ports[0] if family == 4 else fenced6().ports[0]
+    svc = replace(v.service, affinity_timeout=60, source_ranges=())
+    far = be("10.0.1.2" if family == 4 else "fd00::3", 8443, local=False)
+    node = BALANCED_MODEL.node if family == 4 else NODE6
+    return ProxyModel(family, node, (view(svc, svc.ports[0], v.backends[0], far),))
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_a_short_circuit_with_affinity_loads_and_diffs(netns_factory, tmp_path, family):
+    m0 = short_circuit_model(family)
+    v = m0.ports[0]
+    m1 = replace(m0, ports=(replace(v, backends=v.backends[1:]),))
+    paths = []
+    for i, (before, after) in enumerate([(None, m0), (m0, m1), (m1, m0)]):
+        paths.append(tmp_path / f"t{i}.nft")
+        paths[-1].write_text(render_transaction(before, after))
+    ns = netns_factory("svcsc")
+    ns.run([sys.executable, "-c", NFT_KEPT_CONTEXT, *map(str, paths)], cwd=ROOT)
+    table = "ip6" if family == 6 else "ip"
+    chains = ns.run(["nft", "list", "chains", table]).stdout
+    assert "chain sc-aff-60-2 " in chains and "chain sc-np-aff-60-2 " in chains
+    for name in ("sc-slot-1", "sc-np-slot-1", "sc-service-ips", "sc-service-nodeports"):
+        want = sum(e.name == name for e in calc_elements(m0))
+        out = json.loads(ns.run(["nft", "-j", "list", "map", table, "pycni-svc", name]).stdout)
+        assert len([o["map"] for o in out["nftables"] if "map" in o][0].get("elem", [])) == want
+        assert want, name
