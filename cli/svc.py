@@ -273,7 +273,7 @@ def render_list(doc: dict) -> str:
                         f"{s['namespace']}/{s['name']}",
                         s["type"],
                         ",".join(s["clusterIPs"]) or None,
-                        ",".join(s["externalIPs"]) or None,
+                        ",".join([*s["externalIPs"], *s.get("loadBalancerIPs", ())]) or None,
                         " ".join(map(port_text, s["ports"])),
                         ",".join(f"{k}={v}" for k, v in s["selector"].items()) or None,
                     ]
