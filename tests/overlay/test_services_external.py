@@ -291,3 +291,20 @@ def test_load_balancer_source_ranges_drop_every_client_outside_them(world):
     flush_conntrack(n2.host.ns)
     connect(outside.ns, FENCED, 80, 5)
     assert {f.reply_src for f in flows(n2.host.ns, 4, FENCED, 80)} <= both
+
+
+def test_the_node_itself_reaches_every_ipv6_backend_of_a_local_external_ip(world):
+    """IPv6 node-originated: node1 with a global IPv6 address outside the cluster CIDRs (the
+    underlay here has none) connects to the Local externalIP: both nodes' backends answer,
+    the source masqueraded (never the node's own address, which node2 could not route)."""
+    cluster, backends, _, _, _ = world
+    host = cluster.nodes[0].host.ns
+    host.run(["ip", "-6", "addr", "replace", "fd99::11/64", "dev", "eth0", "nodad"])
+    host.run(
+        ["ip", "-6", "route", "replace", f"{EXTERNAL6}/128", "dev", "eth0", "src", "fd99::11"]
+    )
+    both6 = {ip_of(p.result, 1) for p in backends}
+    wait_answered(host, EXTERNAL6, 80, both6)
+    answers = [a.split(",") for a in connect(host, EXTERNAL6, 80, 20)]
+    assert {b for b, _ in answers} == both6, answers
+    assert "fd99::11" not in {peer for _, peer in answers}, answers  # masqueraded
