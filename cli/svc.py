@@ -91,6 +91,8 @@ def calc_spec(opts: dict) -> dict:
         "ports": [parse_port(p) for p in opts["port"]],
         "clusterIPs": list(opts["cluster_ip"]),
         "externalIPs": list(opts["external_ip"]),
+        "loadBalancerIPs": list(opts["load_balancer_ip"]),
+        "loadBalancerSourceRanges": list(opts["load_balancer_source_range"]),
         "selector": parse_selector(opts["selector"]),
     }
     spec.update({k: v for k, v in lists.items() if v})
@@ -100,13 +102,27 @@ def calc_spec(opts: dict) -> dict:
 def spec_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for decorator in reversed(
         [
-            click.option("--type", "kind", type=click.Choice(["ClusterIP", "NodePort"])),
+            click.option(
+                "--type", "kind", type=click.Choice(["ClusterIP", "NodePort", "LoadBalancer"])
+            ),
             click.option(
                 "--port", multiple=True, metavar="[NAME:]PORT[/PROTO][:TARGET][:NODEPORT]"
             ),
             click.option("--selector", multiple=True, metavar="KEY=VALUE"),
             click.option("--cluster-ip", multiple=True, metavar="IP", help="at most one a family"),
             click.option("--external-ip", multiple=True, metavar="IP"),
+            click.option(
+                "--load-balancer-ip",
+                multiple=True,
+                metavar="IP",
+                help="a load balancer ingress IP",
+            ),
+            click.option(
+                "--load-balancer-source-range",
+                multiple=True,
+                metavar="CIDR",
+                help="only clients of these reach the load balancer IPs",
+            ),
             click.option("--session-affinity", type=click.Choice(["None", "ClientIP"])),
             click.option("--affinity-timeout", type=int, metavar="S"),
             click.option("--external-traffic-policy", type=click.Choice(["Cluster", "Local"])),
@@ -305,7 +321,7 @@ def render_list(doc: dict) -> str:
                         f"{s['namespace']}/{s['name']}",
                         s["type"],
                         ",".join(s["clusterIPs"]) or None,
-                        ",".join(s["externalIPs"]) or None,
+                        ",".join([*s["externalIPs"], *s.get("loadBalancerIPs", ())]) or None,
                         " ".join(map(port_text, s["ports"])),
                         ",".join(f"{k}={v}" for k, v in s["selector"].items()) or None,
                     ]
@@ -317,15 +333,24 @@ def render_list(doc: dict) -> str:
     )
 
 
+LOAD_BALANCER = ("loadBalancerIPs", "loadBalancerSourceRanges")
+
+
 def render_service(doc: dict) -> str:
     svc = doc["service"]
     lines = [f"service {svc['namespace']}/{svc['name']} ({svc['type']})"]
-    svc = {**svc, "selector": [f"{k}={v}" for k, v in svc["selector"].items()]}
+    svc = {
+        "loadBalancerIPs": [],
+        "loadBalancerSourceRanges": [],
+        **svc,
+        "selector": [f"{k}={v}" for k, v in svc["selector"].items()],
+    }
     lines += [
         f"  {key}: {cell_text(svc[key])}"
         for key in (
             "clusterIPs",
             "externalIPs",
+            *(LOAD_BALANCER if svc["type"] == "LoadBalancer" else ()),
             "selector",
             "sessionAffinity",
             "externalTrafficPolicy",

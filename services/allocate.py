@@ -27,7 +27,7 @@ from services.record import (
     node_port_key,
     service_ip_key,
 )
-from services.validate import validate_service
+from services.validate import NODE_PORT_TYPES, validate_service
 from store.base import KV, Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
 from store.codec import CorruptRecord
@@ -98,11 +98,12 @@ def calc_vips(record: ServiceRecord, settings: ServiceSettings, held: dict[str, 
 def calc_node_ports(
     record: ServiceRecord, settings: ServiceSettings, held: dict[str, str]
 ) -> tuple[ServicePort, ...]:
-    """Each port without a nodePort (on a NodePort Service) gets the lowest free one."""
+    """Each port without a nodePort (on a NodePort or LoadBalancer Service: a LoadBalancer
+    implies nodePorts, as in Kubernetes) gets the lowest free one."""
     taken, ports = set(held) | record.index_keys(), []
     low, high = settings.node_port_range
     for port in record.ports:
-        if record.type == "NodePort" and not port.node_port:
+        if record.type in NODE_PORT_TYPES and not port.node_port:
             free = next(
                 (n for n in range(low, high + 1) if node_port_key(port.protocol, n) not in taken),
                 None,

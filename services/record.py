@@ -9,6 +9,10 @@ A Service at ``/pycni/v1/services/<ns>/<name>``::
      "sessionAffinity": "None", "timeoutSeconds": 10800,
      "externalTrafficPolicy": "Cluster", "internalTrafficPolicy": "Cluster"}
 
+A LoadBalancer Service also carries ``loadBalancerIPs``, its load balancer's ingress addresses
+(set by whatever provides them; the proxy DNATs them like externalIPs), and may carry
+``loadBalancerSourceRanges``; both are left out of the record when empty.
+
 Each of its clusterIPs and nodePorts has an index key (``serviceips/<ip>``,
 ``nodeports/<proto>/<port>``) whose value is "ns/name", written in the same txn as the Service,
 so no VIP or nodePort is held twice. An endpoint (what pycni-svc publishes for a Pod's
@@ -110,6 +114,8 @@ class ServiceRecord:
     internal_traffic_policy: str = "Cluster"
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
     health_check_node_port: int = 0  # 0: none (``wants_health_check``), or not allocated yet
+    load_balancer_ips: tuple[str, ...] = ()
+    load_balancer_source_ranges: tuple[str, ...] = ()
 
     FIELDS = (
         "namespace",
@@ -124,6 +130,8 @@ class ServiceRecord:
         "externalTrafficPolicy",
         "internalTrafficPolicy",
         "healthCheckNodePort",
+        "loadBalancerIPs",
+        "loadBalancerSourceRanges",
     )
 
     @property
@@ -151,6 +159,10 @@ class ServiceRecord:
         return wants_health_check(self.type, self.external_traffic_policy)
 
     def to_dict(self) -> dict:
+        lb = {
+            "loadBalancerIPs": list(self.load_balancer_ips),
+            "loadBalancerSourceRanges": list(self.load_balancer_source_ranges),
+        }
         return {
             **self.extra,
             "namespace": self.namespace,
@@ -165,6 +177,7 @@ class ServiceRecord:
             "externalTrafficPolicy": self.external_traffic_policy,
             "internalTrafficPolicy": self.internal_traffic_policy,
             **({"healthCheckNodePort": hc} if (hc := self.health_check_node_port) else {}),
+            **{k: v for k, v in lb.items() if v},
         }
 
     def to_bytes(self) -> bytes:
@@ -214,6 +227,10 @@ class ServiceRecord:
                 str(data.get("internalTrafficPolicy") or "Cluster"),
                 unknown(data, cls.FIELDS),
                 int(data.get("healthCheckNodePort") or 0),
+                load_balancer_ips=tuple(map(str, data.get("loadBalancerIPs") or ())),
+                load_balancer_source_ranges=tuple(
+                    map(str, data.get("loadBalancerSourceRanges") or ())
+                ),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecord(f"corrupt Service record {key}", f"bad service: {exc!r}") from None

@@ -5,8 +5,10 @@ Every bad value is ``InvalidConfig`` (code 7) whose message names the field
 what only the store knows (a VIP or nodePort another Service holds: ``services.allocate``).
 A spec leaves ``clusterIPs`` and ``nodePort`` out to have them allocated; what it gives must
 fit the cluster's settings: a ClusterIP inside a service CIDR (one per family), a nodePort
-inside the range, on a NodePort Service only. externalIPs must not lie in a service CIDR,
-where the allocator could hand them out as someone's VIP.
+inside the range, on a NodePort or LoadBalancer Service only (a LoadBalancer has nodePorts,
+as in Kubernetes). externalIPs and loadBalancerIPs must not lie in a service CIDR, where the
+allocator could hand them out as someone's VIP; loadBalancerIPs and loadBalancerSourceRanges
+belong to a LoadBalancer Service only.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from services.record import (
 
 SPEC_FIELDS = ServiceRecord.FIELDS
 PORT_FIELDS = ServicePort.FIELDS
-TYPES = ("ClusterIP", "NodePort")
+TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 AFFINITIES = ("None", "ClientIP")
 POLICIES = ("Cluster", "Local")
@@ -117,7 +120,7 @@ def validate_node_port(
     if value is None or value == 0 and not isinstance(value, bool):
         return 0
     if not allowed:
-        raise bad(f"{at}.nodePort", "only a NodePort Service has nodePorts")
+        raise bad(f"{at}.nodePort", "only a NodePort or LoadBalancer Service has nodePorts")
     return validate_int(value, f"{at}.nodePort", *settings.node_port_range)
 
 
@@ -165,10 +168,13 @@ def validate_cluster_ips(spec: Mapping[str, Any], settings: ServiceSettings) -> 
     return tuple(found)
 
 
-def validate_external_ips(spec: Mapping[str, Any], settings: ServiceSettings) -> tuple[str, ...]:
+def validate_external_ips(
+    spec: Mapping[str, Any], settings: ServiceSettings, name: str = "externalIPs"
+) -> tuple[str, ...]:
+    """externalIPs (or, by ``name``, loadBalancerIPs: checked the same way)."""
     found: list[str] = []
-    for i, value in enumerate(validate_list(spec, "externalIPs")):
-        ip, at = validate_ip(value, f"externalIPs[{i}]"), f"externalIPs[{i}]"
+    for i, value in enumerate(validate_list(spec, name)):
+        ip, at = validate_ip(value, f"{name}[{i}]"), f"{name}[{i}]"
         if special := calc_special(ip):
             raise bad(at, f"{ip} is {special}: not an address a Service can take")
         if any(ip in n for n in calc_networks(settings)):
@@ -192,6 +198,27 @@ def calc_special(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
         if test:
             return what
     return ""
+
+
+def validate_load_balancer(
+    spec: Mapping[str, Any], kind: str, settings: ServiceSettings
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """loadBalancerIPs and loadBalancerSourceRanges (CIDRs, host bits 0), LoadBalancer only."""
+    ips = validate_external_ips(spec, settings, "loadBalancerIPs")
+    ranges: list[str] = []
+    for i, value in enumerate(validate_list(spec, "loadBalancerSourceRanges")):
+        at = f"loadBalancerSourceRanges[{i}]"
+        try:
+            net = ipaddress.ip_network(value if isinstance(value, str) else "")
+        except ValueError:
+            raise bad(at, f"{value!r} is not a CIDR (address/prefix, host bits 0)") from None
+        if str(net) in ranges:
+            raise bad(at, f"{net} is given twice")
+        ranges.append(str(net))
+    for name, found in (("loadBalancerIPs", ips), ("loadBalancerSourceRanges", ranges)):
+        if found and kind != "LoadBalancer":
+            raise bad(name, "only a LoadBalancer Service has them")
+    return ips, tuple(ranges)
 
 
 def validate_selector(spec: Mapping[str, Any]) -> dict[str, str]:
@@ -223,10 +250,13 @@ def validate_service(data: Any, settings: ServiceSettings) -> ServiceRecord:
     spec = validate_fields(data, "", SPEC_FIELDS)
     kind = validate_choice(spec, "type", TYPES)
     external = validate_choice(spec, "externalTrafficPolicy", POLICIES)
-    if external == "Local" and kind != "NodePort":
-        raise bad("externalTrafficPolicy", "Local only applies to a NodePort Service")
+    if external == "Local" and kind not in NODE_PORT_TYPES:
+        raise bad(
+            "externalTrafficPolicy", "Local only applies to a NodePort or LoadBalancer Service"
+        )
     affinity, timeout = validate_affinity(spec)
-    ports = validate_ports(spec, kind == "NodePort", settings)
+    ports = validate_ports(spec, kind in NODE_PORT_TYPES, settings)
+    lb_ips, source_ranges = validate_load_balancer(spec, kind, settings)
     return ServiceRecord(
         validate_name(spec.get("namespace"), "namespace"),
         validate_name(spec.get("name"), "name"),
@@ -240,6 +270,8 @@ def validate_service(data: Any, settings: ServiceSettings) -> ServiceRecord:
         external,
         validate_choice(spec, "internalTrafficPolicy", POLICIES),
         health_check_node_port=validate_health_check_port(spec, kind, external, ports, settings),
+        load_balancer_ips=lb_ips,
+        load_balancer_source_ranges=source_ranges,
     )
 
 

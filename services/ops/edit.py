@@ -5,8 +5,9 @@ Every document returned is what ``--output json`` prints. A change (``change_ser
 partial spec: the fields it names replace the Service's, the rest stay; ports it lists keep
 the nodePort of the old port of the same name and protocol (or number and protocol) unless
 they name one, a Service becoming ClusterIP drops its nodePorts, one leaving
-externalTrafficPolicy Local its healthCheckNodePort, and the clusterIPs stay unless it names
-them. Settings that would strand a Service's VIP or nodePort are refused.
+externalTrafficPolicy Local its healthCheckNodePort, one leaving LoadBalancer its
+loadBalancerIPs and source ranges (unless the change names them), and the clusterIPs stay
+unless it names them. Settings that would strand a Service's VIP or nodePort are refused.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from services.record import (
     wants_health_check,
 )
 from services.selectors import calc_endpoints
-from services.validate import validate_settings
+from services.validate import NODE_PORT_TYPES, validate_settings
 from store.base import KV, Compare, Put, Store
 from store.cas import LOST, Lost
 from store.codec import CorruptRecord
@@ -104,11 +105,15 @@ def calc_changed(spec: dict, changes: Mapping[str, Any]) -> dict:
         new.pop("timeoutSeconds", None)
     ports = new.get("ports")
     if isinstance(ports, list):
-        new["ports"] = calc_kept_ports(spec["ports"], ports, new.get("type") == "NodePort")
+        new["ports"] = calc_kept_ports(spec["ports"], ports, new.get("type") in NODE_PORT_TYPES)
     if "healthCheckNodePort" not in changes and not wants_health_check(
         new.get("type"), new.get("externalTrafficPolicy")
     ):
         new.pop("healthCheckNodePort", None)  # freed when the change leaves ETP Local
+    if new.get("type") != "LoadBalancer":
+        for field in ("loadBalancerIPs", "loadBalancerSourceRanges"):
+            if field not in changes:
+                new.pop(field, None)
     return new
 
 

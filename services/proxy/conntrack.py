@@ -31,7 +31,11 @@ def calc_udp_serving(model: ProxyModel | None) -> dict[Entry, frozenset[str]]:
         if view.port.protocol != "udp":
             continue
         serving = frozenset(str(b.ip) for b in view.backends)
-        for ip in (*view.service.vips, *view.service.external_ips):
+        for ip in (
+            *view.service.vips,
+            *view.service.external_ips,
+            *view.service.load_balancer_ips,
+        ):
             if ip.version == model.family:
                 out[(str(ip), view.port.port)] = serving
         if view.port.node_port is not None:

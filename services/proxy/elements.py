@@ -9,11 +9,12 @@ per-element work here is kept to building tuples and strings (addresses are form
 
 from __future__ import annotations
 
+import ipaddress
 import operator
 import socket
 from collections.abc import Iterable
 
-from services.proxy.model import Backend, IPAddress, ProxyModel, ServicePortView
+from services.proxy.model import Backend, IPAddress, IPNetwork, ProxyModel, ServicePortView
 from services.proxy.render import (
     DATA_MAPS,
     DATA_SETS,
@@ -33,14 +34,15 @@ REJECT, DROP = "goto reject-chain", "drop"
 
 
 def calc_entries(view: ServicePortView, model: ProxyModel) -> list[tuple[str, str, bool]]:
-    """(entry kind, nft key, external?) of every way a packet reaches this service port."""
+    """(entry kind, nft key, external?) of every way a packet reaches this service port:
+    ClusterIPs, externalIPs and load balancer IPs (an address given as both is one entry),
+    the nodePort."""
     proto, port, svc = view.port.protocol, view.port.port, view.service
     entries = [
         ("vip", f"{_text(ip)} . {proto} . {port}", False) for ip in _family(svc.vips, model)
     ]
-    entries += [
-        ("vip", f"{_text(ip)} . {proto} . {port}", True) for ip in _family(svc.external_ips, model)
-    ]
+    external = dict.fromkeys(_family((*svc.external_ips, *svc.load_balancer_ips), model))
+    entries += [("vip", f"{_text(ip)} . {proto} . {port}", True) for ip in external]
     if view.port.node_port is not None and model.node.node_ips:
         entries.append(("np", f"{proto} . {view.port.node_port}", True))
     return entries
@@ -70,6 +72,10 @@ def calc_port_parts(view: ServicePortView, model: ProxyModel) -> tuple[list[Elem
         backends = view.calc_backends(external)
         if external and not view.service.external_local:
             elements.append(Element(MASQ_SET[entry], key))
+        if view.is_short_circuit(external):
+            short_elements, short_shapes = _short_circuit_parts(view, entry, key)
+            elements += short_elements
+            shapes |= short_shapes
         if not backends:
             verdict = DROP if view.backends and view.is_local_policy(external) else REJECT
             elements.append(Element(NO_ENDPOINTS[entry], key, verdict))
@@ -80,9 +86,25 @@ def calc_port_parts(view: ServicePortView, model: ProxyModel) -> tuple[list[Elem
     return elements, shapes
 
 
+def _short_circuit_parts(
+    view: ServicePortView, entry: str, key: str
+) -> tuple[list[Element], set[Shape]]:
+    """The second dispatch of a Local-policy external entry, for clients in the cluster (the
+    ``services`` chain sends Pods and the node there first): every backend."""
+    kind, backends = SHORT_CIRCUIT[entry], view.calc_backends(True, in_cluster=True)
+    shape = calc_shape(view, kind, len(backends))
+    return _dispatch_elements(view, kind, key, shape, backends), {shape}
+
+
 MASQ_SET = {"vip": "external-masq", "np": "nodeport-masq"}  # ClusterIPs: @service-vips
 NO_ENDPOINTS = {"vip": "no-endpoints", "np": "no-endpoint-nodeports"}
-DISPATCH = {"vip": "service-ips", "np": "service-nodeports"}
+DISPATCH = {
+    "vip": "service-ips",
+    "np": "service-nodeports",
+    "sc-vip": "sc-service-ips",
+    "sc-np": "sc-service-nodeports",
+}
+SHORT_CIRCUIT = {"vip": "sc-vip", "np": "sc-np"}
 
 
 def _dispatch_elements(
@@ -111,12 +133,42 @@ def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset
         elements += [
             Element("service-vips", _text(ip)) for ip in _family(view.service.vips, model)
         ]
+        elements += calc_firewall_elements(view, model)
         elements += [
             Element("hairpin", f"{text} . {text}")
             for b in view.backends
             if b.local and b.ip.version == model.family and (text := _text(b.ip))
         ]
     return frozenset(elements), frozenset(shapes)
+
+
+def calc_firewall_sources(view: ServicePortView, model: ProxyModel) -> tuple[IPNetwork, ...]:
+    """Who may reach the port's load balancer IPs (none: no limit): its
+    loadBalancerSourceRanges of the family and, when one holds an address of this node, the
+    load balancer IPs themselves (a node that holds the VIP reaches it with the VIP as its
+    source; kube-proxy allows that too), collapsed: an interval set refuses overlaps."""
+    ranges = [n for n in view.service.source_ranges if n.version == model.family]
+    if not ranges:
+        return ()
+    if any(ip in n for n in ranges for ip in model.node.node_ips if ip.version == n.version):
+        ranges += [
+            ipaddress.ip_network(ip) for ip in _family(view.service.load_balancer_ips, model)
+        ]
+    return tuple(ipaddress.collapse_addresses(ranges))  # type: ignore[type-var]
+
+
+def calc_firewall_elements(view: ServicePortView, model: ProxyModel) -> list[Element]:
+    """A load balancer IP key limited by source ranges: in ``firewall-ips``, and one
+    ``firewall-allow`` element per source range it takes."""
+    sources = calc_firewall_sources(view, model)
+    if not sources:
+        return []
+    out = []
+    for ip in _family(view.service.load_balancer_ips, model):
+        key = f"{_text(ip)} . {view.port.protocol} . {view.port.port}"
+        out.append(Element("firewall-ips", key))
+        out += [Element("firewall-allow", f"{key} . {net}") for net in sources]
+    return out
 
 
 def calc_node_elements(model: ProxyModel) -> frozenset[Element]:

@@ -39,7 +39,9 @@ class ProxyPort:
 
 @dataclass(frozen=True)
 class ProxyService:
-    """A Service as the proxy sees it: VIPs of one family at render time, policies."""
+    """A Service as the proxy sees it: VIPs of one family at render time, policies; a
+    LoadBalancer's ingress IPs are external entries like externalIPs, and its source ranges
+    (of the family) limit who reaches them."""
 
     namespace: str
     name: str
@@ -49,6 +51,8 @@ class ProxyService:
     affinity_timeout: int | None = None
     external_local: bool = False
     internal_local: bool = False
+    load_balancer_ips: tuple[IPAddress, ...] = ()
+    source_ranges: tuple[IPNetwork, ...] = ()
 
     def __post_init__(self) -> None:
         if self.affinity_timeout is not None and not 0 < self.affinity_timeout <= 86400:
@@ -97,12 +101,21 @@ class ServicePortView:
         if len(unique) != len(self.backends):
             object.__setattr__(self, "backends", tuple(unique.values()))
 
-    def calc_backends(self, external: bool) -> tuple[Backend, ...]:
-        """The backends an entry may choose: only local ones under a Local policy, each
-        bucket chosen by readiness on its own (``select_backends``)."""
-        if not self.is_local_policy(external):
+    def calc_backends(self, external: bool, in_cluster: bool = False) -> tuple[Backend, ...]:
+        """The backends an entry may choose: only local ones under a Local policy. A client in
+        the cluster (a Pod, or the node itself) reaching an external entry is short-circuited:
+        externalTrafficPolicy applies to external traffic only, so it reaches every backend,
+        as through a ClusterIP (``in_cluster`` is ignored on a ClusterIP entry, where
+        internalTrafficPolicy is about exactly those clients). Each bucket is chosen by
+        readiness on its own (``select_backends``)."""
+        if not self.is_local_policy(external) or external and in_cluster:
             return select_backends(self.backends)
         return select_backends(tuple(b for b in self.backends if b.local))
+
+    def is_short_circuit(self, external: bool) -> bool:
+        """Whether an entry has a second dispatch for clients in the cluster: an external
+        entry under externalTrafficPolicy Local, with endpoints somewhere."""
+        return external and self.service.external_local and bool(self.backends)
 
     def is_local_policy(self, external: bool) -> bool:
         return self.service.external_local if external else self.service.internal_local

@@ -9,10 +9,16 @@ every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb
                       externalIP @external-masq or NodePort @nodeport-masq (Cluster policy)
       daddr . l4proto . dport vmap @service-ips          → goto lb-N | aff-T-N
       daddr @nodeport-ips l4proto . dport vmap @service-nodeports → goto np-lb-N | np-aff-T-N
+      (before those two: a Pod source (saddr @cluster-cidrs), or the node's own (fib saddr
+      type local, marked), reaching a Local-policy external entry goes through
+      @sc-service-ips / @sc-service-nodeports → sc-lb-N | sc-np-lb-N, every backend)
     lb-N:      per protocol P: l4proto P → dnat to daddr . l4proto . dport . numgen random mod N
                map @backends-P   (one data map per protocol: nft types a DNAT port by protocol)
     aff-T-N:   for i < N: saddr . daddr . l4proto . dport @sticky-i → refresh, dnat map @slot-i
                numgen random mod N vmap { i : goto pick-T-i }   (pick: update @sticky-i, dnat)
+    filter prerouting/output (-110, before DNAT), ct state new: a load balancer IP key in
+      @firewall-ips whose key . saddr is not in @firewall-allow (loadBalancerSourceRanges)
+      is dropped
     nat-postrouting (100): hairpin (saddr . daddr @hairpin) and marked traffic → masquerade
     filter input/forward/output (0), ct state new: vmap @no-endpoints / @no-endpoint-nodeports
       (goto reject-chain = no endpoints | drop = Local policy, none local), VIP with an unknown
@@ -41,9 +47,22 @@ TABLE = "pycni-svc"
 FAMILY = {4: "ip", 6: "ip6"}
 ADDR = {4: "ipv4_addr", 6: "ipv6_addr"}
 MASQ_MARK = "0x4000"
-KEY = {"vip": "{f} daddr . meta l4proto . th dport", "np": "meta l4proto . th dport"}
-KEY_TYPE = {"vip": "{a} . inet_proto . inet_service", "np": "inet_proto . inet_service"}
-PREFIX = {"vip": "", "np": "np-"}
+# Entry kinds: a ClusterIP/externalIP key (vip), a NodePort key (np), and their short-circuit
+# twins (sc-vip, sc-np): the same keys dispatched for clients in the cluster (Pods, the node)
+# of a Local-policy external entry, over every backend rather than this node's.
+KEY = {
+    "vip": "{f} daddr . meta l4proto . th dport",
+    "np": "meta l4proto . th dport",
+    "sc-vip": "{f} daddr . meta l4proto . th dport",
+    "sc-np": "meta l4proto . th dport",
+}
+KEY_TYPE = {
+    "vip": "{a} . inet_proto . inet_service",
+    "np": "inet_proto . inet_service",
+    "sc-vip": "{a} . inet_proto . inet_service",
+    "sc-np": "inet_proto . inet_service",
+}
+PREFIX = {"vip": "", "np": "np-", "sc-vip": "sc-", "sc-np": "sc-np-"}
 CLIENT = "{f} saddr . {f} daddr . meta l4proto . th dport"
 
 
@@ -74,11 +93,12 @@ class Shape(NamedTuple):
         return f"{PREFIX[self.entry]}{middle}-{self.size}"
 
 
-SHAPE_CHAIN = re.compile(r"^(np-)?(lb|aff-\d+|pick-\d+)-\d+$")
+SHAPE_CHAIN = re.compile(r"^(sc-)?(np-)?(lb|aff-\d+|pick-\d+)-\d+$")
 
 
 def is_shape_chain(name: str) -> bool:
-    """A chain of a shape (``lb-N``, ``aff-T-N``, ``pick-T-i``, their ``np-`` twins)."""
+    """A chain of a shape (``lb-N``, ``aff-T-N``, ``pick-T-i``, their ``np-``, ``sc-`` and
+    ``sc-np-`` twins)."""
     return bool(SHAPE_CHAIN.match(name))
 
 
@@ -97,7 +117,7 @@ def pick_chain(entry: str, timeout: int, i: int) -> str:
     return f"{PREFIX[entry]}pick-{timeout}-{i}"
 
 
-PICK_CHAIN = re.compile(r"^(np-)?pick-\d+-(\d+)$")
+PICK_CHAIN = re.compile(r"^((?:sc-)?(?:np-)?)pick-\d+-(\d+)$")
 
 
 def calc_index_objects(chains: Iterable[str]) -> set[str]:
@@ -134,8 +154,10 @@ BASE_CHAINS = (
     ("filter-input", "type filter hook input priority 0"),
     ("filter-forward", "type filter hook forward priority 0"),
     ("filter-output", "type filter hook output priority 0"),
+    ("filter-prerouting-pre-dnat", "type filter hook prerouting priority -110"),
+    ("filter-output-pre-dnat", "type filter hook output priority -110"),
 )
-HELPER_CHAINS = ("services", "endpoints-check", "reject-chain")
+HELPER_CHAINS = ("services", "endpoints-check", "reject-chain", "firewall-check")
 DATA_SETS = (
     "cluster-cidrs",
     "service-cidrs",
@@ -144,6 +166,8 @@ DATA_SETS = (
     "external-masq",
     "nodeport-masq",
     "hairpin",
+    "firewall-ips",
+    "firewall-allow",
 )
 
 
@@ -156,6 +180,8 @@ BACKENDS_MAPS = tuple(backends_map(entry, proto) for entry in PREFIX for proto i
 DATA_MAPS = (
     "service-ips",
     "service-nodeports",
+    "sc-service-ips",
+    "sc-service-nodeports",
     *BACKENDS_MAPS,
     "no-endpoints",
     "no-endpoint-nodeports",
@@ -172,6 +198,8 @@ def _static_sets(a: str) -> list[tuple[str, str]]:
         ("external-masq", f"type {vip};"),
         ("nodeport-masq", f"type {KEY_TYPE['np']};"),
         ("hairpin", f"type {a} . {a};"),
+        ("firewall-ips", f"type {vip};"),
+        ("firewall-allow", f"type {vip} . {a}; flags interval;"),
     ]
 
 
@@ -180,6 +208,8 @@ def _static_maps(f: str, a: str) -> list[tuple[str, str]]:
     return [
         ("service-ips", f"type {vip} : verdict;"),
         ("service-nodeports", f"type {np} : verdict;"),
+        ("sc-service-ips", f"type {vip} : verdict;"),
+        ("sc-service-nodeports", f"type {np} : verdict;"),
         *_backends_maps(f),
         ("no-endpoints", f"type {vip} : verdict;"),
         ("no-endpoint-nodeports", f"type {np} : verdict;"),
@@ -201,6 +231,7 @@ def _backends_maps(f: str) -> list[tuple[str, str]]:
 def _static_rules(f: str) -> dict[str, list[str]]:
     vip, np, mark = KEY["vip"].format(f=f), KEY["np"], f"meta mark set meta mark | {MASQ_MARK}"
     nodeport = f"{f} daddr @nodeport-ips"
+    pods, host = f"{f} saddr @cluster-cidrs", "fib saddr type local"
     return {
         "nat-prerouting": ["jump services"],
         "nat-output": ["jump services"],
@@ -208,6 +239,10 @@ def _static_rules(f: str) -> dict[str, list[str]]:
             f"{f} daddr @service-vips {f} saddr != @cluster-cidrs {mark}",
             f"{vip} @external-masq {mark}",
             f"{nodeport} {np} @nodeport-masq {mark}",
+            f"{pods} {vip} vmap @sc-service-ips",
+            f"{pods} {nodeport} {np} vmap @sc-service-nodeports",
+            f"{host} {vip} @sc-service-ips {mark} {vip} vmap @sc-service-ips",
+            f"{host} {nodeport} {np} @sc-service-nodeports {mark} {np} vmap @sc-service-nodeports",
             f"{vip} vmap @service-ips",
             f"{nodeport} {np} vmap @service-nodeports",
         ],
@@ -227,6 +262,9 @@ def _static_rules(f: str) -> dict[str, list[str]]:
         "filter-input": ["ct state new jump endpoints-check"],
         "filter-forward": ["ct state new jump endpoints-check"],
         "filter-output": ["ct state new jump endpoints-check"],
+        "filter-prerouting-pre-dnat": ["ct state new jump firewall-check"],
+        "filter-output-pre-dnat": ["ct state new jump firewall-check"],
+        "firewall-check": [f"{vip} @firewall-ips {vip} . {f} saddr != @firewall-allow drop"],
     }
 
 

@@ -1,9 +1,13 @@
 """Explain what a packet meets in the proxy's table, from the same model the renderer reads.
 
-The walk follows the ruleset's order: masquerade marks, then the ``service-ips`` dispatch
+The walk follows the ruleset's order: the load balancer source-range firewall (before DNAT),
+masquerade marks, then the ``service-ips`` dispatch
 (ClusterIP, then externalIP), the NodePort dispatch, and last the filter checks (no endpoints,
 unknown port of a known VIP, unallocated service address). Entries and backends come from
-``calc_entries`` / ``calc_backends``, the functions that render the elements.
+``calc_entries`` / ``calc_backends``, the functions that render the elements. A client in the
+cluster CIDRs, or the node itself (one of its NodePort addresses, or loopback: the addresses
+the tracer knows of ``fib saddr type local``), meets a Local-policy external entry's
+short-circuit dispatch first: every backend, the node's own traffic masqueraded.
 """
 
 from __future__ import annotations
@@ -11,8 +15,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from services.proxy.elements import calc_entries
-from services.proxy.model import Backend, IPAddress, NodeView, ProxyModel, ServicePortView
+from services.proxy.elements import calc_entries, calc_firewall_sources
+from services.proxy.model import (
+    LOOPBACK,
+    Backend,
+    IPAddress,
+    NodeView,
+    ProxyModel,
+    ServicePortView,
+)
 
 
 @dataclass(frozen=True)
@@ -31,7 +42,7 @@ class Choice:
 class Answer:
     """What the table does with the packet: entry matched, verdict, choices, reasons."""
 
-    entry: str  # ClusterIP | externalIP | NodePort | none
+    entry: str  # ClusterIP | externalIP | LoadBalancerIP | NodePort | none
     verdict: str  # dnat | reject | drop | accept (not a Service)
     service: str | None = None
     reason: str = ""
@@ -59,7 +70,7 @@ def explain(
             continue
         for entry, key, external in calc_entries(view, model):
             if _matches(entry, key, view, dst_ip, dst_port, model):
-                return _answer(view, entry, external, src_ip, model)
+                return _answer(view, entry, external, src_ip, dst_ip, model)
     return _miss(model, dst_ip)
 
 
@@ -76,21 +87,64 @@ def _matches(
     return key.split(" . ")[0] == str(dst_ip) and dst_port == view.port.port
 
 
-def _label(view: ServicePortView, entry: str, external: bool) -> str:
-    return "NodePort" if entry == "np" else ("externalIP" if external else "ClusterIP")
+def _label(view: ServicePortView, entry: str, external: bool, dst_ip: IPAddress) -> str:
+    if entry == "np":
+        return "NodePort"
+    if not external:
+        return "ClusterIP"
+    lb = dst_ip in view.service.load_balancer_ips and dst_ip not in view.service.external_ips
+    return "LoadBalancerIP" if lb else "externalIP"
 
 
 def _answer(
-    view: ServicePortView, entry: str, external: bool, src_ip: IPAddress, model: ProxyModel
+    view: ServicePortView,
+    entry: str,
+    external: bool,
+    src_ip: IPAddress,
+    dst_ip: IPAddress,
+    model: ProxyModel,
 ) -> Answer:
     name = f"{view.service.namespace}/{view.service.name}:{view.port.name or view.port.port}"
-    label, backends = _label(view, entry, external), view.calc_backends(external)
+    source = calc_source(src_ip, model.node)
+    short = view.is_short_circuit(external) and source != "external"
+    label, backends = _label(view, entry, external, dst_ip), view.calc_backends(external, short)
+    if _is_fenced(view, dst_ip, src_ip, model):
+        return Answer(label, "drop", name, "the client is outside loadBalancerSourceRanges")
     if not backends:
         return _no_backends(view, label, name, external)
     timeout = view.service.affinity_timeout
-    choices = tuple(_choice(b, 1 / len(backends), view, external, src_ip, model) for b in backends)
-    reason = "" if backends[0].ready else "no ready endpoint: the serving terminating ones"
+    choices = tuple(
+        _choice(b, 1 / len(backends), view, external, src_ip, model, short and source == "node")
+        for b in backends
+    )
+    reason = f"externalTrafficPolicy Local does not apply to {SOURCES[source]}" if short else ""
+    if not backends[0].ready:
+        fallback = "no ready endpoint: the serving terminating ones"
+        reason = f"{reason}; {fallback}" if reason else fallback
     return Answer(label, "dnat", name, reason, bool(timeout), timeout, choices)
+
+
+def _is_fenced(
+    view: ServicePortView, dst_ip: IPAddress, src_ip: IPAddress, model: ProxyModel
+) -> bool:
+    """The pre-DNAT firewall: a load balancer IP with source ranges, a client outside them."""
+    if dst_ip not in view.service.load_balancer_ips:
+        return False
+    sources = calc_firewall_sources(view, model)
+    return bool(sources) and not any(src_ip in n for n in sources)
+
+
+SOURCES = {"pod": "a client in the cluster CIDRs", "node": "the node's own traffic"}
+
+
+def calc_source(src_ip: IPAddress, node: NodeView) -> str:
+    """pod (in the cluster CIDRs: the ruleset asks that first), node (an address of the node
+    the tracer knows: a NodePort address or loopback) or external."""
+    if any(src_ip in n for n in node.cluster_cidrs if n.version == src_ip.version):
+        return "pod"
+    if src_ip in node.node_ips or src_ip in LOOPBACK[src_ip.version]:
+        return "node"
+    return "external"
 
 
 def _no_backends(view: ServicePortView, label: str, name: str, external: bool) -> Answer:
@@ -107,10 +161,13 @@ def _choice(
     external: bool,
     src_ip: IPAddress,
     model: ProxyModel,
+    from_node: bool = False,
 ) -> Choice:
     why = []
     if b.ip == src_ip:
         why.append("hairpin: the client is this endpoint")
+    if from_node:
+        why.append("the node's own traffic to a Local-policy external entry")
     if external and not view.service.external_local:
         why.append("external traffic under Cluster policy")
     if not external and not any(src_ip in n for n in model.node.cluster_cidrs):

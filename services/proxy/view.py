@@ -285,6 +285,7 @@ def calc_service(record: ServiceRecord, family: int) -> ProxyService:
         for p in record.ports
     )
     timeout = record.timeout_seconds if record.session_affinity == "ClientIP" else None
+    balanced = record.type == "LoadBalancer"
     return ProxyService(
         record.namespace,
         record.name,
@@ -294,6 +295,8 @@ def calc_service(record: ServiceRecord, family: int) -> ProxyService:
         timeout,
         record.external_traffic_policy == "Local",
         record.internal_traffic_policy == "Local",
+        load_balancer_ips=_ips(record.load_balancer_ips, family) if balanced else (),
+        source_ranges=_nets(record.load_balancer_source_ranges, family) if balanced else (),
     )
 
 

@@ -101,6 +101,16 @@ REFUSALS = [
     (["default/x", "--port", "80", "--external-traffic-policy", "Local"], "externalTrafficPolicy"),
     (["default/x", "--port", "80:8080:abc"], "--port"),
     (["nonsense", "--port", "80"], "NAMESPACE/NAME"),
+    (["default/x", "--port", "80", "--load-balancer-ip", "1.2.3.4"], "loadBalancerIPs: only a"),
+    (
+        ["default/x", "--type", "LoadBalancer", "--port", "80", "--load-balancer-ip", "::1"],
+        "loadBalancerIPs[0]",
+    ),
+    (
+        ["default/x", "--type", "LoadBalancer", "--port", "80"]
+        + ["--load-balancer-source-range", "10.0.0.1/8"],
+        "loadBalancerSourceRanges[0]",
+    ),
 ]
 
 
@@ -225,3 +235,33 @@ def test_endpoints_are_the_pods_the_selector_matches(configured, store):
         ("p2", {"raw": 9000}),
     ]
     assert configured("show", "default/web")["endpointCount"] == 2
+
+
+def test_a_load_balancer_is_created_and_set_through_the_flags(configured, store):
+    made = configured(
+        "create",
+        "default/lb",
+        "--type",
+        "LoadBalancer",
+        "--port",
+        "80:8080",
+        "--load-balancer-ip",
+        "198.51.100.10",
+        "--load-balancer-source-range",
+        "203.0.113.0/24",
+    )["service"]
+    assert made["ports"][0]["nodePort"] == 30000  # a LoadBalancer has nodePorts
+    assert made["loadBalancerIPs"] == ["198.51.100.10"]
+    assert made["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
+    assert store.get("/pycni/v1/nodeports/TCP/30000").value == b"default/lb"
+    changed = configured(
+        "set",
+        "default/lb",
+        "--load-balancer-ip",
+        "198.51.100.11",
+        "--load-balancer-ip",
+        "2001:db8::11",
+    )["service"]
+    assert changed["loadBalancerIPs"] == ["198.51.100.11", "2001:db8::11"]
+    assert changed["loadBalancerSourceRanges"] == ["203.0.113.0/24"]  # not named: kept
+    assert changed["ports"] == made["ports"]

@@ -21,6 +21,8 @@ from store.keys import NODE_PORTS, SERVICE_IPS
 from store.sqlite import SqliteStore
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g"]
+KINDS = ["ClusterIP", "NodePort", "LoadBalancer"]
+NODE_PORT_KINDS = ("NodePort", "LoadBalancer")  # a LoadBalancer implies nodePorts
 VIPS = ["10.96.0.1", "10.96.0.3", "fd00:96::2"]
 
 
@@ -49,14 +51,14 @@ class Services(RuleBasedStateMachine):
 
     @rule(
         name=st.sampled_from(NAMES),
-        kind=st.sampled_from(["ClusterIP", "NodePort"]),
+        kind=st.sampled_from(KINDS),
         vip=st.none() | st.sampled_from(VIPS),
         node_port=st.none() | st.integers(30000, 30003),
     )
     def create(self, name, kind, vip, node_port) -> None:
         try:
             doc = create(
-                self.store, spec(name, kind, vip, node_port if kind == "NodePort" else None)
+                self.store, spec(name, kind, vip, node_port if kind in NODE_PORT_KINDS else None)
             )
         except (ServiceConflict, AddressExhausted) as exc:
             assert name in self.live or self.holder(vip, node_port) or exc.code == 101, exc
@@ -68,17 +70,19 @@ class Services(RuleBasedStateMachine):
         held = {k for r in self.live.values() for k in r.index_keys()}
         return f"{SERVICE_IPS}{vip}" in held or f"{NODE_PORTS}TCP/{node_port}" in held
 
-    @rule(name=st.sampled_from(NAMES), kind=st.sampled_from(["ClusterIP", "NodePort"]))
+    @rule(name=st.sampled_from(NAMES), kind=st.sampled_from(KINDS))
     def retype(self, name, kind) -> None:
+        lb = {"loadBalancerIPs": ["198.51.100.7"]} if kind == "LoadBalancer" else {}
         try:
-            doc = change(self.store, "ns", name, {"type": kind})
+            doc = change(self.store, "ns", name, {"type": kind, **lb})
         except (ServiceNotFound, AddressExhausted) as exc:
             assert name not in self.live or exc.code == 101
             return
         old, new = self.live[name], ServiceRecord.from_dict("k", doc["service"])
         assert new.cluster_ips == old.cluster_ips
-        if kind == old.type == "NodePort":
+        if kind in NODE_PORT_KINDS and old.type in NODE_PORT_KINDS:
             assert new.ports == old.ports  # allocations stay
+        assert new.load_balancer_ips == (("198.51.100.7",) if lb else ())  # gone with the type
         self.live[name] = new
 
     @rule(name=st.sampled_from(NAMES))
@@ -89,6 +93,11 @@ class Services(RuleBasedStateMachine):
             assert name not in self.live
             return
         del self.live[name]
+
+    @invariant()
+    def every_node_port_service_has_its_node_ports(self) -> None:
+        for record in self.live.values():
+            assert all(p.node_port for p in record.ports) == (record.type in NODE_PORT_KINDS)
 
     @invariant()
     def nothing_is_held_twice_and_the_index_is_exact(self) -> None:

@@ -53,6 +53,17 @@ ips = st.sampled_from(
         "10.96.0.6",
     ]
 )
+ranges = st.sampled_from(
+    [
+        "203.0.113.0/24",
+        "203.0.113.1/24",
+        "0.0.0.0/0",
+        "2001:db8::/64",
+        "10.0.0.0/33",
+        "x",
+        "1.2.3.4",
+    ]
+)
 ports = st.fixed_dictionaries(
     {},
     optional={
@@ -86,6 +97,8 @@ rough = st.fixed_dictionaries(
         "timeoutSeconds": numbers,
         "externalTrafficPolicy": st.sampled_from(["Cluster", "Local", "local"]),
         "internalTrafficPolicy": st.sampled_from(["Cluster", "Local", "x"]),
+        "loadBalancerIPs": st.one_of(st.lists(ips, max_size=2), wild),
+        "loadBalancerSourceRanges": st.one_of(st.lists(ranges, max_size=2), wild),
         "extra": wild,
     },
 )
@@ -117,13 +130,26 @@ good = st.fixed_dictionaries(
         "externalTrafficPolicy": st.just("Local"),
     },
 )
+good_lb = st.fixed_dictionaries(
+    {
+        "namespace": st.just("default"),
+        "name": st.just("web"),
+        "type": st.just("LoadBalancer"),
+        "ports": good_ports,
+    },
+    optional={
+        "loadBalancerIPs": st.sampled_from([["192.168.1.9"], ["198.51.100.1", "2001:db8::1"]]),
+        "loadBalancerSourceRanges": st.sampled_from([["203.0.113.0/24"], ["0.0.0.0/0", "::/0"]]),
+        "externalTrafficPolicy": st.just("Local"),
+    },
+)
 nudged = st.tuples(
-    good,
+    st.one_of(good, good_lb),
     st.dictionaries(
         st.sampled_from([*SPEC_FIELDS, "extra"]), st.one_of(wild, ips, numbers), max_size=2
     ),
 ).map(lambda pair: {**pair[0], **pair[1]})
-specs = st.one_of(good, nudged, rough)
+specs = st.one_of(good, good_lb, nudged, rough)
 
 
 @SETTINGS
@@ -141,7 +167,11 @@ def test_any_spec_is_a_record_or_code_7_naming_a_field(spec):
         record.cluster_ips
     )
     assert all(30000 <= p.node_port <= 30100 for p in record.ports if p.node_port)
-    assert record.type == "NodePort" or not any(p.node_port for p in record.ports)
+    assert record.type in ("NodePort", "LoadBalancer") or not any(
+        p.node_port for p in record.ports
+    )
+    lb = record.load_balancer_ips or record.load_balancer_source_ranges
+    assert record.type == "LoadBalancer" or not lb
     assert validate_service(record.spec(), CONFIG) == record
 
 
@@ -150,7 +180,7 @@ records = st.builds(
     ServiceRecord,
     st.just("default"),
     st.sampled_from(["web", "db"]),
-    st.sampled_from(["ClusterIP", "NodePort"]),
+    st.sampled_from(["ClusterIP", "NodePort", "LoadBalancer"]),
     st.lists(
         st.builds(
             ServicePort,
@@ -171,6 +201,9 @@ records = st.builds(
     st.sampled_from(["Cluster", "Local"]),
     st.sampled_from(["Cluster", "Local"]),
     extras,
+    health_check_node_port=st.one_of(st.just(0), st.integers(30000, 32767)),
+    load_balancer_ips=st.lists(ips, max_size=2).map(tuple),
+    load_balancer_source_ranges=st.lists(ranges, max_size=2).map(tuple),
 )
 
 

@@ -98,6 +98,14 @@ def test_elements_are_well_formed_and_buckets_hold_exactly_the_backends(model):
                 e.value for e in elements if e.name == name and e.key.rsplit(" . ", 1)[0] == key
             }
             assert bucket == {f"{b.ip} . {b.port}" for b in view.calc_backends(external)}
+            short = {
+                e.value
+                for e in elements
+                if e.name == backends_map(f"sc-{entry}", view.port.protocol)
+                and e.key.rsplit(" . ", 1)[0] == key
+            }
+            every = {f"{b.ip} . {b.port}" for b in view.backends}
+            assert short == (every if external and view.service.external_local else set())
 
 
 @settings(max_examples=60, deadline=None)
@@ -113,9 +121,10 @@ def test_each_protocols_backends_live_in_that_protocols_map_only(model):
                 for e in elements
                 if e.name in BACKENDS_MAPS and e.key.rsplit(" . ", 1)[0] == key
             }
-            assert mine == (
-                {backends_map(entry, proto)} if view.calc_backends(external) else set()
-            )
+            want = {backends_map(entry, proto)} if view.calc_backends(external) else set()
+            if view.is_short_circuit(external):
+                want.add(backends_map(f"sc-{entry}", proto))
+            assert mine == want
     assert all(
         f" {e.name.rsplit('-', 1)[1]} . " in f" {e.key} "
         for e in elements
@@ -144,18 +153,28 @@ def test_every_shape_chain_has_one_guarded_dnat_rule_per_protocol():
 
 
 @settings(max_examples=60, deadline=None)
-@given(models(), st.sampled_from(["10.0.0.2", "203.0.113.5"]))
+@given(models(), st.sampled_from(["10.0.0.2", "203.0.113.5", "192.168.0.2", "127.0.0.1"]))
 def test_tracer_probabilities_sum_to_one_over_that_ports_backends(model, src):
+    """A Pod (10.0.0.0/16) or the node (its NodePort address, loopback) reaching an external
+    entry of a Local-policy Service is short-circuited to every backend, the node's own
+    traffic masqueraded; only an outside client meets the policy."""
+    outside = src == "203.0.113.5"
     for view in model.ports:
         for entry, key, external in calc_entries(view, model):
             dst = NODE.node_ips[0] if entry == "np" else ipaddress.ip_address(key.split(" . ")[0])
             port = view.port.node_port if entry == "np" else view.port.port
             a = explain(model, NODE, ipaddress.ip_address(src), 999, dst, port, view.port.protocol)
-            allowed = view.calc_backends(external)
+            allowed = view.calc_backends(external, in_cluster=not outside)
             assert {(c.ip, c.port) for c in a.choices} == {(str(b.ip), b.port) for b in allowed}
             if a.choices:
                 assert abs(sum(c.probability for c in a.choices) - 1) < 1e-9
             else:
                 assert a.verdict in ("reject", "drop")
-            if view.is_local_policy(external):
+            if view.is_local_policy(external) and (outside or not external):
                 assert all(c.node == "n1" for c in a.choices)
+            if external and view.service.external_local and not outside and view.backends:
+                assert {(c.ip, c.port) for c in a.choices} == {
+                    (str(b.ip), b.port) for b in view.backends
+                }
+                node = src in ("192.168.0.2", "127.0.0.1")
+                assert all(c.masquerade == (node or c.ip == src) for c in a.choices), a
