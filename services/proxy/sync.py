@@ -34,7 +34,7 @@ from kernel.nft import Nft, NftError
 from kernel.session import node_session
 from services.proxy import conntrack
 from services.proxy.model import ProxyModel
-from services.proxy.render import FAMILY, TABLE, is_shape_chain
+from services.proxy.render import FAMILY, TABLE, is_affinity_set, is_shape_chain
 from services.proxy.table import Planned, ServiceTable, TablePlan
 from services.proxy.view import PREFIXES, Records, calc_changes
 from store.base import Store
@@ -194,19 +194,21 @@ class ProxySync:
         self.tables[family] = None
 
     def calc_chains(self, family: int) -> set[str]:
-        """The shape chains the kernel holds: known from the last commit, else listed (at
-        start and after a refused transaction; chain names only, never the elements)."""
+        """The shape chains and affinity ``clients-`` sets the kernel holds: known from the
+        last commit, else listed (at start and after a refused transaction; names only,
+        never the elements)."""
         known = self.chains[family]
         if known is not None or self.nft is None:
             return known or set()
-        doc = self.nft.list_json(f"list chains {FAMILY[family]}")
-        return {
-            c["chain"]["name"]
-            for c in doc.get("nftables", [])
-            if "chain" in c
-            and c["chain"].get("table") == TABLE
-            and is_shape_chain(c["chain"]["name"])
-        }
+        found = set()
+        for kind, owned in (("chain", is_shape_chain), ("set", is_affinity_set)):
+            doc = self.nft.list_json(f"list {kind}s {FAMILY[family]}")
+            found |= {
+                o[kind]["name"]
+                for o in doc.get("nftables", [])
+                if kind in o and o[kind].get("table") == TABLE and owned(o[kind]["name"])
+            }
+        return found
 
     def clean_conntrack(self, family: int, plan: TablePlan) -> None:
         """UDP entries of the changed Services whose answer comes from a non-serving source."""
