@@ -13,7 +13,7 @@ import operator
 import socket
 from collections.abc import Iterable
 
-from services.proxy.model import Backend, IPAddress, ProxyModel, ServicePortView
+from services.proxy.model import Backend, IPAddress, NodeView, ProxyModel, ServicePortView
 from services.proxy.render import (
     DATA_MAPS,
     DATA_SETS,
@@ -181,7 +181,10 @@ _KEY = operator.itemgetter(1)
 
 
 def render_full_script(
-    family: int, shapes: Iterable[AnyShape], elements: Iterable[Element]
+    family: int,
+    shapes: Iterable[AnyShape],
+    elements: Iterable[Element],
+    node: NodeView | None = None,
 ) -> str:
     """Start or resync: skeleton, every shape, data maps flushed and refilled (the affinity
     ports' ``clients-`` sets are added, which keeps what they hold)."""
@@ -189,7 +192,7 @@ def render_full_script(
     flushes = [f"flush set {t} {n}\n" for n in DATA_SETS]
     flushes += [f"flush map {t} {n}\n" for n in DATA_MAPS]
     return (
-        render_skeleton(family)
+        render_skeleton(family, node)
         + "".join(render_shape(family, s) for s in sorted(shapes, key=repr))
         + "".join(flushes)
         + render_elements(family, "add", elements)

@@ -43,7 +43,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from services.proxy.model import PROTOCOLS
+from services.proxy.model import PROTOCOLS, NodeView
 
 TABLE = "pycni-svc"
 FAMILY = {4: "ip", 6: "ip6"}
@@ -165,8 +165,9 @@ def calc_index_objects(chains: Iterable[str]) -> set[str]:
     return objects
 
 
-def render_skeleton(family: int) -> str:
-    """The static objects (idempotent ``add``) and the rules of the static chains."""
+def render_skeleton(family: int, node: NodeView | None = None) -> str:
+    """The static objects (idempotent ``add``) and the rules of the static chains (``node``:
+    how its proxy tells local traffic and whether it masquerades all of it)."""
     t, f, a = f"{FAMILY[family]} {TABLE}", FAMILY[family], ADDR[family]
     lines = [f'add table {t} {{ comment "pycni Service proxy"; }}']
     lines += [f"add set {t} {name} {{ {spec} }}" for name, spec in _static_sets(a)]
@@ -175,7 +176,7 @@ def render_skeleton(family: int) -> str:
         lines.append(f"add chain {t} {chain} {{ {hook}; policy accept; }}")
     for chain in HELPER_CHAINS:
         lines.append(f"add chain {t} {chain}")
-    for chain, rules in _static_rules(f).items():
+    for chain, rules in _static_rules(f, node).items():
         lines.append(f"flush chain {t} {chain}")
         lines += [f"add rule {t} {chain} {rule}" for rule in rules]
     return "\n".join(lines) + "\n"
@@ -252,14 +253,24 @@ def _backends_maps(f: str) -> list[tuple[str, str]]:
     ]
 
 
-def _static_rules(f: str) -> dict[str, list[str]]:
+def calc_not_local(f: str, node: NodeView | None) -> str:
+    """The match of traffic a ClusterIP masquerades: not from the cluster's Pods (by source
+    address, or by the bridge it came in on), or any traffic under masqueradeAll."""
+    if node is not None and node.masquerade_all:
+        return ""
+    if node is not None and node.local_bridge is not None:
+        return f'iifname != "{node.local_bridge}*" '
+    return f"{f} saddr != @cluster-cidrs "
+
+
+def _static_rules(f: str, node: NodeView | None = None) -> dict[str, list[str]]:
     vip, np, mark = KEY["vip"].format(f=f), KEY["np"], f"meta mark set meta mark | {MASQ_MARK}"
     nodeport = f"{f} daddr @nodeport-ips"
     return {
         "nat-prerouting": ["jump services"],
         "nat-output": ["jump services"],
         "services": [
-            f"{f} daddr @service-vips {f} saddr != @cluster-cidrs {mark}",
+            f"{f} daddr @service-vips {calc_not_local(f, node)}{mark}",
             f"{vip} @external-masq {mark}",
             f"{nodeport} {np} @nodeport-masq {mark}",
             f"{vip} vmap @service-ips",

@@ -33,6 +33,7 @@ from common.metrics import Registry
 from kernel.nft import Nft, NftError
 from kernel.session import node_session
 from services.proxy import conntrack
+from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
 from services.proxy.model import ProxyModel
 from services.proxy.render import FAMILY, TABLE, is_affinity_set, is_shape_chain
 from services.proxy.table import Planned, ServiceTable, TablePlan
@@ -64,9 +65,15 @@ class ProxyMetrics:
 
 class ProxySync:
     def __init__(
-        self, node: str, store: Store, registry: Registry, resync_interval: float
+        self,
+        node: str,
+        store: Store,
+        registry: Registry,
+        resync_interval: float,
+        config: ProxyConfig = DEFAULT_PROXY_CONFIG,
     ) -> None:
         self.node, self.store, self.resync_interval = node, store, resync_interval
+        self.config = config
         self.records = Records()
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -139,6 +146,7 @@ class ProxySync:
                         dirty,
                         chains.get(f, ()),
                         self.hints[f],
+                        self.config,
                     )
                     for f in (4, 6)
                 }
@@ -231,6 +239,7 @@ def calc_plan(
     dirty: set[str],
     chains: Iterable[str] = (),
     hints: Mapping[str, Planned] | None = None,
+    config: ProxyConfig = DEFAULT_PROXY_CONFIG,
 ) -> TablePlan | None:
     """A pass's transaction for one family (None: nothing to do): the dirty Services against
     the table, or every Service rendered whole when there is none. A family's table is made
@@ -240,7 +249,7 @@ def calc_plan(
     if table is None and not records.wants(family):
         return None
     keys = dirty | table.left_out if table is not None else list(records.services)
-    view, changes = calc_changes(records, node, family, local, keys)
+    view, changes = calc_changes(records, node, family, local, keys, config)
     if table is None:
         return ServiceTable(family).plan(view, changes, True, chains, hints)
     if not changes and view == table.node:

@@ -157,7 +157,7 @@ class ServiceTable:
         live = calc_shape_chains(shapes)
         stale_sets = {c for c in chains if is_affinity_set(c)} - calc_affinity_sets(shapes)
         stale = {c for c in chains if not is_affinity_set(c)} - live
-        script = render_full_script(self.family, shapes, elements) + self._render_deletes(
+        script = render_full_script(self.family, shapes, elements, node) + self._render_deletes(
             stale, live, stale_sets
         )
         return TablePlan(script, True, node, node_elements, planned, {}, owners)
