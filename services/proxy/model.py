@@ -75,7 +75,7 @@ class ServicePortView:
 
     def __post_init__(self) -> None:
         """Each backend once, in the order given: an element's index is its place in it (the
-        store's view gives address order; the proxy's table keeps affinity slots stable)."""
+        store's view gives address order; the table keeps an affinity port's order)."""
         unique = {(int(b.ip), b.port): b for b in self.backends}
         if len(unique) != len(self.backends):
             object.__setattr__(self, "backends", tuple(unique.values()))

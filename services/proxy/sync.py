@@ -82,7 +82,7 @@ class ProxySync:
         )
         self.tables: dict[int, ServiceTable | None] = {4: None, 6: None}
         self.chains: dict[int, set[str] | None] = {4: None, 6: None}  # None: to be listed
-        self.hints: dict[int, dict] = {4: {}, 6: {}}  # a dropped table's Services: its slots
+        self.hints: dict[int, dict] = {4: {}, 6: {}}  # a dropped table's Services: their order
         self.full_due = 0.0
         self.nft: Nft | None = None
         self.metrics = ProxyMetrics(registry)
@@ -195,7 +195,7 @@ class ProxySync:
 
     def drop_table(self, family: int) -> None:
         """The next pass renders the family whole; the table's Services stay as hints, so a
-        resync keeps ClientIP affinity slots where they were."""
+        resync keeps affinity ports' endpoint order."""
         table = self.tables[family]
         if table is not None:
             self.hints[family] = table.services

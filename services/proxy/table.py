@@ -94,7 +94,7 @@ class ServiceTable:
         ``full`` starts from an empty table and renders the whole family, deleting the shape
         ``chains`` (and affinity ``clients-`` sets) the kernel holds that it no longer needs
         (a restart's leftovers); ``hints``
-        (the table it replaces) keeps ClientIP affinity slots where they were."""
+        (the table it replaces) keeps affinity ports' endpoint order."""
         if full:
             return self._plan_full(node, changes, set(chains), hints or {})
         if node != self.node:
@@ -268,7 +268,7 @@ ENTRY_MAPS = {
 
 def _map_keys(elements: Iterable[Element]) -> set[tuple[str, str]]:
     """The entry points (VIP or nodePort, protocol, port) the elements claim: an entry is in
-    one of its kind's dispatch maps, and its backend and slot keys derive from it."""
+    one of its kind's dispatch maps, and its backend keys derive from it."""
     return {(kind, e.key) for e in elements if (kind := ENTRY_MAPS.get(e.name))}
 
 
