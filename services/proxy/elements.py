@@ -2,7 +2,7 @@
 
 Per Service: ``calc_service_parts`` is what ``table.py`` keeps for each Service and diffs when
 it changes. A full render (``render_full_script``: at start or after a failed transaction)
-rewrites the static chains and flushes every data map, but not the ``sticky-i`` sets: a
+rewrites the static chains and flushes every data map, but not the ``clients-`` sets: a
 resync keeps clients' affinity. A full render of 10k Services is ~70k elements, so the
 per-element work here is kept to building tuples and strings (addresses are formatted once).
 """
@@ -14,18 +14,26 @@ import operator
 import socket
 from collections.abc import Iterable
 
-from services.proxy.model import Backend, IPAddress, IPNetwork, ProxyModel, ServicePortView
+from services.proxy.model import (
+    Backend,
+    IPAddress,
+    IPNetwork,
+    NodeView,
+    ProxyModel,
+    ServicePortView,
+)
 from services.proxy.render import (
     DATA_MAPS,
     DATA_SETS,
     FAMILY,
-    PREFIX,
     TABLE,
+    AffinityChain,
+    AnyShape,
     Element,
     Shape,
     backends_map,
-    calc_index_objects,
-    calc_shape_chains,
+    calc_affinity_chain_name,
+    calc_clients_set_name,
     render_shape,
     render_skeleton,
 )
@@ -58,16 +66,43 @@ def _text(ip: IPAddress) -> str:
     return socket.inet_ntop(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, ip.packed)
 
 
-def calc_shape(view: ServicePortView, entry: str, count: int) -> Shape:
+def calc_shape(
+    view: ServicePortView, entry: str, local: bool, backends: tuple[Backend, ...]
+) -> AnyShape:
+    """The chain an entry with ``backends`` goes to: its shape's, or under ClientIP affinity
+    its port's (the Local twin when ``local``: its policy keeps to local endpoints)."""
     timeout = view.service.affinity_timeout
-    return Shape(entry, "aff" if timeout else "lb", count, timeout or 0)
+    if not timeout:
+        return Shape(entry, "lb", len(backends))
+    return calc_affinity_chain(view, local, timeout, backends)
 
 
-def calc_port_parts(view: ServicePortView, model: ProxyModel) -> tuple[list[Element], set[Shape]]:
+def calc_affinity_chain(
+    view: ServicePortView, local: bool, timeout: int, backends: tuple[Backend, ...]
+) -> AffinityChain:
+    """One affinity port's chain: every entry of the port shares its endpoints' sets, so a
+    client keeps its endpoint whichever address of the Service it connects to (a Pod
+    short-circuited past a Local policy too: it goes to the port's chain of every endpoint)."""
+    svc, port = view.service, view.port
+    chosen = tuple(
+        (
+            text := _text(b.ip),
+            b.port,
+            calc_clients_set_name(svc.namespace, svc.name, port.protocol, port.port, text, b.port),
+        )
+        for b in backends
+    )
+    chain = calc_affinity_chain_name(svc.namespace, svc.name, port.protocol, port.port, local)
+    return AffinityChain(chain, port.protocol, timeout, chosen)
+
+
+def calc_port_parts(
+    view: ServicePortView, model: ProxyModel
+) -> tuple[list[Element], set[AnyShape]]:
     """Every element one service port contributes (dispatch, backends, masquerade, checks)
     and the shapes its dispatch elements point at."""
     elements: list[Element] = []
-    shapes: set[Shape] = set()
+    shapes: set[AnyShape] = set()
     for entry, key, external in calc_entries(view, model):
         backends = view.calc_backends(external)
         if external and not view.service.external_local:
@@ -80,7 +115,7 @@ def calc_port_parts(view: ServicePortView, model: ProxyModel) -> tuple[list[Elem
             verdict = DROP if view.backends and view.is_local_policy(external) else REJECT
             elements.append(Element(NO_ENDPOINTS[entry], key, verdict))
             continue
-        shape = calc_shape(view, entry, len(backends))
+        shape = calc_shape(view, entry, view.is_local_policy(external), backends)
         shapes.add(shape)
         elements += _dispatch_elements(view, entry, key, shape, backends)
     return elements, shapes
@@ -88,11 +123,11 @@ def calc_port_parts(view: ServicePortView, model: ProxyModel) -> tuple[list[Elem
 
 def _short_circuit_parts(
     view: ServicePortView, entry: str, key: str
-) -> tuple[list[Element], set[Shape]]:
+) -> tuple[list[Element], set[AnyShape]]:
     """The second dispatch of a Local-policy external entry, for clients in the cluster (the
     ``services`` chain sends Pods and the node there first): every backend."""
     kind, backends = SHORT_CIRCUIT[entry], view.calc_backends(True, in_cluster=True)
-    shape = calc_shape(view, kind, len(backends))
+    shape = calc_shape(view, kind, False, backends)
     return _dispatch_elements(view, kind, key, shape, backends), {shape}
 
 
@@ -108,24 +143,26 @@ SHORT_CIRCUIT = {"vip": "sc-vip", "np": "sc-np"}
 
 
 def _dispatch_elements(
-    view: ServicePortView, entry: str, key: str, shape: Shape, backends: tuple[Backend, ...]
+    view: ServicePortView, entry: str, key: str, shape: AnyShape, backends: tuple[Backend, ...]
 ) -> list[Element]:
+    """The dispatch element, and for a shared ``lb-N`` the entry's backends by index (an
+    affinity chain names its endpoints itself)."""
     out = [Element(DISPATCH[entry], key, f"goto {shape.chain}")]
-    data, slot = backends_map(entry, view.port.protocol), f"{PREFIX[entry]}slot-"
-    for i, b in enumerate(backends):
-        dest = f"{_text(b.ip)} . {b.port}"
-        out.append(Element(data, f"{key} . {i}", dest))
-        if shape.kind == "aff":
-            out.append(Element(f"{slot}{i}", key, dest))
+    if isinstance(shape, Shape):
+        data = backends_map(entry, view.port.protocol)
+        out += [
+            Element(data, f"{key} . {i}", f"{_text(b.ip)} . {b.port}")
+            for i, b in enumerate(backends)
+        ]
     return out
 
 
-def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset[Shape]]:
+def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset[AnyShape]]:
     """The elements and shapes of the port views of ``model`` (one Service's, for the table;
     node-wide sets aside). A hairpin element is only needed for a local backend: a Pod
     reaching itself through its Service is DNATed on its own node."""
     elements: list[Element] = []
-    shapes: set[Shape] = set()
+    shapes: set[AnyShape] = set()
     for view in model.ports:
         port_elements, port_shapes = calc_port_parts(view, model)
         elements += port_elements
@@ -206,15 +243,20 @@ def _render_sorted(elements: list[Element]) -> str:
 _KEY = operator.itemgetter(1)
 
 
-def render_full_script(family: int, shapes: Iterable[Shape], elements: Iterable[Element]) -> str:
-    """Start or resync: skeleton, every shape, data maps flushed and refilled."""
-    t, shapes = f"{FAMILY[family]} {TABLE}", sorted(shapes)
-    slots = sorted(o for o in calc_index_objects(calc_shape_chains(shapes)) if "slot-" in o)
+def render_full_script(
+    family: int,
+    shapes: Iterable[AnyShape],
+    elements: Iterable[Element],
+    node: NodeView | None = None,
+) -> str:
+    """Start or resync: skeleton, every shape, data maps flushed and refilled (the affinity
+    ports' ``clients-`` sets are added, which keeps what they hold)."""
+    t = f"{FAMILY[family]} {TABLE}"
     flushes = [f"flush set {t} {n}\n" for n in DATA_SETS]
-    flushes += [f"flush map {t} {n}\n" for n in (*DATA_MAPS, *slots)]
+    flushes += [f"flush map {t} {n}\n" for n in DATA_MAPS]
     return (
-        render_skeleton(family)
-        + "".join(render_shape(family, s) for s in shapes)
+        render_skeleton(family, node)
+        + "".join(render_shape(family, s) for s in sorted(shapes, key=repr))
         + "".join(flushes)
         + render_elements(family, "add", elements)
     )

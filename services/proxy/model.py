@@ -96,7 +96,7 @@ class ServicePortView:
 
     def __post_init__(self) -> None:
         """Each backend once, in the order given: an element's index is its place in it (the
-        store's view gives address order; the proxy's table keeps affinity slots stable)."""
+        store's view gives address order; the table keeps an affinity port's order)."""
         unique = {(int(b.ip), b.port): b for b in self.backends}
         if len(unique) != len(self.backends):
             object.__setattr__(self, "backends", tuple(unique.values()))
@@ -123,12 +123,16 @@ class ServicePortView:
 
 @dataclass(frozen=True)
 class NodeView:
-    """The node's side: NodePort addresses (never loopback), Pod pools, service CIDRs."""
+    """The node's side: NodePort addresses (never loopback), Pod pools, service CIDRs, and how
+    its proxy tells local traffic (``local_bridge``: by the bridge a packet comes in on, else
+    by the cluster CIDRs) and whether it masquerades all ClusterIP traffic."""
 
     node: str
     node_ips: tuple[IPAddress, ...] = ()
     cluster_cidrs: tuple[IPNetwork, ...] = ()
     service_cidrs: tuple[IPNetwork, ...] = ()
+    masquerade_all: bool = False
+    local_bridge: str | None = None
 
     def __post_init__(self) -> None:
         if any(ip in LOOPBACK[ip.version] for ip in self.node_ips):

@@ -1,21 +1,24 @@
 """The Service proxy's nftables layout (pure): static chains, per-Service data in maps only.
 
 docs/nftables.md describes this table. Cost is map elements: no
-Service owns a chain. Chains exist per *shape* (endpoint count N, affinity timeout T), shared by
-every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb-5``::
+Service owns a chain unless it has ClientIP affinity. Chains exist per *shape* (endpoint count
+N), shared by every Service of that shape, so 10k Services with 5 endpoints use one chain
+``lb-5``::
 
     nat-prerouting/-output (-100) → services:
       mark 0x4000 if: daddr @service-vips (a ClusterIP) and saddr not @cluster-cidrs;
                       externalIP @external-masq or NodePort @nodeport-masq (Cluster policy)
-      daddr . l4proto . dport vmap @service-ips          → goto lb-N | aff-T-N
-      daddr @nodeport-ips l4proto . dport vmap @service-nodeports → goto np-lb-N | np-aff-T-N
+      daddr . l4proto . dport vmap @service-ips          → goto lb-N | sticky-…
+      daddr @nodeport-ips l4proto . dport vmap @service-nodeports → goto np-lb-N | sticky-…
       (before those two: a Pod source (saddr @cluster-cidrs), or the node's own (fib saddr
       type local, marked), reaching a Local-policy external entry goes through
-      @sc-service-ips / @sc-service-nodeports → sc-lb-N | sc-np-lb-N, every backend)
+      @sc-service-ips / @sc-service-nodeports → sc-lb-N | sc-np-lb-N | sticky-…, every backend)
     lb-N:      per protocol P: l4proto P → dnat to daddr . l4proto . dport . numgen random mod N
                map @backends-P   (one data map per protocol: nft types a DNAT port by protocol)
-    aff-T-N:   for i < N: saddr . daddr . l4proto . dport @sticky-i → refresh, dnat map @slot-i
-               numgen random mod N vmap { i : goto pick-T-i }   (pick: update @sticky-i, dnat)
+    sticky-H:  one chain per ClientIP-affinity Service port (its ClusterIP, externalIP and
+               NodePort entries all go to it): per endpoint E, saddr @clients-E → refresh,
+               dnat to E; else pick E with probability 1/(N-j) in turn, add saddr to
+               @clients-E, dnat to E
     filter prerouting/output (-110, before DNAT), ct state new: a load balancer IP key in
       @firewall-ips whose key . saddr is not in @firewall-allow (loadBalancerSourceRanges)
       is dropped
@@ -26,22 +29,27 @@ every Service of that shape, so 10k Services with 5 endpoints use one chain ``lb
       with a reset: an ICMPv6 unreachable arriving while connect() holds the socket is only
       a soft error, so an empty IPv6 Service was refused a SYN retransmit (1 s) later.
 
-A lookup miss breaks a rule, so an affinity entry whose slot is gone falls through to a fresh
-choice. nft 1.0.6 has no constant in a concatenation nor verdict data in a dynamic map, hence
-the per-index ``sticky-i``/``slot-i`` objects (bounded by the largest affinity Service).
+ClientIP affinity is kept per Service port, as Kubernetes keys it: a client stuck to an
+endpoint through the ClusterIP reaches the same endpoint through the NodePort or an externalIP.
+nft 1.0.6 allows neither a constant nor a map lookup inside a concatenation, so the sticky key
+cannot name the port in a shared set; hence a chain per affinity port and a ``clients-`` set per
+(affinity port, endpoint), keyed by the client address alone (kube-proxy's layout, for
+affinity ports only). A Local policy's entries go to a twin chain over the local endpoints,
+sharing their sets.
 The backends maps need ``typeof`` (numgen's key type) and so protocol-typed data: ``ip daddr .
 tcp dport`` makes nft add ``meta l4proto tcp`` to the dnat rule, and ``th dport`` data cannot be
-read back by a later transaction; hence ``backends-tcp|udp|sctp``. The ``slot-i`` maps are
-plain ``type`` maps, whose ``inet_service`` data carries no protocol: one serves all three.
+read back by a later transaction; hence ``backends-tcp|udp|sctp``.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from services.proxy.model import PROTOCOLS
+from services.proxy.model import PROTOCOLS, NodeView
 
 TABLE = "pycni-svc"
 FAMILY = {4: "ip", 6: "ip6"}
@@ -79,8 +87,8 @@ class Element(NamedTuple):
 
 
 class Shape(NamedTuple):
-    """A chain kind shared by every entry of that shape: kind lb|aff, entry vip|np, N, T
-    (a tuple: one per entry of a full render, counted per Service)."""
+    """A chain kind shared by every entry of that shape: kind lb, entry vip|np, N (a tuple:
+    one per entry of a full render, counted per Service)."""
 
     entry: str
     kind: str
@@ -89,28 +97,74 @@ class Shape(NamedTuple):
 
     @property
     def chain(self) -> str:
-        middle = "lb" if self.kind == "lb" else f"aff-{self.timeout}"
-        return f"{PREFIX[self.entry]}{middle}-{self.size}"
+        return f"{PREFIX[self.entry]}lb-{self.size}"
 
 
-SHAPE_CHAIN = re.compile(r"^(sc-)?(np-)?(lb|aff-\d+|pick-\d+)-\d+$")
+class AffinityChain(NamedTuple):
+    """The chain of one ClientIP-affinity Service port (or of its Local-policy twin): every
+    entry of the port goes to it, and each endpoint's ``clients-`` set holds the clients
+    stuck to that endpoint. Counted with the shapes, but one Service's own."""
+
+    chain: str
+    proto: str
+    timeout: int
+    backends: tuple[tuple[str, int, str], ...]  # (address text, port, its clients set)
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        return tuple(s for _, _, s in self.backends)
+
+
+AnyShape = Shape | AffinityChain
+# pick-T-i, aff-T-N: the per-index affinity chains of an earlier layout (a restart deletes them)
+SHAPE_CHAIN = re.compile(r"^(sc-)?(np-)?(lb|aff-\d+|pick-\d+)-\d+$|^sticky-[A-Z2-7]{10}(-|$)")
+CLIENTS_SET = re.compile(r"^clients-[A-Z2-7]{10}$")
 
 
 def is_shape_chain(name: str) -> bool:
-    """A chain of a shape (``lb-N``, ``aff-T-N``, ``pick-T-i``, their ``np-``, ``sc-`` and
-    ``sc-np-`` twins)."""
+    """A chain of a shape (``lb-N``, its ``np-``, ``sc-`` and ``sc-np-`` twins) or of an
+    affinity port (``sticky-…``), or
+    a per-index affinity chain an earlier layout left (``aff-T-N``, ``pick-T-i``)."""
     return bool(SHAPE_CHAIN.match(name))
 
 
-def calc_shape_chains(shapes: Iterable[Shape]) -> set[str]:
-    """The chains a set of shapes uses: its own, and for affinity the pick chain per index
-    (``pick-T-i`` is shared by every affinity shape of timeout T with more than i slots)."""
-    chains = set()
-    for shape in shapes:
-        chains.add(shape.chain)
-        if shape.kind == "aff":
-            chains |= {pick_chain(shape.entry, shape.timeout, i) for i in range(shape.size)}
-    return chains
+def is_affinity_set(name: str) -> bool:
+    """A ``clients-`` set of an affinity port's endpoint."""
+    return bool(CLIENTS_SET.match(name))
+
+
+def calc_shape_chains(shapes: Iterable[AnyShape]) -> set[str]:
+    """The chains a set of shapes uses."""
+    return {shape.chain for shape in shapes}
+
+
+def calc_affinity_sets(shapes: Iterable[AnyShape]) -> set[str]:
+    """The ``clients-`` sets the affinity chains among ``shapes`` name."""
+    return {s for shape in shapes if isinstance(shape, AffinityChain) for s in shape.sets}
+
+
+def _hash(text: str) -> str:
+    return base64.b32encode(hashlib.sha256(text.encode()).digest()).decode()[:10]
+
+
+READABLE = re.compile(r"^[a-z0-9][-a-z0-9.]*$")
+
+
+def calc_affinity_chain_name(namespace: str, name: str, proto: str, port: int, local: bool) -> str:
+    """``sticky-<hash>-ns/name/proto/port`` (``sticky-<hash>`` alone when a hand-written
+    record's names are not DNS labels: nft would refuse them); ``local``: the twin over the
+    local endpoints a Local policy's entries use."""
+    ref = f"{namespace}/{name}/{proto}/{port}" + ("/local" if local else "")
+    readable = READABLE.match(namespace) and READABLE.match(name)
+    return f"sticky-{_hash(ref)}" + (f"-{ref}" if readable else "")
+
+
+def calc_clients_set_name(
+    namespace: str, name: str, proto: str, port: int, address: str, target: int
+) -> str:
+    """The set of the clients stuck to one endpoint of one Service port: named by both, so
+    it lives exactly as long as that endpoint serves that port, whatever else changes."""
+    return f"clients-{_hash(f'{namespace}/{name}/{proto}/{port}/{address}/{target}')}"
 
 
 def pick_chain(entry: str, timeout: int, i: int) -> str:
@@ -121,8 +175,8 @@ PICK_CHAIN = re.compile(r"^((?:sc-)?(?:np-)?)pick-\d+-(\d+)$")
 
 
 def calc_index_objects(chains: Iterable[str]) -> set[str]:
-    """The affinity index objects the pick chains among ``chains`` use: ``{np-}slot-i`` and
-    ``sticky-i`` (one sticky set per index serves ClusterIPs and NodePorts)."""
+    """The objects an earlier layout's affinity pick chains among ``chains`` used
+    (``{np-}slot-i`` maps, ``sticky-i`` sets): a restart deletes them with their chains."""
     objects = set()
     for chain in chains:
         if match := PICK_CHAIN.match(chain):
@@ -131,8 +185,9 @@ def calc_index_objects(chains: Iterable[str]) -> set[str]:
     return objects
 
 
-def render_skeleton(family: int) -> str:
-    """The static objects (idempotent ``add``) and the rules of the static chains."""
+def render_skeleton(family: int, node: NodeView | None = None) -> str:
+    """The static objects (idempotent ``add``) and the rules of the static chains (``node``:
+    how its proxy tells local traffic and whether it masquerades all of it)."""
     t, f, a = f"{FAMILY[family]} {TABLE}", FAMILY[family], ADDR[family]
     lines = [f'add table {t} {{ comment "pycni Service proxy"; }}']
     lines += [f"add set {t} {name} {{ {spec} }}" for name, spec in _static_sets(a)]
@@ -141,7 +196,7 @@ def render_skeleton(family: int) -> str:
         lines.append(f"add chain {t} {chain} {{ {hook}; policy accept; }}")
     for chain in HELPER_CHAINS:
         lines.append(f"add chain {t} {chain}")
-    for chain, rules in _static_rules(f).items():
+    for chain, rules in _static_rules(f, node).items():
         lines.append(f"flush chain {t} {chain}")
         lines += [f"add rule {t} {chain} {rule}" for rule in rules]
     return "\n".join(lines) + "\n"
@@ -228,7 +283,17 @@ def _backends_maps(f: str) -> list[tuple[str, str]]:
     ]
 
 
-def _static_rules(f: str) -> dict[str, list[str]]:
+def calc_not_local(f: str, node: NodeView | None) -> str:
+    """The match of traffic a ClusterIP masquerades: not from the cluster's Pods (by source
+    address, or by the bridge it came in on), or any traffic under masqueradeAll."""
+    if node is not None and node.masquerade_all:
+        return ""
+    if node is not None and node.local_bridge is not None:
+        return f'iifname != "{node.local_bridge}*" '
+    return f"{f} saddr != @cluster-cidrs "
+
+
+def _static_rules(f: str, node: NodeView | None = None) -> dict[str, list[str]]:
     vip, np, mark = KEY["vip"].format(f=f), KEY["np"], f"meta mark set meta mark | {MASQ_MARK}"
     nodeport = f"{f} daddr @nodeport-ips"
     pods, host = f"{f} saddr @cluster-cidrs", "fib saddr type local"
@@ -236,7 +301,7 @@ def _static_rules(f: str) -> dict[str, list[str]]:
         "nat-prerouting": ["jump services"],
         "nat-output": ["jump services"],
         "services": [
-            f"{f} daddr @service-vips {f} saddr != @cluster-cidrs {mark}",
+            f"{f} daddr @service-vips {calc_not_local(f, node)}{mark}",
             f"{vip} @external-masq {mark}",
             f"{nodeport} {np} @nodeport-masq {mark}",
             f"{pods} {vip} vmap @sc-service-ips",
@@ -268,15 +333,17 @@ def _static_rules(f: str) -> dict[str, list[str]]:
     }
 
 
-def render_shape(family: int, shape: Shape) -> str:
-    """A shape's objects and chain(s): created once, shared by every entry of that shape."""
+def render_shape(family: int, shape: AnyShape) -> str:
+    """A shape's chain (created once, shared by every entry of that shape), or an affinity
+    port's chain with its ``clients-`` sets (``add`` keeps a set's clients)."""
     t, f = f"{FAMILY[family]} {TABLE}", FAMILY[family]
-    if shape.kind == "lb":
-        return _render_chain(t, shape.chain, _lb_rules(f, shape))
-    lines = [
-        _render_affinity_index(family, shape.entry, i, shape.timeout) for i in range(shape.size)
-    ]
-    return "".join(lines) + _render_chain(t, shape.chain, _affinity_rules(f, shape))
+    if isinstance(shape, AffinityChain):
+        lines = [
+            f"add set {t} {s} {{ type {ADDR[family]}; flags dynamic,timeout; }}\n"
+            for s in shape.sets
+        ]
+        return "".join(lines) + _render_chain(t, shape.chain, _sticky_rules(f, shape))
+    return _render_chain(t, shape.chain, _lb_rules(f, shape))
 
 
 def _render_chain(t: str, chain: str, rules: list[str]) -> str:
@@ -294,31 +361,18 @@ def _lb_rules(f: str, shape: Shape) -> list[str]:
     ]
 
 
-def _affinity_rules(f: str, shape: Shape) -> list[str]:
-    key, client, p = KEY[shape.entry].format(f=f), CLIENT.format(f=f), PREFIX[shape.entry]
-    sticky = [
-        f"{client} @sticky-{i} update @sticky-{i} {{ {client} timeout {shape.timeout}s }} "
-        f"dnat {f} to {key} map @{p}slot-{i}"
-        for i in range(shape.size)
-    ]
-    picks = ", ".join(
-        f"{i} : goto {pick_chain(shape.entry, shape.timeout, i)}" for i in range(shape.size)
-    )
-    return sticky + [f"numgen random mod {shape.size} vmap {{ {picks} }}"]
-
-
-def _render_affinity_index(family: int, entry: str, i: int, timeout: int) -> str:
-    """Objects of backend index ``i``: the sticky set, the slot map, the pick chain."""
-    t, f, a, p = f"{FAMILY[family]} {TABLE}", FAMILY[family], ADDR[family], PREFIX[entry]
-    client = CLIENT.format(f=f)
-    key_type, dest = KEY_TYPE[entry].format(a=a), f"{a} . inet_service"
-    lines = [
-        f"add set {t} sticky-{i} {{ type {a} . {a} . inet_proto . inet_service; "
-        "flags dynamic,timeout; }",
-        f"add map {t} {p}slot-{i} {{ type {key_type} : {dest}; }}",
-    ]
-    rules = [
-        f"update @sticky-{i} {{ {client} timeout {timeout}s }}",
-        f"dnat {f} to {KEY[entry].format(f=f)} map @{p}slot-{i}",
-    ]
-    return "\n".join(lines) + "\n" + _render_chain(t, pick_chain(entry, timeout, i), rules)
+def _sticky_rules(f: str, shape: AffinityChain) -> list[str]:
+    """A known client refreshes its entry and goes to its endpoint; a new one picks endpoint
+    j with probability 1/(N-j) in turn (uniform, without a per-chain anonymous map) and is
+    added to that endpoint's set."""
+    n = len(shape.backends)
+    out, picks = [], []
+    for j, (address, port, clients) in enumerate(shape.backends):
+        host = f"[{address}]" if f == "ip6" else address
+        then = (
+            f"update @{clients} {{ {f} saddr timeout {shape.timeout}s }} "
+            f"meta l4proto {shape.proto} dnat {f} to {host}:{port}"
+        )
+        out.append(f"{f} saddr @{clients} {then}")
+        picks.append(f"numgen random mod {n - j} 0 {then}" if n - j > 1 else then)
+    return out + picks

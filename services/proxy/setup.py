@@ -27,7 +27,7 @@ def start_proxy(
     """The proxy of this node, started; None when the config does not turn it on."""
     if config is None:
         return None
-    sync = ProxySync(node, store, registry, config.resync_interval).start()
+    sync = ProxySync(node, store, registry, config.resync_interval, config).start()
     on_shutdown.append(sync.stop)
     log.info("Service proxy on (full render every %.0fs)", config.resync_interval)
     return sync

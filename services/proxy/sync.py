@@ -35,9 +35,10 @@ from common.metrics import Registry
 from kernel.nft import Nft, NftError
 from kernel.session import node_session
 from services.proxy import conntrack
+from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
 from services.proxy.health import HealthServers, calc_health
 from services.proxy.model import ProxyModel
-from services.proxy.render import FAMILY, TABLE, is_shape_chain
+from services.proxy.render import FAMILY, TABLE, is_affinity_set, is_shape_chain
 from services.proxy.table import Planned, ServiceTable, TablePlan
 from services.proxy.view import PREFIXES, Records, calc_changes
 from store.base import Store
@@ -67,9 +68,15 @@ class ProxyMetrics:
 
 class ProxySync:
     def __init__(
-        self, node: str, store: Store, registry: Registry, resync_interval: float
+        self,
+        node: str,
+        store: Store,
+        registry: Registry,
+        resync_interval: float,
+        config: ProxyConfig = DEFAULT_PROXY_CONFIG,
     ) -> None:
         self.node, self.store, self.resync_interval = node, store, resync_interval
+        self.config = config
         self.records = Records()
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -78,7 +85,7 @@ class ProxySync:
         )
         self.tables: dict[int, ServiceTable | None] = {4: None, 6: None}
         self.chains: dict[int, set[str] | None] = {4: None, 6: None}  # None: to be listed
-        self.hints: dict[int, dict] = {4: {}, 6: {}}  # a dropped table's Services: its slots
+        self.hints: dict[int, dict] = {4: {}, 6: {}}  # a dropped table's Services: their order
         self.full_due = 0.0
         self.nft: Nft | None = None
         self.metrics = ProxyMetrics(registry)
@@ -145,6 +152,7 @@ class ProxySync:
                         dirty,
                         chains.get(f, ()),
                         self.hints[f],
+                        self.config,
                     )
                     for f in (4, 6)
                 }
@@ -194,26 +202,28 @@ class ProxySync:
 
     def drop_table(self, family: int) -> None:
         """The next pass renders the family whole; the table's Services stay as hints, so a
-        resync keeps ClientIP affinity slots where they were."""
+        resync keeps affinity ports' endpoint order."""
         table = self.tables[family]
         if table is not None:
             self.hints[family] = table.services
         self.tables[family] = None
 
     def calc_chains(self, family: int) -> set[str]:
-        """The shape chains the kernel holds: known from the last commit, else listed (at
-        start and after a refused transaction; chain names only, never the elements)."""
+        """The shape chains and affinity ``clients-`` sets the kernel holds: known from the
+        last commit, else listed (at start and after a refused transaction; names only,
+        never the elements)."""
         known = self.chains[family]
         if known is not None or self.nft is None:
             return known or set()
-        doc = self.nft.list_json(f"list chains {FAMILY[family]}")
-        return {
-            c["chain"]["name"]
-            for c in doc.get("nftables", [])
-            if "chain" in c
-            and c["chain"].get("table") == TABLE
-            and is_shape_chain(c["chain"]["name"])
-        }
+        found = set()
+        for kind, owned in (("chain", is_shape_chain), ("set", is_affinity_set)):
+            doc = self.nft.list_json(f"list {kind}s {FAMILY[family]}")
+            found |= {
+                o[kind]["name"]
+                for o in doc.get("nftables", [])
+                if kind in o and o[kind].get("table") == TABLE and owned(o[kind]["name"])
+            }
+        return found
 
     def clean_conntrack(self, family: int, plan: TablePlan) -> None:
         """UDP entries of the changed Services whose answer comes from a non-serving source."""
@@ -236,6 +246,7 @@ def calc_plan(
     dirty: set[str],
     chains: Iterable[str] = (),
     hints: Mapping[str, Planned] | None = None,
+    config: ProxyConfig = DEFAULT_PROXY_CONFIG,
 ) -> TablePlan | None:
     """A pass's transaction for one family (None: nothing to do): the dirty Services against
     the table, or every Service rendered whole when there is none. A family's table is made
@@ -245,7 +256,7 @@ def calc_plan(
     if table is None and not records.wants(family):
         return None
     keys = dirty | table.left_out if table is not None else list(records.services)
-    view, changes = calc_changes(records, node, family, local, keys)
+    view, changes = calc_changes(records, node, family, local, keys, config)
     if table is None:
         return ServiceTable(family).plan(view, changes, True, chains, hints)
     if not changes and view == table.node:

@@ -31,10 +31,12 @@ from services.proxy.model import Backend, NodeView, ProxyModel, ServicePortView
 from services.proxy.render import (
     FAMILY,
     TABLE,
+    AnyShape,
     Element,
-    Shape,
+    calc_affinity_sets,
     calc_index_objects,
     calc_shape_chains,
+    is_affinity_set,
     render_shape,
 )
 
@@ -48,7 +50,7 @@ class Planned:
 
     views: Views
     elements: frozenset[Element]
-    shapes: frozenset[Shape]
+    shapes: frozenset[AnyShape]
     left_out: bool = False  # its entries are another Service's
 
 
@@ -90,8 +92,9 @@ class ServiceTable:
         """The transaction that gives the Services in ``changes`` their views (``()``: the
         Service is gone). A changed node view re-plans every Service (NodePort addresses);
         ``full`` starts from an empty table and renders the whole family, deleting the shape
-        ``chains`` the kernel holds that it no longer needs (a restart's leftovers); ``hints``
-        (the table it replaces) keeps ClientIP affinity slots where they were."""
+        ``chains`` (and affinity ``clients-`` sets) the kernel holds that it no longer needs
+        (a restart's leftovers); ``hints``
+        (the table it replaces) keeps affinity ports' endpoint order."""
         if full:
             return self._plan_full(node, changes, set(chains), hints or {})
         if node != self.node:
@@ -152,8 +155,10 @@ class ServiceTable:
         elements = set(node_elements).union(*(p.elements for p in planned.values()))
         shapes = set().union(*(p.shapes for p in planned.values()))
         live = calc_shape_chains(shapes)
-        script = render_full_script(self.family, shapes, elements) + self._render_deletes(
-            chains - live, live
+        stale_sets = {c for c in chains if is_affinity_set(c)} - calc_affinity_sets(shapes)
+        stale = {c for c in chains if not is_affinity_set(c)} - live
+        script = render_full_script(self.family, shapes, elements, node) + self._render_deletes(
+            stale, live, stale_sets
         )
         return TablePlan(script, True, node, node_elements, planned, {}, owners)
 
@@ -176,35 +181,41 @@ class ServiceTable:
         self,
         deletes: list[Element],
         adds: list[Element],
-        new_shapes: list[Shape],
-        old_shapes: list[Shape],
+        new_shapes: list[AnyShape],
+        old_shapes: list[AnyShape],
     ) -> str:
-        """New chains first, element deletes (a changed value included), adds, then the
-        chains no entry points at any more."""
+        """New chains first (an affinity port whose endpoints changed is rewritten in place,
+        its chain and surviving sets kept), element deletes (a changed value included), adds,
+        then the chains no entry points at any more and the sets of gone endpoints."""
         live = {s for s, n in self.shape_counts.items() if n} - set(old_shapes) | set(new_shapes)
         live_chains = calc_shape_chains(live)
         stale = calc_shape_chains(old_shapes) - live_chains
+        stale_sets = calc_affinity_sets(old_shapes) - calc_affinity_sets(live)
         return (
-            "".join(render_shape(self.family, s) for s in sorted(new_shapes))
+            "".join(render_shape(self.family, s) for s in sorted(new_shapes, key=repr))
             + render_elements(self.family, "delete", deletes)
             + render_elements(self.family, "add", adds)
-            + self._render_deletes(stale, live_chains)
+            + self._render_deletes(stale, live_chains, stale_sets)
         )
 
-    def _render_deletes(self, stale: set[str], live: set[str]) -> str:
-        """The stale chains, then the affinity index objects (``slot-i``, ``sticky-i``) no
-        live chain uses: a chain must go before what it names."""
+    def _render_deletes(self, stale: set[str], live: set[str], stale_sets: set[str]) -> str:
+        """The stale chains, then the sets they named: an earlier layout's affinity index
+        objects (``slot-i``, ``sticky-i``) no live chain uses and the ``clients-`` sets of
+        gone endpoints (a chain must go, or be rewritten, before what it names)."""
         t = f"{FAMILY[self.family]} {TABLE}"
         objects = calc_index_objects(stale) - calc_index_objects(live)
-        return "".join(
-            f"delete chain {t} {c}\n" for c in sorted(stale, key=_referrers_first)
-        ) + "".join(
-            f"delete {'map' if 'slot-' in o else 'set'} {t} {o}\n" for o in sorted(objects)
+        return (
+            "".join(f"delete chain {t} {c}\n" for c in sorted(stale, key=_referrers_first))
+            + "".join(
+                f"delete {'map' if 'slot-' in o else 'set'} {t} {o}\n" for o in sorted(objects)
+            )
+            + "".join(f"delete set {t} {s}\n" for s in sorted(stale_sets))
         )
 
     def chains(self) -> set[str]:
-        """The shape chains this table's elements use (what the kernel holds once committed)."""
-        return calc_shape_chains(self.shape_counts)
+        """The shape chains and affinity sets this table's elements use (what the kernel
+        holds once committed)."""
+        return calc_shape_chains(self.shape_counts) | calc_affinity_sets(self.shape_counts)
 
     def commit(self, plan: TablePlan) -> None:
         """The kernel took ``plan.script``: hold what it programmed."""
@@ -257,7 +268,7 @@ ENTRY_MAPS = {
 
 def _map_keys(elements: Iterable[Element]) -> set[tuple[str, str]]:
     """The entry points (VIP or nodePort, protocol, port) the elements claim: an entry is in
-    one of its kind's dispatch maps, and its backend and slot keys derive from it."""
+    one of its kind's dispatch maps, and its backend keys derive from it."""
     return {(kind, e.key) for e in elements if (kind := ENTRY_MAPS.get(e.name))}
 
 
@@ -291,11 +302,11 @@ def _calc_changes(counts: Counter, delta: Counter) -> tuple[list, list]:
 
 
 def calc_stable_views(views: Views, old: Views) -> Views:
-    """ClientIP affinity sticks a client to a backend *slot* (sticky-i -> slot-i): a port
-    whose backends change keeps every surviving backend at its slot, newcomers take the free
-    slots, then the end, and a hole left at the end of the list is closed by the last
-    backend (whose clients then choose again). Without it a join with a lower address shifted
-    every slot and moved every sticky client."""
+    """A ClientIP affinity port whose backends change keeps every surviving backend at its
+    place in the port's chain, newcomers take the free places, then the end, and a hole left
+    at the end of the list is closed by the last backend. Clients stick to an endpoint's own
+    ``clients-`` set, so the order moves no client; it keeps the rewritten chain close to
+    the one it replaces."""
     before = {(v.port.name, v.port.protocol, v.port.port): v.backends for v in old}
     out = []
     for view in views:

@@ -170,7 +170,12 @@ def _choice(
         why.append("the node's own traffic to a Local-policy external entry")
     if external and not view.service.external_local:
         why.append("external traffic under Cluster policy")
-    if not external and not any(src_ip in n for n in model.node.cluster_cidrs):
+    if not external and model.node.masquerade_all:
+        why.append("masqueradeAll")
+    elif not external and model.node.local_bridge is not None:
+        if not any(src_ip in n for n in model.node.cluster_cidrs):  # the interface is unknown
+            why.append(f"client not on a {model.node.local_bridge}* bridge (if it is not)")
+    elif not external and not any(src_ip in n for n in model.node.cluster_cidrs):
         why.append("client outside the cluster CIDRs")
     return Choice(str(b.ip), b.port, b.node, p, bool(why), tuple(why))
 

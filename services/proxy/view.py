@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from cni.spec.errors import CNIError
 from nodes.record import NodeRecord
+from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
 from services.proxy.model import (
     LOOPBACK,
     Backend,
@@ -223,16 +224,29 @@ def calc_node_ips(
 
 
 def calc_node_view(
-    records: Records, node: str, family: int, local: Iterable[str] = ()
+    records: Records,
+    node: str,
+    family: int,
+    local: Iterable[str] = (),
+    config: ProxyConfig = DEFAULT_PROXY_CONFIG,
 ) -> NodeView:
+    """The node's view under its proxy's ``config`` (nodePortAddresses: the record's address
+    only, or the addresses inside the CIDRs; masqueradeAll; detectLocalMode)."""
     record = records.nodes.get(node)
     pools = sorted(set(records.pools.values()))
     cidrs = records.settings.cidrs if records.settings else ()
+    node_ips = calc_node_ips(
+        family, record.address if record else "", () if config.node_port_primary else local, pools
+    )
+    if config.node_port_cidrs is not None:
+        node_ips = tuple(ip for ip in node_ips if any(ip in n for n in config.node_port_cidrs))
     return NodeView(
         node,
-        calc_node_ips(family, record.address if record else "", local, pools),
+        node_ips,
         _nets(pools, family),
         _nets(cidrs, family),
+        config.masquerade_all,
+        config.local_bridge,
     )
 
 
@@ -241,23 +255,35 @@ def _nets(cidrs: Iterable[str], family: int) -> tuple:
     return tuple(sorted(n for n in nets if n.version == family))
 
 
-def calc_model(records: Records, node: str, family: int, local: Iterable[str] = ()) -> ProxyModel:
-    """The table ``node`` programs for ``family`` (``local``: its own addresses, if known)."""
+def calc_model(
+    records: Records,
+    node: str,
+    family: int,
+    local: Iterable[str] = (),
+    config: ProxyConfig = DEFAULT_PROXY_CONFIG,
+) -> ProxyModel:
+    """The table ``node`` programs for ``family`` (``local``: its own addresses, if known;
+    ``config``: its proxy's settings)."""
     views = [
         v
         for key in sorted(records.services)
         for v in calc_service_views(records, key, node, family)
     ]
-    return ProxyModel(family, calc_node_view(records, node, family, local), tuple(views))
+    return ProxyModel(family, calc_node_view(records, node, family, local, config), tuple(views))
 
 
 def calc_changes(
-    records: Records, node: str, family: int, local: Iterable[str], keys: Iterable[str]
+    records: Records,
+    node: str,
+    family: int,
+    local: Iterable[str],
+    keys: Iterable[str],
+    config: ProxyConfig = DEFAULT_PROXY_CONFIG,
 ) -> tuple[NodeView, dict[str, tuple[ServicePortView, ...]]]:
     """What a sync hands the table: the node's view and the views of Services ``keys``
     (the dirty ones, or every Service for a full render; ``()`` for one that is gone)."""
     return (
-        calc_node_view(records, node, family, local),
+        calc_node_view(records, node, family, local, config),
         {key: calc_service_views(records, key, node, family) for key in keys},
     )
 

@@ -143,7 +143,7 @@ def calc_unused_shape_chains(listing: dict[str, Any]) -> set[str]:
     return {c for c in chains if is_shape_chain(c) and c not in used}
 
 
-INDEX_OBJECT = re.compile(r"^(set sticky|map (np-)?slot)-\d+$")
+INDEX_OBJECT = re.compile(r"^(set sticky|map (np-)?slot)-\d+$|^set clients-|^chain sticky-")
 
 
 def addresses(family: int, base: str) -> st.SearchStrategy:
@@ -238,7 +238,7 @@ def test_passes_through_a_kept_context_hold_what_a_fresh_render_holds(kept, run)
         assert not calc_unused_shape_chains(listed), step
 
 
-def test_a_gone_affinity_shape_takes_its_index_objects_with_it(kept):
+def test_a_gone_affinity_port_takes_its_chain_and_sets_with_it(kept):
     ctx, a, _b = kept
     assert ctx.run(DROP_TABLES) is None
     port = ProxyPort("p", "tcp", 80)
@@ -354,6 +354,14 @@ def node_ns(netns_factory) -> Netns:
     return ns
 
 
+EARLIER_LAYOUT = """table ip pycni-svc {
+  set sticky-0 { type ipv4_addr . ipv4_addr . inet_proto . inet_service; flags dynamic,timeout; }
+  map slot-0 { type ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service; }
+  chain pick-10-0 { update @sticky-0 { ip saddr . ip daddr . meta l4proto . th dport timeout 10s }
+    dnat ip to ip daddr . meta l4proto . th dport map @slot-0; }
+  chain aff-10-1 { numgen random mod 1 vmap { 0 : goto pick-10-0 }; }
+}
+"""
 FOREIGN = """table ip foreign {
   chain lb-4 { }
   chain aff-10-3 { }
@@ -364,9 +372,11 @@ FOREIGN = """table ip foreign {
 
 @pytest.fixture
 def restarted(node_ns, netns_factory, tmp_path) -> dict[str, Any]:
-    """Run 1: a ClientIP Service of three endpoints (aff-10-3, pick-10-0..2) and one of four
-    (lb-4). Run 2, after a restart: the first gone, the second down to two (lb-2)."""
-    node_ns.run(["nft", "-f", "-"], input=FOREIGN)
+    """Run 1, over what a pycnid of the earlier affinity layout left (aff-T-N, pick-T-i,
+    sticky-i, slot-i): a ClientIP Service of three endpoints (its sticky- chain, three
+    clients- sets) and one of four (lb-4). Run 2, after a restart: the first gone, the
+    second down to two (lb-2)."""
+    node_ns.run(["nft", "-f", "-"], input=FOREIGN + EARLIER_LAYOUT)
     foreign = node_ns.run(["nft", "-j", "list", "table", "ip", "foreign"]).stdout
     store = setup_store(tmp_path / "store.db")
     ensure_records(
@@ -396,10 +406,13 @@ def restarted(node_ns, netns_factory, tmp_path) -> dict[str, Any]:
 
 def test_a_restart_deletes_the_shape_chains_the_last_run_left(restarted):
     first, second = restarted["runs"]
-    assert {"aff-10-3", "pick-10-0", "pick-10-2", "lb-4"} <= calc_chains(first)
-    assert not {"aff-10-3", "pick-10-0", "pick-10-1", "pick-10-2", "lb-4"} & calc_chains(second)
+    sticky = {c for c in calc_chains(first) if c.startswith("sticky-")}
+    assert len(sticky) == 1 and "lb-4" in calc_chains(first)
+    assert len([k for k in first if k.startswith("set clients-")]) == 3
+    assert not {"chain aff-10-1", "chain pick-10-0", "set sticky-0", "map slot-0"} & set(first)
+    assert not (sticky | {"lb-4"}) & calc_chains(second)
     assert "lb-2" in calc_chains(second) and not calc_unused_shape_chains(second)
-    assert second == restarted["fresh"]  # no index object (sticky-i, slot-i) of the last run
+    assert second == restarted["fresh"]  # no affinity chain or clients- set of the last run
     before, after = restarted["foreign"]
     assert json.loads(before)["nftables"][1:] == json.loads(after)["nftables"][1:]
 

@@ -232,9 +232,9 @@ def test_udp_affinity_sticks_to_one_backend(wired):
     seen = set(dgram(host, "10.96.0.22", 30).stdout.split())
     assert len(seen) == 1 and seen <= set(BACKENDS), seen
     listed = host.run(
-        "nft list table ip pycni-svc | grep -c '10.0.0.1 . 10.96.0.22 . udp . 53'", check=False
+        "nft list table ip pycni-svc | grep -c 'elements = { 10.0.0.1 timeout'", check=False
     ).stdout
-    assert int(listed) == 1  # one sticky-i set holds this client
+    assert int(listed) == 1  # one endpoint's clients- set holds this client
 
 
 def test_a_second_transaction_moves_udp_and_tcp_to_the_remaining_backends(wired):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cni.spec.errors import InvalidConfig
-from services.proxy.elements import calc_elements, calc_entries
+from services.proxy.elements import calc_elements, calc_entries, calc_service_parts
 from services.proxy.model import (
     PROTOCOLS,
     NodeView,
@@ -22,7 +22,7 @@ from services.proxy.model import (
     ProxyService,
     ServicePortView,
 )
-from services.proxy.render import BACKENDS_MAPS, backends_map
+from services.proxy.render import BACKENDS_MAPS, AffinityChain, backends_map
 from services.proxy.table import render_transaction
 from services.proxy.trace import explain
 from tests.fixtures.golden import GOLDEN, golden  # noqa: F401
@@ -86,6 +86,25 @@ def models(draw) -> ProxyModel:
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
+def calc_reached(
+    model: ProxyModel, view: ServicePortView, entry: str, key: str, short: bool = False
+) -> set[str]:
+    """The ``ip . port`` an entry's dispatch (``short``: its short-circuit for clients in
+    the cluster) leads to: its bucket in the backends map, or the endpoints its affinity
+    chain names."""
+    elements, shapes = calc_service_parts(model)
+    prefix = "sc-service-" if short else "service-"
+    dispatch = {e.value for e in elements if e.key == key and e.name.startswith(prefix)}
+    chains = {s.chain: s for s in shapes if isinstance(s, AffinityChain)}
+    if not dispatch:
+        return set()
+    (goto,) = dispatch
+    if (chain := chains.get(goto.removeprefix("goto "))) is not None:
+        return {f"{ip} . {port}" for ip, port, _ in chain.backends}
+    name = backends_map(f"sc-{entry}" if short else entry, view.port.protocol)
+    return {e.value for e in elements if e.name == name and e.key.rsplit(" . ", 1)[0] == key}
+
+
 @settings(max_examples=60, deadline=None)
 @given(models())
 def test_elements_are_well_formed_and_buckets_hold_exactly_the_backends(model):
@@ -93,19 +112,30 @@ def test_elements_are_well_formed_and_buckets_hold_exactly_the_backends(model):
     assert all(set(e.name) <= NAME_CHARS for e in elements)
     for view in model.ports:
         for entry, key, external in calc_entries(view, model):
-            name = backends_map(entry, view.port.protocol)
-            bucket = {
-                e.value for e in elements if e.name == name and e.key.rsplit(" . ", 1)[0] == key
-            }
-            assert bucket == {f"{b.ip} . {b.port}" for b in view.calc_backends(external)}
-            short = {
-                e.value
-                for e in elements
-                if e.name == backends_map(f"sc-{entry}", view.port.protocol)
-                and e.key.rsplit(" . ", 1)[0] == key
-            }
-            every = {f"{b.ip} . {b.port}" for b in view.backends}
+            reached = calc_reached(model, view, entry, key)
+            assert reached == {f"{b.ip} . {b.port}" for b in view.calc_backends(external)}
+            short = calc_reached(model, view, entry, key, short=True)
+            every = {f"{b.ip} . {b.port}" for b in view.calc_backends(external, in_cluster=True)}
             assert short == (every if external and view.service.external_local else set())
+
+
+@settings(max_examples=60, deadline=None)
+@given(models())
+def test_affinity_is_keyed_per_service_port_not_per_entry(model):
+    """Every entry of an affinity port (ClusterIP, externalIP, NodePort, Local twin or not)
+    reaches an endpoint through the same ``clients-`` set; two ports never share one; a
+    port without affinity has no chain of its own."""
+    _, shapes = calc_service_parts(model)
+    chains = [s for s in shapes if isinstance(s, AffinityChain)]
+    owner: dict[str, tuple] = {}
+    for chain in chains:
+        assert chain.chain.startswith("sticky-") and len(chain.chain) < 256
+        for ip, port, clients in chain.backends:
+            mine = (chain.chain.split("-", 2)[2].removesuffix("/local"), ip, port)
+            assert owner.setdefault(clients, mine) == mine
+    for view in model.ports:
+        if view.service.affinity_timeout is None:
+            assert not any(view.service.name in c.chain for c in chains)
 
 
 @settings(max_examples=60, deadline=None)
@@ -121,8 +151,11 @@ def test_each_protocols_backends_live_in_that_protocols_map_only(model):
                 for e in elements
                 if e.name in BACKENDS_MAPS and e.key.rsplit(" . ", 1)[0] == key
             }
-            want = {backends_map(entry, proto)} if view.calc_backends(external) else set()
-            if view.is_short_circuit(external):
+            shared = view.service.affinity_timeout is None
+            want = (
+                {backends_map(entry, proto)} if view.calc_backends(external) and shared else set()
+            )
+            if view.is_short_circuit(external) and shared:
                 want.add(backends_map(f"sc-{entry}", proto))
             assert mine == want
     assert all(
@@ -134,7 +167,7 @@ def test_each_protocols_backends_live_in_that_protocols_map_only(model):
 
 def test_every_shape_chain_has_one_guarded_dnat_rule_per_protocol():
     text = render_transaction(None, MODEL)
-    for chain in ("lb-3", "np-lb-3", "lb-1", "pick-10-0", "pick-10-1", "aff-10-2"):
+    for chain in ("lb-3", "np-lb-3", "lb-1", "sticky-5MMVLXQGDJ-default/sticky/tcp/80"):
         rules = [
             r
             for r in text.splitlines()
@@ -148,8 +181,8 @@ def test_every_shape_chain_has_one_guarded_dnat_rule_per_protocol():
                 f"map @{'np-' * chain.startswith('np')}backends-{p}" in r
                 for p, r in zip(PROTOCOLS, rules, strict=True)
             )
-        else:
-            assert rules and not any(f"l4proto {p} " in r for p in PROTOCOLS for r in rules)
+        else:  # an affinity port's chain: its own protocol, its endpoints by address
+            assert rules and all(" meta l4proto tcp dnat ip to 10.0." in r for r in rules)
 
 
 @settings(max_examples=60, deadline=None)

@@ -23,6 +23,7 @@ from services.proxy.model import (
     ProxyService,
     ServicePortView,
 )
+from services.proxy.render import AffinityChain
 from services.proxy.sync import calc_plan
 from services.proxy.table import ServiceTable
 from services.record import ServicePort, ServiceRecord, ServiceSettings
@@ -110,10 +111,13 @@ def affinity_view(ips: list[str]) -> ServicePortView:
     )
 
 
-def slots_of(table: ServiceTable) -> dict[str, str]:
-    """backend address -> the slot map holding it, as the table programmed it."""
+def sets_of(table: ServiceTable) -> dict[str, str]:
+    """backend address -> the ``clients-`` set its sticky clients are in, as programmed."""
     return {
-        e.value.split(" . ")[0]: e.name for e in table.elements() if e.name.startswith("slot-")
+        ip: clients
+        for shape in table.shape_counts
+        if isinstance(shape, AffinityChain)
+        for ip, _, clients in shape.backends
     }
 
 
@@ -121,27 +125,39 @@ def slots_of(table: ServiceTable) -> dict[str, str]:
 @given(
     st.lists(st.integers(2, 200), min_size=1, max_size=4, unique=True),
     st.lists(st.integers(2, 200), min_size=1, max_size=3, unique=True),
+    st.integers(0, 3),
     st.booleans(),
 )
-@example([5], [3], False)
-def test_a_sticky_backend_keeps_its_slot_when_another_endpoint_joins(hosts, joining, resync):
-    """Joins (lower addresses too) move no surviving backend, also through a full render
-    that has the replaced table as hints (pycnid's periodic resync)."""
+@example([5], [3], 0, False)
+def test_a_sticky_backend_keeps_its_clients_when_endpoints_join_or_leave(
+    hosts, joining, leaving, resync
+):
+    """Joins (lower addresses too) and leaves move no surviving backend's clients, also
+    through a full render that has the replaced table as hints (pycnid's periodic resync):
+    its ``clients-`` set stays, and the transaction neither deletes nor flushes it."""
     ips = [f"10.0.0.{h}" for h in hosts]
     newcomers = [f"10.0.0.{h}" for h in joining if f"10.0.0.{h}" not in ips]
+    survivors = ips[min(leaving, len(ips) - 1) :]
     table = ServiceTable(4)
     table.commit(table.plan(NODE, {"ns/a": (affinity_view(ips),)}, full=True))
-    before = slots_of(table)
-    changes = {"ns/a": (affinity_view([*ips, *newcomers]),)}
+    before = sets_of(table)
+    changes = {"ns/a": (affinity_view([*survivors, *newcomers]),)}
     if resync:
         fresh = ServiceTable(4)
-        fresh.commit(fresh.plan(NODE, changes, full=True, hints=table.services))
+        plan = fresh.plan(NODE, changes, full=True, hints=table.services)
         table = fresh
     else:
-        table.commit(table.plan(NODE, changes))
-    after = slots_of(table)
-    assert all(after[ip] == before[ip] for ip in ips)
-    assert sorted(after.values()) == [f"slot-{i}" for i in range(len(ips) + len(newcomers))]
+        plan = table.plan(NODE, changes)
+    table.commit(plan)
+    after = sets_of(table)
+    assert all(after[ip] == before[ip] for ip in survivors)
+    assert sorted(after) == sorted([*survivors, *newcomers])
+    assert len(set(after.values())) == len(after)
+    lines, t = set(plan.script.splitlines()), "ip pycni-svc"
+    for ip in survivors:
+        assert not {f"{verb} set {t} {before[ip]}" for verb in ("delete", "flush")} & lines
+    if not resync:  # a full render leaves the gone endpoints' sets to the kernel listing
+        assert {f"delete set {t} {before[ip]}" for ip in ips if ip not in survivors} <= lines
 
 
 @pytest.mark.parametrize("ip", ["127.0.0.1", "::1", "169.254.169.254", "fe80::1", "224.0.0.1"])
