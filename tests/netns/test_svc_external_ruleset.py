@@ -16,6 +16,7 @@ import pytest
 
 from services.proxy.elements import calc_elements
 from services.proxy.model import ProxyModel
+from services.proxy.render import calc_affinity_chain_name
 from services.proxy.table import render_transaction
 from tests.fixtures.svc_model import BALANCED_MODEL, NODE6, be, view
 
@@ -79,7 +80,7 @@ def test_changed_source_ranges_apply_as_element_diffs(netns_factory, tmp_path, m
 
 def short_circuit_model(family: int) -> ProxyModel:
     """A Local-policy NodePort + externalIP Service with affinity, one endpoint here and one
-    elsewhere: both the Local bucket and the short-circuit bucket, with slots."""
+    elsewhere: the Local twin, and the port's chain of every endpoint the short-circuit uses."""
     v = BALANCED_MODEL.ports[0] if family == 4 else fenced6().ports[0]
     svc = replace(v.service, affinity_timeout=60, source_ranges=())
     far = be("10.0.1.2" if family == 4 else "fd00::3", 8443, local=False)
@@ -100,9 +101,15 @@ def test_a_short_circuit_with_affinity_loads_and_diffs(netns_factory, tmp_path, 
     ns.run([sys.executable, "-c", NFT_KEPT_CONTEXT, *map(str, paths)], cwd=ROOT)
     table = "ip6" if family == 6 else "ip"
     chains = ns.run(["nft", "list", "chains", table]).stdout
-    assert "chain sc-aff-60-2 " in chains and "chain sc-np-aff-60-2 " in chains
-    for name in ("sc-slot-1", "sc-np-slot-1", "sc-service-ips", "sc-service-nodeports"):
-        want = sum(e.name == name for e in calc_elements(m0))
+    svc, port = v.service, v.port
+    full = calc_affinity_chain_name(svc.namespace, svc.name, port.protocol, port.port, False)
+    local = calc_affinity_chain_name(svc.namespace, svc.name, port.protocol, port.port, True)
+    assert f"chain {full} " in chains and f"chain {local} " in chains
+    elements = calc_elements(m0)
+    for name in ("sc-service-ips", "sc-service-nodeports"):  # the short-circuit: every endpoint
+        short = [e for e in elements if e.name == name]
+        assert short and all(e.value == f"goto {full}" for e in short), name
         out = json.loads(ns.run(["nft", "-j", "list", "map", table, "pycni-svc", name]).stdout)
-        assert len([o["map"] for o in out["nftables"] if "map" in o][0].get("elem", [])) == want
-        assert want, name
+        assert len([o["map"] for o in out["nftables"] if "map" in o][0].get("elem", [])) == len(
+            short
+        )

@@ -85,6 +85,8 @@ for attempt in range(50):
     except ConnectionRefusedError:
         if sys.argv[4] == "refused": print("ConnectionRefusedError"); break
         time.sleep(0.1)
+    except TimeoutError:  # "wait": a fresh link's first packets (IPv6 ND) may go unanswered
+        if sys.argv[4] != "wait" or attempt >= 4: print("TimeoutError"); break
     except OSError as exc:
         print(type(exc).__name__); break
     finally:
