@@ -152,9 +152,12 @@ class Records:
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
         """A snapshot of one prefix replaces what was known under it; a record that did not
-        change dirties nothing (SQLite re-reads every prefix each pass)."""
-        kvs = list(kvs)
-        present = {kv.key for kv in kvs}
+        change dirties nothing (SQLite re-reads every prefix each pass). ``kvs`` is consumed
+        once, as it comes (etcd's pages), and the keys it lacks are forgotten after."""
+        present: set[str] = set()
+        for kv in kvs:
+            present.add(kv.key)
+            self.apply(kv)
         known = [k for table in (self.services, self.endpoints, self.pools) for k in table]
         for key in [k for k in known if k.startswith(prefix) and k not in present]:
             self._forget(key)
@@ -162,8 +165,6 @@ class Records:
             self.settings = None
         if prefix == NODES:
             self.nodes = {k: v for k, v in self.nodes.items() if NODES + k in present}
-        for kv in kvs:
-            self.apply(kv)
 
     def wants(self, family: int) -> bool:
         """A family's table is made once a service CIDR or a ClusterIP of it exists (known
