@@ -213,15 +213,16 @@ def measure_cold(node, want: int, timeout: float) -> dict:
 def measure_kernel(built, services: int, per_service: int, count: int, timeout: float) -> dict:
     """One endpoint changed, and one Service created, ``count`` times each at scale: put ->
     element in node2's kernel (bench/svc_e2e_kernel.py)."""
-    poller = kernel.start_poller(built.nodes[1])
+    poller, checker = kernel.start_poller(built.nodes[1]), kernel.start_poller(built.nodes[1])
     try:
         return {
             "update": kernel.measure_updates(built, poller, services, per_service, count, timeout),
-            "create": kernel.measure_creates(built, poller, count, timeout),
+            "create": kernel.measure_creates(built, poller, checker, count, timeout),
         }
     finally:
-        poller.stdin.close()
-        poller.wait(10)
+        for p in (poller, checker):
+            p.stdin.close()
+            p.wait(10)
 
 
 # --- report --------------------------------------------------------------------------------
