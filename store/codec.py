@@ -8,7 +8,7 @@ fields is not undone by an older one, nor by ``pycni ipam``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from cni.spec.errors import InternalError
@@ -22,11 +22,10 @@ def encode(data: Mapping[str, Any]) -> bytes:
     return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
 
-def decode(key: str, value: bytes, object_hook: Callable[[dict], dict] | None = None) -> dict:
-    """A record's JSON (``object_hook``: as ``json.loads``'s, for every object in it); a
-    corrupt record is an internal error naming its key."""
+def decode(key: str, value: bytes) -> dict:
+    """A record's JSON; a corrupt record is an internal error naming its key."""
     try:
-        data = json.loads(value, object_hook=object_hook)
+        data = json.loads(value)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise CorruptRecord(f"corrupt IPAM record {key}", f"not JSON: {exc}") from None
     if not isinstance(data, dict):
