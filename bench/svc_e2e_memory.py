@@ -2,7 +2,8 @@
 bench/svc_e2e.py writes, decoded the way a watch snapshot is (``Records.replace_all``), then the
 steps of ``ProxySync.sync`` timed one by one, with VmRSS after each and, with ``--trace``,
 tracemalloc's current/peak (slower: figures then are for memory only); the full renders run in a
-child ``nft -f -`` as pycnid runs them (``Nft.run_apart``), whose peak RSS is ``child_peak_mib``.
+child ``nft -f -`` as pycnid runs them (``Nft.run_apart``); that child's own peak is measured once
+more by a small parent (``nft_peak_mib``: a child's ru_maxrss starts from its parent's at exec).
 
     python3 -m bench.svc_e2e_memory [--services 10000] [--endpoints 5] [--trace]
 
@@ -65,7 +66,6 @@ class Steps:
             "seconds": time.perf_counter() - started,
             "rss_mib": (vm_rss_kib(os.getpid()) or 0) / 1024,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "child_peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         }
         if tracemalloc.is_tracing():
             current, peak = tracemalloc.get_traced_memory()
@@ -103,6 +103,7 @@ def measure(services: int, per_service: int) -> list[dict]:
     )
     plan = steps.run("full plan (views, elements, script)", full_plan, records)
     steps.run("nft.run_apart into an empty table", nft.run_apart, plan.script)
+    nft_peak = steps.run("nft -f - again, from a small parent", calc_nft_peak, plan.script)
     table = steps.run("table.commit", commit, plan)
     steps.run("release_cache + malloc_trim", nft.release_cache)
     del plan
@@ -113,7 +114,22 @@ def measure(services: int, per_service: int) -> list[dict]:
     steps.run("release_cache + malloc_trim", nft.release_cache)
     del again, table
     steps.run("plan dropped, gc.collect()", gc.collect)
-    return steps.rows
+    return [
+        *steps.rows,
+        {"step": "nft -f - of the full render, its own peak", "nft_peak_mib": nft_peak},
+    ]
+
+
+def calc_nft_peak(script: str) -> float:
+    """MiB: the peak RSS of ``nft -f -`` running ``script``, under a parent of ~10 MiB."""
+    parent = (
+        "import resource, subprocess, sys; subprocess.run(['nft', '-f', '-'], check=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", parent], input=script, capture_output=True, text=True
+    )
+    return int(out.stdout) / 1024 if out.returncode == 0 else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
