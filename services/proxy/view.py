@@ -103,7 +103,7 @@ class Records:
     def _put_endpoint(self, key: str, record: EndpointRecord | None) -> None:
         """Addresses are parsed here, once per record: a bad one makes the record unreadable
         (``apply`` leaves it out), and a full render does not parse 50k of them again."""
-        addresses = tuple(_parse_ip(text) for text in record.ips) if record else ()
+        addresses = tuple(map(parse_address, record.ips)) if record else ()
         old = self.endpoints.pop(key, None)
         self.addresses.pop(key, None)
         if old is not None:
@@ -303,11 +303,10 @@ def _ips(texts: Iterable[str], family: int) -> tuple[IPAddress, ...]:
     return tuple([ip for ip in map(_parse_ip, texts) if ip.version == family])
 
 
-@functools.lru_cache(maxsize=1 << 17)
-def _parse_ip(text: str) -> IPAddress:
-    """Parsing is most of a full render's model cost (50k endpoint addresses at 10k Services):
-    each address text is parsed once while it stays in use, by the C parser (``inet_pton``,
-    which takes exactly the forms ``ipaddress`` does, scope ids aside)."""
+def parse_address(text: str) -> IPAddress:
+    """Parsing is most of a full render's model cost (50k endpoint addresses at 10k Services),
+    so it is done by the C parser (``inet_pton``, which takes exactly the forms ``ipaddress``
+    does, scope ids aside), and an endpoint's addresses once, when its record arrives."""
     addr = text.split("/")[0]
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     try:
@@ -315,6 +314,11 @@ def _parse_ip(text: str) -> IPAddress:
     except OSError:
         raise ValueError(f"{addr!r} is not an IP address") from None
     return ipaddress.ip_address(packed)
+
+
+#: A Service's addresses, parsed on every view of it, once while they stay in use (the
+#: endpoints' are kept with their records: cached too, they had held ~4 MiB at 10k Services).
+_parse_ip = functools.lru_cache(maxsize=1 << 16)(parse_address)
 
 
 def calc_fixed_ports(record: ServiceRecord) -> dict[str, int] | None:
