@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.proxy.view import Records
+from services.proxy.view import SMALL, Records, _index, _unindex
 from store.keys import ENDPOINTS, SERVICES
 from tests.unit.test_proxy_view import endpoints, kv, records_of, services
 
@@ -64,3 +64,33 @@ def test_a_snapshot_read_as_it_comes_leaves_what_a_fresh_read_gives(
         ):
             assert svc.key in dirty
     assert {s.key for s in services_snapshot if s not in svcs} <= dirty
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),
+            st.sampled_from([("ns", "app", "a"), ("ns", "app", "b"), ("o", "tier", "a")]),
+            st.integers(0, 19).map(lambda i: f"k{i}"),
+        ),
+        max_size=120,
+    )
+)
+def test_an_index_entry_holds_its_keys_in_one_form_for_each_size(ops):
+    """Adds and removes under label pairs, in any order: an entry holds exactly its keys, as a
+    sorted tuple up to SMALL and a set above (so equal contents are equal entries), and an
+    entry with none is gone."""
+    index: dict = {}
+    model: dict = {}
+    for add, pair, key in ops:
+        (_index if add else _unindex)(index, [pair], key)
+        keys = model.setdefault(pair, set())
+        (keys.add if add else keys.discard)(key)
+    for pair, keys in model.items():
+        if not keys:
+            assert pair not in index
+        elif len(keys) <= SMALL:
+            assert index[pair] == tuple(sorted(keys))
+        else:
+            assert index[pair] == keys and isinstance(index[pair], set)
