@@ -1,17 +1,19 @@
 """The Service and endpoint records as the proxy holds them (services/record.py), under
-generated input: decoded with their repeated strings interned and empty mappings shared, a
-record still reads back as written (byte for byte, unknown fields included), equal records
-compare equal, any stored value reads as a record or CorruptRecord, and what repeats between
-records is held once."""
+generated input: decoded with their repeated strings interned and empty mappings and equal
+labels shared, a record still reads back as written (byte for byte, unknown fields included),
+equal records compare equal, any stored value reads as a record or CorruptRecord, what repeats
+between records is held once, and shared labels are read-only and let go with their records."""
 
 from __future__ import annotations
 
+import gc
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.record import EMPTY, EndpointRecord, ServicePort, ServiceRecord
+from services.record import _LABELS, EMPTY, EndpointRecord, ServicePort, ServiceRecord
 from store.codec import CorruptRecord
 
 NAMES = st.text("abcdefgh0123456789-", min_size=1, max_size=10)
@@ -108,3 +110,27 @@ def test_any_stored_value_reads_as_a_record_or_corrupt(value, as_service):
         assert "/k" in err.msg
     else:
         assert cls.from_bytes("/k", record.to_bytes()) == record
+
+
+@SETTINGS
+@given(st.lists(LABELS, min_size=1, max_size=6))
+def test_equal_labels_are_one_read_only_object_held_while_a_record_holds_it(label_sets):
+    records = [
+        EndpointRecord.from_bytes(
+            f"/ep/{i}", EndpointRecord("ns", f"p{i}", "eth0", (), labels).to_bytes()
+        )
+        for i, labels in enumerate(label_sets)
+    ]
+    for a, labels_a in zip(records, label_sets, strict=True):
+        assert dict(a.labels) == labels_a
+        for b, labels_b in zip(records, label_sets, strict=True):
+            assert (a.labels is b.labels) == (labels_a == labels_b)
+        if labels_a:
+            with pytest.raises(TypeError):
+                a.labels["x"] = "y"  # type: ignore[index]
+            with pytest.raises(TypeError):
+                a.labels.update(x="y")  # type: ignore[attr-defined]
+    held = {tuple(sorted(r.labels.items())) for r in records if r.labels}
+    del records, a, b
+    gc.collect()
+    assert not held & set(_LABELS.keys())  # nothing holds them: the sharing lets go
