@@ -23,7 +23,6 @@ import sys
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 from typing import Any, NoReturn
 
 from store.codec import CorruptRecord, decode, encode
@@ -53,9 +52,6 @@ def endpoint_key(namespace: str, pod: str, ifname: str) -> str:
     return f"{endpoints_prefix(namespace)}{pod}/{ifname}"
 
 
-#: The one empty mapping every record without unknown fields or named ports shares (a
-#: pycnid holding 10k Services x 5 endpoints had 110k empty dicts).
-EMPTY: Mapping[str, Any] = MappingProxyType({})
 #: Fields whose values are one per record: never interned (the rest repeat across records).
 UNIQUE_FIELDS = frozenset({"name", "pod", "containerID"})
 
@@ -75,6 +71,20 @@ class Labels(dict):
 
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _read_only
     __ior__ = _read_only
+
+    def __reduce__(self) -> tuple[type, tuple[tuple[tuple[Any, Any], ...]]]:
+        return Labels, (tuple(self.items()),)
+
+    def __copy__(self) -> Labels:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Labels:
+        return self
+
+
+#: The one empty mapping every record without unknown fields, named ports or labels shares
+#: (a pycnid holding 10k Services x 5 endpoints had 110k empty dicts).
+EMPTY: Mapping[str, Any] = Labels()
 
 
 _LABELS: weakref.WeakValueDictionary[tuple[tuple[str, str], ...], Labels] = (

@@ -6,8 +6,11 @@ between records is held once, and shared labels are read-only and let go with th
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import gc
 import json
+import pickle
 
 import pytest
 from hypothesis import given, settings
@@ -130,6 +133,8 @@ def test_equal_labels_are_one_read_only_object_held_while_a_record_holds_it(labe
                 a.labels["x"] = "y"  # type: ignore[index]
             with pytest.raises(TypeError):
                 a.labels.update(x="y")  # type: ignore[attr-defined]
+        assert copy.deepcopy(a) == a == pickle.loads(pickle.dumps(a))  # noqa: S301
+        assert dataclasses.asdict(a)["labels"] == labels_a
     held = {tuple(sorted(r.labels.items())) for r in records if r.labels}
     del records, a, b
     gc.collect()
