@@ -9,9 +9,10 @@
    applies ``ServiceTable.plan`` (``table.py``) through one kept libnftables context: their
    elements diffed against what they had, never a listing of the table, so an update costs
    what it changes. A full render of every Service comes at start, after a refused
-   transaction (the table is then unknown) and every ``resyncInterval`` seconds, and runs in
+   transaction (the table is then unknown) and every ``resyncInterval`` seconds. It runs in
    a child ``nft -f -`` (``Nft.run_apart``: its ~130 MiB parse at 10k Services is never
-   pycnid's heap);
+   pycnid's heap), and so does any transaction over ``APART_BYTES`` (many Services at once:
+   a bulk change); a small one costs ~0.5 ms in the kept context, ~15 ms in a child;
 3. deletes stale UDP conntrack entries of the entry points whose serving backends changed
    (``conntrack.py``).
 
@@ -45,6 +46,9 @@ from store.watched import WatchedPrefixes
 log = logging.getLogger("pycnid.proxy")
 RETRY = 1.0
 POLL = 0.5  # a store without watches (SQLite): how often its revision is looked at
+#: A transaction's script from this size on runs in a child nft (~1,500 elements): the kept
+#: context keeps what it parsed, ~2 KiB an element, and pycnid's heap would keep it after.
+APART_BYTES = 64 * 1024
 
 
 class ProxyMetrics:
@@ -168,7 +172,7 @@ class ProxySync:
         if self.nft is None:
             return None
         try:
-            (self.nft.run_apart if plan.full else self.nft.run)(plan.script)
+            (self.nft.run_apart if is_large(plan) else self.nft.run)(plan.script)
         except NftError as exc:
             self.drop_table(family)
             self.chains[family] = None
@@ -222,6 +226,11 @@ class ProxySync:
             conntrack.calc_udp_serving(before), conntrack.calc_udp_serving(after), plan.full
         )
         self.metrics.stale.inc(conntrack.clean_stale(checks, family))
+
+
+def is_large(plan: TablePlan) -> bool:
+    """Run apart (``APART_BYTES``): a full render, or an update of many Services at once."""
+    return plan.full or len(plan.script) >= APART_BYTES
 
 
 def calc_plan(
