@@ -213,15 +213,16 @@ def measure_cold(node, want: int, timeout: float) -> dict:
 def measure_kernel(built, services: int, per_service: int, count: int, timeout: float) -> dict:
     """One endpoint changed, and one Service created, ``count`` times each at scale: put ->
     element in node2's kernel (bench/svc_e2e_kernel.py)."""
-    poller = kernel.start_poller(built.nodes[1])
+    poller, checker = kernel.start_poller(built.nodes[1]), kernel.start_poller(built.nodes[1])
     try:
         return {
             "update": kernel.measure_updates(built, poller, services, per_service, count, timeout),
-            "create": kernel.measure_creates(built, poller, count, timeout),
+            "create": kernel.measure_creates(built, poller, checker, count, timeout),
         }
     finally:
-        poller.stdin.close()
-        poller.wait(10)
+        for p in (poller, checker):
+            p.stdin.close()
+            p.wait(10)
 
 
 # --- report --------------------------------------------------------------------------------
@@ -275,8 +276,8 @@ def scale_lines(sc: dict) -> list[Line]:
             mib(sc["rss_kib_programmed"]),
             mib(sc["rss_kib_before"]),
             ratio,
-            "",
-            "",
+            f"<={GOALS['rss_mib']} MiB",
+            verdict(sc["rss_kib_programmed"], GOALS["rss_mib"] * 1024),
         ),
         ("restarted pycnid: exec -> programmed", secs(cold["exec_to_programmed"]), "", "", "", ""),
         (first[0], secs(first[1]), "", "", "", ""),
@@ -294,21 +295,37 @@ def scale_lines(sc: dict) -> list[Line]:
             mib(cold["memory_2s_later"]["VmRSS"]),
             mib(cold["memory_2s_later"]["VmHWM"]),
             "",
-            "",
-            "",
+            f"<={GOALS['peak_mib']} MiB",
+            verdict(cold["memory_2s_later"].get("VmHWM"), GOALS["peak_mib"] * 1024),
         ),
         *kernel_lines("one endpoint changed -> in the kernel", sc["update"]),
-        *kernel_lines("one Service created -> in the kernel", sc["create"]),
+        *kernel_lines("one Service created -> in the kernel", sc["create"], GOALS["create_ms"]),
     ]
 
 
-def kernel_lines(label: str, figures: dict) -> list[Line]:
+#: Goals at 10k Services x 5 endpoints: pycnid's VmRSS once programmed, a restarted pycnid's
+#: peak (VmHWM) up to 2 s after it programmed them, a created Service in the kernel (p50, max).
+GOALS = {"rss_mib": 150, "peak_mib": 200, "create_ms": (20, 50)}
+
+
+def verdict(value: float | None, limit: float) -> str:
+    return "" if value is None else ("PASS" if value <= limit else "MISS")
+
+
+def kernel_lines(label: str, figures: dict, goals: tuple[int, int] | None = None) -> list[Line]:
     n = len(figures["runs"])
     late = f"{figures['timeouts']} timed out" if figures["timeouts"] else ""
+    p50, top = goals or (None, None)
     return [
-        (f"{label}, p50 of {n}", ms(figures["p50"]), late, "", "", ""),
-        ("  max", ms(figures["max"]), "", "", "", ""),
+        (f"{label}, p50 of {n}", ms(figures["p50"]), late, "", *goal_cells(figures["p50"], p50)),
+        ("  max", ms(figures["max"]), "", "", *goal_cells(figures["max"], top)),
     ]
+
+
+def goal_cells(seconds: float | None, limit_ms: int | None) -> tuple[str, str]:
+    if limit_ms is None:
+        return "", ""
+    return f"<={limit_ms} ms", verdict(seconds, limit_ms / 1000) if seconds is not None else "MISS"
 
 
 def render(report: dict, sections: list[tuple[str, list[Line]]]) -> str:

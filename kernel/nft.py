@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import shutil
 import subprocess
 import threading
 from typing import Any
@@ -51,6 +52,21 @@ class Nft:
             rc, _out, err = self._call(self._ctx, script, json_output=False)
         if rc != 0:
             raise NftError(err.strip() or f"nft exited {rc}")
+
+    def run_apart(self, script: str) -> None:
+        """``run`` in a child ``nft -f -`` (the same libnftables): a large transaction's parse
+        (~130 MiB at 70k elements) is then the child's, given back whole when it exits, never
+        this process's heap. Without the binary, or its context: ``run``."""
+        if self._ctx is None or shutil.which(NFT_BINARY) is None:
+            return self.run(script)
+        if not script.strip():
+            return None
+        self._guard()
+        with self._lock:
+            rc, _out, err = self._call(None, script, json_output=False)
+        if rc != 0:
+            raise NftError(err.strip() or f"nft exited {rc}")
+        return None
 
     def release_cache(self) -> None:
         """Give back what a large transaction left behind: libnftables keeps its cache in the

@@ -15,7 +15,7 @@ Daemon config: ``{"type": "etcd", "endpoints": ["https://10.0.0.1:2379", ...], "
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -29,6 +29,8 @@ from store.etcd_watch import Watch, WatchUpdate, calc_range, to_kv
 
 if TYPE_CHECKING:
     from store.config import StoreConfig
+
+RANGE_PAGE = 1000  # keys a page of ``range_pages``
 
 
 class EtcdStore:
@@ -80,6 +82,33 @@ class EtcdStore:
         )
         response = self.conn.call(lambda s, t: s.kv.Range(request, t), what=f"range {prefix}")
         return [to_kv(kv) for kv in response.kvs], response.header.revision
+
+    def range_pages(self, prefix: str, page: int = RANGE_PAGE) -> tuple[Iterator[KV], int]:
+        """``range_at`` a page of ``page`` keys at a time, every page read at the first one's
+        revision (one consistent snapshot): the next page is fetched when the caller has
+        consumed this one, so a large prefix is never held whole, neither as the response
+        nor as KVs (at 10k Services x 5 endpoints that was ~60 MiB at a restart)."""
+        key, range_end = calc_range(prefix)
+        first = self._range_page(prefix, key, range_end, page, 0)
+        revision = first.header.revision
+        return self._pages(prefix, first, range_end, page, revision), revision
+
+    def _pages(
+        self, prefix: str, response: Any, range_end: bytes, page: int, revision: int
+    ) -> Iterator[KV]:
+        while True:
+            yield from map(to_kv, response.kvs)
+            if not response.more or not response.kvs:
+                return
+            after = response.kvs[-1].key + b"\0"
+            response = None  # this page is freed before the next is read
+            response = self._range_page(prefix, after, range_end, page, revision)
+
+    def _range_page(
+        self, prefix: str, key: bytes, range_end: bytes, page: int, revision: int
+    ) -> Any:
+        request = etcdrpc.RangeRequest(key=key, range_end=range_end, limit=page, revision=revision)
+        return self.conn.call(lambda s, t: s.kv.Range(request, t), what=f"range {prefix}")
 
     def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> TxnResult:
         request = etcdrpc.TxnRequest(

@@ -4,7 +4,8 @@ revision moved (every ``ensure`` if it has none), so its owner polls ``ensure`` 
 
 Both of pycnid's syncs (overlay peers, Service proxy) keep their in-memory view this way. The
 view has ``replace_all(kvs, prefix)`` (a snapshot of one prefix: after a read, or a watch that
-resumed past compaction) and ``apply(kv, deleted)``; changes are made under ``lock`` and then
+resumed past compaction; an etcd read comes page by page, so ``kvs`` is consumed once, as it
+arrives) and ``apply(kv, deleted)``; changes are made under ``lock`` and then
 ``on_change(changed)`` is called (``changed``: what ``apply`` returned, True for a snapshot).
 """
 
@@ -28,8 +29,18 @@ class View(Protocol):
     def apply(self, kv: KV, deleted: bool) -> object: ...
 
 
+class PagedLister(Protocol):
+    """A store that reads a prefix page by page at one revision (``EtcdStore.range_pages``)."""
+
+    def range_pages(self, prefix: str) -> tuple[Iterable[KV], int]: ...
+
+
 def can_watch(store: Store) -> TypeGuard[WatchingStore]:
     return callable(getattr(store, "watch", None))
+
+
+def can_page(store: object) -> TypeGuard[PagedLister]:
+    return callable(getattr(store, "range_pages", None))
 
 
 class WatchedPrefixes:
@@ -61,11 +72,13 @@ class WatchedPrefixes:
         for prefix in self.prefixes:
             if prefix in self.loaded:
                 continue
-            kvs, read = (
-                watching.range_at(prefix)
-                if watching is not None
-                else (self.store.range(prefix), 0)
-            )
+            kvs: Iterable[KV]
+            if watching is None:
+                kvs, read = self.store.range(prefix), 0
+            elif can_page(watching):  # the view takes it page by page, under the lock
+                kvs, read = watching.range_pages(prefix)
+            else:
+                kvs, read = watching.range_at(prefix)
             with self.lock:
                 self.view.replace_all(kvs, prefix)
             if watching is not None:

@@ -43,6 +43,8 @@ EXTERNAL_TYPES = ("NodePort", "LoadBalancer")
 
 
 LabelKey = tuple[str, str, str]  # (namespace, label, value)
+Keys = tuple[str, ...] | set[str]  # an index entry: see _index
+SMALL = 8
 
 
 @dataclass
@@ -58,8 +60,8 @@ class Records:
     settings: ServiceSettings | None = None
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     bad: set[str] = field(default_factory=set)
-    labelled: dict[LabelKey, set[str]] = field(default_factory=dict)  # -> endpoint keys
-    selecting: dict[LabelKey, set[str]] = field(default_factory=dict)  # -> Service keys
+    labelled: dict[LabelKey, Keys] = field(default_factory=dict)  # -> endpoint keys
+    selecting: dict[LabelKey, Keys] = field(default_factory=dict)  # -> Service keys
     addresses: dict[str, tuple[IPAddress, ...]] = field(default_factory=dict)  # endpoint key ->
     dirty: set[str] = field(default_factory=set)
     vips: Counter = field(default_factory=Counter)  # family -> ClusterIPs of that family
@@ -104,7 +106,7 @@ class Records:
     def _put_endpoint(self, key: str, record: EndpointRecord | None) -> None:
         """Addresses are parsed here, once per record: a bad one makes the record unreadable
         (``apply`` leaves it out), and a full render does not parse 50k of them again."""
-        addresses = tuple(_parse_ip(text) for text in record.ips) if record else ()
+        addresses = tuple(map(parse_address, record.ips)) if record else ()
         old = self.endpoints.pop(key, None)
         self.addresses.pop(key, None)
         if old is not None:
@@ -130,7 +132,9 @@ class Records:
         pairs = _pairs(service.namespace, service.selector)
         if not pairs:
             return []
-        found = set.intersection(*(self.labelled.get(p, set()) for p in pairs))
+        found = set(self.labelled.get(pairs[0], ())).intersection(
+            *(self.labelled.get(p, ()) for p in pairs[1:])
+        )
         return [(self.endpoints[k], self.addresses[k]) for k in sorted(found)]
 
     def _apply_pool(self, kv: KV) -> None:
@@ -153,9 +157,12 @@ class Records:
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
         """A snapshot of one prefix replaces what was known under it; a record that did not
-        change dirties nothing (SQLite re-reads every prefix each pass)."""
-        kvs = list(kvs)
-        present = {kv.key for kv in kvs}
+        change dirties nothing (SQLite re-reads every prefix each pass). ``kvs`` is consumed
+        once, as it comes (etcd's pages), and the keys it lacks are forgotten after."""
+        present: set[str] = set()
+        for kv in kvs:
+            present.add(kv.key)
+            self.apply(kv)
         known = [k for table in (self.services, self.endpoints, self.pools) for k in table]
         for key in [k for k in known if k.startswith(prefix) and k not in present]:
             self._forget(key)
@@ -163,8 +170,6 @@ class Records:
             self.settings = None
         if prefix == NODES:
             self.nodes = {k: v for k, v in self.nodes.items() if NODES + k in present}
-        for kv in kvs:
-            self.apply(kv)
 
     def wants(self, family: int) -> bool:
         """A family's table is made once a service CIDR or a ClusterIP of it exists (known
@@ -190,18 +195,37 @@ def _pairs(namespace: str, labels: Mapping[str, str]) -> list[LabelKey]:
     return [(namespace, k, v) for k, v in labels.items()]
 
 
-def _index(index: dict[LabelKey, set[str]], pairs: Iterable[LabelKey], key: str) -> None:
+def _index(index: dict[LabelKey, Keys], pairs: Iterable[LabelKey], key: str) -> None:
+    """Add ``key`` under each pair. An entry of up to ``SMALL`` keys is a sorted tuple, a
+    larger one a set (one form for each size, whatever the order of changes): most label
+    pairs pick a few endpoints and one Service, and a set of 5 keys is 472 bytes, its tuple
+    80 (the two indexes were ~10 MiB at 10k Services x 5 endpoints)."""
     for pair in pairs:
-        index.setdefault(pair, set()).add(key)
+        held = index.get(pair, ())
+        if key in held:
+            continue
+        if isinstance(held, set):
+            held.add(key)
+        elif len(held) < SMALL:
+            index[pair] = tuple(sorted((*held, key)))
+        else:
+            index[pair] = {*held, key}
 
 
-def _unindex(index: dict[LabelKey, set[str]], pairs: Iterable[LabelKey], key: str) -> None:
+def _unindex(index: dict[LabelKey, Keys], pairs: Iterable[LabelKey], key: str) -> None:
     for pair in pairs:
-        keys = index.get(pair)
-        if keys is not None:
-            keys.discard(key)
-            if not keys:
-                del index[pair]
+        held = index.get(pair)
+        if held is None or key not in held:
+            continue
+        if isinstance(held, set):
+            held.discard(key)
+            rest: Keys = held if len(held) > SMALL else tuple(sorted(held))
+        else:
+            rest = tuple(k for k in held if k != key)
+        if rest:
+            index[pair] = rest
+        else:
+            del index[pair]
 
 
 def calc_node_ips(
@@ -331,11 +355,10 @@ def _ips(texts: Iterable[str], family: int) -> tuple[IPAddress, ...]:
     return tuple([ip for ip in map(_parse_ip, texts) if ip.version == family])
 
 
-@functools.lru_cache(maxsize=1 << 17)
-def _parse_ip(text: str) -> IPAddress:
-    """Parsing is most of a full render's model cost (50k endpoint addresses at 10k Services):
-    each address text is parsed once while it stays in use, by the C parser (``inet_pton``,
-    which takes exactly the forms ``ipaddress`` does, scope ids aside)."""
+def parse_address(text: str) -> IPAddress:
+    """Parsing is most of a full render's model cost (50k endpoint addresses at 10k Services),
+    so it is done by the C parser (``inet_pton``, which takes exactly the forms ``ipaddress``
+    does, scope ids aside), and an endpoint's addresses once, when its record arrives."""
     addr = text.split("/")[0]
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     try:
@@ -343,6 +366,11 @@ def _parse_ip(text: str) -> IPAddress:
     except OSError:
         raise ValueError(f"{addr!r} is not an IP address") from None
     return ipaddress.ip_address(packed)
+
+
+#: A Service's addresses, parsed on every view of it, once while they stay in use (the
+#: endpoints' are kept with their records: cached too, they had held ~4 MiB at 10k Services).
+_parse_ip = functools.lru_cache(maxsize=1 << 16)(parse_address)
 
 
 def calc_fixed_ports(record: ServiceRecord) -> dict[str, int] | None:

@@ -1,0 +1,115 @@
+"""``Nft.run_apart`` (the proxy's full renders) in a real netns: a transaction run in a child
+``nft -f -`` leaves what the kept context leaves, a refused one is an NftError with nft's
+message and applies nothing, and without the binary the kept context runs it; this process's
+heap does not take the parse of a large transaction (its peak RSS is the child's, not its own)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.netns import new_netns
+
+pytestmark = pytest.mark.netns
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = "pycni-apart"
+SCRIPT = f"""add table ip {TABLE}
+add map ip {TABLE} m {{ type ipv4_addr . inet_service : ipv4_addr . inet_service; }}
+add set ip {TABLE} s {{ type ipv4_addr; }}
+add element ip {TABLE} s {{ 10.0.0.1, 10.0.0.2 }}
+add element ip {TABLE} m {{ 10.96.0.1 . 80 : 10.1.0.1 . 8080 }}
+"""
+IN_NETNS = """
+import json, resource, subprocess, sys
+spawned, real_run = [], subprocess.run
+subprocess.run = lambda argv, **kw: spawned.append(argv[0]) or real_run(argv, **kw)
+import kernel.nft as nft_mod
+from kernel.nft import Nft, NftError
+case, script, listed = json.loads(sys.stdin.read())
+if case == "no-binary":
+    nft_mod.NFT_BINARY = "pycni-no-such-nft"
+nft = Nft()
+try:
+    (nft.run if case == "kept" else nft.run_apart)(script)
+    error = None
+except NftError as exc:
+    error = str(exc)
+print(json.dumps({
+    "error": error,
+    "listing": nft.list_json("list table ip pycni-apart") if listed and not error else None,
+    "self_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    "child_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+    "spawned": spawned,
+}))
+"""
+
+
+@pytest.fixture
+def run_in_netns():
+    if os.geteuid() != 0:
+        pytest.skip("needs root for network namespaces")
+    made = []
+
+    def run(case: str, script: str, listed: bool = True) -> dict:
+        ns = new_netns("apart")
+        made.append(ns)
+        out = subprocess.run(
+            ["ip", "netns", "exec", ns.name, sys.executable, "-c", IN_NETNS],
+            input=json.dumps([case, script, listed]),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=True,
+        )
+        return json.loads(out.stdout)
+
+    yield run
+    for ns in made:
+        ns.delete()
+
+
+def strip_handles(doc: dict) -> list:
+    """The listing without what differs between two netns (handles)."""
+    items = []
+    for item in doc["nftables"]:
+        for kind, body in item.items():
+            if kind != "metainfo":
+                items.append({kind: {k: v for k, v in body.items() if k != "handle"}})
+    return items
+
+
+def test_a_transaction_run_apart_leaves_what_the_kept_context_leaves(run_in_netns):
+    kept, apart = run_in_netns("kept", SCRIPT), run_in_netns("apart", SCRIPT)
+    assert kept["error"] is None and apart["error"] is None
+    assert strip_handles(apart["listing"]) == strip_handles(kept["listing"])
+    assert kept["spawned"] == [] and apart["spawned"] == ["nft"]  # it ran in a child
+
+
+def test_a_refused_transaction_apart_is_nfts_message_and_applies_nothing(run_in_netns):
+    bad = SCRIPT + f"add element ip {TABLE} s {{ 10.0.0.300 }}\n"
+    out = run_in_netns("apart", bad)
+    assert out["error"] and "10.0.0.300" in out["error"]
+    assert out["listing"] is None
+
+
+def test_without_the_binary_the_kept_context_runs_it(run_in_netns):
+    out = run_in_netns("no-binary", SCRIPT)
+    assert out["error"] is None and out["spawned"] == []
+    assert strip_handles(out["listing"])
+
+
+def test_a_large_transaction_apart_is_not_this_process_heap(run_in_netns):
+    elements = ", ".join(
+        f"10.{96 + i // 65536}.{i // 256 % 256}.{i % 256} . 80 : 10.1.{i // 256 % 256}.1 . 8080"
+        for i in range(30000)
+    )
+    big = SCRIPT + f"add element ip {TABLE} m {{ {elements} }}\n"
+    kept, apart = run_in_netns("kept", big, False), run_in_netns("apart", big, False)
+    assert kept["error"] is None and apart["error"] is None
+    grown = kept["self_kib"] - apart["self_kib"]  # what the parse cost the kept context
+    assert grown > 20 * 1024 and apart["child_kib"] > grown // 2
