@@ -101,7 +101,7 @@ def test_add_publishes_check_verifies_del_withdraws(net, netns_factory):
     check = dict(cap_args=PORT_MAPPINGS, cni_args=pod_args("web-0"))
     net.must("check", "svcnet", pod.path, **check)
 
-    changed = EndpointRecord(**{**record.__dict__, "labels": {"app": "db"}})
+    changed = replace(record, labels={"app": "db"})
     net.store.txn([], [Put(record.key, changed.to_bytes())])
     broken = net.run("check", "svcnet", pod.path, **check)
     assert broken.code == 1 and "labels" in broken.stderr and "'app': 'db'" in broken.stderr

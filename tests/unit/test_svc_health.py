@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -72,7 +73,7 @@ def test_the_count_is_this_nodes_ready_endpoints_serving_a_port(eps, kind_policy
     for i, (node, conditions, named, labels) in enumerate(eps):
         ports = {"http": 8080} if named else {}
         e = EndpointRecord("ns", f"p{i}", "eth0", (f"10.0.0.{i + 2}",), labels, node, ports)
-        e = EndpointRecord(**{**e.__dict__, **conditions})
+        e = replace(e, **conditions)
         records.apply(kv(e.key, e.to_bytes()))
         made.append(e)
     target = calc_health(records, svc.key, "n1")

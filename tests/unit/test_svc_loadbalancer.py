@@ -105,7 +105,7 @@ def test_only_a_load_balancer_record_gives_the_proxy_load_balancer_ips():
     assert four.load_balancer_ips == (A(LB_IP),)
     assert four.source_ranges == (ipaddress.ip_network("203.0.113.0/24"),)
     assert four.ports[0].node_port == 30000
-    gone = calc_service(ServiceRecord(**{**record.__dict__, "type": "NodePort"}), 4)
+    gone = calc_service(replace(record, type="NodePort"), 4)
     assert gone.load_balancer_ips == () and gone.source_ranges == ()
 
 
