@@ -220,10 +220,14 @@ def svc_endpoints(env: Env, ref: str) -> None:
 @click.option("--node", default=None, help="whose table (default: this node's nodeName)")
 @command_options
 def svc_trace(env: Env, source: str, target: str, node: str | None) -> None:
-    """What NODE's Service table does with the packet: entry, verdict, backends, masquerade."""
+    """What NODE's Service table does with the packet: entry, verdict, backends, masquerade.
+    On this node (the default) NodePorts are traced on the addresses the proxy reads here."""
     from services.ops.trace import render_trace, trace
+    from services.proxy.inputs import read_local_addresses
 
-    env.emit(trace(env.store(), node or env.config().node_name, source, target), render_trace)
+    here = env.config().node_name
+    local = read_local_addresses() if node in (None, here) else ()
+    env.emit(trace(env.store(), node or here, source, target, local), render_trace)
 
 
 def port_text(port: dict) -> str:
