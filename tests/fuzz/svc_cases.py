@@ -68,6 +68,7 @@ PLANS = {
         "2001:db8:ff::77",
     ),
 }
+PODS = (2, 3, 4, 5, 7)  # Pod hosts: 2-5 may be endpoints, 7 is a client only
 CLIENTS = 6  # off-cluster clients: <client>1 .. <client>6; source ranges cover the first 3
 TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 
@@ -97,7 +98,9 @@ def endpoints(draw, plan: Plan, implemented: bool) -> tuple[Endpoint, ...]:
 
 
 @st.composite
-def services(draw, family: int, index: int, implemented: bool) -> Service:
+def services(
+    draw, family: int, index: int, implemented: bool, protocols: tuple[str, ...]
+) -> Service:
     plan, n = PLANS[family], index + 10
     kind = draw(st.sampled_from(TYPES))
     lb = kind == "LoadBalancer" and not implemented
@@ -107,7 +110,7 @@ def services(draw, family: int, index: int, implemented: bool) -> Service:
         kind,
         (f"{plan.vip}{n}",),
         draw(st.sampled_from((80, 443))),
-        protocol=draw(st.sampled_from(("tcp", "udp"))),
+        protocol=draw(st.sampled_from(protocols)),
         node_port=30000 + index if kind != "ClusterIP" else None,
         external_ips=(f"{plan.external}{n}",) if draw(st.booleans()) else (),
         lb_ips=(f"{plan.lb}{n}",) if lb else (),
@@ -120,7 +123,9 @@ def services(draw, family: int, index: int, implemented: bool) -> Service:
 
 
 @st.composite
-def clusters(draw, family: int, implemented: bool) -> Cluster:
+def clusters(
+    draw, family: int, implemented: bool, protocols: tuple[str, ...] = ("tcp", "udp")
+) -> Cluster:
     plan = PLANS[family]
     count = draw(st.integers(1, 3))
     return Cluster(
@@ -128,16 +133,16 @@ def clusters(draw, family: int, implemented: bool) -> Cluster:
         plan.node_ips,
         (plan.cluster,),
         (plan.services,),
-        tuple(draw(services(family, i, implemented)) for i in range(count)),
+        tuple(draw(services(family, i, implemented, protocols)) for i in range(count)),
     )
 
 
 @st.composite
-def packets(draw, cluster: Cluster, family: int) -> Packet:
+def packets(draw, cluster: Cluster, family: int, other_protocol: bool = True) -> Packet:
     plan = PLANS[family]
     kind = draw(st.sampled_from(("pod", "node", "outside")))
     if kind == "pod":
-        src = plan.pods[draw(st.sampled_from(("n1", "n2")))] + str(draw(st.integers(2, 7)))
+        src = plan.pods[draw(st.sampled_from(("n1", "n2")))] + str(draw(st.sampled_from(PODS)))
     elif kind == "node":
         src = draw(st.sampled_from(plan.node_ips))
     else:
@@ -149,7 +154,7 @@ def packets(draw, cluster: Cluster, family: int) -> Packet:
     targets += [(svc.cluster_ips[0], 8), (f"{plan.vip}200", 80), (plan.elsewhere, 80)]
     dst, port = draw(st.sampled_from(targets))
     other = "udp" if svc.protocol == "tcp" else "tcp"
-    protocol = draw(st.sampled_from((svc.protocol,) * 5 + (other,)))
+    protocol = draw(st.sampled_from((svc.protocol,) * 5 + (other,) * other_protocol))
     return Packet(src, dst, port, protocol, from_node=kind == "node")
 
 
