@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from cli.command import Env, Failed, command_options
+from cli.open_store import load_config
 from cli.output import cell_text, render_table
 from services.record import DEFAULT_NODE_PORT_RANGE
 
@@ -284,10 +285,20 @@ def endpoint_drain(env: Env, ref: str, ifname: str | None) -> None:
 @click.option("--node", default=None, help="whose table (default: this node's nodeName)")
 @command_options
 def svc_trace(env: Env, source: str, target: str, node: str | None) -> None:
-    """What NODE's Service table does with the packet: entry, verdict, backends, masquerade."""
+    """What NODE's Service table does with the packet: entry, verdict, backends, masquerade.
+    On this node (the default) NodePorts are traced on the addresses the proxy reads here,
+    under the proxy settings of this node's pycnid config; another node's with the defaults."""
     from services.ops.trace import render_trace, trace
+    from services.proxy.config import DEFAULT_PROXY_CONFIG
+    from services.proxy.inputs import read_local_addresses
 
-    env.emit(trace(env.store(), node or env.config().node_name, source, target), render_trace)
+    here = env.config().node_name
+    if node in (None, here):
+        local, config = read_local_addresses(), load_config(env.opts, sections=True).proxy
+    else:
+        local, config = (), None
+    proxy = config or DEFAULT_PROXY_CONFIG
+    env.emit(trace(env.store(), node or here, source, target, local, proxy), render_trace)
 
 
 def port_text(port: dict) -> str:

@@ -1,17 +1,22 @@
 """`pycni svc trace`: what a node's Service table does with one packet, from the store.
 
 The model is the proxy's own (``services.proxy.view.calc_model`` over the same prefixes pycnid
-watches), so the answer is what that node programs, not a second reading of the records. A
-node other than the one asking is known by its node record: its NodePorts answer on the
-record's address (the proxy on the node also answers on its other global addresses).
+watches, with the node's own addresses as ``services.proxy.inputs.read_local_addresses`` reads
+them for the proxy), so the answer is what that node programs, not a second reading of the
+records. The caller passes ``local`` for the node it runs on (the CLI runs in the node's netns,
+as pycnid does); a node other than the one asking is known by its node record only: its
+NodePorts are traced on the record's address (the proxy on that node also answers on its other
+global addresses), and the answer lists the NodePort addresses it used.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from typing import Any
 
 from cni.spec.errors import InvalidConfig
+from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
 from services.proxy.model import PROTOCOLS, IPAddress
 from services.proxy.trace import explain, render_answer
 from services.proxy.view import PREFIXES, Records, calc_model
@@ -60,8 +65,17 @@ def read_records(store: Store) -> Records:
     return records
 
 
-def trace(store: Store, node: str, source: str, target: str) -> dict[str, Any]:
-    """The answer of ``node``'s table for a packet from ``source`` to ``target``."""
+def trace(
+    store: Store,
+    node: str,
+    source: str,
+    target: str,
+    local: Iterable[str] = (),
+    config: ProxyConfig = DEFAULT_PROXY_CONFIG,
+) -> dict[str, Any]:
+    """The answer of ``node``'s table for a packet from ``source`` to ``target``; ``local``
+    and ``config``: the node's own addresses and its proxy's settings when the caller runs on
+    it (what its proxy reads)."""
     src_ip, src_port = parse_endpoint(source, "--from", need_port=False)
     dst_ip, dst_port, proto = parse_target(target)
     if src_ip.version != dst_ip.version:
@@ -72,13 +86,14 @@ def trace(store: Store, node: str, source: str, target: str) -> dict[str, Any]:
             f"invalid --node {node!r}: no node record of that name",
             "pycni node ls lists the nodes",
         )
-    model = calc_model(records, node, dst_ip.version)
+    model = calc_model(records, node, dst_ip.version, local, config)
     answer = explain(model, model.node, src_ip, src_port, dst_ip, dst_port, proto)
     host = f"[{dst_ip}]" if dst_ip.version == 6 else str(dst_ip)
     return {
         "node": node,
         "from": source,
         "to": f"{host}:{dst_port}/{proto}",
+        "nodeIPs": [str(ip) for ip in model.node.node_ips],
         "answer": answer.to_dict(),
         "text": render_answer(answer),
     }

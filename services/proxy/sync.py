@@ -36,10 +36,10 @@ from cni.spec.errors import CNIError
 from common.loop import Errors, Loop
 from common.metrics import Registry
 from kernel.nft import Nft, NftError
-from kernel.session import node_session
 from services.proxy import conntrack
 from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
 from services.proxy.health import HealthServers, calc_health
+from services.proxy.inputs import read_local_addresses
 from services.proxy.model import ProxyModel
 from services.proxy.render import FAMILY, TABLE, is_affinity_set, is_shape_chain
 from services.proxy.table import Planned, ServiceTable, TablePlan
@@ -127,20 +127,11 @@ class ProxySync:
         wait = max(0.0, self.full_due - time.monotonic())
         return wait if self.watched.can_watch else min(wait, POLL)
 
-    def local_addresses(self) -> list[str]:
-        """This node's global addresses (NodePorts answer on them too)."""
-        with node_session() as ipr:
-            return [
-                a.get_attr("IFA_ADDRESS")
-                for a in ipr.get_addr()
-                if a["scope"] == 0 and a.get_attr("IFA_ADDRESS")
-            ]
-
     def sync(self) -> None:
         """One pass for both families; a family the kernel refused is rendered whole next
         pass, and does not keep the other from its transaction (they share the dirty set)."""
         started = time.perf_counter()
-        local = self.local_addresses()
+        local = list(read_local_addresses())  # what `pycni svc trace` reads too
         with self.lock:
             unknown = [f for f in (4, 6) if self.tables[f] is None and self.records.wants(f)]
         chains = {f: self.calc_chains(f) for f in unknown}

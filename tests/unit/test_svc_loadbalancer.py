@@ -11,6 +11,7 @@ Regenerate the golden file after an intended change with PYCNI_UPDATE_GOLDEN=1."
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
