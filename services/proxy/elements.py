@@ -159,8 +159,10 @@ def _dispatch_elements(
 
 def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset[AnyShape]]:
     """The elements and shapes of the port views of ``model`` (one Service's, for the table;
-    node-wide sets aside). A hairpin element is only needed for a local backend: a Pod
-    reaching itself through its Service is DNATed on its own node."""
+    node-wide sets aside). A hairpin element is needed for a local backend (a Pod reaching
+    itself through its ClusterIP is DNATed on its own node) and, under externalTrafficPolicy
+    Local, for every backend: a Pod on another node reaching this node's NodePort or external
+    address is short-circuited and may be sent back to itself, which only works masqueraded."""
     elements: list[Element] = []
     shapes: set[AnyShape] = set()
     for view in model.ports:
@@ -171,10 +173,11 @@ def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset
             Element("service-vips", _text(ip)) for ip in _family(view.service.vips, model)
         ]
         elements += calc_firewall_elements(view, model)
+        remote = view.is_short_circuit(True)
         elements += [
             Element("hairpin", f"{text} . {text}")
             for b in view.backends
-            if b.local and b.ip.version == model.family and (text := _text(b.ip))
+            if (b.local or remote) and b.ip.version == model.family and (text := _text(b.ip))
         ]
     return frozenset(elements), frozenset(shapes)
 

@@ -2,15 +2,10 @@
 store records: a node n1 (whose kernel is asked) and a node n2, Services of every type and
 policy with endpoints on both, packets from a Pod, from the node and from off the cluster to
 every kind of entry and to addresses that are none.
-
-``IMPLEMENTED`` cases use only what pycni implements today; ``calc_divergence`` names what a
-case exercises that it does not (the tests comparing against the reference leave those to
-strict xfail tests, which turn green when the feature lands).
 """
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
@@ -21,7 +16,7 @@ from services.record import ServiceSettings, endpoint_key, service_key
 from store.base import KV
 from store.codec import encode
 from store.keys import SERVICES_META, pool_key
-from tests.fixtures.svc_reference import Cluster, Endpoint, Packet, Service, calc_entry
+from tests.fixtures.svc_reference import Cluster, Endpoint, Packet, Service
 
 
 @dataclass(frozen=True)
@@ -74,7 +69,7 @@ TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 
 
 @st.composite
-def endpoints(draw, plan: Plan, implemented: bool) -> tuple[Endpoint, ...]:
+def endpoints(draw, plan: Plan) -> tuple[Endpoint, ...]:
     picked = draw(
         st.lists(
             st.tuples(st.sampled_from(("n1", "n2")), st.integers(2, 5)),
@@ -83,14 +78,7 @@ def endpoints(draw, plan: Plan, implemented: bool) -> tuple[Endpoint, ...]:
         )
     )
     conditions = st.sampled_from(
-        [(True, True, False)]
-        if implemented
-        else [
-            (True, True, False),
-            (False, True, True),
-            (False, False, True),
-            (False, False, False),
-        ]
+        [(True, True, False), (False, True, True), (False, False, True), (False, False, False)]
     )
     return tuple(
         Endpoint(f"{plan.pods[node]}{host}", node, *draw(conditions)) for node, host in picked
@@ -98,12 +86,10 @@ def endpoints(draw, plan: Plan, implemented: bool) -> tuple[Endpoint, ...]:
 
 
 @st.composite
-def services(
-    draw, family: int, index: int, implemented: bool, protocols: tuple[str, ...]
-) -> Service:
+def services(draw, family: int, index: int, protocols: tuple[str, ...]) -> Service:
     plan, n = PLANS[family], index + 10
     kind = draw(st.sampled_from(TYPES))
-    lb = kind == "LoadBalancer" and not implemented
+    lb = kind == "LoadBalancer"
     ranges = (f"{plan.client}0/126" if family == 6 else f"{plan.client}0/30", plan.cluster)
     return Service(
         f"s{index}",
@@ -118,14 +104,12 @@ def services(
         etp_local=draw(st.booleans()),
         itp_local=draw(st.booleans()),
         affinity=draw(st.booleans()),
-        endpoints=draw(endpoints(plan, implemented)),
+        endpoints=draw(endpoints(plan)),
     )
 
 
 @st.composite
-def clusters(
-    draw, family: int, implemented: bool, protocols: tuple[str, ...] = ("tcp", "udp")
-) -> Cluster:
+def clusters(draw, family: int, protocols: tuple[str, ...] = ("tcp", "udp")) -> Cluster:
     plan = PLANS[family]
     count = draw(st.integers(1, 3))
     return Cluster(
@@ -133,7 +117,7 @@ def clusters(
         plan.node_ips,
         (plan.cluster,),
         (plan.services,),
-        tuple(draw(services(family, i, implemented, protocols)) for i in range(count)),
+        tuple(draw(services(family, i, protocols)) for i in range(count)),
     )
 
 
@@ -158,23 +142,8 @@ def packets(draw, cluster: Cluster, family: int, other_protocol: bool = True) ->
     return Packet(src, dst, port, protocol, from_node=kind == "node")
 
 
-def calc_divergence(cluster: Cluster, packet: Packet) -> str | None:
-    """What in this case pycni does not implement yet (None: it all is)."""
-    for svc in cluster.services:
-        if calc_entry(svc, cluster, packet) is None:
-            continue
-        external = calc_entry(svc, cluster, packet) != "ClusterIP"
-        src = ipaddress.ip_address(packet.src)
-        inside = any(src in ipaddress.ip_network(c) for c in cluster.cluster_cidrs)
-        if external and svc.etp_local and (inside or packet.from_node):
-            return "externalTrafficPolicy Local short-circuit for in-cluster traffic"
-        return None
-    return None
-
-
 def calc_records(cluster: Cluster) -> list[KV]:
-    """The store records of ``cluster`` as `pycni svc` and pycni-svc write them (fields not
-    implemented yet under the names Kubernetes gives them)."""
+    """The store records of ``cluster`` as `pycni svc` and pycni-svc write them."""
     kvs = [
         KV(SERVICES_META, ServiceSettings(cluster.service_cidrs).to_bytes(), 1),
         KV(node_key(cluster.node), NodeRecord(cluster.node, cluster.node_ips[0]).to_bytes(), 1),

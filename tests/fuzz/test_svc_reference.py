@@ -12,8 +12,8 @@ packets in a 2-node namespace cluster (tests/fuzz/svc_cluster.py) whose n1 table
 proxy's pass over the same records: the backend that answers, the source address it sees,
 a refusal or a silence, and n1's conntrack must be the reference's. `make test` runs 300
 decision cases and 5 packet cases (~30 s with the cluster's setup); `make fuzz` 50 times more.
-What pycni does not implement yet is left out of the generated comparisons and pinned by
-strict xfail tests, one per divergence, that turn green when it lands.
+Chosen cases pin each feature in both families: the ETP-Local short-circuit, LoadBalancer
+IPs, source ranges, endpoint conditions and affinity per Service port (with real packets).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from store.sqlite import SqliteStore
 from tests.fixtures.svc_reference import Cluster, Endpoint, Outcome, Packet, Service, decide
 
 from .budget import cases
-from .svc_cases import PLANS, calc_divergence, calc_records, calc_store_records, clusters, packets
+from .svc_cases import PLANS, calc_records, calc_store_records, clusters, packets
 from .svc_cluster import SvcCluster, svc_cluster
 
 
@@ -56,33 +56,35 @@ def to_outcome(answer: Answer, packet: Packet) -> Outcome:
     service = answer.service.split("/")[1].split(":")[0] if answer.service else None
     choices = frozenset((c.ip, c.masquerade) for c in answer.choices)
     sticky = (packet.src, service or "", packet.port) if answer.sticky else None
-    return Outcome(answer.entry, answer.verdict, service, choices, sticky)
+    entry = ENTRY_NAMES.get(answer.entry, answer.entry)
+    return Outcome(entry, answer.verdict, service, choices, sticky)
+
+
+ENTRY_NAMES = {"LoadBalancerIP": "LoadBalancer"}  # the tracer's label, the reference's name
 
 
 def calc_compared(outcome: Outcome) -> tuple:
     """Affinity as 'sticky or not': the tracer answers one packet, so the key (per Service
-    port, whichever entry) is pinned by the xfail test below."""
+    port, whichever entry) is pinned by the real-packet affinity test below."""
     return (*astuple(outcome)[:4], outcome.affinity is not None)
 
 
 @st.composite
-def implemented_cases(draw) -> tuple[Cluster, Packet]:
+def service_cases(draw) -> tuple[Cluster, Packet]:
     family = draw(st.sampled_from((4, 6)))
-    cluster = draw(clusters(family, implemented=True))
+    cluster = draw(clusters(family))
     return cluster, draw(packets(cluster, family))
 
 
 @cases(300)
-@given(implemented_cases())
+@given(service_cases())
 def test_the_proxy_decides_as_the_reference(case):
     cluster, packet = case
-    assume(calc_divergence(cluster, packet) is None)
     proxy, reference = calc_proxy_outcome(cluster, packet), decide(cluster, packet)
     assert calc_compared(proxy) == calc_compared(reference), case
 
 
-# What pycni does not implement yet: each a strict xfail naming the divergence, in both
-# families; it turns green (and must then lose its marker) when the feature lands.
+# Each feature in chosen cases, in both families.
 
 
 def make_case(family: int, svc: Service, src: str, dst: str, port: int, from_node=False):
@@ -104,15 +106,10 @@ def assert_agrees(cluster: Cluster, packet: Packet, label: bool = True) -> None:
 FAMILIES = pytest.mark.parametrize("family", (4, 6))
 
 
-def xfail(divergence: str):
-    return pytest.mark.xfail(strict=True, reason=f"not implemented yet: {divergence}")
-
-
 @FAMILIES
 @pytest.mark.parametrize("source", ("pod", "node"))
 @pytest.mark.parametrize("entry", ("NodePort", "externalIP"))
 @pytest.mark.parametrize("remote_only", (False, True))
-@xfail("externalTrafficPolicy Local applied to in-cluster and node traffic")
 def test_etp_local_short_circuits_in_cluster_traffic(family, source, entry, remote_only):
     """A Pod or the node reaching an external entry of an ETP-Local Service reaches every
     endpoint (the node masqueraded), even with none on this node."""
@@ -135,7 +132,6 @@ def test_etp_local_short_circuits_in_cluster_traffic(family, source, entry, remo
 
 @FAMILIES
 @pytest.mark.parametrize("local", (False, True))
-@xfail("type LoadBalancer ingress IPs are not DNATed")
 def test_load_balancer_ips_are_dnated_with_etp(family, local):
     plan = PLANS[family]
     svc = Service(
@@ -153,7 +149,6 @@ def test_load_balancer_ips_are_dnated_with_etp(family, local):
 
 @FAMILIES
 @pytest.mark.parametrize("client", (1, 5))
-@xfail("loadBalancerSourceRanges are not applied")
 def test_load_balancer_source_ranges_drop_other_sources(family, client):
     plan = PLANS[family]
     ranges = (f"{plan.client}0/126" if family == 6 else f"{plan.client}0/30",)
@@ -181,7 +176,6 @@ CONDITIONS = {  # endpoints on n1 (host 2) and n2 (host 3) as (ready, serving, t
 
 @FAMILIES
 @pytest.mark.parametrize("conditions", CONDITIONS)
-@xfail("endpoint conditions (ready, serving, terminating) are not read")
 def test_endpoint_conditions_pick_backends(family, conditions):
     plan = PLANS[family]
     first, second = CONDITIONS[conditions]
@@ -194,20 +188,6 @@ def test_endpoint_conditions_pick_backends(family, conditions):
         endpoints=(ep(family, "n1", 2, *first), ep(family, "n2", 3, *second)),
     )
     assert_agrees(*make_case(family, svc, plan.pods["n1"] + "7", svc.cluster_ips[0], 80))
-
-
-@st.composite
-def all_cases(draw) -> tuple[Cluster, Packet]:
-    family = draw(st.sampled_from((4, 6)))
-    cluster = draw(clusters(family, implemented=False))
-    return cluster, draw(packets(cluster, family))
-
-
-@xfail("every feature above")
-@cases(100)
-@given(all_cases())
-def test_every_feature_decides_as_the_reference(case):
-    assert_agrees(*case)
 
 
 # Sampled real packets: the reference against n1's kernel in a 2-node namespace cluster.
@@ -223,7 +203,7 @@ def ref_cluster() -> Iterator[SvcCluster]:
 @st.composite
 def tcp_cases(draw) -> tuple[Cluster, Packet]:
     family = draw(st.sampled_from((4, 6)))
-    cluster = draw(clusters(family, implemented=True, protocols=("tcp",)))
+    cluster = draw(clusters(family, protocols=("tcp",)))
     return cluster, draw(packets(cluster, family, other_protocol=False))
 
 
@@ -266,7 +246,7 @@ def test_real_packets_meet_what_the_reference_says(ref_cluster, tmp_path_factory
     traffic; this cluster's n2 has none)."""
     cluster, packet = case
     ref = decide(cluster, packet)
-    assume(calc_divergence(cluster, packet) is None and ref.verdict != "accept")
+    assume(ref.verdict != "accept")
     on_n2 = packet.src.startswith(PLANS[6 if ":" in packet.src else 4].pods["n2"])
     assume(not on_n2 or ref.entry == "NodePort")
     db = tmp_path_factory.mktemp("ref") / "store.db"
@@ -277,7 +257,35 @@ def test_real_packets_meet_what_the_reference_says(ref_cluster, tmp_path_factory
 
 @pytest.mark.netns
 @FAMILIES
-@xfail("ClientIP affinity is kept per entry point, not per Service port")
+def test_a_pod_short_circuited_to_itself_from_another_node_is_masqueraded(
+    ref_cluster, tmp_path, family
+):
+    """A Pod on n2, the only endpoint of an externalTrafficPolicy Local NodePort, connects to
+    n1's NodePort: short-circuited, it is sent back to itself, which works only masqueraded
+    (the hairpin masquerade kube-proxy applies to every endpoint; pycni's hairpin set held
+    n1's endpoints only, so the connection failed)."""
+    plan = PLANS[family]
+    me = ep(family, "n2", 2)
+    svc = Service(
+        "self",
+        "NodePort",
+        (f"{plan.vip}10",),
+        80,
+        node_port=30000,
+        etp_local=True,
+        endpoints=(me,),
+    )
+    cluster, packet = make_case(family, svc, me.ip, plan.node_ips[1], 30000)
+    ref = decide(cluster, packet)
+    assert ref.verdict == "dnat" and dict(ref.choices) == {me.ip: True}
+    db = tmp_path / "store.db"
+    SqliteStore(str(db)).txn([], [Put(kv.key, kv.value) for kv in calc_records(cluster)])
+    ref_cluster.program(db)
+    assert_kernel_agrees(ref_cluster, ref, packet)
+
+
+@pytest.mark.netns
+@FAMILIES
 def test_affinity_is_kept_per_service_port_across_entries(ref_cluster, tmp_path, family):
     """Six off-cluster clients, each reaching a ClientIP Service (four endpoints) first through
     its ClusterIP, then through its NodePort: the reference keys affinity by client and Service
