@@ -23,22 +23,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.fixtures.echo import PEER_SERVER as SERVER
 from tests.fixtures.netns import Netns, new_netns
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = """
-import socket, socketserver
-def text(addr): return addr[0].removeprefix("::ffff:")
-class H(socketserver.BaseRequestHandler):
-    def handle(self):
-        me, peer = self.request.getsockname(), self.request.getpeername()
-        self.request.sendall(f"{text(me)},{text(peer)}".encode())
-class S(socketserver.ThreadingTCPServer):
-    allow_reuse_address = True; daemon_threads = True; address_family = socket.AF_INET6
-    def server_bind(self):
-        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0); super().server_bind()
-S(("::", 8080), H).serve_forever()
-"""
 PASS = """
 import subprocess, sys
 from services.ops.trace import read_records

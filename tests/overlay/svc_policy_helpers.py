@@ -16,19 +16,6 @@ from tests.fixtures.netns import Netns
 
 from .pods import OverlayCluster, pycni_cli, python_in
 
-PEER_SERVER = """
-import socket, socketserver
-def text(addr): return addr[0].removeprefix("::ffff:")
-class H(socketserver.BaseRequestHandler):
-    def handle(self):
-        me, peer = self.request.getsockname(), self.request.getpeername()
-        self.request.sendall(f"{text(me)},{text(peer)}".encode())
-class S(socketserver.ThreadingTCPServer):
-    allow_reuse_address = True; daemon_threads = True; address_family = socket.AF_INET6
-    def server_bind(self):
-        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0); super().server_bind()
-S(("::", 8080), H).serve_forever()
-"""
 CLIENT = """
 import socket, sys
 for _ in range(int(sys.argv[3])):

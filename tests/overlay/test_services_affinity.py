@@ -15,10 +15,11 @@ import pytest
 
 from services.record import EndpointRecord
 from tests.fixtures.bridge import ip_of
+from tests.fixtures.echo import PEER_SERVER
 from tests.fixtures.waiting import wait_for
 
 from .pods import python_in
-from .svc_policy_helpers import PEER_SERVER, backends_of, connect, route_service_cidrs, svc
+from .svc_policy_helpers import backends_of, connect, route_service_cidrs, svc
 from .test_services_policy import dual_stack_conf
 
 pytestmark = pytest.mark.etcd

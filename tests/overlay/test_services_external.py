@@ -15,11 +15,11 @@ import pytest
 from services.record import EndpointRecord
 from tests.fixtures.bridge import ip_of
 from tests.fixtures.cluster import b64
+from tests.fixtures.echo import PEER_SERVER
 from tests.fixtures.waiting import wait_for
 
 from .pods import python_in
 from .svc_policy_helpers import (
-    PEER_SERVER,
     backends_of,
     connect,
     flows,

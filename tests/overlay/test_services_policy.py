@@ -14,11 +14,11 @@ import pytest
 
 from services.record import EndpointRecord
 from tests.fixtures.bridge import ip_of
+from tests.fixtures.echo import PEER_SERVER
 from tests.fixtures.waiting import wait_for
 
 from .pods import pod_conf, python_in
 from .svc_policy_helpers import (
-    PEER_SERVER,
     backends_of,
     connect,
     flows,
