@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import gc
 import json
 import pickle
 
@@ -137,5 +136,4 @@ def test_equal_labels_are_one_read_only_object_held_while_a_record_holds_it(labe
         assert dataclasses.asdict(a)["labels"] == labels_a
     held = {tuple(sorted(r.labels.items())) for r in records if r.labels}
     del records, a, b
-    gc.collect()
     assert not held & set(_LABELS.keys())  # nothing holds them: the sharing lets go
