@@ -283,22 +283,26 @@ def endpoint_drain(env: Env, ref: str, ifname: str | None) -> None:
 @click.option("--from", "source", required=True, metavar="IP[:PORT]", help="the client")
 @click.option("--to", "target", required=True, metavar="VIP:PORT/PROTO", help="where it connects")
 @click.option("--node", default=None, help="whose table (default: this node's nodeName)")
+@click.option(
+    "--iif",
+    default=None,
+    metavar="IFNAME",
+    help="the interface the packet comes in on (what detectLocalMode BridgeInterface asks)",
+)
 @command_options
-def svc_trace(env: Env, source: str, target: str, node: str | None) -> None:
+def svc_trace(env: Env, source: str, target: str, node: str | None, iif: str | None) -> None:
     """What NODE's Service table does with the packet: entry, verdict, backends, masquerade.
     On this node (the default) NodePorts are traced on the addresses the proxy reads here,
-    under the proxy settings of this node's pycnid config; another node's with the defaults."""
+    under the proxy settings of this node's pycnid config; on another node, on what its proxy
+    published after its last pass (the answer says which)."""
     from services.ops.trace import render_trace, trace
-    from services.proxy.config import DEFAULT_PROXY_CONFIG
     from services.proxy.inputs import read_local_addresses
 
     here = env.config().node_name
+    local, config = None, None
     if node in (None, here):
         local, config = read_local_addresses(), load_config(env.opts, sections=True).proxy
-    else:
-        local, config = (), None
-    proxy = config or DEFAULT_PROXY_CONFIG
-    env.emit(trace(env.store(), node or here, source, target, local, proxy), render_trace)
+    env.emit(trace(env.store(), node or here, source, target, local, config, iif), render_trace)
 
 
 def port_text(port: dict) -> str:

@@ -38,7 +38,7 @@ from nodes.reclaim import GuardFailed, ReleaseReport, release_node_handles, retu
 from nodes.record import heartbeat_key, node_key
 from store.base import KV, Compare, Delete, Put, Store
 from store.codec import decode, encode
-from store.keys import AFFINITY, HEARTBEATS, NODES, SUSPECTS
+from store.keys import AFFINITY, HEARTBEATS, NODES, SUSPECTS, proxy_inputs_key
 
 log = logging.getLogger("pycnid.reaper")
 
@@ -192,9 +192,11 @@ def first_look(
 
 
 def forget_node(store: Store, node: str, guards: Sequence[Compare]) -> None:
-    """After a complete reclamation: drop the node record and the suspicion (guarded)."""
+    """After a complete reclamation: drop the node record, the suspicion and what its Service
+    proxy published (guarded)."""
     compares = [Compare(heartbeat_key(node), 0), *guards]
-    store.txn(compares, [Delete(node_key(node)), Delete(suspect_key(node))])
+    deletes = [Delete(node_key(node)), Delete(suspect_key(node)), Delete(proxy_inputs_key(node))]
+    store.txn(compares, deletes)
 
 
 class ReaperLoop:

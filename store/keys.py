@@ -16,6 +16,7 @@ owners' (``ipam.records``, ``nodes.record``, ``services.record``)::
     /pycni/v1/endpoints/<ns>/<pod>/<ifname>      a Pod's attachment as a Service endpoint
     /pycni/v1/serviceips/<ip>, nodeports/<proto>/<port>  index: "ns/name" holds it
     /pycni/v1/meta/services                      the service CIDRs and the nodePort range
+    /pycni/v1/proxyinputs/<node>                 what a node's Service proxy programmed from
 
 The affinity index is written and deleted in the same txn as its block, so a node finds its
 own blocks with one ``keys_only`` range instead of reading every block of the pool.
@@ -44,8 +45,13 @@ ENDPOINTS = f"{PREFIX}endpoints/"
 SERVICE_IPS = f"{PREFIX}serviceips/"  # written and deleted in the same txn as their Service
 NODE_PORTS = f"{PREFIX}nodeports/"
 SERVICES_META = f"{PREFIX}meta/services"
+PROXY_INPUTS = f"{PREFIX}proxyinputs/"
 BUFFER_NETWORK = "_buffer"  # handles/_buffer/<node>/<pool>: a node's outage buffer
 VTEP_NETWORK = "_vtep"  # handles/_vtep/<node>/<device>: a node's overlay tunnel addresses
+
+
+def proxy_inputs_key(node: str) -> str:
+    return f"{PROXY_INPUTS}{node}"
 
 
 def cidr_key(cidr: _IPNet | str) -> str:

@@ -110,4 +110,20 @@ def parse_detect_local(mode: Any, detail: Any) -> str | None:
     return bridge
 
 
+def render_proxy_settings(config: ProxyConfig) -> dict[str, Any]:
+    """The ``services`` keys ``config`` was parsed from (defaults left out): what
+    ``parse_proxy_config`` reads back as ``config``, ``resyncInterval`` aside."""
+    doc: dict[str, Any] = {}
+    if config.node_port_primary:
+        doc["nodePortAddresses"] = ["primary"]
+    elif config.node_port_cidrs is not None:
+        doc["nodePortAddresses"] = [str(n) for n in config.node_port_cidrs]
+    if config.masquerade_all:
+        doc["masqueradeAll"] = True
+    if config.local_bridge is not None:
+        doc["detectLocalMode"] = "BridgeInterface"
+        doc["detectLocal"] = {"bridgeInterface": config.local_bridge}
+    return doc
+
+
 DEFAULT_PROXY_CONFIG = ProxyConfig()

@@ -10,7 +10,8 @@ N), shared by every Service of that shape, so 10k Services with 5 endpoints use 
                       externalIP @external-masq or NodePort @nodeport-masq (Cluster policy)
       daddr . l4proto . dport vmap @service-ips          → goto lb-N | sticky-…
       daddr @nodeport-ips l4proto . dport vmap @service-nodeports → goto np-lb-N | sticky-…
-      (before those two: a Pod source (saddr @cluster-cidrs), or the node's own (fib saddr
+      (before those two: a Pod source (saddr @cluster-cidrs; under detectLocalMode
+      BridgeInterface: iifname of the bridge), or the node's own (fib saddr
       type local, marked), reaching a Local-policy external entry goes through
       @sc-service-ips / @sc-service-nodeports → sc-lb-N | sc-np-lb-N | sticky-…, every backend)
     lb-N:      per protocol P: l4proto P → dnat to daddr . l4proto . dport . numgen random mod N
@@ -283,20 +284,27 @@ def _backends_maps(f: str) -> list[tuple[str, str]]:
     ]
 
 
+def calc_local(f: str, node: NodeView | None, local: bool = True) -> str:
+    """The match of traffic from the cluster's Pods (``local``) or not from them, as the
+    node's ``detectLocalMode`` tells it: by the bridge a packet came in on, or by its source
+    address in the cluster CIDRs."""
+    if node is not None and node.local_bridge is not None:
+        return f'iifname {"" if local else "!= "}"{node.local_bridge}*"'
+    return f"{f} saddr {'' if local else '!= '}@cluster-cidrs"
+
+
 def calc_not_local(f: str, node: NodeView | None) -> str:
-    """The match of traffic a ClusterIP masquerades: not from the cluster's Pods (by source
-    address, or by the bridge it came in on), or any traffic under masqueradeAll."""
+    """The match of traffic a ClusterIP masquerades: not from the cluster's Pods, or any
+    traffic under masqueradeAll."""
     if node is not None and node.masquerade_all:
         return ""
-    if node is not None and node.local_bridge is not None:
-        return f'iifname != "{node.local_bridge}*" '
-    return f"{f} saddr != @cluster-cidrs "
+    return calc_local(f, node, local=False) + " "
 
 
 def _static_rules(f: str, node: NodeView | None = None) -> dict[str, list[str]]:
     vip, np, mark = KEY["vip"].format(f=f), KEY["np"], f"meta mark set meta mark | {MASQ_MARK}"
     nodeport = f"{f} daddr @nodeport-ips"
-    pods, host = f"{f} saddr @cluster-cidrs", "fib saddr type local"
+    pods, host = calc_local(f, node), "fib saddr type local"
     return {
         "nat-prerouting": ["jump services"],
         "nat-output": ["jump services"],

@@ -16,7 +16,9 @@
 3. deletes stale UDP conntrack entries of the entry points whose serving backends changed
    (``conntrack.py``);
 4. hands the healthCheckNodePort servers the targets of the Services it touched
-   (``health.py``).
+   (``health.py``);
+5. publishes the node's addresses and proxy settings it programmed from when they changed
+   (``inputs.ProxyInputs``: what `pycni svc trace --node` reads from another node).
 
 A family gets its table once the service settings hold a CIDR of it or a Service has a VIP of
 it. Nothing is programmed before the first complete read (an empty view must not reject every
@@ -39,12 +41,13 @@ from kernel.nft import Nft, NftError
 from services.proxy import conntrack
 from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
 from services.proxy.health import HealthServers, calc_health
-from services.proxy.inputs import read_local_addresses
+from services.proxy.inputs import ProxyInputs, read_local_addresses
 from services.proxy.model import ProxyModel
 from services.proxy.render import FAMILY, TABLE, is_affinity_set, is_shape_chain
 from services.proxy.table import Planned, ServiceTable, TablePlan
 from services.proxy.view import PREFIXES, Records, calc_changes
-from store.base import Store
+from store.base import Put, Store
+from store.keys import proxy_inputs_key
 from store.watched import WatchedPrefixes
 
 log = logging.getLogger("pycnid.proxy")
@@ -93,6 +96,7 @@ class ProxySync:
         self.chains: dict[int, set[str] | None] = {4: None, 6: None}  # None: to be listed
         self.hints: dict[int, dict] = {4: {}, 6: {}}  # a dropped table's Services: their order
         self.full_due = 0.0
+        self.published: tuple[str, ...] | None = None  # the addresses last published
         self.nft: Nft | None = None
         self.metrics = ProxyMetrics(registry)
         self.health = HealthServers()
@@ -160,6 +164,8 @@ class ProxySync:
             if full and self.nft is not None:
                 self.nft.release_cache()
         self.health.apply(health)
+        if not refused:
+            self.publish_inputs(tuple(local))
         done = time.perf_counter()
         self.metrics.seconds.observe(done - started)
         (log.info if full else log.debug)(
@@ -172,6 +178,19 @@ class ProxySync:
             freeze_heap()
         if refused:
             raise refused[0]
+
+    def publish_inputs(self, local: tuple[str, ...]) -> None:
+        """Put this node's inputs when they differ from what it last put; a store error is
+        logged and the put retried next pass (the tracer falls back to the node record)."""
+        if local == self.published:
+            return
+        inputs = ProxyInputs(local, self.config, time.time())
+        try:
+            self.store.txn([], [Put(proxy_inputs_key(self.node), inputs.to_bytes())])
+        except CNIError as exc:
+            log.warning("proxy: inputs not published (retried next pass): %s", exc.msg)
+            return
+        self.published = local
 
     def apply(self, family: int, plan: TablePlan) -> NftError | None:
         """One family's transaction; refused, the table is unknown (None) until re-rendered."""

@@ -8,6 +8,11 @@ unknown port of a known VIP, unallocated service address). Entries and backends 
 cluster CIDRs, or the node itself (one of its NodePort addresses, or loopback: the addresses
 the tracer knows of ``fib saddr type local``), meets a Local-policy external entry's
 short-circuit dispatch first: every backend, the node's own traffic masqueraded.
+
+Which clients are the cluster's Pods is the node's ``detectLocalMode``: a source in the
+cluster CIDRs, or (``BridgeInterface``) a packet that came in on the bridge: ``iif`` names the
+interface; not given, a source in the cluster CIDRs is taken to come in on the bridge and any
+other not to, and the answer says so.
 """
 
 from __future__ import annotations
@@ -62,16 +67,48 @@ def explain(
     dst_ip: IPAddress,
     dst_port: int,
     proto: str,
+    iif: str | None = None,
 ) -> Answer:
-    """The tracer: ``node`` is the node whose table is asked (its NodePort addresses)."""
+    """The tracer: ``node`` is the node whose table is asked (its NodePort addresses);
+    ``iif`` the interface the packet comes in on ("" for the node's own, None: unknown)."""
     model = ProxyModel(model.family, node, model.ports)
+    client = calc_client(src_ip, node, iif)
     for view in model.ports:
         if view.port.protocol != proto:
             continue
         for entry, key, external in calc_entries(view, model):
             if _matches(entry, key, view, dst_ip, dst_port, model):
-                return _answer(view, entry, external, src_ip, dst_ip, model)
+                return _answer(view, entry, external, client, dst_ip, model)
     return _miss(model, dst_ip)
+
+
+@dataclass(frozen=True)
+class Client:
+    """The packet's source as the ruleset tells it: pod (local traffic by the node's
+    detectLocalMode), node (``fib saddr type local``) or external; ``assumed``: how an unknown
+    input interface was taken under BridgeInterface."""
+
+    ip: IPAddress
+    source: str
+    assumed: str = ""
+
+
+def calc_client(src_ip: IPAddress, node: NodeView, iif: str | None) -> Client:
+    in_cidrs = any(src_ip in n for n in node.cluster_cidrs if n.version == src_ip.version)
+    assumed = ""
+    if node.local_bridge is None:
+        local = in_cidrs
+    elif iif is not None:
+        local = iif.startswith(node.local_bridge)
+    else:
+        local = in_cidrs
+        where = "in on" if in_cidrs else "not in on"
+        assumed = f"taken as {where} a {node.local_bridge}* bridge (--iif tells)"
+    if local:
+        return Client(src_ip, "pod", assumed)
+    if src_ip in node.node_ips or src_ip in LOOPBACK[src_ip.version]:
+        return Client(src_ip, "node")
+    return Client(src_ip, "external", assumed)
 
 
 def _matches(
@@ -100,24 +137,27 @@ def _answer(
     view: ServicePortView,
     entry: str,
     external: bool,
-    src_ip: IPAddress,
+    client: Client,
     dst_ip: IPAddress,
     model: ProxyModel,
 ) -> Answer:
     name = f"{view.service.namespace}/{view.service.name}:{view.port.name or view.port.port}"
-    source = calc_source(src_ip, model.node)
+    source = client.source
     short = view.is_short_circuit(external) and source != "external"
     label, backends = _label(view, entry, external, dst_ip), view.calc_backends(external, short)
-    if _is_fenced(view, dst_ip, src_ip, model):
+    if _is_fenced(view, dst_ip, client.ip, model):
         return Answer(label, "drop", name, "the client is outside loadBalancerSourceRanges")
     if not backends:
         return _no_backends(view, label, name, external)
     timeout = view.service.affinity_timeout
     choices = tuple(
-        _choice(b, 1 / len(backends), view, external, src_ip, model, short and source == "node")
+        _choice(b, 1 / len(backends), view, external, client, model, short and source == "node")
         for b in backends
     )
-    reason = f"externalTrafficPolicy Local does not apply to {SOURCES[source]}" if short else ""
+    reasons = [f"externalTrafficPolicy Local does not apply to {SOURCES[source]}"] if short else []
+    if client.assumed and (short or not external):
+        reasons.append(client.assumed)
+    reason = "; ".join(reasons)
     if not backends[0].ready:
         fallback = "no ready endpoint: the serving terminating ones"
         reason = f"{reason}; {fallback}" if reason else fallback
@@ -134,17 +174,7 @@ def _is_fenced(
     return bool(sources) and not any(src_ip in n for n in sources)
 
 
-SOURCES = {"pod": "a client in the cluster CIDRs", "node": "the node's own traffic"}
-
-
-def calc_source(src_ip: IPAddress, node: NodeView) -> str:
-    """pod (in the cluster CIDRs: the ruleset asks that first), node (an address of the node
-    the tracer knows: a NodePort address or loopback) or external."""
-    if any(src_ip in n for n in node.cluster_cidrs if n.version == src_ip.version):
-        return "pod"
-    if src_ip in node.node_ips or src_ip in LOOPBACK[src_ip.version]:
-        return "node"
-    return "external"
+SOURCES = {"pod": "a Pod client (local traffic)", "node": "the node's own traffic"}
 
 
 def _no_backends(view: ServicePortView, label: str, name: str, external: bool) -> Answer:
@@ -159,12 +189,12 @@ def _choice(
     p: float,
     view: ServicePortView,
     external: bool,
-    src_ip: IPAddress,
+    client: Client,
     model: ProxyModel,
     from_node: bool = False,
 ) -> Choice:
     why = []
-    if b.ip == src_ip:
+    if b.ip == client.ip:
         why.append("hairpin: the client is this endpoint")
     if from_node:
         why.append("the node's own traffic to a Local-policy external entry")
@@ -172,11 +202,13 @@ def _choice(
         why.append("external traffic under Cluster policy")
     if not external and model.node.masquerade_all:
         why.append("masqueradeAll")
-    elif not external and model.node.local_bridge is not None:
-        if not any(src_ip in n for n in model.node.cluster_cidrs):  # the interface is unknown
-            why.append(f"client not on a {model.node.local_bridge}* bridge (if it is not)")
-    elif not external and not any(src_ip in n for n in model.node.cluster_cidrs):
-        why.append("client outside the cluster CIDRs")
+    elif not external and client.source != "pod":
+        bridge = model.node.local_bridge
+        why.append(
+            f"client not in on a {bridge}* bridge"
+            if bridge
+            else "client outside the cluster CIDRs"
+        )
     return Choice(str(b.ip), b.port, b.node, p, bool(why), tuple(why))
 
 

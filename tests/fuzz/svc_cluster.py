@@ -150,11 +150,21 @@ def setup_svc_cluster() -> SvcCluster:
                 setup_pod(ns[node], pod, prefix, prefix6, host)
                 pod_ns = ["ip", "netns", "exec", pod.name, sys.executable, "-c", SERVER]
                 servers.append(subprocess.Popen(pod_ns))
+        warm_neighbours(ns["outside"])
         return SvcCluster(ns, servers)
     except BaseException:
         for n in ns.values():
             n.delete()
         raise
+
+
+def warm_neighbours(outside: Netns) -> None:
+    """One ping from outside to every Pod, both families: every link's neighbour entries
+    resolved before a case's 1 s connect (an IPv6 first packet waits for neighbour discovery,
+    and a case's connect must not time out on it)."""
+    pods = [f"{p}{h}" for prefix in NODES.values() for p in prefix for h in HOSTS]
+    pings = " & ".join(f"ping -c1 -W2 -q {ip} >/dev/null" for ip in pods)
+    outside.run(f"{pings}; wait", check=False)
 
 
 def teardown_svc_cluster(cluster: SvcCluster) -> None:

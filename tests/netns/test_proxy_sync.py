@@ -29,6 +29,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nodes.record import NodeRecord, node_key
+from services.ops.trace import trace
+from services.proxy.config import ProxyConfig
+from services.proxy.inputs import ProxyInputs
 from services.proxy.model import PROTOCOLS, ProxyModel, ProxyPort, ProxyService, ServicePortView
 from services.proxy.render import FAMILY, TABLE, is_shape_chain
 from services.proxy.sync import POLL, calc_plan
@@ -37,7 +41,7 @@ from services.proxy.view import PREFIXES, Records
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import Delete, Put
 from store.codec import encode
-from store.keys import SERVICES_META, pool_key
+from store.keys import SERVICES_META, pool_key, proxy_inputs_key
 from store.sqlite import SqliteStore
 from tests.fixtures.netns import Netns, new_netns
 from tests.fixtures.svc_model import NODE, NODE6, be
@@ -466,6 +470,7 @@ def test_a_sqlite_store_change_is_programmed_without_a_watch(node_ns, netns_fact
     before the next resync (600 s here)."""
     store, fresh_ns = setup_store(tmp_path / "store.db"), netns_factory("proxyfresh")
     ensure_records(store, [svc_record("four", "10.96.0.6"), pod_record(0, "four")])
+    store.txn([], [Put(node_key("n1"), NodeRecord("n1", LOCAL).to_bytes())])
     proxy = Proxy(node_ns, tmp_path / "store.db", 600)
     try:
         assert proxy.ask("synced")["syncs"] >= 1
@@ -475,5 +480,37 @@ def test_a_sqlite_store_change_is_programmed_without_a_watch(node_ns, netns_fact
         synced = proxy.ask("metrics")["syncs"]
         time.sleep(3 * POLL)  # an unchanged store: no pass
         assert proxy.ask("metrics")["syncs"] == synced
+    finally:
+        proxy.stop()
+
+
+def read_published(store: SqliteStore) -> ProxyInputs | None:
+    kv = store.get(proxy_inputs_key("n1"))
+    return ProxyInputs.from_bytes(kv.key, kv.value) if kv else None
+
+
+def test_the_proxy_publishes_the_addresses_it_programs_from_when_they_change(node_ns, tmp_path):
+    """What `pycni svc trace --node n1` reads on another node: after the first pass the
+    node's global addresses and settings; an address added to the node is published again
+    (SQLite: the next poll's pass), and is then a NodePort address of n1's trace."""
+    store = setup_store(tmp_path / "store.db")
+    ensure_records(store, [svc_record("four", "10.96.0.6"), pod_record(0, "four")])
+    store.txn([], [Put(node_key("n1"), NodeRecord("n1", LOCAL).to_bytes())])
+    proxy = Proxy(node_ns, tmp_path / "store.db", 600)
+    try:
+        assert proxy.ask("synced")["syncs"] >= 1
+        wait_for("the first inputs", lambda: read_published(store) is not None, timeout=10)
+        first = read_published(store)
+        assert first is not None and first.addresses == (LOCAL,)
+        assert first.config == ProxyConfig() and first.at > 0
+        node_ns.run("ip addr add 192.168.7.2/24 dev v0")
+        wait_for(
+            "the added address published",
+            lambda: "192.168.7.2" in getattr(read_published(store), "addresses", ()),
+            timeout=10,
+        )
+        doc = trace(store, "n1", "203.0.113.9", "10.96.0.6:80/tcp")
+        assert doc["inputs"]["source"] == "published"
+        assert set(doc["nodeIPs"]) == {LOCAL, "192.168.7.2"}
     finally:
         proxy.stop()
