@@ -9,10 +9,13 @@ off-cluster host (two node addresses on its link).
   (by default with its own);
 - ``detectLocalMode: BridgeInterface``: a Pod source outside the cluster CIDRs that comes in on
   the bridge keeps its address (local), while ``ClusterCIDR`` masquerades it; an off-cluster
-  host is masqueraded either way."""
+  host is masqueraded either way. The same detection decides who an externalTrafficPolicy
+  Local NodePort short-circuits to every endpoint: that Pod under ``BridgeInterface`` (it is
+  in-cluster traffic), not under ``ClusterCIDR`` (it is external: the local endpoint only)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from typing import Any
@@ -40,6 +43,7 @@ PLAN = {
         "foreign": "172.20.0.5",  # a Pod source outside the cluster CIDRs
         "node_srv": "10.1.0.1",
         "srv": "10.1.0.2",
+        "srv2": "10.1.0.3",  # an endpoint the records place on another node
         "node_ext": ("192.168.0.2", "198.51.100.2"),
         "ext": ("192.168.0.100", "198.51.100.100"),
         "inside": "192.168.0.0/24",
@@ -54,6 +58,7 @@ PLAN = {
         "foreign": "fd20::5",
         "node_srv": "fd10:0:0:1::1",
         "srv": "fd10:0:0:1::2",
+        "srv2": "fd10:0:0:1::3",
         "node_ext": ("fd01::2", "fd02::2"),
         "ext": ("fd01::100", "fd02::100"),
         "inside": "fd01::/64",
@@ -142,6 +147,7 @@ def site(netns_factory):
             srv,
             [
                 f"ip addr add {p['srv']}/{n} dev eth0 nodad",
+                f"ip addr add {p['srv2']}/{n} dev eth0 nodad",
                 f"ip route add default via {p['node_srv']}",
             ],
         )
@@ -160,8 +166,9 @@ def site(netns_factory):
         server.wait()
 
 
-def calc_records() -> Records:
-    """A dual-stack NodePort Service with one backend, as the store holds it."""
+def calc_records(local: bool = False) -> Records:
+    """A dual-stack NodePort Service with one backend, as the store holds it; ``local``: with
+    externalTrafficPolicy Local and a second endpoint on another node (n2)."""
     records = Records()
     for family, p in PLAN.items():
         records.pools[f"pool{family}"] = p["pool"]
@@ -179,18 +186,23 @@ def calc_records() -> Records:
     ep = EndpointRecord(
         "ns", "srv", "eth0", tuple(p["srv"] for p in PLAN.values()), {"app": "web"}, "n1"
     )
-    for record in (svc, ep):
+    remote = EndpointRecord(
+        "ns", "srv2", "eth0", tuple(p["srv2"] for p in PLAN.values()), {"app": "web"}, "n2"
+    )
+    if local:
+        svc = dataclasses.replace(svc, external_traffic_policy="Local")
+    for record in (svc, ep, *[remote] * local):
         records.apply(KV(record.key, record.to_bytes(), 0))
     return records
 
 
-def program(node, family: int, settings: dict[str, Any]) -> None:
+def program(node, family: int, settings: dict[str, Any], etp_local: bool = False) -> None:
     """The node's table for ``family`` under the ``services`` section ``settings``."""
     config = parse_proxy_config({"services": {"proxy": True, **settings}})
     assert config is not None
     p = PLAN[family]
     local = [p["gw"], p["node_srv"], *p["node_ext"]]
-    model = calc_model(calc_records(), "n1", family, local, config)
+    model = calc_model(calc_records(etp_local), "n1", family, local, config)
     table = "ip6" if family == 6 else "ip"
     node.run(f"nft delete table {table} pycni-svc", check=False)
     node.run(["nft", "-f", "-"], input=render_transaction(None, model))
@@ -246,3 +258,29 @@ def test_bridge_detection_treats_a_pod_source_outside_the_cluster_cidrs_as_local
     assert ask(site["pod"], p["vip"], 80, p["pod"], "wait") == f"{p['srv']},{p['pod']}"
     off_cluster = ask(site["ext"], p["vip"], 80, p["ext"][0])  # not on the bridge
     assert off_cluster == f"{p['srv']},{p['node_srv']}"
+
+
+MANY = f"""
+import sys
+for _ in range(int(sys.argv.pop())):
+    exec({CLIENT!r}, {{}})
+"""
+
+
+def ask_many(ns, ip: str, port: int, source: str, count: int = 16) -> set[str]:
+    """The backends ``count`` connects from ``source`` reach (each picks at random)."""
+    argv = [sys.executable, "-c", MANY, ip, str(port), source, "wait", str(count)]
+    return {line.split(",")[0] for line in ns.run(argv).stdout.split()}
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_bridge_detection_short_circuits_a_local_policy_node_port_for_a_pod(site, family):
+    p = PLAN[family]
+    node_ip, both = p["node_ext"][0], {p["srv"], p["srv2"]}
+    program(site["node"], family, {}, etp_local=True)  # ClusterCIDR: that source is external
+    assert ask_many(site["pod"], node_ip, NODE_PORT, p["foreign"]) == {p["srv"]}
+    assert ask_many(site["pod"], node_ip, NODE_PORT, p["pod"]) == both  # in-cluster traffic
+    bridge = {"detectLocalMode": "BridgeInterface", "detectLocal": {"bridgeInterface": "br-svc"}}
+    program(site["node"], family, bridge, etp_local=True)
+    assert ask_many(site["pod"], node_ip, NODE_PORT, p["foreign"]) == both
+    assert ask_many(site["ext"], node_ip, NODE_PORT, p["ext"][0]) == {p["srv"]}  # external
