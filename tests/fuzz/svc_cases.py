@@ -1,7 +1,8 @@
 """Generated Service cases for the reference model (tests/fixtures/svc_reference.py) and their
 store records: a node n1 (whose kernel is asked) and a node n2, Services of every type and
-policy with endpoints on both, packets from a Pod, from the node and from off the cluster to
-every kind of entry and to addresses that are none.
+policy with endpoints on both, n1's proxy settings (masqueradeAll, detectLocalMode), packets
+from a Pod, from the node and from off the cluster, each with the interface it reaches n1 on,
+to every kind of entry and to addresses that are none.
 """
 
 from __future__ import annotations
@@ -118,15 +119,32 @@ def clusters(draw, family: int, protocols: tuple[str, ...] = ("tcp", "udp")) -> 
         (plan.cluster,),
         (plan.services,),
         tuple(draw(services(family, i, protocols)) for i in range(count)),
+        masquerade_all=draw(st.integers(0, 4)) == 0,
+        local_bridge=BRIDGE if draw(st.integers(0, 2)) == 0 else None,
     )
+
+
+BRIDGE = "p"  # under BridgeInterface: n1's Pod links (p<host>), never its uplinks a0, a1
+IIF = {"n2": "a0", "outside": "a1", "node": ""}  # where n1 receives a packet from
+
+
+def render_proxy_section(cluster: Cluster) -> dict:
+    """n1's ``services`` config section for the cluster's proxy settings."""
+    section: dict = {"proxy": True, "masqueradeAll": cluster.masquerade_all}
+    if cluster.local_bridge is not None:
+        section["detectLocalMode"] = "BridgeInterface"
+        section["detectLocal"] = {"bridgeInterface": cluster.local_bridge}
+    return section
 
 
 @st.composite
 def packets(draw, cluster: Cluster, family: int, other_protocol: bool = True) -> Packet:
     plan = PLANS[family]
     kind = draw(st.sampled_from(("pod", "node", "outside")))
+    iif = IIF.get(kind, "")
     if kind == "pod":
-        src = plan.pods[draw(st.sampled_from(("n1", "n2")))] + str(draw(st.sampled_from(PODS)))
+        node, host = draw(st.sampled_from(("n1", "n2"))), draw(st.sampled_from(PODS))
+        src, iif = plan.pods[node] + str(host), f"{BRIDGE}{host}" if node == "n1" else IIF[node]
     elif kind == "node":
         src = draw(st.sampled_from(plan.node_ips))
     else:
@@ -139,7 +157,7 @@ def packets(draw, cluster: Cluster, family: int, other_protocol: bool = True) ->
     dst, port = draw(st.sampled_from(targets))
     other = "udp" if svc.protocol == "tcp" else "tcp"
     protocol = draw(st.sampled_from((svc.protocol,) * 5 + (other,) * other_protocol))
-    return Packet(src, dst, port, protocol, from_node=kind == "node")
+    return Packet(src, dst, port, protocol, from_node=kind == "node", iif=iif)
 
 
 def calc_records(cluster: Cluster) -> list[KV]:

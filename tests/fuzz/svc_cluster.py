@@ -10,13 +10,15 @@ Each Pod has its own netns (a /32 on eth0, the gateway on-link; IPv6 via fe80::1
 so a reply never short-cuts the node that translated its request.
 
 n1's Service table is programmed by the proxy's own pass (``calc_plan`` over the store's
-records and the addresses ``read_local_addresses`` reads inside n1, as pycnid does) for each
-case; every packet of a case is sent towards n1 (n2 has no table: it routes to n1). Each pod
-namespace runs one dual-stack TCP server on 8080 answering ``<address reached>,<peer>``.
+records and the addresses ``read_local_addresses`` reads inside n1, under the case's proxy
+settings, as pycnid does) for each case; every packet of a case is sent towards n1 (n2 has no
+table: it routes to n1). Each pod namespace runs one dual-stack TCP server on 8080 answering
+``<address reached>,<peer>``.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,17 +30,20 @@ from tests.fixtures.netns import Netns, new_netns
 
 ROOT = Path(__file__).resolve().parents[2]
 PASS = """
-import subprocess, sys
+import json, subprocess, sys
 from services.ops.trace import read_records
+from services.proxy.config import parse_proxy_config
 from services.proxy.inputs import read_local_addresses
 from services.proxy.sync import calc_plan
 from store.sqlite import SqliteStore
+config = parse_proxy_config({"services": json.loads(sys.argv[2])})
 drop = "".join(f"add table {f} pycni-svc\\ndelete table {f} pycni-svc\\n" for f in ("ip", "ip6"))
 subprocess.run(["nft", "-f", "-"], input=drop, text=True, check=True)
 subprocess.run(["conntrack", "-F"], capture_output=True)
 records = read_records(SqliteStore(sys.argv[1]))
 for family in (4, 6):
-    plan = calc_plan(records, "n1", family, list(read_local_addresses()), None, set())
+    local = list(read_local_addresses())
+    plan = calc_plan(records, "n1", family, local, None, set(), (), {}, config)
     if plan is not None:
         subprocess.run(["nft", "-f", "-"], input=plan.script, text=True, check=True)
 """
@@ -94,9 +99,11 @@ class SvcCluster:
     ns: dict[str, Netns]
     servers: list[subprocess.Popen]
 
-    def program(self, db: Path) -> None:
-        """n1's table: one proxy pass over the store at ``db`` (the last case's removed)."""
-        self.ns["a"].run([sys.executable, "-c", PASS, str(db)], cwd=ROOT)
+    def program(self, db: Path, section: dict | None = None) -> None:
+        """n1's table: one proxy pass over the store at ``db`` under the ``services`` config
+        ``section`` (the last case's table removed)."""
+        config = json.dumps(section or {"proxy": True})
+        self.ns["a"].run([sys.executable, "-c", PASS, str(db), config], cwd=ROOT)
 
     def connect(self, where: str, src: str, dst: str, port: int, count: int) -> list[str]:
         out = self.ns[where].run(

@@ -21,12 +21,13 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Iterator
-from dataclasses import astuple
+from dataclasses import astuple, replace
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from services.proxy.config import parse_proxy_config
 from services.proxy.trace import Answer, explain
 from services.proxy.view import calc_model
 from store.base import Put
@@ -34,7 +35,14 @@ from store.sqlite import SqliteStore
 from tests.fixtures.svc_reference import Cluster, Endpoint, Outcome, Packet, Service, decide
 
 from .budget import cases
-from .svc_cases import PLANS, calc_records, calc_store_records, clusters, packets
+from .svc_cases import (
+    PLANS,
+    calc_records,
+    calc_store_records,
+    clusters,
+    packets,
+    render_proxy_section,
+)
 from .svc_cluster import SvcCluster, svc_cluster
 
 
@@ -44,9 +52,10 @@ def calc_proxy_outcome(cluster: Cluster, packet: Packet) -> Outcome:
     its NodePort addresses and its bridge gateway (a pool address, never a NodePort one)."""
     family = ipaddress.ip_address(packet.dst).version
     local = (*cluster.node_ips, PLANS[family].gateway)
-    model = calc_model(calc_store_records(cluster), cluster.node, family, local)
+    config = parse_proxy_config({"services": render_proxy_section(cluster)})
+    model = calc_model(calc_store_records(cluster), cluster.node, family, local, config)
     src, dst = ipaddress.ip_address(packet.src), ipaddress.ip_address(packet.dst)
-    answer = explain(model, model.node, src, 40000, dst, packet.port, packet.protocol)
+    answer = explain(model, model.node, src, 40000, dst, packet.port, packet.protocol, packet.iif)
     return to_outcome(answer, packet)
 
 
@@ -250,7 +259,7 @@ def test_real_packets_meet_what_the_reference_says(ref_cluster, tmp_path_factory
     assume(not on_n2 or ref.entry == "NodePort")
     db = tmp_path_factory.mktemp("ref") / "store.db"
     SqliteStore(str(db)).txn([], [Put(kv.key, kv.value) for kv in calc_records(cluster)])
-    ref_cluster.program(db)
+    ref_cluster.program(db, render_proxy_section(cluster))
     assert_kernel_agrees(ref_cluster, ref, packet)
 
 
@@ -306,3 +315,54 @@ def test_affinity_is_kept_per_service_port_across_entries(ref_cluster, tmp_path,
         via_vip = ref_cluster.connect("outside", client, svc.cluster_ips[0], 80, 1)
         via_node_port = ref_cluster.connect("outside", client, plan.node_ips[1], 30000, 1)
         assert via_vip[0].split(",")[0] == via_node_port[0].split(",")[0]
+
+
+# n1's proxy settings in chosen cases (decisions; the sampled packets above draw them too).
+
+
+@FAMILIES
+@pytest.mark.parametrize("masquerade_all", (False, True))
+def test_masquerade_all_masquerades_cluster_ip_traffic_only(family, masquerade_all):
+    plan = PLANS[family]
+    svc = Service(
+        "web",
+        "NodePort",
+        (f"{plan.vip}10",),
+        80,
+        node_port=30080,
+        etp_local=True,
+        endpoints=(ep(family, "n1", 2),),
+    )
+    cluster, pod = make_case(family, svc, plan.pods["n1"] + "7", svc.cluster_ips[0], 80)
+    cluster = replace(cluster, masquerade_all=masquerade_all)
+    assert_agrees(cluster, replace(pod, iif="p7"))
+    outside = Packet(f"{plan.client}5", plan.node_ips[1], 30080, iif="a1")
+    assert_agrees(cluster, outside)  # external under Local: the client's address kept
+
+
+@FAMILIES
+@pytest.mark.parametrize("source", ("pod-n1", "pod-n2", "foreign-on-bridge", "outside"))
+@pytest.mark.parametrize("entry", ("ClusterIP", "NodePort"))
+def test_bridge_interface_detects_local_traffic_by_the_interface(family, source, entry):
+    """Under BridgeInterface a source is local when it comes in on the bridge, whatever its
+    address: a Pod of n2 (in the cluster CIDRs, in on the uplink) is not, a source outside
+    them in on the bridge is."""
+    plan = PLANS[family]
+    svc = Service(
+        "web",
+        "NodePort",
+        (f"{plan.vip}10",),
+        80,
+        node_port=30080,
+        etp_local=True,
+        endpoints=(ep(family, "n1", 2), ep(family, "n2", 3)),
+    )
+    src, iif = {
+        "pod-n1": (plan.pods["n1"] + "7", "p7"),
+        "pod-n2": (plan.pods["n2"] + "7", "a0"),
+        "foreign-on-bridge": (f"{plan.client}5", "p7"),
+        "outside": (f"{plan.client}5", "a1"),
+    }[source]
+    dst, port = (svc.cluster_ips[0], 80) if entry == "ClusterIP" else (plan.node_ips[1], 30080)
+    cluster, packet = make_case(family, svc, src, dst, port)
+    assert_agrees(replace(cluster, local_bridge="p"), replace(packet, iif=iif))
