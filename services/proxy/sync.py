@@ -15,8 +15,8 @@
    a bulk change); a small one costs ~0.5 ms in the kept context, ~15 ms in a child;
 3. deletes stale UDP conntrack entries of the entry points whose serving backends changed
    (``conntrack.py``);
-4. hands the healthCheckNodePort servers the targets of the Services it touched
-   (``health.py``);
+4. hands the healthCheckNodePort servers the targets of the Services it touched and where
+   to bind them, and tells them whether the kernel took the pass (``health.py``);
 5. publishes the node's addresses and proxy settings it programmed from when they changed
    (``inputs.ProxyInputs``: what `pycni svc trace --node` reads from another node).
 
@@ -40,12 +40,12 @@ from common.metrics import Registry
 from kernel.nft import Nft, NftError
 from services.proxy import conntrack
 from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
-from services.proxy.health import HealthServers, calc_health
+from services.proxy.health import EVERY_ADDRESS, HealthServers, ProxyHealth, calc_health
 from services.proxy.inputs import ProxyInputs, read_local_addresses
 from services.proxy.model import ProxyModel
 from services.proxy.render import FAMILY, TABLE, is_affinity_set, is_shape_chain
 from services.proxy.table import Planned, ServiceTable, TablePlan
-from services.proxy.view import PREFIXES, Records, calc_changes
+from services.proxy.view import PREFIXES, Records, calc_changes, calc_node_view
 from store.base import Put, Store
 from store.keys import proxy_inputs_key
 from store.watched import WatchedPrefixes
@@ -99,7 +99,8 @@ class ProxySync:
         self.published: tuple[str, ...] | None = None  # the addresses last published
         self.nft: Nft | None = None
         self.metrics = ProxyMetrics(registry)
-        self.health = HealthServers()
+        self.proxy_health = ProxyHealth(2 * resync_interval)
+        self.health = HealthServers(self.proxy_health)
         self.loop = Loop(
             "proxy-sync",
             self.step,
@@ -143,6 +144,7 @@ class ProxySync:
             with self.lock:
                 dirty = self.records.take_dirty()
                 health = {k: calc_health(self.records, k, self.node) for k in dirty}
+                binds = calc_health_binds(self.records, self.node, local, self.config)
                 plans = {
                     f: calc_plan(
                         self.records,
@@ -163,7 +165,8 @@ class ProxySync:
             del plans  # a full plan's script and element sets: before the heap is trimmed
             if full and self.nft is not None:
                 self.nft.release_cache()
-        self.health.apply(health)
+        self.proxy_health.note_pass(not refused)
+        self.health.apply(health, binds)
         if not refused:
             self.publish_inputs(tuple(local))
         done = time.perf_counter()
@@ -258,6 +261,17 @@ class ProxySync:
 def is_large(plan: TablePlan) -> bool:
     """Run apart (``APART_BYTES``): a full render, or an update of many Services at once."""
     return plan.full or len(plan.script) >= APART_BYTES
+
+
+def calc_health_binds(
+    records: Records, node: str, local: list[str], config: ProxyConfig
+) -> tuple[str, ...]:
+    """Where healthCheckNodePorts listen: every address, or, under ``nodePortAddresses``,
+    the node's NodePort addresses of both families (kube-proxy binds them there)."""
+    if config.node_port_cidrs is None and not config.node_port_primary:
+        return EVERY_ADDRESS
+    views = (calc_node_view(records, node, family, local, config) for family in (4, 6))
+    return tuple(str(ip) for view in views for ip in view.node_ips)
 
 
 def calc_plan(

@@ -5,7 +5,10 @@ another namespace asks the node's IPv4 and IPv6 address, as a cloud load balance
 200 with ``localEndpoints`` 1 while the node's endpoint is ready; 503 with 0 once it is
 drained (terminating: the node leaves the load balancer while its connections finish); 200
 when it is ready again; 503 once the endpoint is gone; and nothing listens after the Service
-is removed. The JSON is kube-proxy's."""
+is removed. The JSON is kube-proxy's. While the kernel refuses the proxy's table (another
+process owns a table of that name) the answer turns 503 with ``serviceProxyHealthy`` false
+after the health timeout, and 200 again once a pass goes in; under ``nodePortAddresses`` the
+port listens on the node's addresses inside them only."""
 
 from __future__ import annotations
 
@@ -27,11 +30,15 @@ from tests.fixtures.waiting import wait_for
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
 PROXY = """
-import sys
+import json, sys
+from services.proxy.config import parse_proxy_config
 from services.proxy.sync import ProxySync
 from common.metrics import Registry
 from store.sqlite import SqliteStore
-sync = ProxySync("n1", SqliteStore(sys.argv[1]), Registry(), 600.0).start()
+section = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+config = parse_proxy_config({"services": {"proxy": True, **section}})
+resync = float(sys.argv[2]) if len(sys.argv) > 2 else 600.0
+sync = ProxySync("n1", SqliteStore(sys.argv[1]), Registry(), resync, config).start()
 sys.stdin.read()
 sync.stop()
 """
@@ -81,13 +88,13 @@ def ask(lb, url: str) -> tuple:
     return tuple(json.loads(lb.run([sys.executable, "-c", ASK, url]).stdout))
 
 
-def answered(lb, status: int, count: int) -> bool:
+def answered(lb, status: int, count: int, healthy: bool = True, urls=URLS) -> bool:
     body = {
         "service": {"namespace": "default", "name": "web"},
         "localEndpoints": count,
-        "serviceProxyHealthy": True,
+        "serviceProxyHealthy": healthy,
     }
-    return all(ask(lb, url) == (status, body, "application/json") for url in URLS)
+    return all(ask(lb, url) == (status, body, "application/json") for url in urls)
 
 
 def test_200_with_a_ready_local_endpoint_503_without_and_gone_with_the_service(nodes, tmp_path):
@@ -131,6 +138,73 @@ def test_200_with_a_ready_local_endpoint_503_without_and_gone_with_the_service(n
             lambda: all(ask(lb, url)[0] == 0 for url in URLS),
             timeout=30,
         )
+    finally:
+        proxy.communicate(timeout=30)
+        store.close()
+    assert proxy.returncode == 0
+
+
+def setup_records(tmp_path: Path) -> SqliteStore:
+    store = SqliteStore(str(tmp_path / "store.db"))
+    store.txn(
+        [],
+        [
+            Put(SERVICES_META, ServiceSettings(("10.96.0.0/16",)).to_bytes()),
+            Put(pool_key("pods"), encode({"cidr": "10.0.0.0/16"})),
+            Put(SERVICE.key, SERVICE.to_bytes()),
+            Put(POD.key, POD.to_bytes()),
+        ],
+    )
+    return store
+
+
+def start_proxy(node, tmp_path: Path, resync: float, section: dict) -> subprocess.Popen:
+    db, config = str(tmp_path / "store.db"), json.dumps(section)
+    command = ["ip", "netns", "exec", node.name, sys.executable, "-c", PROXY, db, str(resync)]
+    return subprocess.Popen([*command, config], cwd=ROOT, stdin=subprocess.PIPE)
+
+
+def test_503_and_unhealthy_while_the_kernel_refuses_the_proxys_table(nodes, tmp_path):
+    """Another process holds an owner table named pycni-svc (the kernel refuses every other
+    process's change to it): the IPv4 pass is refused again and again; after the health
+    timeout (twice the 1 s resync) the answer is 503, serviceProxyHealthy false, though the
+    node has its endpoint; once the owner exits its table goes, a pass goes in: 200."""
+    node, lb = nodes
+    owner = subprocess.Popen(
+        ["ip", "netns", "exec", node.name, "nft", "-i"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    owner.stdin.write("add table ip pycni-svc { flags owner; }\n")
+    owner.stdin.flush()
+    wait_for("the owner table", lambda: "pycni-svc" in node.run("nft list tables").stdout)
+    store = setup_records(tmp_path)
+    proxy = start_proxy(node, tmp_path, 1.0, {})
+    try:
+        wait_for("503, unhealthy", lambda: answered(lb, 503, 1, healthy=False), timeout=30)
+        owner.stdin.close()
+        owner.wait(timeout=10)
+        wait_for("200 once a pass goes in", lambda: answered(lb, 200, 1), timeout=30)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        proxy.communicate(timeout=30)
+        store.close()
+    assert proxy.returncode == 0
+
+
+def test_node_port_addresses_narrow_where_the_health_check_listens(nodes, tmp_path):
+    node, lb = nodes
+    node.run("ip addr add 192.168.0.3/24 dev v0")  # a second address inside the CIDR
+    store = setup_records(tmp_path)
+    proxy = start_proxy(node, tmp_path, 600.0, {"nodePortAddresses": ["192.168.0.2/32"]})
+    inside, v6 = URLS
+    other = inside.replace("192.168.0.2", "192.168.0.3")
+    try:
+        wait_for("200 on the address inside", lambda: answered(lb, 200, 1, urls=[inside]))
+        assert ask(lb, v6)[0] == 0 and ask(lb, other)[0] == 0  # nothing listens there
     finally:
         proxy.communicate(timeout=30)
         store.close()

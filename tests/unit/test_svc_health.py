@@ -2,10 +2,12 @@
 
 - ``calc_health`` counts this node's ready endpoints that serve a port of the Service
   (checked against a count written from the records), only for a Service that has one;
-- ``render_health`` answers kube-proxy's JSON, 200 exactly with local endpoints;
-- ``HealthServers`` (over a fake server) after any sequence of passes runs one server per
-  wanted port, each answering its Service's latest target, and none other; a port that could
-  not be bound is tried again on a later pass;
+- ``render_health`` answers kube-proxy's JSON, 200 exactly with local endpoints and a healthy
+  proxy;
+- ``ProxyHealth`` is unhealthy exactly while the passes have been refused for its timeout;
+- ``HealthServers`` (over a fake server) after any sequence of passes and bind changes runs
+  one server per wanted port and bind address, each answering its Service's latest target,
+  and none other; a port that could not be bound is tried again on a later pass;
 - allocation: a LoadBalancer Service with externalTrafficPolicy Local gets one too, and any
   sequence of creates, changes and removals leaves the nodeports index exactly the union of
   the Services' index keys, no port held twice."""
@@ -23,7 +25,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from cni.spec.errors import CNIError
 from services.allocate import calc_health_check_port
 from services.ops.edit import change, create, remove, set_settings
-from services.proxy.health import HealthServers, HealthTarget, calc_health, render_health
+from services.proxy.health import (
+    EVERY_ADDRESS,
+    HealthServers,
+    HealthTarget,
+    ProxyHealth,
+    calc_health,
+    render_health,
+)
 from services.proxy.view import Records
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import KV
@@ -89,15 +98,29 @@ def test_the_count_is_this_nodes_ready_endpoints_serving_a_port(eps, kind_policy
     assert calc_health(records, SERVICES + "ns/gone", "n1") is None
 
 
-@given(st.integers(0, 5), st.text(min_size=1, max_size=5))
-def test_the_answer_is_kube_proxys_json_and_200_only_with_local_endpoints(count, name):
-    status, body = render_health(HealthTarget(30005, "ns", name, count))
-    assert status == (200 if count else 503)
+@given(st.integers(0, 5), st.text(min_size=1, max_size=5), st.booleans())
+def test_the_answer_is_kube_proxys_json_and_200_only_with_local_endpoints(count, name, healthy):
+    status, body = render_health(HealthTarget(30005, "ns", name, count), healthy)
+    assert status == (200 if count and healthy else 503)
     assert json.loads(body) == {
         "service": {"namespace": "ns", "name": name},
         "localEndpoints": count,
-        "serviceProxyHealthy": True,
+        "serviceProxyHealthy": healthy,
     }
+
+
+@given(st.lists(st.tuples(st.floats(0, 40), st.booleans()), max_size=12))
+def test_the_proxy_is_unhealthy_once_refused_for_its_timeout(passes):
+    now = [0.0]
+    health = ProxyHealth(60.0, lambda: now[0])
+    first_refused: float | None = None  # the first refusal of the current run of them
+    for advance, applied in passes:
+        now[0] += advance
+        health.note_pass(applied)
+        first_refused = None if applied else (now[0] if first_refused is None else first_refused)
+        assert health.is_healthy() == (first_refused is None or now[0] - first_refused < 60)
+    now[0] += 61
+    assert health.is_healthy() == (first_refused is None)
 
 
 class FakeServer:
@@ -118,10 +141,12 @@ class Passes(RuleBasedStateMachine):
         super().__init__()
         self.busy: set[int] = set()  # ports something else holds: start fails
         self.closed: list[FakeServer] = []
-        self.servers = HealthServers(self.start)
+        self.servers = HealthServers(ProxyHealth(60.0), self.start)
         self.model: dict[str, HealthTarget] = {}
+        self.binds: tuple[str, ...] = EVERY_ADDRESS
 
-    def start(self, target: HealthTarget) -> FakeServer:
+    def start(self, target: HealthTarget, address: str) -> FakeServer:
+        assert address in self.binds
         if target.port in self.busy:
             raise OSError(98, "Address already in use")
         return FakeServer(target, self.closed)
@@ -152,6 +177,11 @@ class Passes(RuleBasedStateMachine):
             else:
                 self.model[key] = target
 
+    @rule(binds=st.sampled_from([EVERY_ADDRESS, (), ("192.168.0.2",), ("192.168.0.2", "fd01::2")]))
+    def rebind(self, binds):
+        self.binds = binds
+        self.servers.apply({}, binds)
+
     @rule(port=st.integers(1, 3))
     def hold_port(self, port):
         self.busy.add(port)
@@ -162,12 +192,14 @@ class Passes(RuleBasedStateMachine):
         self.servers.apply({})
 
     @invariant()
-    def one_server_per_wanted_port_answering_its_latest_target(self):
+    def one_server_per_wanted_port_and_address_answering_its_latest_target(self):
         running = self.servers.running
         wanted = {t.port: t for t in self.model.values()}
-        assert set(running) <= set(wanted)
-        assert set(wanted) - set(running) <= self.busy  # only what could not be bound is missing
-        for port, server in running.items():
+        keys = {(port, address) for port in wanted for address in self.binds}
+        assert set(running) <= keys
+        missing = {port for port, _ in keys - set(running)}
+        assert missing <= self.busy  # only what could not be bound is missing
+        for (port, _), server in running.items():
             assert server.target == wanted[port] and not server.closed
         assert all(s.closed for s in self.closed)
 
