@@ -348,3 +348,19 @@ def test_a_corrupt_service_is_an_internal_error_naming_its_key():
         ServiceRecord.from_bytes("/k", b'{"namespace": "a"}')
     except CNIError as exc:
         assert exc.code == 999 and "/k" in exc.msg
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"type": "ExternalName"}, "type"),
+        ({"clusterIPs": ["None"]}, "clusterIPs[0]"),  # headless
+        ({"clusterIP": "None"}, "clusterIP"),
+    ],
+)
+def test_what_the_proxy_has_nothing_to_program_for_is_refused_naming_the_field(spec, field):
+    """ExternalName and headless Services are DNS-only in Kubernetes (README: Against
+    Kubernetes' Service documentation)."""
+    with pytest.raises(InvalidConfig) as caught:
+        validate_service({"namespace": "ns", "name": "x", "ports": [{"port": 80}], **spec}, CONFIG)
+    assert caught.value.code == 7 and f"field {field}:" in str(caught.value)
