@@ -106,6 +106,11 @@ def ep(family: int, node: str, host: int, *conditions: bool) -> Endpoint:
     return Endpoint(f"{PLANS[family].pods[node]}{host}", node, *conditions)
 
 
+def node_port_service(family: int, name: str = "web", kind: str = "NodePort", **kw) -> Service:
+    """A Service on port 80 of VIP .10 and nodePort 30080 (``kw``: the rest)."""
+    return Service(name, kind, (f"{PLANS[family].vip}10",), 80, node_port=30080, **kw)
+
+
 def assert_agrees(cluster: Cluster, packet: Packet) -> None:
     proxy, reference = calc_proxy_outcome(cluster, packet), decide(cluster, packet)
     assert calc_compared(proxy) == calc_compared(reference)
@@ -123,12 +128,10 @@ def test_etp_local_short_circuits_in_cluster_traffic(family, source, entry, remo
     endpoint (the node masqueraded), even with none on this node."""
     plan = PLANS[family]
     eps = (ep(family, "n2", 3),) if remote_only else (ep(family, "n1", 2), ep(family, "n2", 3))
-    svc = Service(
+    svc = node_port_service(
+        family,
         "web",
         "NodePort",
-        (f"{plan.vip}10",),
-        80,
-        node_port=30080,
         external_ips=(f"{plan.external}10",),
         etp_local=True,
         endpoints=eps,
@@ -142,12 +145,10 @@ def test_etp_local_short_circuits_in_cluster_traffic(family, source, entry, remo
 @pytest.mark.parametrize("local", (False, True))
 def test_load_balancer_ips_are_dnated_with_etp(family, local):
     plan = PLANS[family]
-    svc = Service(
+    svc = node_port_service(
+        family,
         "lb",
         "LoadBalancer",
-        (f"{plan.vip}10",),
-        80,
-        node_port=30080,
         lb_ips=(f"{plan.lb}10",),
         etp_local=local,
         endpoints=(ep(family, "n1", 2), ep(family, "n2", 3)),
@@ -160,12 +161,10 @@ def test_load_balancer_ips_are_dnated_with_etp(family, local):
 def test_load_balancer_source_ranges_drop_other_sources(family, client):
     plan = PLANS[family]
     ranges = (f"{plan.client}0/126" if family == 6 else f"{plan.client}0/30",)
-    svc = Service(
+    svc = node_port_service(
+        family,
         "lb",
         "LoadBalancer",
-        (f"{plan.vip}10",),
-        80,
-        node_port=30080,
         lb_ips=(f"{plan.lb}10",),
         lb_source_ranges=ranges,
         endpoints=(ep(family, "n2", 3),),
@@ -324,14 +323,8 @@ def test_affinity_is_kept_per_service_port_across_entries(ref_cluster, tmp_path,
 @pytest.mark.parametrize("masquerade_all", (False, True))
 def test_masquerade_all_masquerades_cluster_ip_traffic_only(family, masquerade_all):
     plan = PLANS[family]
-    svc = Service(
-        "web",
-        "NodePort",
-        (f"{plan.vip}10",),
-        80,
-        node_port=30080,
-        etp_local=True,
-        endpoints=(ep(family, "n1", 2),),
+    svc = node_port_service(
+        family, "web", "NodePort", etp_local=True, endpoints=(ep(family, "n1", 2),)
     )
     cluster, pod = make_case(family, svc, plan.pods["n1"] + "7", svc.cluster_ips[0], 80)
     cluster = replace(cluster, masquerade_all=masquerade_all)
@@ -348,12 +341,10 @@ def test_bridge_interface_detects_local_traffic_by_the_interface(family, source,
     address: a Pod of n2 (in the cluster CIDRs, in on the uplink) is not, a source outside
     them in on the bridge is."""
     plan = PLANS[family]
-    svc = Service(
+    svc = node_port_service(
+        family,
         "web",
         "NodePort",
-        (f"{plan.vip}10",),
-        80,
-        node_port=30080,
         etp_local=True,
         endpoints=(ep(family, "n1", 2), ep(family, "n2", 3)),
     )

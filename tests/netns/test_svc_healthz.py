@@ -97,8 +97,7 @@ def answered(lb, status: int, count: int, healthy: bool = True, urls=URLS) -> bo
     return all(ask(lb, url) == (status, body, "application/json") for url in urls)
 
 
-def test_200_with_a_ready_local_endpoint_503_without_and_gone_with_the_service(nodes, tmp_path):
-    node, lb = nodes
+def setup_records(tmp_path: Path) -> SqliteStore:
     store = SqliteStore(str(tmp_path / "store.db"))
     store.txn(
         [],
@@ -109,20 +108,19 @@ def test_200_with_a_ready_local_endpoint_503_without_and_gone_with_the_service(n
             Put(POD.key, POD.to_bytes()),
         ],
     )
-    proxy = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            node.name,
-            sys.executable,
-            "-c",
-            PROXY,
-            str(tmp_path / "store.db"),
-        ],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-    )
+    return store
+
+
+def start_proxy(node, tmp_path: Path, resync: float, section: dict) -> subprocess.Popen:
+    db, config = str(tmp_path / "store.db"), json.dumps(section)
+    command = ["ip", "netns", "exec", node.name, sys.executable, "-c", PROXY, db, str(resync)]
+    return subprocess.Popen([*command, config], cwd=ROOT, stdin=subprocess.PIPE)
+
+
+def test_200_with_a_ready_local_endpoint_503_without_and_gone_with_the_service(nodes, tmp_path):
+    node, lb = nodes
+    store = setup_records(tmp_path)
+    proxy = start_proxy(node, tmp_path, 600.0, {})
     try:
         wait_for("200 with one local endpoint", lambda: answered(lb, 200, 1), timeout=30)
         drained = replace(POD, ready=False, serving=True, terminating=True)
@@ -142,26 +140,6 @@ def test_200_with_a_ready_local_endpoint_503_without_and_gone_with_the_service(n
         proxy.communicate(timeout=30)
         store.close()
     assert proxy.returncode == 0
-
-
-def setup_records(tmp_path: Path) -> SqliteStore:
-    store = SqliteStore(str(tmp_path / "store.db"))
-    store.txn(
-        [],
-        [
-            Put(SERVICES_META, ServiceSettings(("10.96.0.0/16",)).to_bytes()),
-            Put(pool_key("pods"), encode({"cidr": "10.0.0.0/16"})),
-            Put(SERVICE.key, SERVICE.to_bytes()),
-            Put(POD.key, POD.to_bytes()),
-        ],
-    )
-    return store
-
-
-def start_proxy(node, tmp_path: Path, resync: float, section: dict) -> subprocess.Popen:
-    db, config = str(tmp_path / "store.db"), json.dumps(section)
-    command = ["ip", "netns", "exec", node.name, sys.executable, "-c", PROXY, db, str(resync)]
-    return subprocess.Popen([*command, config], cwd=ROOT, stdin=subprocess.PIPE)
 
 
 def test_503_and_unhealthy_while_the_kernel_refuses_the_proxys_table(nodes, tmp_path):
