@@ -231,14 +231,14 @@ class ProxySync:
 
     def calc_chains(self, family: int) -> set[str]:
         """The shape chains and affinity ``clients-`` sets the kernel holds: known from the
-        last commit, else listed (at start and after a refused transaction; names only,
-        never the elements)."""
+        last commit, else listed (at start and after a refused transaction): terse, names
+        only; a listing with the elements kept ~100 MiB in the context at 10k Services."""
         known = self.chains[family]
         if known is not None or self.nft is None:
             return known or set()
         found = set()
         for kind, owned in (("chain", is_shape_chain), ("set", is_affinity_set)):
-            doc = self.nft.list_json(f"list {kind}s {FAMILY[family]}")
+            doc = self.nft.list_json(f"list {kind}s {FAMILY[family]}", terse=True)
             found |= {
                 o[kind]["name"]
                 for o in doc.get("nftables", [])

@@ -68,14 +68,12 @@ class FakeNft:
                     del sets[name][key]
         self.table, self.sets, self.types = table, sets, types
 
-    def list_json(self, command: str) -> dict:
+    def list_json(self, command: str, terse: bool = False) -> dict:
         self.lists += 1
-        if command.startswith("list tables"):
-            return {
-                "nftables": [{"table": {"family": "inet", "name": "pycni-masq"}}]
-                if self.table
-                else []
-            }
+        if not self.table:
+            raise NftError(f"Error: No such file or directory\n{command}")
+        if terse:
+            return {"nftables": [{"table": {"family": "inet", "name": "pycni-masq"}}]}
         return {
             "nftables": [
                 {
