@@ -290,7 +290,9 @@ def calc_chain_count(plan: Plan) -> int:
 def render_update(old: Plan, new: Plan) -> str:
     """kube-proxy's transaction for the Services whose endpoints changed between two plans."""
     return "".join(
-        _render_changed(svc0, svc1) for svc0, svc1 in zip(old, new, strict=True) if svc0 != svc1
+        _render_changed(svc0, svc1)
+        for svc0, svc1 in zip(old, new, strict=True)
+        if svc0 is not svc1 and svc0 != svc1
     )
 
 

@@ -197,6 +197,8 @@ def build_model(plan: Plan) -> ProxyModel:
 def swap_records(records: Records, old: Plan, new: Plan) -> None:
     """Apply the endpoint records that differ between two plans (a watch event each)."""
     for svc0, svc1 in zip(old, new, strict=True):
+        if svc0 is svc1:
+            continue
         nodes = calc_endpoint_nodes(svc1)
         for j, (ip0, ip1) in enumerate(zip(svc0.eps, svc1.eps, strict=True)):
             if ip0 != ip1:
