@@ -1,17 +1,24 @@
 """`make bench-svc`: loading Service rulesets, pycni's proxy against the kube-proxy shape.
 
     python3 -m bench.svc [--sizes 1000,10000,30000] [--update-at 10000] [--updates 5]
-                         [--engines lib,bin] [--kube-max 10000] [--results-dir DIR]
+                         [--engines lib,bin] [--kube-max 10000] [--mix mixed|clusterip]
+                         [--results-dir DIR]
 
-Every Service has 5 endpoints. For each size, shape and engine (lib = one kept libnftables
-context, as pycnid runs it; bin = `nft -f -`, as kube-proxy runs it) a fresh netns and a fresh
-process (bench/svc_worker.py) time the full sync as one transaction; at --update-at, --updates
-one-Service updates (one endpoint of one Service changed) on each shape. pycni's times are a
-whole proxy pass as pycnid runs it (``services.proxy.sync.calc_plan`` over the store records the
-proxy holds: the Services' views, the table's plan and script, the commit); the kube-proxy
-shape's count only nft's load (its Go generator is not measured), which favours kube-proxy.
-Endpoints are spread over 100 nodes (1 in 100 local to the measured node), which changes
-pycni's hairpin set only: kube-proxy renders its hairpin rule in every endpoint chain.
+Every Service has 5 endpoints. The Services are a mix (bench/svc_shapes.py), per 100: 5
+LoadBalancer (an ingress IP and a nodePort each, 2 with loadBalancerSourceRanges), 10 NodePort,
+5 of those 15 with externalTrafficPolicy Local (2 endpoints on this node, 3 on others), 5 with
+sessionAffinity ClientIP, 80 plain ClusterIP; ``--mix clusterip`` makes them all ClusterIP with
+Cluster policy (the bench before the mix, kept for comparison: it costs a flag). For each size,
+shape and engine (lib = one kept libnftables context, as pycnid runs it; bin = `nft -f -`, as
+kube-proxy runs it) a fresh netns and a fresh process (bench/svc_worker.py) time the full sync
+as one transaction; at --update-at, --updates one-Service updates (one endpoint of one Service
+changed: with the mix a LoadBalancer with externalTrafficPolicy Local and source ranges, its
+local endpoint swapped) on each shape. pycni's times are a whole proxy pass as pycnid runs it
+(``services.proxy.sync.calc_plan`` over the store records the proxy holds: the Services' views,
+the table's plan and script, the commit); the kube-proxy shape's count only nft's load (its Go
+generator is not measured), which favours kube-proxy. Endpoints are spread over 100 nodes (1 in
+100 local to the measured node; 2 of 5 under a Local policy), which changes pycni's hairpin set
+and the Local policy's backends: kube-proxy renders its hairpin rule in every endpoint chain.
 
 The kube-proxy shape above --kube-max is skipped (its load time grows faster than the number of
 Services: 30k would take many minutes): pass --kube-max 30000 to run it. Goals at 10k × 5: full
@@ -29,6 +36,7 @@ import subprocess
 import sys
 
 from .common import REPO, Line, Sandbox, median, python_env, render_goal_table, run_sandboxed
+from .svc_shapes import MIX_LABELS, MIX_TAGS, MIXES
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 ENGINES = {"lib": "libnftables", "bin": "nft -f -"}
@@ -48,11 +56,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--kube-max", type=int, default=10000, help="largest size loaded in the kube-proxy shape"
     )
+    parser.add_argument(
+        "--mix", choices=MIXES, default="mixed", help="the Services' features (see above)"
+    )
     parser.add_argument("--results-dir", default=RESULTS_DIR)
     return parser.parse_args(argv)
 
 
-def run_worker(box: Sandbox, shape: str, engine: str, size: int, updates: int) -> dict:
+def run_worker(box: Sandbox, shape: str, engine: str, size: int, updates: int, mix: str) -> dict:
     """One (shape, engine, size) in its own netns, deleted afterwards."""
     ns = box.netns(f"{shape}-{engine}-{size}")
     cmd = [
@@ -71,6 +82,8 @@ def run_worker(box: Sandbox, shape: str, engine: str, size: int, updates: int) -
         str(size),
         "--updates",
         str(updates),
+        "--mix",
+        mix,
     ]
     cmd += ["--verify"] if size <= VERIFY_MAX else []
     try:
@@ -82,10 +95,10 @@ def run_worker(box: Sandbox, shape: str, engine: str, size: int, updates: int) -
     if proc.returncode != 0:
         raise RuntimeError(f"{shape}/{engine}/{size}: {proc.stderr.strip()[-2000:]}")
     result = json.loads(proc.stdout)
-    if "service_ips_in_kernel" in result and result["service_ips_in_kernel"] != size:
+    held, wanted = result.get("service_ips_in_kernel"), result.get("service_ips_expected")
+    if held != wanted:
         raise RuntimeError(
-            f"{shape}/{engine}/{size}: the kernel holds "
-            f"{result['service_ips_in_kernel']} of {size} dispatch elements"
+            f"{shape}/{engine}/{size}: the kernel holds {held} of {wanted} dispatch elements"
         )
     return result
 
@@ -100,7 +113,9 @@ def measure_runs(args: argparse.Namespace, box: Sandbox) -> dict[str, dict]:
                 continue
             for engine in engines:
                 updates = args.updates if size == args.update_at else 0
-                runs[f"{shape}/{engine}/{size}"] = run_worker(box, shape, engine, size, updates)
+                runs[f"{shape}/{engine}/{size}"] = run_worker(
+                    box, shape, engine, size, updates, args.mix
+                )
                 print(f"  {shape:5} {ENGINES[engine]:11} {size:>6,} Services loaded", flush=True)
     return runs
 
@@ -142,7 +157,7 @@ def best_kube(runs: dict, size: int, metric) -> tuple[float | None, str]:
     return min(found) if found else (None, "")
 
 
-def goal_rows(runs: dict, size: int, kind: str) -> list[dict]:
+def goal_rows(runs: dict, size: int, kind: str, mix: str) -> list[dict]:
     """The two goal lines of a kind (full | update) at ``size``: absolute and ratio."""
     metric = full_seconds if kind == "full" else update_seconds
     engine_used = PYCNID_ENGINE[kind]
@@ -155,7 +170,7 @@ def goal_rows(runs: dict, size: int, kind: str) -> list[dict]:
     )
     return [
         {
-            "label": f"{size:,} Services: pycni {label}, {ENGINES[engine_used]}",
+            "label": f"{size:,} {MIX_TAGS[mix]} Services: pycni {label}, {ENGINES[engine_used]}",
             "pycni": mine,
             "goal": f"<={ms(GOALS[kind])}",
             "verdict": verdict(None if mine is None else mine <= GOALS[kind]),
@@ -292,10 +307,15 @@ def render(report: dict, sections: list[tuple[str, list[Line]]]) -> str:
 
 def build_sections(args: argparse.Namespace, report: dict) -> list[tuple[str, list[Line]]]:
     runs, at = report["runs"], args.update_at
-    report["goals"] = goal_rows(runs, at, "full") + goal_rows(runs, at, "update")
+    report["goals"] = goal_rows(runs, at, "full", args.mix) + goal_rows(
+        runs, at, "update", args.mix
+    )
     sizes = [int(s) for s in args.sizes.split(",") if s]
     return [
-        (f"goals at {at:,} Services x 5 endpoints", [as_line(r) for r in report["goals"]]),
+        (
+            f"goals at {at:,} Services x 5 endpoints, {MIX_LABELS[args.mix]}",
+            [as_line(r) for r in report["goals"]],
+        ),
         (
             "every run (kube-proxy shape: nft's load only; pycni: render + load)",
             info_lines(runs, sizes),

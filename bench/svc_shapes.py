@@ -1,254 +1,210 @@
-"""The two rulesets `make bench-svc` loads, over one address plan.
+"""The Services `make bench-svc` loads, over one address plan, and pycni's side of them.
 
-Both shapes serve the same Services: N ClusterIP Services (TCP 80, Cluster policy) with
-``ENDPOINTS`` backends each, off-cluster clients and hairpin traffic masqueraded.
+Both shapes serve the same Services (``calc_plan``): N Services of one TCP port (80 ->
+8080) with ``ENDPOINTS`` backends each, off-cluster clients and hairpin traffic
+masqueraded. By default a mix of the features a Service proxy must cover, per 100 Services
+(slot = index % 100):
+
+- 5 LoadBalancer (slots 0-4): a nodePort and one load balancer ingress IP each; 2 of them
+  (slots 0, 2) with 2 ``loadBalancerSourceRanges``;
+- 10 NodePort (slots 5-14);
+- 5 externalTrafficPolicy Local among those (slots 0, 1: LoadBalancer; 5-7: NodePort), with
+  2 of their 5 endpoints on the measured node and 3 elsewhere, so Local has local and
+  non-local endpoints;
+- 5 sessionAffinity ClientIP (slot 4: LoadBalancer, 8: NodePort, 15-17: ClusterIP), the
+  default timeout;
+- the other 80 ClusterIP, Cluster policy (``--mix clusterip``: all of them, as before).
+
+The one-Service update swaps endpoint 0 of the Service ``calc_update_index`` names: with the
+mix a LoadBalancer with externalTrafficPolicy Local and source ranges (slot 0), whose
+endpoint 0 is local (the spare that replaces it too).
 
 - pycni: the real proxy pass (``services.proxy``) over the store records pycnid would hold
   (``build_records``), each Service selecting its 5 endpoints by label; ``build_model`` is
-  the same Services as a model for the unit tests;
-- kube-proxy: the shape of kube-proxy's nftables mode, generated here: per service port one
-  ``service-`` chain (masquerade rule + inline ``numgen random mod N vmap``) and one
-  ``endpoint-`` chain per endpoint (hairpin mark + dnat), dispatched by the ``service-ips``
-  verdict map. The update is kube-proxy's own: add the new endpoint chain, flush and refill the
-  service chain, flush and delete the old endpoint chain, in one transaction.
+  the model the proxy makes of them, for the unit tests;
+- kube-proxy: the shape of kube-proxy's nftables mode over the same Services
+  (bench/svc_kube.py).
 
-Address plan (the one kube-proxy's own unit tests use): ClusterIPs 172.30.0.0/16, Pods
-10.0.0.0/8, node 192.168.0.2.
+Address plan (ClusterIPs, Pods and node as kube-proxy's own unit tests use): ClusterIPs
+172.30.0.0/16, Pods 10.0.0.0/8, node 192.168.0.2; load balancer IPs 198.18.0.0/15 and source
+ranges from the documentation ranges (none holds the node), nodePorts from 30000 on.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import ipaddress
-from dataclasses import replace
+from typing import NamedTuple
 
-from services.proxy.model import (
-    Backend,
-    NodeView,
-    ProxyModel,
-    ProxyPort,
-    ProxyService,
-    ServicePortView,
-)
-from services.proxy.view import Records
+from services.proxy.model import NodeView, ProxyModel
+from services.proxy.view import Records, calc_model
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import KV
 
 ENDPOINTS = 5
 NODES = 100
 PORT, TARGET = 80, 8080
-VIPS = ipaddress.ip_network("172.30.0.0/16")
-PODS = ipaddress.ip_network("10.0.0.0/8")
-SPARE = ipaddress.ip_network("10.255.0.0/16")  # the endpoint an update swaps in
+VIPS = ipaddress.IPv4Network("172.30.0.0/16")
+PODS = ipaddress.IPv4Network("10.0.0.0/8")
+SPARE = ipaddress.IPv4Network("10.255.0.0/16")  # the endpoint an update swaps in
+LB_IPS = ipaddress.IPv4Network("198.18.0.0/15")
+SOURCE_RANGES = ("198.51.100.0/24", "203.0.113.0/24")
+NODE_PORT_BASE = 30000
 NODE = NodeView("n1", (ipaddress.ip_address("192.168.0.2"),), (PODS,), (VIPS,))
-KUBE = "ip kube-proxy"
-Plan = list[tuple[str, ipaddress.IPv4Address, list[ipaddress.IPv4Address]]]
+LOCAL_IPS = [str(ip) for ip in NODE.node_ips]
+
+# The mix, by slot (index % 100): see the module docstring.
+SLOTS = 100
+LOAD_BALANCER = range(0, 5)
+NODE_PORT = range(5, 15)
+EXTERNAL_SLOTS = 15  # LoadBalancer and NodePort: a nodePort each
+EXTERNAL_LOCAL = frozenset({0, 1, 5, 6, 7})
+WITH_SOURCE_RANGES = frozenset({0, 2})
+CLIENT_IP_AFFINITY = frozenset({4, 8, 15, 16, 17})
+LOCAL_ENDPOINTS = 2  # of a Local-policy Service's endpoints, on the measured node
+MIXES = ("mixed", "clusterip")
+MIX_TAGS = {"mixed": "mixed", "clusterip": "ClusterIP"}
+MIX_LABELS = {
+    "mixed": "mixed: per 100, 5 LoadBalancer, 10 NodePort, 5 ETP Local, 5 affinity",
+    "clusterip": "all ClusterIP, Cluster policy",
+}
 
 
-def calc_plan(services: int) -> Plan:
-    """(name, ClusterIP, endpoint IPs) of every Service; addresses unique in the run."""
+class BenchService(NamedTuple):
+    """One benched Service: its ClusterIP, endpoint addresses and features."""
+
+    name: str
+    vip: ipaddress.IPv4Address
+    eps: tuple[ipaddress.IPv4Address, ...]
+    kind: str = "ClusterIP"  # | NodePort | LoadBalancer
+    node_port: int = 0
+    lb_ip: ipaddress.IPv4Address | None = None
+    ranges: tuple[str, ...] = ()
+    local: bool = False  # externalTrafficPolicy Local
+    affinity: bool = False  # sessionAffinity ClientIP
+
+    @property
+    def external(self) -> bool:
+        return self.kind != "ClusterIP"
+
+
+Plan = list[BenchService]
+
+
+def calc_plan(services: int, mix: str = "mixed") -> Plan:
+    """Every Service of the run; addresses and nodePorts unique in it."""
     if services >= VIPS.num_addresses - 2:
         raise ValueError(f"at most {VIPS.num_addresses - 2} Services fit {VIPS}")
     base = int(PODS.network_address) + 256
-    return [
-        (
-            f"svc{i}",
-            VIPS[i + 1],
-            [ipaddress.IPv4Address(base + i * ENDPOINTS + j) for j in range(ENDPOINTS)],
-        )
-        for i in range(services)
-    ]
+    plan = []
+    for i in range(services):
+        eps = tuple(ipaddress.IPv4Address(base + i * ENDPOINTS + j) for j in range(ENDPOINTS))
+        svc = BenchService(f"svc{i}", VIPS[i + 1], eps)
+        plan.append(_with_features(svc, i) if mix == "mixed" else svc)
+    return plan
+
+
+def _with_features(svc: BenchService, i: int) -> BenchService:
+    slot, block = i % SLOTS, i // SLOTS
+    if slot not in LOAD_BALANCER and slot not in NODE_PORT:
+        return svc._replace(affinity=slot in CLIENT_IP_AFFINITY)
+    balanced = slot in LOAD_BALANCER
+    return svc._replace(
+        kind="LoadBalancer" if balanced else "NodePort",
+        node_port=NODE_PORT_BASE + block * EXTERNAL_SLOTS + slot,
+        lb_ip=LB_IPS[1 + block * len(LOAD_BALANCER) + slot] if balanced else None,
+        ranges=SOURCE_RANGES if slot in WITH_SOURCE_RANGES else (),
+        local=slot in EXTERNAL_LOCAL,
+        affinity=slot in CLIENT_IP_AFFINITY,
+    )
+
+
+def calc_update_index(services: int) -> int:
+    """The Service the update changes: the first of slot 0 from the middle on (the middle
+    one if there is none)."""
+    middle = services // 2
+    first = middle - middle % SLOTS
+    return first if first < services else middle
 
 
 def calc_swap(plan: Plan, round_: int) -> Plan:
-    """The plan with endpoint 0 of the middle Service swapped for a spare address, or back."""
+    """The plan with endpoint 0 of the updated Service swapped for a spare address, or back."""
     if round_ % 2 == 0:
         return plan
-    i = len(plan) // 2
-    name, vip, eps = plan[i]
-    return plan[:i] + [(name, vip, [SPARE[1 + i % 60000], *eps[1:]])] + plan[i + 1 :]
+    i = calc_update_index(len(plan))
+    svc = plan[i]
+    new = svc._replace(eps=(SPARE[1 + i % 60000], *svc.eps[1:]))
+    return plan[:i] + [new] + plan[i + 1 :]
+
+
+def calc_endpoint_nodes(svc: BenchService) -> tuple[str, ...]:
+    """Where each endpoint runs; the measured node is ``n1``. Endpoints are spread over
+    ``NODES`` nodes, one in ``NODES`` local (500 at 10k Services, already 4.5x kubelet's
+    default max-pods), except under externalTrafficPolicy Local: its first
+    ``LOCAL_ENDPOINTS`` are local, the rest on other nodes. Locality changes pycni's hairpin
+    set, and the Local policy's backends in both shapes (the kube-proxy shape renders its
+    hairpin rule in every endpoint chain, as kube-proxy does)."""
+    if svc.local:
+        return tuple(
+            NODE.node if j < LOCAL_ENDPOINTS else f"n{2 + int(ip) % (NODES - 1)}"
+            for j, ip in enumerate(svc.eps)
+        )
+    return tuple(f"n{int(ip) % NODES + 1}" for ip in svc.eps)
+
+
+def calc_dispatch_count(plan: Plan) -> int:
+    """The ``service-ips`` elements of either shape: a ClusterIP each, a load balancer IP
+    each (every Local-policy Service has local endpoints)."""
+    return len(plan) + sum(svc.lb_ip is not None for svc in plan)
 
 
 # --- pycni ------------------------------------------------------------------------------------
 
 
-def build_model(plan: Plan) -> ProxyModel:
-    return ProxyModel(4, NODE, tuple(_view(name, vip, eps) for name, vip, eps in plan))
-
-
-def _view(name: str, vip: ipaddress.IPv4Address, eps: list) -> ServicePortView:
-    svc = ProxyService("bench", name, (vip,), ports=(ProxyPort("http", "tcp", PORT),))
-    return ServicePortView(svc, svc.ports[0], tuple(Backend(ip, TARGET, "n1", True) for ip in eps))
-
-
 def build_records(plan: Plan) -> Records:
-    """The same Services as store records, as pycnid's proxy holds them (each Service selects
-    its own endpoints by label), with the node's pools and service CIDR."""
+    """The Services as store records, as pycnid's proxy holds them (each Service selects its
+    own endpoints by label), with the node's pools and service CIDR."""
     records = Records()
     records.pools["bench"] = str(PODS)
     records.settings = ServiceSettings((str(VIPS),))
-    for name, vip, eps in plan:
-        svc = ServiceRecord(
-            "bench",
-            name,
-            ports=(ServicePort("http", "TCP", PORT, TARGET),),
-            cluster_ips=(str(vip),),
-            selector={"svc": name},
-        )
-        records.apply(KV(svc.key, svc.to_bytes(), 0))
-        for j, ip in enumerate(eps):
-            records.apply(_endpoint_kv(name, j, ip))
+    for svc in plan:
+        record = build_service_record(svc)
+        records.apply(KV(record.key, record.to_bytes(), 0))
+        for j, (ip, node) in enumerate(zip(svc.eps, calc_endpoint_nodes(svc), strict=True)):
+            records.apply(_endpoint_kv(svc.name, j, ip, node))
     return records
+
+
+def build_service_record(svc: BenchService) -> ServiceRecord:
+    return ServiceRecord(
+        "bench",
+        svc.name,
+        type=svc.kind,
+        ports=(ServicePort("http", "TCP", PORT, TARGET, svc.node_port),),
+        cluster_ips=(str(svc.vip),),
+        selector={"svc": svc.name},
+        session_affinity="ClientIP" if svc.affinity else "None",
+        external_traffic_policy="Local" if svc.local else "Cluster",
+        load_balancer_ips=(str(svc.lb_ip),) if svc.lb_ip else (),
+        load_balancer_source_ranges=svc.ranges,
+    )
+
+
+def build_model(plan: Plan) -> ProxyModel:
+    """The model pycnid's proxy makes of the plan's records on the measured node."""
+    return calc_model(build_records(plan), NODE.node, 4, LOCAL_IPS)
 
 
 def swap_records(records: Records, old: Plan, new: Plan) -> None:
     """Apply the endpoint records that differ between two plans (a watch event each)."""
-    for (name, _vip, eps0), (_n, _v, eps1) in zip(old, new, strict=True):
-        for j, (ip0, ip1) in enumerate(zip(eps0, eps1, strict=True)):
-            if ip0 != ip1:
-                records.apply(_endpoint_kv(name, j, ip1))
-
-
-def _endpoint_kv(name: str, j: int, ip: ipaddress.IPv4Address) -> KV:
-    ep = EndpointRecord(
-        "bench", f"{name}-{j}", "eth0", (str(ip),), {"svc": name}, calc_endpoint_node(ip)
-    )
-    return KV(ep.key, ep.to_bytes(), 0)
-
-
-def calc_endpoint_node(ip: ipaddress.IPv4Address) -> str:
-    """Endpoints are spread over ``NODES`` nodes; the measured node is ``n1`` (one in
-    ``NODES`` of them is local: 500 at 10k Services, already 4.5x kubelet's default
-    max-pods). Locality matters to pycni only for hairpin, kept for local endpoints alone;
-    the kube-proxy shape renders its hairpin rule in every endpoint chain, as kube-proxy
-    does."""
-    return f"n{int(ip) % NODES + 1}"
-
-
-def swap_model(model: ProxyModel, plan: Plan) -> ProxyModel:
-    """``model`` with the middle port view rebuilt from ``plan`` (the one-Service update)."""
-    i = len(plan) // 2
-    ports = list(model.ports)
-    ports[i] = _view(*plan[i])
-    return replace(model, ports=tuple(ports))
-
-
-# --- kube-proxy shape ------------------------------------------------------------------------
-
-
-def calc_hash(name: str) -> str:
-    """kube-proxy's chain-name hash: sha256 -> base32, first 8 characters."""
-    return base64.b32encode(hashlib.sha256(name.encode()).digest()).decode()[:8]
-
-
-def service_chain(name: str) -> str:
-    port = f"bench/{name}/tcp/p{PORT}"
-    return f"service-{calc_hash(port)}-{port}"
-
-
-def endpoint_chain(name: str, ip: ipaddress.IPv4Address) -> str:
-    port = f"bench/{name}/tcp/p{PORT}__{ip}/{TARGET}"
-    return f"endpoint-{calc_hash(port)}-{port}"
-
-
-def render_kube_skeleton() -> str:
-    """The 10 static chains, the dispatch and no-endpoint maps, masquerading."""
-    base = (
-        ("nat-prerouting", "nat hook prerouting priority -100"),
-        ("nat-output", "nat hook output priority -100"),
-        ("nat-postrouting", "nat hook postrouting priority 100"),
-        ("filter-forward", "filter hook forward priority 0"),
-        ("filter-output", "filter hook output priority 0"),
-    )
-    key = "ipv4_addr . inet_proto . inet_service : verdict"
-    lines = [
-        f"add table {KUBE}",
-        f"add map {KUBE} service-ips {{ type {key}; }}",
-        f"add map {KUBE} no-endpoint-services {{ type {key}; }}",
-    ]
-    lines += [f"add chain {KUBE} {c} {{ type {h}; policy accept; }}" for c, h in base]
-    lines += [
-        f"add chain {KUBE} {c}"
-        for c in (
-            "services",
-            "mark-for-masquerade",
-            "masquerading",
-            "service-endpoints-check",
-            "reject-chain",
-        )
-    ]
-    lines += [f"add rule {KUBE} {chain} {rule}" for chain, rule in _kube_static_rules()]
-    return "\n".join(lines) + "\n"
-
-
-def _kube_static_rules() -> list[tuple[str, str]]:
-    dispatch = "ip daddr . meta l4proto . th dport vmap"
-    return [
-        ("nat-prerouting", "jump services"),
-        ("nat-output", "jump services"),
-        ("nat-postrouting", "jump masquerading"),
-        ("filter-forward", "ct state new jump service-endpoints-check"),
-        ("filter-output", "ct state new jump service-endpoints-check"),
-        ("services", f"{dispatch} @service-ips"),
-        ("service-endpoints-check", f"{dispatch} @no-endpoint-services"),
-        ("mark-for-masquerade", "meta mark set meta mark | 0x4000"),
-        ("masquerading", "meta mark & 0x4000 == 0 return"),
-        ("masquerading", "meta mark set meta mark ^ 0x4000"),
-        ("masquerading", "masquerade fully-random"),
-        ("reject-chain", "reject"),
-    ]
-
-
-def render_endpoint(name: str, ip: ipaddress.IPv4Address) -> str:
-    chain = endpoint_chain(name, ip)
-    return (
-        f"add chain {KUBE} {chain}\n"
-        f"add rule {KUBE} {chain} ip saddr {ip} jump mark-for-masquerade\n"
-        f"add rule {KUBE} {chain} meta l4proto tcp dnat to {ip}:{TARGET}\n"
-    )
-
-
-def render_service_rules(name: str, vip: ipaddress.IPv4Address, eps: list) -> str:
-    chain = service_chain(name)
-    picks = ", ".join(f"{j} : goto {endpoint_chain(name, ip)}" for j, ip in enumerate(eps))
-    return (
-        f"add rule {KUBE} {chain} ip daddr {vip} tcp dport {PORT} ip saddr != {PODS} "
-        f"jump mark-for-masquerade\n"
-        f"add rule {KUBE} {chain} numgen random mod {len(eps)} vmap {{ {picks} }}\n"
-    )
-
-
-def render_kube_service(name: str, vip: ipaddress.IPv4Address, eps: list) -> str:
-    """One Service: its endpoint chains, its service chain, its ``service-ips`` element."""
-    chain = service_chain(name)
-    return (
-        "".join(render_endpoint(name, ip) for ip in eps)
-        + f"add chain {KUBE} {chain}\n"
-        + render_service_rules(name, vip, eps)
-        + f"add element {KUBE} service-ips {{ {vip} . tcp . {PORT} : goto {chain} }}\n"
-    )
-
-
-def render_kube_full(plan: Plan) -> str:
-    return render_kube_skeleton() + "".join(render_kube_service(*s) for s in plan)
-
-
-def render_kube_update(old: Plan, new: Plan) -> str:
-    """kube-proxy's transaction for the Services whose endpoints changed between two plans."""
-    out = []
-    for (name, vip, eps0), (_n, _v, eps1) in zip(old, new, strict=True):
-        if eps0 == eps1:
+    for svc0, svc1 in zip(old, new, strict=True):
+        if svc0 is svc1:
             continue
-        gone = [ip for ip in eps0 if ip not in eps1]
-        out += [render_endpoint(name, ip) for ip in eps1 if ip not in eps0]
-        out += [
-            f"flush chain {KUBE} {service_chain(name)}\n",
-            render_service_rules(name, vip, eps1),
-        ]
-        out += [
-            f"flush chain {KUBE} {endpoint_chain(name, ip)}\n"
-            f"delete chain {KUBE} {endpoint_chain(name, ip)}\n"
-            for ip in gone
-        ]
-    return "".join(out)
+        nodes = calc_endpoint_nodes(svc1)
+        for j, (ip0, ip1) in enumerate(zip(svc0.eps, svc1.eps, strict=True)):
+            if ip0 != ip1:
+                records.apply(_endpoint_kv(svc1.name, j, ip1, nodes[j]))
+
+
+def _endpoint_kv(name: str, j: int, ip: ipaddress.IPv4Address, node: str) -> KV:
+    ep = EndpointRecord("bench", f"{name}-{j}", "eth0", (str(ip),), {"svc": name}, node)
+    return KV(ep.key, ep.to_bytes(), 0)

@@ -1,14 +1,16 @@
 """One measurement of `make bench-svc`, run inside a fresh netns the driver made (bench/svc.py).
 
     ip netns exec NS python3 -m bench.svc_worker --shape pycni|kube --engine lib|bin
-                                                 --services N [--updates K] [--verify]
+                                                 --services N [--mix mixed|clusterip]
+                                                 [--updates K] [--verify]
 
 A fresh process per (shape, engine, size): the libnftables context, its cache and the kernel
 table start empty, so one load does not pay for another. Prints one JSON object: seconds to
 render (pycni: the proxy's pass in Python, commit included) and to apply the full sync, the
-same for each one-Service update (endpoint 0 of the middle Service swapped and back: its
-endpoint record put, as a watch event delivers it), VmRSS of this process before the
-records, holding them, and after the full sync (after ``release_cache``, as pycnid does).
+same for each one-Service update (endpoint 0 of one Service, ``svc_shapes.calc_update_index``,
+swapped and back: its endpoint record put, as a watch event delivers it), VmRSS of this process
+before the records, holding them, and after the full sync (after ``release_cache``, as pycnid
+does).
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from services.proxy.sync import calc_plan, paused_gc
 from services.proxy.table import ServiceTable, TablePlan
 from services.proxy.view import Records
 
+from . import svc_kube as kube
 from . import svc_shapes as shapes
 from .common import vm_rss_kib
 
-LOCAL = [str(ip) for ip in shapes.NODE.node_ips]
+LOCAL = shapes.LOCAL_IPS
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,6 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shape", choices=("pycni", "kube"), required=True)
     parser.add_argument("--engine", choices=("lib", "bin"), required=True)
     parser.add_argument("--services", type=int, required=True)
+    parser.add_argument("--mix", choices=shapes.MIXES, default="mixed")
     parser.add_argument("--updates", type=int, default=0)
     parser.add_argument(
         "--verify",
@@ -98,12 +102,12 @@ def measure_pycni(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
 
 
 def measure_kube(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
-    script, render = timed(shapes.render_kube_full, plan)
+    script, render = timed(kube.render_full, plan)
     _, apply = timed(nft.run, script)
     rounds, committed = [], plan
     for r in range(1, updates + 1):
         new = shapes.calc_swap(plan, r)
-        diff, d_render = timed(shapes.render_kube_update, committed, new)
+        diff, d_render = timed(kube.render_update, committed, new)
         _, d_apply = timed(nft.run, diff)
         rounds.append({"render": d_render, "apply": d_apply, "bytes": len(diff)})
         committed = new
@@ -112,7 +116,7 @@ def measure_kube(nft: Nft, plan: shapes.Plan, updates: int) -> dict:
         "apply": apply,
         "bytes": len(script),
         "updates": rounds,
-        "chains": 10 + len(plan) * (1 + shapes.ENDPOINTS),
+        "chains": kube.calc_chain_count(plan),
     }
 
 
@@ -129,11 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     nft_mod.TIMEOUT = 1800.0  # pycnid's 30 s bound on `nft -f -`; layout A at 10k takes longer
     nft = Nft(prefer_library=args.engine == "lib")
-    plan = shapes.calc_plan(args.services)
+    plan = shapes.calc_plan(args.services, args.mix)
     measure = measure_pycni if args.shape == "pycni" else measure_kube
     result = {"engine": nft.engine, **measure(nft, plan, args.updates)}
     if args.verify:
         result["service_ips_in_kernel"] = count_dispatch(args.shape)
+        result["service_ips_expected"] = shapes.calc_dispatch_count(plan)
     json.dump(result, sys.stdout)
     return 0
 

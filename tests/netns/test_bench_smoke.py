@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
+from bench import svc_kube as kube
 from bench import svc_shapes as shapes
+from services.proxy.elements import calc_elements
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -107,8 +109,9 @@ def test_bench_overlay_runs_every_part_and_leaves_no_namespace(tmp_path):
 
 
 def test_bench_svc_loads_both_shapes_and_leaves_no_namespace(tmp_path):
-    """`make bench-svc` at its smallest: both shapes load on both engines (the kernel holds
-    every dispatch element), each update run measured, every goal line judged, nothing left."""
+    """`make bench-svc` at its smallest, with the mixed Services: both shapes load on both
+    engines (the kernel holds every dispatch element), each update run measured, every goal
+    line judged, nothing left."""
     if os.geteuid() != 0:
         pytest.skip("the benchmark creates network namespaces: needs root")
     cmd = [
@@ -136,16 +139,14 @@ def test_bench_svc_loads_both_shapes_and_leaves_no_namespace(tmp_path):
     }
     for key, run in runs.items():
         size = int(key.rsplit("/", 1)[1])
-        assert run["service_ips_in_kernel"] == size, key
+        assert run["service_ips_in_kernel"] == shapes.calc_dispatch_count(
+            shapes.calc_plan(size)
+        ), key
         assert len(run["updates"]) == (2 if size == 100 else 0), key
-    local = sum(
-        shapes.calc_endpoint_node(ip) == shapes.NODE.node
-        for _name, _vip, eps in shapes.calc_plan(100)
-        for ip in eps
-    )
-    # per Service 7 (dispatch, 5 backends, its VIP), a hairpin per local endpoint, node-wide 3
-    assert runs["pycni/lib/100"]["elements"] == 100 * 7 + local + 3
-    assert runs["kube/lib/100"]["chains"] == 10 + 100 * 6
+    plan = shapes.calc_plan(100)  # the proxy's table holds what its model of the plan has
+    assert runs["pycni/lib/100"]["elements"] == len(calc_elements(shapes.build_model(plan)))
+    assert runs["kube/lib/100"]["chains"] == kube.calc_chain_count(plan)
+    assert "mixed Services" in proc.stdout
     judged = [row["verdict"] for row in report["goals"] if row["goal"]]
     assert len(judged) == 4 and set(judged) <= {"PASS", "MISS"}  # every goal line measured
     assert runs["pycni/lib/100"]["rss_kib_built"] > 0
