@@ -139,6 +139,11 @@ def calc_shape_chains(shapes: Iterable[AnyShape]) -> set[str]:
     return {shape.chain for shape in shapes}
 
 
+def calc_shape_names(shape: AnyShape) -> tuple[str, ...]:
+    """The kernel objects one shape names: its chain, and an affinity port's sets."""
+    return (shape.chain, *shape.sets) if isinstance(shape, AffinityChain) else (shape.chain,)
+
+
 def calc_affinity_sets(shapes: Iterable[AnyShape]) -> set[str]:
     """The ``clients-`` sets the affinity chains among ``shapes`` name."""
     return {s for shape in shapes if isinstance(shape, AffinityChain) for s in shape.sets}

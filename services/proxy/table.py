@@ -36,6 +36,7 @@ from services.proxy.render import (
     calc_affinity_sets,
     calc_index_objects,
     calc_shape_chains,
+    calc_shape_names,
     is_affinity_set,
     render_shape,
 )
@@ -79,6 +80,7 @@ class ServiceTable:
     services: dict[str, Planned] = field(default_factory=dict)
     element_counts: Counter = field(default_factory=Counter)
     shape_counts: Counter = field(default_factory=Counter)
+    name_users: Counter = field(default_factory=Counter)  # chain and set name -> live shapes
     port_count: int = 0  # port views programmed (the proxy's metric)
     owners: dict[tuple[str, str], str] = field(default_factory=dict)  # entry -> Service
     left_out: set[str] = field(default_factory=set)  # retried every pass (calc_plan)
@@ -190,10 +192,18 @@ class ServiceTable:
         """New chains first (an affinity port whose endpoints changed is rewritten in place,
         its chain and surviving sets kept), element deletes (a changed value included), adds,
         then the chains no entry points at any more and the sets of gone endpoints."""
-        live = {s for s, n in self.shape_counts.items() if n} - set(old_shapes) | set(new_shapes)
-        live_chains = calc_shape_chains(live)
-        stale = calc_shape_chains(old_shapes) - live_chains
-        stale_sets = calc_affinity_sets(old_shapes) - calc_affinity_sets(live)
+        change: Counter = Counter()
+        for shape in old_shapes:
+            change.subtract(calc_shape_names(shape))
+        for shape in new_shapes:
+            change.update(calc_shape_names(shape))
+        users = self.name_users  # a name's live shapes once the plan is in: its users now
+        # plus the change (only the changed shapes are looked at, never every shape)
+        stale = {c for c in calc_shape_chains(old_shapes) if users[c] + change[c] <= 0}
+        stale_sets = {s for s in calc_affinity_sets(old_shapes) if users[s] + change[s] <= 0}
+        live_chains = set()
+        if calc_index_objects(stale):  # an earlier layout's chain: what still names its objects
+            live_chains = {n for n in users if users[n] + change[n] > 0 and not is_affinity_set(n)}
         return (
             "".join(render_shape(self.family, s) for s in sorted(new_shapes, key=repr))
             + render_elements(self.family, "delete", deletes)
@@ -218,7 +228,7 @@ class ServiceTable:
     def chains(self) -> set[str]:
         """The shape chains and affinity sets this table's elements use (what the kernel
         holds once committed)."""
-        return calc_shape_chains(self.shape_counts) | calc_affinity_sets(self.shape_counts)
+        return set(self.name_users)
 
     def commit(self, plan: TablePlan) -> None:
         """The kernel took ``plan.script``: hold what it programmed."""
@@ -231,7 +241,10 @@ class ServiceTable:
             old = self.services.pop(key, None)
             self.port_count += len(new.views) - (len(old.views) if old else 0)
             _apply_delta(self.element_counts, old.elements if old else (), new.elements)
-            _apply_delta(self.shape_counts, old.shapes if old else (), new.shapes)
+            appeared, vanished = _apply_delta(
+                self.shape_counts, old.shapes if old else (), new.shapes
+            )
+            _apply_names(self.name_users, appeared, vanished)
             self._move_owners(key, old.elements if old else (), new.elements)
             if new.views:
                 self.services[key] = new
@@ -247,6 +260,7 @@ class ServiceTable:
         self.element_counts = Counter(chain.from_iterable(p.elements for p in planned))
         self.element_counts.update(plan.node_elements)
         self.shape_counts = Counter(chain.from_iterable(p.shapes for p in planned))
+        self.name_users = Counter(chain.from_iterable(map(calc_shape_names, self.shape_counts)))
         self.port_count = sum(len(p.views) for p in planned)
         self.owners = dict(plan.owners)
         self.node, self.node_elements = plan.node, plan.node_elements
@@ -288,13 +302,34 @@ def _add_delta(delta: Counter, old: Iterable, new: Iterable) -> None:
         delta[item] += 1
 
 
-def _apply_delta(counts: Counter, old: Iterable, new: Iterable) -> None:
+def _apply_delta(counts: Counter, old: Iterable, new: Iterable) -> tuple[list, list]:
+    """Count ``old`` out and ``new`` in; (appeared, vanished): items now counted that were
+    not, and items no longer counted."""
     delta: Counter = Counter()
     _add_delta(delta, old, new)
+    appeared, vanished = [], []
     for item, n in delta.items():
+        was = counts[item]
         counts[item] += n
         if counts[item] <= 0:
             del counts[item]
+            if was > 0:
+                vanished.append(item)
+        elif was <= 0:
+            appeared.append(item)
+    return appeared, vanished
+
+
+def _apply_names(users: Counter, appeared: Iterable[AnyShape], vanished: Iterable[AnyShape]):
+    """The chain and set names of the shapes that appeared and vanished, counted in ``users``
+    (a name with no user left is dropped)."""
+    for shape in appeared:
+        users.update(calc_shape_names(shape))
+    for shape in vanished:
+        for name in calc_shape_names(shape):
+            users[name] -= 1
+            if users[name] <= 0:
+                del users[name]
 
 
 def _calc_changes(counts: Counter, delta: Counter) -> tuple[list, list]:

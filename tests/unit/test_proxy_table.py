@@ -15,7 +15,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.proxy.render import TABLE
+from services.proxy.render import TABLE, calc_affinity_sets, calc_shape_chains, is_shape_chain
 from services.proxy.sync import calc_plan
 from services.proxy.table import ServiceTable
 from services.proxy.view import Records
@@ -160,6 +160,12 @@ def test_passes_of_dirty_services_hold_what_a_full_render_holds(steps, family):
         assert rendered(table) == rendered(whole) == kernel.elements
         assert set(table.shape_counts) == set(whole.shape_counts)
         assert table.port_count == whole.port_count
+        # the names index the updates keep is the whole table's, and the chains the kernel holds
+        assert table.name_users == whole.name_users
+        assert table.chains() == calc_shape_chains(whole.shape_counts) | calc_affinity_sets(
+            whole.shape_counts
+        )
+        assert {c for c in kernel.chains if is_shape_chain(c)} <= table.chains()
 
 
 def test_two_services_on_one_vip_port_program_one_then_the_other_and_never_a_duplicate_key():
