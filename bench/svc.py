@@ -1,14 +1,15 @@
 """`make bench-svc`: loading Service rulesets, pycni's proxy against the kube-proxy shape.
 
     python3 -m bench.svc [--sizes 1000,10000,30000] [--update-at 10000] [--updates 5]
-                         [--engines lib,bin] [--kube-max 10000] [--mix mixed|clusterip]
+                         [--engines lib,bin] [--kube-max 10000] [--mix mixed|mixed-2aff|clusterip]
                          [--results-dir DIR]
 
 Every Service has 5 endpoints. The Services are a mix (bench/svc_shapes.py), per 100: 5
 LoadBalancer (an ingress IP and a nodePort each, 2 with loadBalancerSourceRanges), 10 NodePort,
 5 of those 15 with externalTrafficPolicy Local (2 endpoints on this node, 3 on others), 5 with
-sessionAffinity ClientIP, 80 plain ClusterIP; ``--mix clusterip`` makes them all ClusterIP with
-Cluster policy (the bench before the mix, kept for comparison: it costs a flag). For each size,
+sessionAffinity ClientIP, 80 plain ClusterIP; ``--mix mixed-2aff`` keeps 2 of the 5 affinity
+Services; ``--mix clusterip`` makes them all ClusterIP with Cluster policy (the bench before
+the mix, kept for comparison: it costs a flag). For each size,
 shape and engine (lib = one kept libnftables context, as pycnid runs it; bin = `nft -f -`, as
 kube-proxy runs it) a fresh netns and a fresh process (bench/svc_worker.py) time the full sync
 as one transaction; at --update-at, --updates one-Service updates (one endpoint of one Service

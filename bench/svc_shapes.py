@@ -13,7 +13,8 @@ masqueraded. By default a mix of the features a Service proxy must cover, per 10
   non-local endpoints;
 - 5 sessionAffinity ClientIP (slot 4: LoadBalancer, 8: NodePort, 15-17: ClusterIP), the
   default timeout;
-- the other 80 ClusterIP, Cluster policy (``--mix clusterip``: all of them, as before).
+- the other 80 ClusterIP, Cluster policy (``--mix clusterip``: all of them, as before;
+  ``--mix mixed-2aff``: the same mix with affinity on slots 4 and 8 only, 2 per 100).
 
 The one-Service update swaps endpoint 0 of the Service ``calc_update_index`` names: with the
 mix a LoadBalancer with externalTrafficPolicy Local and source ranges (slot 0), whose
@@ -61,12 +62,16 @@ EXTERNAL_LOCAL = frozenset({0, 1, 5, 6, 7})
 WITH_SOURCE_RANGES = frozenset({0, 2})
 CLIENT_IP_AFFINITY = frozenset({4, 8, 15, 16, 17})
 LOCAL_ENDPOINTS = 2  # of a Local-policy Service's endpoints, on the measured node
-MIXES = ("mixed", "clusterip")
-MIX_TAGS = {"mixed": "mixed", "clusterip": "ClusterIP"}
+MIXES = ("mixed", "mixed-2aff", "clusterip")
+MIX_TAGS = {"mixed": "mixed", "mixed-2aff": "mixed (2% affinity)", "clusterip": "ClusterIP"}
 MIX_LABELS = {
     "mixed": "mixed: per 100, 5 LoadBalancer, 10 NodePort, 5 ETP Local, 5 affinity",
+    "mixed-2aff": "mixed: per 100, 5 LoadBalancer, 10 NodePort, 5 ETP Local, 2 affinity",
     "clusterip": "all ClusterIP, Cluster policy",
 }
+#: the affinity slots of each mix: ``mixed-2aff`` keeps those of slots 4 and 8 (the
+#: LoadBalancer and the NodePort one), the others plain ClusterIP
+AFFINITY_SLOTS = {"mixed": CLIENT_IP_AFFINITY, "mixed-2aff": frozenset({4, 8})}
 
 
 class BenchService(NamedTuple):
@@ -99,14 +104,15 @@ def calc_plan(services: int, mix: str = "mixed") -> Plan:
     for i in range(services):
         eps = tuple(ipaddress.IPv4Address(base + i * ENDPOINTS + j) for j in range(ENDPOINTS))
         svc = BenchService(f"svc{i}", VIPS[i + 1], eps)
-        plan.append(_with_features(svc, i) if mix == "mixed" else svc)
+        affinity = AFFINITY_SLOTS.get(mix)
+        plan.append(_with_features(svc, i, affinity) if affinity is not None else svc)
     return plan
 
 
-def _with_features(svc: BenchService, i: int) -> BenchService:
+def _with_features(svc: BenchService, i: int, affinity: frozenset[int]) -> BenchService:
     slot, block = i % SLOTS, i // SLOTS
     if slot not in LOAD_BALANCER and slot not in NODE_PORT:
-        return svc._replace(affinity=slot in CLIENT_IP_AFFINITY)
+        return svc._replace(affinity=slot in affinity)
     balanced = slot in LOAD_BALANCER
     return svc._replace(
         kind="LoadBalancer" if balanced else "NodePort",
@@ -114,7 +120,7 @@ def _with_features(svc: BenchService, i: int) -> BenchService:
         lb_ip=LB_IPS[1 + block * len(LOAD_BALANCER) + slot] if balanced else None,
         ranges=SOURCE_RANGES if slot in WITH_SOURCE_RANGES else (),
         local=slot in EXTERNAL_LOCAL,
-        affinity=slot in CLIENT_IP_AFFINITY,
+        affinity=slot in affinity,
     )
 
 

@@ -1,7 +1,7 @@
 """One measurement of `make bench-svc`, run inside a fresh netns the driver made (bench/svc.py).
 
     ip netns exec NS python3 -m bench.svc_worker --shape pycni|kube --engine lib|bin
-                                                 --services N [--mix mixed|clusterip]
+                                                 --services N [--mix mixed|mixed-2aff|clusterip]
                                                  [--updates K] [--verify]
 
 A fresh process per (shape, engine, size): the libnftables context, its cache and the kernel
