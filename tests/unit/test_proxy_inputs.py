@@ -19,9 +19,10 @@ from services.proxy.config import ProxyConfig, parse_proxy_config, render_proxy_
 from services.proxy.inputs import ProxyInputs
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import Put
-from store.codec import CorruptRecord, encode
+from store.codec import encode
 from store.keys import SERVICES_META, pool_key, proxy_inputs_key
 from store.sqlite import SqliteStore
+from tests.fixtures.records import assert_reads_or_corrupt
 
 CIDRS = st.sampled_from(["10.0.0.0/8", "192.168.0.0/16", "fd00::/64", "2001:db8::/32"])
 CONFIGS = st.builds(
@@ -63,12 +64,7 @@ FIELDS = st.fixed_dictionaries(
 @given(FIELDS | JSON | st.binary(max_size=40))
 def test_any_stored_value_reads_as_inputs_or_a_corrupt_record_naming_its_key(value):
     raw = value if isinstance(value, bytes) else json.dumps(value).encode()
-    try:
-        inputs = ProxyInputs.from_bytes("/pycni/v1/proxyinputs/n2", raw)
-    except CorruptRecord as exc:
-        assert "/pycni/v1/proxyinputs/n2" in exc.msg
-    else:
-        assert ProxyInputs.from_bytes("/k", inputs.to_bytes()) == inputs
+    assert_reads_or_corrupt(ProxyInputs, "/pycni/v1/proxyinputs/n2", raw)
 
 
 def setup_store(tmp_path) -> SqliteStore:
