@@ -6,10 +6,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
+from click.testing import CliRunner
 
+from cli import cli
 from store.sqlite import SqliteStore
 from tests.fixtures.etcd import wipe_all_keys
 
@@ -51,3 +54,20 @@ def store_args(request, store_kind) -> list[str]:
     if store_kind == "sqlite":
         return ["--store-path", request.getfixturevalue("sqlite_path")]
     return ["--etcd-endpoints", request.getfixturevalue("etcd_endpoints")]
+
+
+@pytest.fixture
+def svc(store_args):
+    """`pycni svc ARGS` against the test's store: its JSON answer (``text``: its text), or
+    with ``code`` its error output."""
+    runner = CliRunner()
+
+    def run(*args: str, code: int = 0, text: bool = False):
+        output = [] if text else ["-o", "json"]
+        result = runner.invoke(cli, ["svc", *args, *store_args, *output], catch_exceptions=False)
+        assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+        if code:
+            return result.stderr
+        return result.stdout if text else json.loads(result.stdout)
+
+    return run

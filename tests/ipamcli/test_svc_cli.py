@@ -11,27 +11,11 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
-from cli import cli
 from services.record import EndpointRecord
 from store.base import Put
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture
-def svc(store_args):
-    runner = CliRunner()
-
-    def run(*args: str, code: int = 0):
-        result = runner.invoke(
-            cli, ["svc", *args, *store_args, "-o", "json"], catch_exceptions=False
-        )
-        assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-        return json.loads(result.stdout) if code == 0 else result.stderr
-
-    return run
 
 
 @pytest.fixture

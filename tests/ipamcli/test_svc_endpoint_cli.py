@@ -8,27 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from cli import cli
 from services.record import EndpointRecord
 from store.base import Put
 from store.codec import encode
-
-
-@pytest.fixture
-def svc(store_args):
-    runner = CliRunner()
-
-    def run(*args: str, code: int = 0, text: bool = False):
-        output = [] if text else ["-o", "json"]
-        result = runner.invoke(cli, ["svc", *args, *store_args, *output], catch_exceptions=False)
-        assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-        if code:
-            return result.stderr
-        return result.stdout if text else json.loads(result.stdout)
-
-    return run
 
 
 def conditions(store, key: str) -> tuple[bool, bool, bool]:

@@ -6,30 +6,16 @@ with nothing written. The index key ``nodeports/TCP/<port>`` holds it like a nod
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from click.testing import CliRunner
-
-from cli import cli
 
 HC = "healthCheckNodePort"
 
 
 @pytest.fixture
-def svc(store_args):
-    runner = CliRunner()
-
-    def run(*args: str, code: int = 0):
-        result = runner.invoke(
-            cli, ["svc", *args, *store_args, "-o", "json"], catch_exceptions=False
-        )
-        assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-        return json.loads(result.stdout) if code == 0 else result.stderr
-
-    svc_ = run
-    svc_("config", "set", "--cidr", "10.96.0.0/28", "--node-port-range", "30000-30009")
-    return svc_
+def svc(svc):
+    """conftest's `pycni svc`, over service settings of a 10-port nodePort range."""
+    svc("config", "set", "--cidr", "10.96.0.0/28", "--node-port-range", "30000-30009")
+    return svc
 
 
 def held(store) -> dict[str, str]:

@@ -28,6 +28,7 @@ from services.proxy.table import render_transaction
 from services.proxy.view import Records, calc_model
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import KV
+from tests.fixtures.echo import PEER_SERVER as SERVER
 
 pytestmark = pytest.mark.netns
 NODE_PORT = 30080
@@ -64,19 +65,6 @@ PLAN = {
         "inside": "fd01::/64",
     },
 }
-SERVER = """
-import socket, socketserver
-def text(addr): return addr[0].removeprefix("::ffff:")
-class H(socketserver.BaseRequestHandler):
-    def handle(self):
-        self.request.sendall(f"{text(self.request.getsockname())},"
-                             f"{text(self.request.getpeername())}".encode())
-class S(socketserver.ThreadingTCPServer):
-    allow_reuse_address = True; daemon_threads = True; address_family = socket.AF_INET6
-    def server_bind(self):
-        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0); super().server_bind()
-S(("::", 8080), H).serve_forever()
-"""
 CLIENT = """
 import socket, sys, time
 ip, port, source = sys.argv[1], int(sys.argv[2]), sys.argv[3]
