@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cni.runtime",),
     ("cni.exe", "cni.launcher"),
     ("common",),
-    ("kernel", "store"),
+    ("kernel", "store", "kube"),
     ("ipam",),
     ("ipam.alloc",),
     ("ipam.leases",),
