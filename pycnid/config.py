@@ -10,7 +10,9 @@ other sections are typed next to the code that uses them, and built here:
   plugins/ipam/config.py);
 - ``overlay``: the ``overlay`` section (``OverlayConfig``, overlay/config.py); None without it;
 - ``proxy``: the ``services`` section (``ProxyConfig``, services/proxy/config.py); None unless
-  ``services.proxy`` is true.
+  ``services.proxy`` is true;
+- ``kube``: the ``kubernetes`` section (``KubeConfig``, kube/config.py): the API server as the
+  source of Services and their endpoints; None without it.
 
 Every problem is InvalidConfig (code 7) naming the key. In pycnid's own keys it makes pycnid
 exit 2 (``pycnid: <error>`` on stderr); in the sections above it is ``SectionInvalid``, which
@@ -29,6 +31,7 @@ from typing import Any
 
 from cni.spec.errors import InvalidConfig
 from cni.spec.wire import DEFAULT_SOCKET  # the executable's default too: one definition
+from kube.config import KubeConfig, parse_kube_config
 from nodes.options import NodeOptions, parse_node_options
 from overlay.config import OverlayConfig, parse_overlay_config
 from plugins.ipam.config import DaemonOptions, parse_daemon_options
@@ -52,6 +55,7 @@ class Sections:
     ipam: DaemonOptions
     overlay: OverlayConfig | None
     proxy: ProxyConfig | None
+    kube: KubeConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class DaemonConfig:
     ipam: DaemonOptions = field(default_factory=lambda: DaemonOptions({}))
     overlay: OverlayConfig | None = None  # no ``overlay`` section: a single-node network
     proxy: ProxyConfig | None = None  # None: no Service proxy on this node
+    kube: KubeConfig | None = None  # None: Services come from the store
 
 
 class SectionInvalid(InvalidConfig):
@@ -116,6 +121,7 @@ def parse_daemon_config(data: Any, sections: bool = True) -> DaemonConfig:
         ipam=parsed.ipam,
         overlay=parsed.overlay,
         proxy=parsed.proxy,
+        kube=parsed.kube,
     )
 
 
@@ -126,9 +132,10 @@ def parse_sections(data: dict[str, Any], log_level: str) -> Sections:
         node = parse_node_options(data)
         overlay = parse_overlay_config(data)
         proxy = parse_proxy_config(data)
+        kube = parse_kube_config(data)
     except InvalidConfig as exc:
         raise SectionInvalid(exc, log_level) from None
-    return Sections(node, ipam, overlay, proxy)
+    return Sections(node, ipam, overlay, proxy, kube)
 
 
 def validate_store_section(store: Any) -> dict[str, Any]:

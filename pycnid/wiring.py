@@ -15,7 +15,8 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
    leases its VTEP addresses through the lease service and publishes them in the node record;
    it sets the cluster's pools in the masquerade table through the table's one writer
    (``masq/table.py``), the one pycni-bridge's ipMasq gets too.
-6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true.
+6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true; with a
+   ``kubernetes`` section it follows Services and EndpointSlices on the API server.
 
 Every section comes typed in ``DaemonConfig`` (parsed once at load, ``pycnid/config.py``).
 
@@ -120,7 +121,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         life.on_shutdown,
         masq,
     )
-    start_proxy(config.proxy, life.node_name, store, life.metrics, life.on_shutdown)
+    start_proxy(config.proxy, life.node_name, store, life.metrics, life.on_shutdown, config.kube)
     deps = HandlerDeps(
         life.node_name,
         Faults(config.fault_injection),

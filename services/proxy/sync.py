@@ -38,16 +38,19 @@ from cni.spec.errors import CNIError
 from common.loop import Errors, Loop
 from common.metrics import Registry
 from kernel.nft import Nft, NftError
+from kube.source import KubeSource
 from services.proxy import conntrack
 from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
 from services.proxy.health import EVERY_ADDRESS, HealthServers, ProxyHealth, calc_health
 from services.proxy.inputs import ProxyInputs, read_local_addresses
+from services.proxy.kube_source import KINDS as KUBE_KINDS
+from services.proxy.kube_source import follow_services
 from services.proxy.model import ProxyModel
 from services.proxy.render import FAMILY, TABLE, is_affinity_set, is_shape_chain
 from services.proxy.table import Planned, ServiceTable, TablePlan
 from services.proxy.view import PREFIXES, Records, calc_changes, calc_node_view
 from store.base import Put, Store
-from store.keys import proxy_inputs_key
+from store.keys import ENDPOINTS, SERVICES, proxy_inputs_key
 from store.watched import WatchedPrefixes
 
 log = logging.getLogger("pycnid.proxy")
@@ -83,14 +86,22 @@ class ProxySync:
         registry: Registry,
         resync_interval: float,
         config: ProxyConfig = DEFAULT_PROXY_CONFIG,
+        kube: KubeSource | None = None,
     ) -> None:
         self.node, self.store, self.resync_interval = node, store, resync_interval
         self.config = config
         self.records = Records()
         self.lock = threading.Lock()
         self.wake = threading.Event()
+        self.kube = kube
+        if kube is not None:
+            follow_services(kube, self.records, self.lock, self.wake)
         self.watched = WatchedPrefixes(
-            store, PREFIXES, self.records, self.lock, lambda _changed: self.wake.set()
+            store,
+            calc_prefixes(kube is not None),
+            self.records,
+            self.lock,
+            lambda _changed: self.wake.set(),
         )
         self.tables: dict[int, ServiceTable | None] = {4: None, 6: None}
         self.chains: dict[int, set[str] | None] = {4: None, 6: None}  # None: to be listed
@@ -123,6 +134,8 @@ class ProxySync:
     def step(self) -> float:
         self.wake.clear()
         self.watched.ensure()
+        if self.kube is not None and not self.kube.synced(KUBE_KINDS):
+            return POLL  # nothing programmed before every kind was listed whole
         full = time.monotonic() >= self.full_due
         if full:
             for family in (4, 6):
@@ -256,6 +269,12 @@ class ProxySync:
             conntrack.calc_udp_serving(before), conntrack.calc_udp_serving(after), plan.full
         )
         self.metrics.stale.inc(conntrack.clean_stale(checks, family))
+
+
+def calc_prefixes(from_kube: bool) -> tuple[str, ...]:
+    """The store prefixes the proxy reads: all of ``PREFIXES``, or, when Services and their
+    endpoints come from the API server, the rest (pools, service settings, nodes)."""
+    return tuple(p for p in PREFIXES if not from_kube or p not in (SERVICES, ENDPOINTS))
 
 
 def is_large(plan: TablePlan) -> bool:

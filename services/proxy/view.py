@@ -91,6 +91,14 @@ class Records:
         elif kv.key.startswith(NODES):
             self.nodes[kv.key[len(NODES) :]] = NodeRecord.from_bytes(kv.key, kv.value)
 
+    def put_service(self, key: str, record: ServiceRecord | None) -> None:
+        """A Service by key (None: gone), from the store or another source."""
+        self._put_service(key, record)
+
+    def put_endpoint(self, key: str, record: EndpointRecord | None) -> None:
+        """An endpoint by key (None: gone); its addresses must parse (``parse_address``)."""
+        self._put_endpoint(key, record)
+
     def _put_service(self, key: str, record: ServiceRecord | None) -> None:
         old = self.services.pop(key, None)
         if old is not None:
