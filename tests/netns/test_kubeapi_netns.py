@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+from typing import cast
 
 import pytest
+import urllib3
 from kubernetes import client, config
 
 from tests.fixtures.etcd import run_in_netns
@@ -36,7 +38,8 @@ def namespaces_seen(ns: Netns, kubeconfig: str) -> list[str]:
             resp = client.CoreV1Api(api_client).list_namespace(
                 _preload_content=False, _request_timeout=(2.0, 3.0)
             )
-            return [item["metadata"]["name"] for item in json.loads(resp.data)["items"]]
+            items = json.loads(cast(urllib3.HTTPResponse, resp).data)["items"]
+            return [item["metadata"]["name"] for item in items]
 
     return run_in_netns(ns.name, list_there)
 

@@ -11,6 +11,7 @@ import json
 import socket
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import pytest
 import urllib3
@@ -42,11 +43,18 @@ def services(n: int, ns: str = "default") -> list[dict]:
     return [service(ns, f"svc{i}", [f"10.96.0.{i + 1}"], [80]) for i in range(n)]
 
 
-def list_page(core: client.CoreV1Api, **kw: object) -> dict:
-    resp = core.list_service_for_all_namespaces(
-        _preload_content=False, _request_timeout=TIMEOUT, **kw
+def body(resp: object) -> dict:
+    """The JSON of a ``_preload_content=False`` answer: a urllib3 response, whatever the
+    generated signature says (it names the typed list)."""
+    return json.loads(cast(urllib3.HTTPResponse, resp).data)
+
+
+def list_page(core: client.CoreV1Api, **kw: Any) -> dict:
+    return body(
+        core.list_service_for_all_namespaces(
+            _preload_content=False, _request_timeout=TIMEOUT, **kw
+        )
     )
-    return json.loads(resp.data)
 
 
 def names(items: list[dict]) -> list[str]:
@@ -56,7 +64,7 @@ def names(items: list[dict]) -> list[str]:
 
 
 @contextlib.contextmanager
-def watching(list_fn: Callable[..., urllib3.HTTPResponse], **kw: object) -> Iterator[Stream]:
+def watching(list_fn: Callable[..., Any], **kw: Any) -> Iterator[Stream]:
     """A watch stream's JSON lines, split as the client library's own Watch splits them. One
     iterator per stream: dropping a half-read one makes urllib3 close the response."""
     resp = list_fn(watch=True, _preload_content=False, _request_timeout=TIMEOUT, **kw)
@@ -77,7 +85,7 @@ def described(got: list[dict]) -> list[tuple[str, str]]:
 
 
 def status_of(exc: ApiException) -> dict:
-    return json.loads(exc.body)
+    return json.loads(exc.body or "{}")
 
 
 def test_pages_stay_on_the_first_pages_snapshot(kube_api: FakeKubeAPI, core) -> None:
@@ -109,13 +117,12 @@ def test_namespaced_and_grouped_collections(kube_api: FakeKubeAPI, core, tmp_pat
     kube_api.put(endpoint_slice("b", "web-1", "web", "IPv6", ["fd00::1"], [80]))
     kube_api.put(network_policy("a", "deny"))
     discovery = client.DiscoveryV1Api(core.api_client)
-    resp = discovery.list_namespaced_endpoint_slice("b", _preload_content=False)
-    body = json.loads(resp.data)
-    assert (body["kind"], body["apiVersion"]) == ("EndpointSliceList", "discovery.k8s.io/v1")
-    assert [item["addressType"] for item in body["items"]] == ["IPv6"]
+    slices = body(discovery.list_namespaced_endpoint_slice("b", _preload_content=False))
+    assert (slices["kind"], slices["apiVersion"]) == ("EndpointSliceList", "discovery.k8s.io/v1")
+    assert [item["addressType"] for item in slices["items"]] == ["IPv6"]
     networking = client.NetworkingV1Api(core.api_client)
     resp = networking.list_network_policy_for_all_namespaces(_preload_content=False)
-    assert names(json.loads(resp.data)["items"]) == ["a/deny"]
+    assert names(body(resp)["items"]) == ["a/deny"]
     assert [request[1] for request in kube_api.requests] == [
         "/apis/discovery.k8s.io/v1/namespaces/b/endpointslices",
         "/apis/networking.k8s.io/v1/networkpolicies",
@@ -130,7 +137,7 @@ def test_unknown_path_is_404_status(kube_api: FakeKubeAPI) -> None:
                 "GET", kube_api.url + path, headers={"Authorization": "Bearer t0ken"}
             )
             assert resp.status == 404
-            assert json.loads(resp.data)["reason"] == "NotFound"
+            assert body(resp)["reason"] == "NotFound"
     finally:
         http.clear()
 
@@ -324,7 +331,7 @@ def test_https_with_the_servers_ca(tmp_path) -> None:
             resp = client.CoreV1Api(api_client).list_service_for_all_namespaces(
                 _preload_content=False, _request_timeout=TIMEOUT
             )
-            assert names(json.loads(resp.data)["items"]) == ["default/svc0"]
+            assert names(body(resp)["items"]) == ["default/svc0"]
         http = urllib3.PoolManager(retries=False)  # the system CAs do not know this one
         with pytest.raises(urllib3.exceptions.SSLError):
             http.request("GET", api.url + "/api/v1/services")
