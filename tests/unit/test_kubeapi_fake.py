@@ -129,17 +129,25 @@ def test_namespaced_and_grouped_collections(kube_api: FakeKubeAPI, core, tmp_pat
     ]
 
 
-def test_unknown_path_is_404_status(kube_api: FakeKubeAPI) -> None:
+def test_unknown_paths_are_404_and_bad_parameters_400(kube_api: FakeKubeAPI, core) -> None:
     http = urllib3.PoolManager()
+    auth = {"Authorization": "Bearer t0ken"}
     try:
-        for path in ("/api/v1/secrets", "/api/v1/namespaces/a/nodes"):
-            resp = http.request(
-                "GET", kube_api.url + path, headers={"Authorization": "Bearer t0ken"}
-            )
-            assert resp.status == 404
-            assert body(resp)["reason"] == "NotFound"
+        for path in ("/api/v1/secrets", "/api/v1/namespaces/a/nodes", "/apis/apps/v1/pods"):
+            resp = http.request("GET", kube_api.url + path, headers=auth)
+            assert (resp.status, body(resp)["reason"]) == (404, "NotFound")
+        for query in ("continue=bm90LWEtdG9rZW4=", "watch=yes", "limit=-1"):
+            resp = http.request("GET", f"{kube_api.url}/api/v1/pods?{query}", headers=auth)
+            assert (resp.status, body(resp)["reason"]) == (400, "BadRequest")
     finally:
         http.clear()
+    listed = list_page(core, resource_version="0", limit=10)  # accepted, newest served
+    assert listed["metadata"]["resourceVersion"] == str(kube_api.resource_version)
+    assert kube_api.requests[-1] == (
+        "GET",
+        "/api/v1/services",
+        {"limit": "10", "resourceVersion": "0"},
+    )
 
 
 def test_watch_from_a_list_sees_exactly_the_later_events_in_order(
