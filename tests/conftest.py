@@ -15,9 +15,14 @@ from tests.fixtures.plugins import REFERENCE_BIN
 
 # The modules that define fixtures, registered for every test (pytest reads pytest_plugins in
 # the top-level conftest only): a test names the fixture as a parameter and imports nothing.
-# etcd before cluster: cluster imports etcd, and a plugin module imported before it is
+# etcd before cluster and kubeapi: both import etcd, and a plugin module imported before it is
 # registered cannot be assertion-rewritten (pytest warns, and warnings are errors here).
-pytest_plugins = ("tests.fixtures.etcd", "tests.fixtures.bridge", "tests.fixtures.cluster")
+pytest_plugins = (
+    "tests.fixtures.etcd",
+    "tests.fixtures.bridge",
+    "tests.fixtures.cluster",
+    "tests.fixtures.kubeapi",
+)
 
 IS_ROOT = os.geteuid() == 0
 ETCD_FIXTURES = frozenset(
