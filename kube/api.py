@@ -137,7 +137,7 @@ class Stream:
     def close(self) -> None:
         try:
             self.response.shutdown()
-        except (OSError, AttributeError):
+        except (OSError, ValueError, RuntimeError):  # not reading, or released: nothing to end
             pass
         try:
             self.response.release_conn()

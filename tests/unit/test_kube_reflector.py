@@ -1,0 +1,268 @@
+"""pycnid's Kubernetes source (kube/) against the fake API server (tests/fixtures/kubeapi.py),
+which speaks kube-apiserver's list/watch protocol: paged lists, watches from a
+resourceVersion, bookmarks, 410 Gone, 403, closed streams, a slow and a dead server.
+
+A sink records what the reflector hands it; the invariant every case checks is the one the
+proxy relies on: once synced, the sink equals the server's collection (eventually), and it is
+never handed a partial list.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from common.metrics import Registry
+from kube.api import open_api
+from kube.config import KubeConfig
+from kube.kinds import ENDPOINT_SLICE, SERVICE
+from kube.reflector import KubeMetrics, Reflector
+from kube.source import KubeSource
+from tests.fixtures.kubeapi import FakeKubeAPI, endpoint_slice, service
+from tests.fixtures.waiting import wait_for
+
+
+class RecordingSink:
+    """Keeps {key: resourceVersion-free name} like a consumer, and every list it was given."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, str] = {}
+        self.lists: list[set[str]] = []
+        self.lock = threading.Lock()
+
+    def convert(self, obj: Mapping[str, Any]) -> str:
+        name = obj["metadata"]["name"]
+        if name.startswith("bad"):
+            raise ValueError("unreadable on purpose")
+        return str(obj["spec"]["ports"][0]["port"]) if "spec" in obj else name
+
+    def replace(self, items: dict[str, str]) -> None:
+        with self.lock:
+            self.items = dict(items)
+            self.lists.append(set(items))
+
+    def apply(self, key: str, item: str | None) -> None:
+        with self.lock:
+            if item is None:
+                self.items.pop(key, None)
+            else:
+                self.items[key] = item
+
+    def snapshot(self) -> dict[str, str]:
+        with self.lock:
+            return dict(self.items)
+
+
+def svc(name: str, port: int = 80) -> dict:
+    return service("default", name, ["10.96.0.1"], [port])
+
+
+@pytest.fixture
+def kubeconfig(kube_api: FakeKubeAPI, tmp_path) -> KubeConfig:
+    path = kube_api.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    return KubeConfig(
+        kubeconfig=path, resync_interval=300, page_size=2, watch_timeout=30, request_timeout=2
+    )
+
+
+@pytest.fixture
+def follow(kubeconfig: KubeConfig) -> Iterator[Any]:
+    made: list[Reflector[Any]] = []
+
+    def start(config: KubeConfig = kubeconfig) -> tuple[Reflector[Any], RecordingSink, Registry]:
+        registry, sink = Registry(), RecordingSink()
+        reflector = Reflector(open_api(config), SERVICE, sink, config, KubeMetrics(registry))
+        made.append(reflector.start())
+        return reflector, sink, registry
+
+    yield start
+    for reflector in made:
+        reflector.stop()
+
+
+def wait_until(probe: Any, timeout: float = 10.0, what: str = "") -> None:
+    wait_for(what, probe, timeout)
+
+
+def expect(api: FakeKubeAPI, sink: RecordingSink, config: KubeConfig) -> None:
+    """The sink ends equal to the server's Services (their first port, by key), as an
+    independent list through the same client reads them."""
+    doc = open_api(config).get("/api/v1/services", {})
+    want = {
+        f"default/{i['metadata']['name']}": str(i["spec"]["ports"][0]["port"])
+        for i in doc["items"]
+    }
+    wait_until(lambda: sink.snapshot() == want, timeout=10, what=f"sink == {want}")
+
+
+def test_a_paged_list_then_watch_follows_puts_modifies_and_deletes(
+    kube_api, kubeconfig, follow
+) -> None:
+    for i in range(5):
+        kube_api.put(svc(f"s{i}", 80 + i))
+    reflector, sink, registry = follow()
+    wait_until(lambda: reflector.synced, timeout=10, what="synced")
+    assert sink.lists == [{f"default/s{i}" for i in range(5)}]  # one whole list, 3 pages
+    pages = [r for r in kube_api.requests if r[1] == "/api/v1/services" and "watch" not in r[2]]
+    assert len(pages) == 3 and all(r[2]["limit"] == "2" for r in pages)
+    kube_api.put(svc("s1", 1000))
+    kube_api.delete("Service", "default", "s0")
+    kube_api.put(svc("s9", 90))
+    expect(kube_api, sink, kubeconfig)
+    watch = [r for r in kube_api.requests if r[2].get("watch") in ("true", "1")][0][2]
+    assert watch["allowWatchBookmarks"] == "true" and int(watch["resourceVersion"]) >= 5
+    text = registry.render()
+    assert 'pycni_kube_synced{kind="Service"} 1' in text
+    assert 'pycni_kube_up{kind="Service"} 1' in text
+    assert 'pycni_kube_events_total{kind="Service",type="DELETED"} 1' in text
+
+
+def test_bookmarks_move_the_resource_version_so_a_rewatch_starts_from_there(
+    kube_api, follow
+) -> None:
+    kube_api.bookmark_interval = 0.2
+    reflector, sink, _ = follow()
+    wait_until(lambda: reflector.synced, timeout=10, what="synced")
+    kube_api.put(svc("other", 1))  # moves the server's resourceVersion...
+    wait_until(lambda: "default/other" in sink.snapshot(), timeout=5, what="event")
+    kube_api.delete("Service", "default", "other")
+    wait_until(lambda: not sink.snapshot(), timeout=5, what="delete")
+    newest = str(kube_api.resource_version)
+    wait_until(lambda: reflector.rv == newest, timeout=5, what="a bookmark at the newest RV")
+    kube_api.compact()  # every older resourceVersion is gone: a rewatch from rv still works
+    kube_api.close_watches()
+    wait_until(
+        lambda: sum(1 for r in kube_api.requests if r[2].get("watch")) >= 2, 5, what="rewatch"
+    )
+    time.sleep(0.3)
+    assert len(sink.lists) == 1  # no relist was needed
+
+
+def test_410_gone_relists_and_the_gap_is_caught_up_deletions_included(
+    kube_api, kubeconfig, follow
+) -> None:
+    kube_api.bookmark_interval = 3600.0  # no bookmark saves the old resourceVersion
+    for name in ("a", "b", "c"):
+        kube_api.put(svc(name))
+    reflector, sink, registry = follow()
+    wait_until(lambda: reflector.synced, timeout=10, what="synced")
+    kube_api.stop()  # what happens now, the reflector cannot see...
+    kube_api.delete("Service", "default", "a")
+    kube_api.put(svc("d", 8080))
+    kube_api.compact()  # ...and its resourceVersion is compacted away
+    kube_api.start()
+    expect(kube_api, sink, kubeconfig)
+    assert sink.lists[-1] == {"default/b", "default/c", "default/d"}
+    assert 'pycni_kube_lists_total{kind="Service",reason="resync"} 1' in registry.render()
+
+
+def test_a_list_cut_short_is_never_handed_over_partially(kube_api, kubeconfig) -> None:
+    """An expired continue (410 in the middle of a paged list): the pages read so far are
+    dropped, and the reflector lists again from the start."""
+    for i in range(6):
+        kube_api.put(svc(f"s{i}"))
+    registry, sink = Registry(), RecordingSink()
+    api = open_api(kubeconfig)
+    pages = {"n": 0}
+    real_get = api.get
+
+    def get(path: str, params: Mapping[str, str]) -> dict:
+        doc = real_get(path, params)
+        pages["n"] += 1
+        if pages["n"] == 2:
+            kube_api.put(svc("late"))
+            kube_api.compact()  # the next page's continue token has expired
+        return doc
+
+    api.get = get  # type: ignore[method-assign]
+    reflector = Reflector(api, SERVICE, sink, kubeconfig, KubeMetrics(registry)).start()
+    try:
+        wait_until(lambda: reflector.synced, timeout=10, what="synced")
+        assert sink.lists == [{f"default/s{i}" for i in range(6)} | {"default/late"}]
+    finally:
+        reflector.stop()
+
+
+def test_403_is_logged_once_naming_verb_and_resource_then_recovers(
+    kube_api, kubeconfig, follow, caplog
+) -> None:
+    kube_api.put(svc("a"))
+    kube_api.forbid("services", "list")
+    with caplog.at_level(logging.INFO, logger="pycnid.kube"):
+        reflector, sink, registry = follow()
+        wait_until(
+            lambda: 'pycni_kube_forbidden{resource="services",verb="list"} 1' in registry.render(),
+            timeout=5,
+            what="the forbidden metric",
+        )
+        time.sleep(2.0)  # several backed-off retries
+        refusals = [r for r in kube_api.requests if r[1] == "/api/v1/services"]
+        forbids = [r for r in caplog.records if "RBAC forbids list on services" in r.message]
+        assert len(refusals) >= 2 and len(forbids) == 1
+        assert "grant verb 'list' on resource 'services'" in forbids[0].message
+        assert not reflector.synced and sink.lists == []
+        kube_api.allow("services", "list")
+        expect(kube_api, sink, kubeconfig)
+    assert 'pycni_kube_forbidden{resource="services",verb="list"} 0' in registry.render()
+
+
+def test_a_dead_server_keeps_what_was_listed_then_catches_up(kube_api, kubeconfig, follow) -> None:
+    kube_api.put(svc("a"))
+    kube_api.put(svc("b"))
+    reflector, sink, registry = follow()
+    wait_until(lambda: reflector.synced, timeout=10, what="synced")
+    kube_api.stop()
+    wait_until(lambda: not reflector.up, timeout=10, what="down")
+    assert 'pycni_kube_up{kind="Service"} 0' in registry.render()
+    assert set(sink.snapshot()) == {"default/a", "default/b"}  # nothing removed meanwhile
+    kube_api.delete("Service", "default", "a")
+    kube_api.put(svc("c"))
+    kube_api.start()
+    expect(kube_api, sink, kubeconfig)
+    assert reflector.up
+
+
+def test_a_slow_server_is_followed_and_an_unreadable_object_skipped(kube_api, follow) -> None:
+    kube_api.delay = 0.3
+    kube_api.put(svc("a"))
+    kube_api.put(svc("bad-one"))
+    reflector, sink, registry = follow()
+    wait_until(lambda: reflector.synced, timeout=10, what="synced")
+    assert set(sink.snapshot()) == {"default/a"}
+    kube_api.put(svc("bad-one", 81))  # still unreadable: stays out
+    kube_api.put(svc("b"))
+    wait_until(lambda: "default/b" in sink.snapshot(), timeout=10, what="b")
+    assert "default/bad-one" not in sink.snapshot()
+    assert 'pycni_kube_skipped_objects_total{kind="Service"} 2' in registry.render()
+
+
+def test_resync_interval_lists_again(kube_api, kubeconfig, follow) -> None:
+    kube_api.put(svc("a"))
+    config = KubeConfig(**{**kubeconfig.__dict__, "resync_interval": 1.0})
+    reflector, sink, _ = follow(config)
+    wait_until(lambda: len(sink.lists) >= 3, timeout=10, what="two resyncs")
+    assert all(found == {"default/a"} for found in sink.lists)
+
+
+def test_the_source_is_synced_once_every_kind_is_listed_whole(kube_api, kubeconfig) -> None:
+    kube_api.put(svc("a"))
+    kube_api.put(endpoint_slice("default", "a-1", "a", endpoints=["10.1.0.1"], ports=[80]))
+    kube_api.forbid("endpointslices", "list")
+    source = KubeSource(open_api(kubeconfig), kubeconfig, Registry())
+    services, slices = RecordingSink(), RecordingSink()
+    source.follow(SERVICE, services)
+    source.follow(ENDPOINT_SLICE, slices)
+    source.start()
+    try:
+        wait_until(lambda: source.synced([SERVICE]), timeout=10, what="services")
+        assert not source.synced([SERVICE, ENDPOINT_SLICE])
+        kube_api.allow("endpointslices", "list")
+        wait_until(lambda: source.synced([SERVICE, ENDPOINT_SLICE]), 10, what="both kinds")
+        assert set(source.status()) == {"services", "endpointslices"}
+    finally:
+        source.stop()
