@@ -5,6 +5,7 @@ parsers pycnid and the plugins really use. Checked here, not yet on a live clust
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import urllib.request
@@ -48,6 +49,7 @@ DAEMON_KEYS = {"socket", "nodeName", "stateDir", "store", "metricsAddress", "log
                "services", "kubernetes"}  # fmt: skip
 
 
+@functools.cache  # read-only: no test changes a document
 def documents() -> list[dict[str, Any]]:
     return [
         doc
@@ -282,3 +284,16 @@ def test_the_image_has_what_pycnid_runs(package):
     assert "FROM debian:12-slim" in dockerfile
     assert f" {package} " in dockerfile.split("apt-get install", 1)[1].split("\n")[0] + " "
     assert '"/src[nft]"' in dockerfile  # pip install . with the libnftables binding
+
+
+def test_the_readme_section_names_what_is_there():
+    from cni.install import MARKER
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("\n## Deploy on Kubernetes\n") :]
+    section = section[: section.index("\n## ", 1)]
+    for name in sorted(p.name for p in KUBE.iterdir() if not p.name.endswith(".dockerignore")):
+        assert f"`{name}`" in section, name
+    for word in (IMAGE, f'"{MARKER}"', "KUBERNETES_SERVICE_HOST", '"services": {"proxy": false}'):
+        assert word in section, word
+    assert "not yet been run on a live cluster" in section
