@@ -232,7 +232,7 @@ def say(line: str) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python3 -m cni.install", description=__doc__.split("\n")[0]
+        prog="python3 -m cni.install", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--conflist", required=True, help="the conflist to install (a file)")
     parser.add_argument(
