@@ -15,9 +15,14 @@ import click
     help="daemon config (JSON); default: built-in defaults",
 )
 @click.option("--socket", default=None, help="override the socket path")
-def command(config: str | None, socket: str | None) -> None:
+@click.option("--node-name", default=None, help="override nodeName")
+def command(config: str | None, socket: str | None, node_name: str | None) -> None:
     """Run pycnid, the node daemon that serves the plugins."""
     from pycnid.main import main as pycnid_main
 
-    argv = [*(["--config", config] if config else []), *(["--socket", socket] if socket else [])]
+    argv = [
+        *(["--config", config] if config else []),
+        *(["--socket", socket] if socket else []),
+        *(["--node-name", node_name] if node_name else []),
+    ]
     pycnid_main(argv)

@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 from cni.spec.errors import CNIError
@@ -83,7 +84,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--config", "-c", default=None, help="daemon config (JSON); default: built-in defaults"
     )
     parser.add_argument("--socket", default=None, help="override the socket path")
+    parser.add_argument(
+        "--node-name",
+        default=None,
+        help="override nodeName (a DaemonSet passes the Pod's spec.nodeName here)",
+    )
     return parser.parse_args(argv)
+
+
+def apply_overrides(config: DaemonConfig, args: argparse.Namespace) -> DaemonConfig:
+    """The command line's ``--socket`` and ``--node-name`` over the config file's keys."""
+    changes = {"socket": args.socket, "node_name": args.node_name}
+    return replace(config, **{key: value for key, value in changes.items() if value})
 
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter
@@ -139,11 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     except CNIError as exc:
         sys.stderr.write(f"pycnid: {exc}\n")
         sys.exit(2)
-    if args.socket:
-        from dataclasses import replace
-
-        config = replace(config, socket=args.socket)
-    sys.exit(run(config))
+    sys.exit(run(apply_overrides(config, args)))
 
 
 if __name__ == "__main__":

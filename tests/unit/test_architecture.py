@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cni.spec",),
     ("cni.runtime",),
     ("cni.exe", "cni.launcher"),
+    ("cni.install",),
     ("common",),
     ("kernel", "store", "kube"),
     ("ipam",),

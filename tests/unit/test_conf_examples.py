@@ -26,7 +26,8 @@ from pycnid.config import parse_daemon_config
 from store.etcd_conn import EtcdOptions, parse_options
 
 CONF = os.path.join(os.path.dirname(__file__), "..", "..", "conf")
-FILES = sorted(os.listdir(CONF))
+# conf/kubernetes/ (manifests, the image) has its own test: tests/unit/test_kube_manifests.py
+FILES = sorted(n for n in os.listdir(CONF) if os.path.isfile(os.path.join(CONF, n)))
 
 
 def path(name: str) -> str:

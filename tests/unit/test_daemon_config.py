@@ -154,3 +154,29 @@ def test_pycnid_exits_2_on_its_own_keys_and_1_logged_on_a_bad_section(tmp_path):
     )
     assert lines[-1]["msg"] == "pycnid stopped"
     assert not (tmp_path / "store.db").exists()
+
+
+def test_the_command_line_overrides_node_name_and_socket():
+    """A DaemonSet passes the Pod's spec.nodeName as ``--node-name $(NODE_NAME)``
+    (conf/kubernetes/daemonset.yaml): it wins over the file's nodeName, and the file's keys
+    stay as they are when it is not given."""
+    from pycnid.main import apply_overrides, parse_args
+
+    config = parse_daemon_config({"nodeName": "file-name", "socket": "/run/a.sock"})
+    kept = apply_overrides(config, parse_args(["--config", "x.json"]))
+    assert (kept.node_name, kept.socket) == ("file-name", "/run/a.sock")
+    given_ = apply_overrides(config, parse_args(["--node-name", "node-7", "--socket", "/b.sock"]))
+    assert (given_.node_name, given_.socket) == ("node-7", "/b.sock")
+
+
+def test_pycni_daemon_passes_node_name_on(monkeypatch):
+    from click.testing import CliRunner
+
+    import pycnid.main
+    from cli.daemon import command
+
+    seen = []
+    monkeypatch.setattr(pycnid.main, "main", seen.append)
+    result = CliRunner().invoke(command, ["--config", "c.json", "--node-name", "node-7"])
+    assert result.exit_code == 0, result.output
+    assert seen == [["--config", "c.json", "--node-name", "node-7"]]
