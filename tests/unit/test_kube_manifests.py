@@ -41,8 +41,6 @@ READ = {
     ("discovery.k8s.io", "endpointslices"),
     ("networking.k8s.io", "networkpolicies"),
 }
-# The ``kubernetes`` section's keys in the shared design (no kubeconfig here: in-cluster).
-KUBERNETES_KEYS = {"kubeconfig", "resyncInterval", "pageSize", "watchTimeout", "requestTimeout"}
 # pycnid's own keys (pycnid/config.py parse_daemon_config) and its sections' names.
 DAEMON_KEYS = {"socket", "nodeName", "stateDir", "store", "metricsAddress", "logLevel",
                "workers", "receiveTimeout", "ipam", "nodeAddress", "nodeLabels", "overlay",
@@ -202,9 +200,7 @@ def test_pycnid_json_parses_with_pycnids_own_parser():
     assert config.overlay is not None and config.overlay.backend == "vxlan"
     assert set(raw["overlay"]) <= OVERLAY_KEYS
     assert config.proxy is not None  # services.proxy: true, kube-proxy removed
-    # The kubernetes section is not parsed by pycnid on this branch (unknown keys are
-    # ignored): its keys are checked against the shared design instead.
-    assert set(raw["kubernetes"]) <= KUBERNETES_KEYS and "kubeconfig" not in raw["kubernetes"]
+    assert config.kube is not None and config.kube.kubeconfig is None  # in-cluster
 
 
 def test_the_store_credentials_are_the_secrets_files():
