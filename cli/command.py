@@ -26,6 +26,7 @@ from cli.open_store import (
     open_configured,
 )
 from cni.spec.errors import CNIError, InvalidConfig, NotAvailable, TryAgainLater
+from kube.config import KubeConfig
 from pycnid.config import DaemonConfig
 from store.base import Store
 
@@ -59,6 +60,11 @@ class Env:
         if self._config is None:
             self._config = load_config(self.opts)
         return self._config
+
+    def kube(self) -> KubeConfig | None:
+        """The ``kubernetes`` section of pycnid's config: Services come from the API server
+        (its sections are parsed for this, as pycnid parses them)."""
+        return load_config(self.opts, sections=True).kube
 
     def emit(self, doc: dict, render: Callable[[dict], str]) -> None:
         if self.output == "json":

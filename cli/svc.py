@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,9 @@ from cli.command import Env, Failed, command_options
 from cli.open_store import load_config
 from cli.output import cell_text, render_table
 from services.record import DEFAULT_NODE_PORT_RANGE
+
+if TYPE_CHECKING:
+    from services.proxy.view import Records
 
 
 def parse_ref(text: str) -> tuple[str, str]:
@@ -183,6 +186,7 @@ def svc_create(env: Env, ref: str, **opts: Any) -> None:
     """Create a Service; clusterIPs and nodePorts not given are allocated."""
     from services.ops.edit import create
 
+    refuse_from_kube(env, "pycni svc create")
     namespace, name = parse_ref(ref)
     spec = calc_spec(opts)
     for field, value in (("namespace", namespace), ("name", name)):
@@ -199,6 +203,7 @@ def svc_set(env: Env, ref: str, **opts: Any) -> None:
     """Change the fields given; allocations stay unless the change names new ones."""
     from services.ops.edit import change
 
+    refuse_from_kube(env, "pycni svc set")
     env.emit(change(env.store(), *parse_ref(ref), calc_spec(opts)), render_service)
 
 
@@ -209,15 +214,20 @@ def svc_rm(env: Env, ref: str) -> None:
     """Remove a Service, freeing its VIPs and nodePorts."""
     from services.ops.edit import remove
 
+    refuse_from_kube(env, "pycni svc rm")
     env.emit(remove(env.store(), *parse_ref(ref)), render_rm)
 
 
 @command.command(name="ls")
 @command_options
 def svc_ls(env: Env) -> None:
+    """The Services (from the Kubernetes API when pycnid's config has that source)."""
     from services.ops.edit import list_services
+    from services.ops.kube import list_kube_services
 
-    env.emit(list_services(env.store()), render_list)
+    records = kube_records(env)
+    doc = list_kube_services(records) if records else list_services(env.store())
+    env.emit(doc, render_list)
 
 
 @command.command(name="show")
@@ -225,8 +235,11 @@ def svc_ls(env: Env) -> None:
 @command_options
 def svc_show(env: Env, ref: str) -> None:
     from services.ops.edit import show
+    from services.ops.kube import show_kube
 
-    env.emit(show(env.store(), *parse_ref(ref)), render_service)
+    records = kube_records(env)
+    doc = show_kube(records, *parse_ref(ref)) if records else show(env.store(), *parse_ref(ref))
+    env.emit(doc, render_service)
 
 
 @command.command(name="endpoints")
@@ -235,8 +248,11 @@ def svc_show(env: Env, ref: str) -> None:
 def svc_endpoints(env: Env, ref: str) -> None:
     """The endpoints whose labels match the Service's selector, with their ports."""
     from services.ops.edit import endpoints
+    from services.ops.kube import kube_endpoints
 
-    env.emit(endpoints(env.store(), *parse_ref(ref)), render_endpoints)
+    records, ref_parts = kube_records(env), parse_ref(ref)
+    doc = kube_endpoints(records, *ref_parts) if records else endpoints(env.store(), *ref_parts)
+    env.emit(doc, render_endpoints)
 
 
 @command.group(name="endpoint")
@@ -263,6 +279,7 @@ def endpoint_set(env: Env, ref: str, ifname: str | None, **conditions: bool | No
     to serving terminating ones only while none is ready."""
     from services.ops.endpoint import set_conditions
 
+    refuse_from_kube(env, "pycni svc endpoint set")
     changes = {k: v for k, v in conditions.items() if v is not None}
     env.emit(set_conditions(env.store(), *parse_pod(ref), ifname, changes), render_conditions)
 
@@ -276,6 +293,7 @@ def endpoint_drain(env: Env, ref: str, ifname: str | None) -> None:
     a ready endpoint is left). pycni-svc's DEL removes the record."""
     from services.ops.endpoint import drain
 
+    refuse_from_kube(env, "pycni svc endpoint drain")
     env.emit(drain(env.store(), *parse_pod(ref), ifname), render_conditions)
 
 
@@ -302,7 +320,25 @@ def svc_trace(env: Env, source: str, target: str, node: str | None, iif: str | N
     local, config = None, None
     if node in (None, here):
         local, config = read_local_addresses(), load_config(env.opts, sections=True).proxy
-    env.emit(trace(env.store(), node or here, source, target, local, config, iif), render_trace)
+    records = kube_records(env)
+    doc = trace(env.store(), node or here, source, target, local, config, iif, records)
+    env.emit(doc, render_trace)
+
+
+def kube_records(env: Env) -> Records | None:
+    """The proxy's inputs with Services and EndpointSlices from the API server, when pycnid's
+    config has the ``kubernetes`` section (None: they are the store's)."""
+    from services.ops.kube import read_kube_records
+
+    kube = env.kube()
+    return read_kube_records(kube, env.store()) if kube is not None else None
+
+
+def refuse_from_kube(env: Env, what: str) -> None:
+    from services.ops.kube import refuse_edit
+
+    if env.kube() is not None:
+        raise refuse_edit(what)
 
 
 def port_text(port: dict) -> str:

@@ -13,7 +13,7 @@ unless it names them. Settings that would strand a Service's VIP or nodePort are
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cni.spec.errors import InvalidConfig
@@ -186,6 +186,12 @@ def endpoints(store: Store, namespace: str, name: str) -> dict:
     """The endpoints the Service's selector picks, with the ports each one serves and its
     conditions."""
     record, _ = read_service(store, service_key(namespace, name))
+    return render_endpoints_doc(record, matched(store, record))
+
+
+def render_endpoints_doc(
+    record: ServiceRecord, found: Iterable[tuple[EndpointRecord, dict]]
+) -> dict:
     return {
         "service": record.ref,
         "selector": dict(record.selector),
@@ -201,6 +207,6 @@ def endpoints(store: Store, namespace: str, name: str) -> dict:
                 "serving": e.serving,
                 "terminating": e.terminating,
             }
-            for e, ports in matched(store, record)
+            for e, ports in found
         ],
     }

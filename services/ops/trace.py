@@ -76,15 +76,17 @@ def trace(
     local: Iterable[str] | None = None,
     config: ProxyConfig | None = None,
     iif: str | None = None,
+    records: Records | None = None,
 ) -> dict[str, Any]:
     """The answer of ``node``'s table for a packet from ``source`` to ``target`` (in on
     ``iif`` when given); ``local`` and ``config``: the node's own addresses and its proxy's
-    settings when the caller runs on it, else None (read what ``node`` published)."""
+    settings when the caller runs on it, else None (read what ``node`` published);
+    ``records``: the proxy's inputs when not the store's (``services/ops/kube.py``)."""
     src_ip, src_port = parse_endpoint(source, "--from", need_port=False)
     dst_ip, dst_port, proto = parse_target(target)
     if src_ip.version != dst_ip.version:
         raise InvalidConfig("invalid --from: not the family of --to")
-    records = read_records(store)
+    records = records if records is not None else read_records(store)
     if node not in records.nodes:
         raise InvalidConfig(
             f"invalid --node {node!r}: no node record of that name",

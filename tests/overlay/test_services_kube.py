@@ -13,6 +13,7 @@ an API outage keeps the kernel as it was and traffic flowing, and what changed m
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -28,7 +29,7 @@ from tests.fixtures.kubeapi import FakeKubeAPI, endpoint_slice, service
 from tests.fixtures.waiting import wait_for
 
 from .conftest import overlay_builder
-from .pods import METRICS, OverlayCluster, Pod, python_in, scrape
+from .pods import METRICS, OverlayCluster, Pod, pycni_cli, python_in, scrape
 from .test_services import connects, route_service_cidr, wait_answers
 
 pytestmark = pytest.mark.etcd
@@ -177,3 +178,32 @@ def test_an_api_outage_keeps_the_kernel_then_a_relist_after_410_catches_up(kube)
     assert lists.get('pycni_kube_lists_total{kind="EndpointSlice",reason="resync"}', 0) >= 1
     api.put(web_slice(2, backends[2]))
     wait_answers(client, VIP, 80, everyone)
+
+
+def svc_cli(cluster: OverlayCluster, *args: str) -> subprocess.CompletedProcess:
+    return pycni_cli(cluster.nodes[0], "svc", *args, "--output", "json")
+
+
+def test_pycni_svc_reads_the_api_services_and_refuses_to_edit_them(kube):
+    cluster, _api, backends, client = kube
+    listed = json.loads(svc_cli(cluster, "ls").stdout)
+    assert [(s["namespace"], s["name"], s["clusterIPs"]) for s in listed["services"]] == [
+        ("default", "web", [VIP])
+    ]
+    assert "Kubernetes API" in listed["source"]
+    shown = json.loads(svc_cli(cluster, "endpoints", "default/web").stdout)
+    assert {e["ips"][0] for e in shown["endpoints"]} == {p.ip for p in backends}
+    assert all(e["ports"] == {"http": 8080} for e in shown["endpoints"])
+    traced = json.loads(
+        svc_cli(cluster, "trace", "--from", client.ip, "--to", f"{VIP}:80/tcp").stdout
+    )
+    assert (traced["answer"]["entry"], traced["answer"]["verdict"]) == ("ClusterIP", "dnat")
+    assert {c["ip"] for c in traced["answer"]["choices"]} == {p.ip for p in backends}
+    for edit in (
+        ("create", "default/new", "--port", "80/TCP:8080", "--selector", "app=x"),
+        ("rm", "default/web"),
+        ("endpoint", "drain", "default/pod-a"),
+    ):
+        out = svc_cli(cluster, *edit)
+        assert out.returncode != 0 and "kubectl" in out.stderr, (edit, out.stderr)
+        assert "Traceback" not in out.stderr
