@@ -31,7 +31,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -54,6 +54,23 @@ class Sink(Protocol[T]):
     def replace(self, items: dict[str, T]) -> None: ...
 
     def apply(self, key: str, item: T | None) -> None: ...
+
+
+def list_whole(api: Api, kind: Kind, page_size: int, take: Callable[[list[Any]], None]) -> str:
+    """Every object of ``kind``, page by page (``take`` gets each page's items as it comes);
+    the list's resourceVersion ("0" if the server gave none)."""
+    params = {"limit": str(page_size)}
+    while True:
+        page = api.get(kind.path, params)
+        items = page.get("items") or []
+        take(items if isinstance(items, list) else [])
+        meta = page.get("metadata") or {}
+        token = meta.get("continue")
+        if not token:
+            break
+        params["continue"] = str(token)
+    rv = meta.get("resourceVersion")
+    return rv if isinstance(rv, str) and rv else "0"
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -175,20 +192,15 @@ class Reflector(Generic[T]):
 
     def relist(self) -> None:
         items: dict[str, T] = {}
-        params = {"limit": str(self.config.page_size)}
-        while True:
-            page = self.api.get(self.kind.path, params)
+
+        def take(page: list[Any]) -> None:
             self.note_success("list")
-            for obj in page.get("items") or ():
+            for obj in page:
                 self.convert_into(items, obj)
-            meta = page.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                break
-            params["continue"] = token
-        rv = meta.get("resourceVersion")
+
+        rv = list_whole(self.api, self.kind, self.config.page_size, take)
         self.sink.replace(items)
-        self.rv = rv if isinstance(rv, str) and rv else "0"
+        self.rv = rv
         self.relist_due = time.monotonic() + self.config.resync_interval
         reason = "resync" if self.synced else "start"
         self.metrics.lists.inc(kind=self.kind.kind, reason=reason)
