@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("nodes", "masq"),
     ("services",),
     ("services.proxy",),
-    ("services.ops", "overlay"),
+    ("services.ops", "netpol", "overlay"),
     ("plugins",),
     ("plugins.ipam", "plugins.svc"),
     ("plugins.bridge",),

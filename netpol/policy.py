@@ -1,0 +1,288 @@
+"""A ``networking.k8s.io/v1`` NetworkPolicy, parsed and validated as the API server does.
+
+``parse_policy(manifest)`` takes the object kubectl would send (YAML or JSON, already loaded)
+and returns a ``NetworkPolicy`` with the API's defaults applied: ``policyTypes`` absent is
+``Ingress``, plus ``Egress`` when egress rules exist; a port's protocol absent is TCP. Every
+problem is ``InvalidConfig`` naming the field as the API server does
+(``spec.ingress[0].from[1].ipBlock.except[0]``). ``to_dict`` renders the object back (with the
+defaults), which is what the store keeps.
+
+What the rules mean is in ``evaluate.py``; the distinctions kept here are the API's own: a rule
+list absent or empty (nothing allowed in that direction) against ``[{}]`` (everything); peers
+or ports absent or empty (any) against given; one peer holding both selectors (AND) against
+two peers (OR).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from netpol.selector import EVERYTHING, LabelSelector, invalid, parse_selector
+from services.validate import DNS_LABEL
+
+API_VERSION, KIND = "networking.k8s.io/v1", "NetworkPolicy"
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+TYPES = ("Ingress", "Egress")
+PORT_NAME = re.compile(r"^(?=.*[a-z])[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")  # IANA_SVC_NAME
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class IPBlock:
+    cidr: Network
+    excepts: tuple[Network, ...] = ()
+
+    def holds(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        return (
+            ip.version == self.cidr.version
+            and ip in self.cidr
+            and not any(ip in e for e in self.excepts)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"cidr": str(self.cidr)}
+        if self.excepts:
+            doc["except"] = [str(e) for e in self.excepts]
+        return doc
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Pods (``pod_selector`` in the policy's namespace, or in the namespaces
+    ``namespace_selector`` picks) or addresses (``ip_block``)."""
+
+    pod_selector: LabelSelector | None = None
+    namespace_selector: LabelSelector | None = None
+    ip_block: IPBlock | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.ip_block is not None:
+            return {"ipBlock": self.ip_block.to_dict()}
+        doc: dict[str, Any] = {}
+        if self.pod_selector is not None:
+            doc["podSelector"] = self.pod_selector.to_dict()
+        if self.namespace_selector is not None:
+            doc["namespaceSelector"] = self.namespace_selector.to_dict()
+        return doc
+
+
+@dataclass(frozen=True)
+class PolicyPort:
+    protocol: str = "TCP"
+    port: int | str | None = None  # None: every port of the protocol; str: a named port
+    end_port: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"protocol": self.protocol}
+        if self.port is not None:
+            doc["port"] = self.port
+        if self.end_port is not None:
+            doc["endPort"] = self.end_port
+        return doc
+
+
+@dataclass(frozen=True)
+class Rule:
+    peers: tuple[Peer, ...] = ()  # (): every source (ingress) or destination (egress)
+    ports: tuple[PolicyPort, ...] = ()  # (): every port of every protocol
+
+    def to_dict(self, peers_key: str) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        if self.peers:
+            doc[peers_key] = [p.to_dict() for p in self.peers]
+        if self.ports:
+            doc["ports"] = [p.to_dict() for p in self.ports]
+        return doc
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    namespace: str
+    name: str
+    pod_selector: LabelSelector = EVERYTHING
+    policy_types: tuple[str, ...] = ("Ingress",)
+    ingress: tuple[Rule, ...] = ()
+    egress: tuple[Rule, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def isolates(self, direction: str) -> bool:
+        return direction in self.policy_types
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "podSelector": self.pod_selector.to_dict(),
+            "policyTypes": list(self.policy_types),
+        }
+        if self.ingress:
+            spec["ingress"] = [r.to_dict("from") for r in self.ingress]
+        if self.egress:
+            spec["egress"] = [r.to_dict("to") for r in self.egress]
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"namespace": self.namespace, "name": self.name},
+            "spec": spec,
+        }
+
+
+def parse_policy(manifest: Any, namespace: str = "default") -> NetworkPolicy:
+    """``namespace``: the one a manifest without ``metadata.namespace`` goes to (kubectl's
+    current namespace)."""
+    if not isinstance(manifest, dict):
+        raise invalid("<object>", "a NetworkPolicy is a JSON/YAML object")
+    if manifest.get("apiVersion") != API_VERSION or manifest.get("kind") != KIND:
+        raise invalid(
+            "apiVersion/kind",
+            f"expected {API_VERSION} {KIND}, got "
+            f"{manifest.get('apiVersion')!r} {manifest.get('kind')!r}",
+        )
+    meta = manifest.get("metadata")
+    if not isinstance(meta, dict):
+        raise invalid("metadata", "required (name, namespace)")
+    name = validate_name(meta.get("name"), "metadata.name")
+    ns = validate_name(meta.get("namespace") or namespace, "metadata.namespace")
+    spec = manifest.get("spec")
+    if not isinstance(spec, dict):
+        raise invalid("spec", "required")
+    unknown = sorted(set(spec) - {"podSelector", "policyTypes", "ingress", "egress"})
+    if unknown:
+        raise invalid(f"spec.{unknown[0]}", "unknown field")
+    if "podSelector" not in spec:
+        raise invalid("spec.podSelector", "required ({} selects every Pod of the namespace)")
+    selector = parse_selector(spec["podSelector"] or {}, "spec.podSelector")
+    ingress = parse_rules(spec.get("ingress"), "spec.ingress", "from")
+    egress = parse_rules(spec.get("egress"), "spec.egress", "to")
+    types = parse_types(spec.get("policyTypes"), bool(egress))
+    return NetworkPolicy(ns, name, selector, types, ingress, egress)
+
+
+def validate_name(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not DNS_LABEL.match(value):
+        raise invalid(path, f"{value!r} is not a DNS label (a-z, 0-9, '-', at most 63)")
+    return value
+
+
+def parse_types(value: Any, has_egress: bool) -> tuple[str, ...]:
+    if value is None or value == []:
+        return ("Ingress", "Egress") if has_egress else ("Ingress",)
+    if not isinstance(value, list) or len(value) > 2:
+        raise invalid("spec.policyTypes", "a list of at most Ingress and Egress")
+    for index, item in enumerate(value):
+        if item not in TYPES:
+            raise invalid(f"spec.policyTypes[{index}]", f"{item!r} is not Ingress or Egress")
+    if len(set(value)) != len(value):
+        raise invalid("spec.policyTypes", "duplicate")
+    return tuple(t for t in TYPES if t in value)
+
+
+def parse_rules(value: Any, path: str, peers_key: str) -> tuple[Rule, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise invalid(path, "not a list of rules")
+    return tuple(parse_rule(r, f"{path}[{i}]", peers_key) for i, r in enumerate(value))
+
+
+def parse_rule(value: Any, path: str, peers_key: str) -> Rule:
+    if value is None:
+        return Rule()
+    if not isinstance(value, dict):
+        raise invalid(path, "not an object (ports, from/to)")
+    unknown = sorted(set(value) - {"ports", peers_key})
+    if unknown:
+        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    peers, ports = value.get(peers_key) or [], value.get("ports") or []
+    if not isinstance(peers, list):
+        raise invalid(f"{path}.{peers_key}", "not a list")
+    if not isinstance(ports, list):
+        raise invalid(f"{path}.ports", "not a list")
+    return Rule(
+        tuple(parse_peer(p, f"{path}.{peers_key}[{i}]") for i, p in enumerate(peers)),
+        tuple(parse_port(p, f"{path}.ports[{i}]") for i, p in enumerate(ports)),
+    )
+
+
+def parse_peer(value: Any, path: str) -> Peer:
+    if not isinstance(value, dict):
+        raise invalid(path, "not an object")
+    unknown = sorted(set(value) - {"podSelector", "namespaceSelector", "ipBlock"})
+    if unknown:
+        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    pods, namespaces, block = (
+        value.get("podSelector"),
+        value.get("namespaceSelector"),
+        value.get("ipBlock"),
+    )
+    if block is not None:
+        if pods is not None or namespaces is not None:
+            raise invalid(path, "may not specify more than 1 peer type (ipBlock with a selector)")
+        return Peer(ip_block=parse_block(block, f"{path}.ipBlock"))
+    if pods is None and namespaces is None:
+        raise invalid(path, "must specify a peer (podSelector, namespaceSelector or ipBlock)")
+    return Peer(
+        parse_selector(pods, f"{path}.podSelector") if pods is not None else None,
+        parse_selector(namespaces, f"{path}.namespaceSelector")
+        if namespaces is not None
+        else None,
+    )
+
+
+def parse_block(value: Any, path: str) -> IPBlock:
+    if not isinstance(value, dict):
+        raise invalid(path, "not an object (cidr, except)")
+    unknown = sorted(set(value) - {"cidr", "except"})
+    if unknown:
+        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    cidr = parse_cidr(value.get("cidr"), f"{path}.cidr")
+    excepts = value.get("except") or []
+    if not isinstance(excepts, list):
+        raise invalid(f"{path}.except", "not a list")
+    found = []
+    for index, text in enumerate(excepts):
+        at = f"{path}.except[{index}]"
+        net = parse_cidr(text, at)
+        if net.version != cidr.version or not net.subnet_of(cidr) or net == cidr:  # type: ignore[arg-type]
+            raise invalid(at, f"must be a strict subset of cidr {cidr}")
+        found.append(net)
+    return IPBlock(cidr, tuple(found))
+
+
+def parse_cidr(value: Any, path: str) -> Network:
+    if not isinstance(value, str) or "/" not in value:
+        raise invalid(path, f"{value!r} is not a CIDR")
+    try:
+        return ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise invalid(path, f"{value!r} is not a CIDR") from None
+
+
+def parse_port(value: Any, path: str) -> PolicyPort:
+    if not isinstance(value, dict):
+        raise invalid(path, "not an object (protocol, port, endPort)")
+    unknown = sorted(set(value) - {"protocol", "port", "endPort"})
+    if unknown:
+        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    protocol = value.get("protocol") or "TCP"
+    if protocol not in PROTOCOLS:
+        raise invalid(f"{path}.protocol", f"{protocol!r} is not one of TCP, UDP, SCTP")
+    port, end = value.get("port"), value.get("endPort")
+    if isinstance(port, bool) or (port is not None and not isinstance(port, (int, str))):
+        raise invalid(f"{path}.port", f"{port!r} is not a number or a port name")
+    if isinstance(port, int) and not 1 <= port <= 65535:
+        raise invalid(f"{path}.port", f"{port} is not 1-65535")
+    if isinstance(port, str) and not PORT_NAME.match(port):
+        raise invalid(f"{path}.port", f"{port!r} is not a port name (IANA_SVC_NAME)")
+    if end is not None:
+        if isinstance(end, bool) or not isinstance(end, int) or not 1 <= end <= 65535:
+            raise invalid(f"{path}.endPort", f"{end!r} is not 1-65535")
+        if not isinstance(port, int):
+            raise invalid(f"{path}.endPort", "may only be given with a numeric port")
+        if end < port:
+            raise invalid(f"{path}.endPort", f"must be greater than or equal to port {port}")
+    return PolicyPort(str(protocol), port, end)

@@ -1,0 +1,130 @@
+"""Kubernetes label selectors: ``matchLabels`` and ``matchExpressions`` with every operator.
+
+A selector matches labels when every ``matchLabels`` pair is present and every requirement
+holds: ``In`` (the key present with one of the values), ``NotIn`` (the key absent, or its value
+none of them), ``Exists``, ``DoesNotExist``. The empty selector (``{}``) matches everything.
+Parsing validates as the API server does (metav1 LabelSelector): an unknown operator, values
+given to Exists/DoesNotExist or missing from In/NotIn, a bad label key or value are errors
+naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cni.spec.errors import InvalidConfig
+from services.validate import LABEL_KEY, LABEL_VALUE
+
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def holds(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "In":
+            return present and labels[self.key] in self.values
+        if self.operator == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return present
+        return not present
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"key": self.key, "operator": self.operator}
+        if self.operator in ("In", "NotIn"):
+            doc["values"] = list(self.values)
+        return doc
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    match_labels: tuple[tuple[str, str], ...] = ()
+    expressions: tuple[Requirement, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.match_labels and not self.expressions
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            r.holds(labels) for r in self.expressions
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        if self.match_labels:
+            doc["matchLabels"] = dict(self.match_labels)
+        if self.expressions:
+            doc["matchExpressions"] = [r.to_dict() for r in self.expressions]
+        return doc
+
+
+EVERYTHING = LabelSelector()
+
+
+def invalid(path: str, why: str) -> InvalidConfig:
+    return InvalidConfig(f"invalid NetworkPolicy field {path}: {why}")
+
+
+def parse_selector(data: Any, path: str) -> LabelSelector:
+    if data is None:
+        return EVERYTHING
+    if not isinstance(data, dict):
+        raise invalid(path, "not an object (matchLabels, matchExpressions)")
+    unknown = sorted(set(data) - {"matchLabels", "matchExpressions"})
+    if unknown:
+        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    labels = data.get("matchLabels") or {}
+    if not isinstance(labels, dict):
+        raise invalid(f"{path}.matchLabels", "not an object of label: value")
+    pairs = []
+    for key, value in sorted(labels.items()):
+        validate_key(key, f"{path}.matchLabels")
+        validate_value(value, f"{path}.matchLabels.{key}")
+        pairs.append((key, value))
+    expressions = data.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        raise invalid(f"{path}.matchExpressions", "not a list")
+    requirements = tuple(
+        parse_requirement(e, f"{path}.matchExpressions[{i}]") for i, e in enumerate(expressions)
+    )
+    return LabelSelector(tuple(pairs), requirements)
+
+
+def parse_requirement(data: Any, path: str) -> Requirement:
+    if not isinstance(data, dict):
+        raise invalid(path, "not an object (key, operator, values)")
+    unknown = sorted(set(data) - {"key", "operator", "values"})
+    if unknown:
+        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    key, operator, values = data.get("key"), data.get("operator"), data.get("values")
+    validate_key(key, f"{path}.key")
+    if operator not in OPERATORS:
+        raise invalid(f"{path}.operator", f"{operator!r} is not one of {', '.join(OPERATORS)}")
+    if values is not None and not isinstance(values, list):
+        raise invalid(f"{path}.values", "not a list")
+    values = values or []
+    if operator in ("In", "NotIn") and not values:
+        raise invalid(f"{path}.values", f"must be non-empty when operator is {operator}")
+    if operator in ("Exists", "DoesNotExist") and values:
+        raise invalid(f"{path}.values", f"must be empty when operator is {operator}")
+    for index, value in enumerate(values):
+        validate_value(value, f"{path}.values[{index}]")
+    return Requirement(str(key), str(operator), tuple(sorted(set(values))))
+
+
+def validate_key(key: Any, path: str) -> None:
+    if not isinstance(key, str) or not LABEL_KEY.match(key):
+        raise invalid(path, f"{key!r} is not a label key")
+
+
+def validate_value(value: Any, path: str) -> None:
+    if not isinstance(value, str) or not LABEL_VALUE.match(value):
+        raise invalid(path, f"{value!r} is not a label value")
