@@ -1,0 +1,323 @@
+"""The NetworkPolicy table of one node, ``table inet pycni-netpol``, as an nft script (pure).
+
+``calc_layout(inputs, node, node_ips)`` turns what ``evaluate.py`` judges (``PolicyInputs``)
+into the kernel's form of the same verdicts, for the Pods of ``node`` only: isolation is
+enforced where the Pod is (egress on the source's node, ingress on the destination's)::
+
+    forward (filter hook forward, priority filter + 10: after pycni-svc's DNAT, so daddr is
+             the backend, and before masquerade, so saddr is the client)
+      ct state established,related accept        replies and kept connections: no lookup
+      ICMPv6 neighbour discovery accept           bridged ND between Pods
+      saddr . daddr @self4/6 accept               a Pod to itself
+      saddr vmap @egress4/6                       a local Pod isolated for egress → eg-<shape>
+      saddr @node4/6 accept                       this node's addresses to its Pods
+      daddr vmap @ingress4/6                      a local Pod isolated for ingress → in-<shape>
+    in-<shape> / eg-<shape>: one chain per distinct list of isolating policies, shared by
+      the Pods it applies to; per policy rule and family, set lookups only: the peers
+      (``<chain>-<i>-a4``: Pod addresses and ipBlocks as intervals), the ports
+      (``<chain>-<i>-pt``: protocol . port ranges) and the named ports (``<chain>-<i>-n4``:
+      daddr . protocol . port, resolved as ``evaluate.port_matches`` resolves them), each
+      match ``return``: the packet goes on to the other end's chain. No match: the Pod's
+      counter (``dropped-in/<ns>/<pod>`` through @dropcnt-in4/6), then drop.
+
+A new connection is looked up against the rules of the policies isolating its two ends only,
+whatever the number of policies in the cluster; an established packet is accepted by the
+first rule. ``render_full`` is one transaction that recreates the contents without deleting
+the table (flush, then refill), so a packet sees the old rules or the new, never none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from netpol.evaluate import PodInfo, PolicyInputs, peer_matches, policies_of
+from netpol.policy import NetworkPolicy, Rule
+
+TABLE = "pycni-netpol"
+T = f"inet {TABLE}"
+PRIORITY = "filter + 10"
+FAMILIES = (4, 6)
+IP = {4: "ip", 6: "ip6"}
+ADDR = {4: "ipv4_addr", 6: "ipv6_addr"}
+#: direction -> (chain prefix, the local Pod's address field, the peer's address field)
+DIRECTIONS = {"Ingress": ("in", "daddr", "saddr"), "Egress": ("eg", "saddr", "daddr")}
+VMAP = {"Ingress": "ingress", "Egress": "egress"}
+ND_TYPES = (
+    "nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect"
+)
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Object = tuple[str, str]  # (kind: chain|set|map|counter, name)
+
+
+@dataclass(frozen=True)
+class NamedSet:
+    name: str
+    kind: str  # set | map
+    type: str
+    interval: bool
+    elements: tuple[str, ...]
+
+    def declare(self) -> str:
+        flags = " flags interval;" if self.interval else ""
+        return f"add {self.kind} {T} {self.name} {{ type {self.type};{flags} }}\n"
+
+
+@dataclass
+class Layout:
+    """Every object of the table with its contents, and the base chain's rules."""
+
+    sets: dict[str, NamedSet] = field(default_factory=dict)
+    chains: dict[str, list[str]] = field(default_factory=dict)  # shape chain -> rules
+    counters: set[str] = field(default_factory=set)
+    isolated: dict[str, int] = field(default_factory=lambda: {"Ingress": 0, "Egress": 0})
+
+    @property
+    def objects(self) -> frozenset[Object]:
+        return frozenset(
+            [("chain", "forward")]
+            + [("chain", c) for c in self.chains]
+            + [(s.kind, s.name) for s in self.sets.values()]
+            + [("counter", c) for c in self.counters]
+        )
+
+
+def calc_layout(inputs: PolicyInputs, node: str, node_ips: Iterable[str] = ()) -> Layout:
+    layout = Layout()
+    local = [p for p in inputs.pods if p.node == node]
+    addresses = [ipaddress.ip_address(a.split("/")[0]) for a in node_ips]
+    for family in FAMILIES:
+        own = [f"{a} . {a}" for p in local for a in _ips(p, family)]
+        _add_set(layout, f"self{family}", f"{ADDR[family]} . {ADDR[family]}", own, False)
+        nodes = sorted({str(a) for a in addresses if a.version == family})
+        _add_set(layout, f"node{family}", ADDR[family], nodes, True)
+    for direction, (prefix, _own, _peer) in DIRECTIONS.items():
+        for family in FAMILIES:
+            for name, kind in ((VMAP[direction], "verdict"), (f"dropcnt-{prefix}", "counter")):
+                declared = NamedSet(
+                    f"{name}{family}", "map", f"{ADDR[family]} : {kind}", False, ()
+                )
+                layout.sets[declared.name] = declared
+        for pod in sorted(local, key=lambda p: p.ref):
+            policies = policies_of(inputs, pod, direction)
+            if policies:
+                _add_isolated(layout, inputs, pod, direction, policies)
+    return layout
+
+
+def _add_isolated(
+    layout: Layout,
+    inputs: PolicyInputs,
+    pod: PodInfo,
+    direction: str,
+    policies: list[NetworkPolicy],
+) -> None:
+    prefix = DIRECTIONS[direction][0]
+    chain = shape_name(prefix, policies)
+    if chain not in layout.chains:
+        layout.chains[chain] = calc_shape_rules(layout, inputs, chain, direction, policies)
+    counter = f"dropped-{prefix}/{pod.namespace}/{pod.name}"
+    layout.counters.add(counter)
+    layout.isolated[direction] += 1
+    for family in FAMILIES:
+        for ip in _ips(pod, family):
+            _append(layout, f"{VMAP[direction]}{family}", f"{ip} : jump {chain}")
+            _append(layout, f"dropcnt-{prefix}{family}", f'{ip} : "{counter}"')
+
+
+def shape_name(prefix: str, policies: list[NetworkPolicy]) -> str:
+    """The chain of one sorted list of policies: named by their content, so a changed policy
+    is a new chain and the kernel never holds a chain whose rules are half old."""
+    text = json.dumps([p.to_dict() for p in policies], sort_keys=True)
+    return f"{prefix}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def calc_shape_rules(
+    layout: Layout,
+    inputs: PolicyInputs,
+    chain: str,
+    direction: str,
+    policies: list[NetworkPolicy],
+) -> list[str]:
+    prefix, own, _peer = DIRECTIONS[direction]
+    rules: list[str] = []
+    index = 0
+    for policy in policies:
+        for rule in policy.ingress if direction == "Ingress" else policy.egress:
+            rules += calc_rule(layout, inputs, f"{chain}-{index}", direction, policy, rule)
+            index += 1
+    for family in FAMILIES:
+        rules.append(f"counter name {IP[family]} {own} map @dropcnt-{prefix}{family}")
+    return rules + ["counter drop"]
+
+
+def calc_rule(
+    layout: Layout,
+    inputs: PolicyInputs,
+    base: str,
+    direction: str,
+    policy: NetworkPolicy,
+    rule: Rule,
+) -> list[str]:
+    """One policy rule as nft rules (an OR of them), each ending in ``return``: peers AND
+    ports, where a term absent from the rule is left out (any)."""
+    _prefix, _own, peer = DIRECTIONS[direction]
+    ports, named = calc_port_terms(layout, inputs, base, rule)
+    if rule.ports and not ports and not named:
+        return []
+    port_terms = {f: [t for t in (ports, named.get(f)) if t] for f in FAMILIES}
+    rules: list[str] = []
+    if not rule.peers:
+        if not rule.ports:
+            return ["return"]
+        terms = [ports] if ports else []
+        terms += [named[f] for f in FAMILIES if f in named]
+        return [f"{t} return" for t in terms]
+    for family in FAMILIES:
+        members = calc_peer_members(inputs, policy, rule, family)
+        if not members:
+            continue
+        name = f"{base}-a{family}"
+        _add_set(layout, name, ADDR[family], [_element(n) for n in members], True)
+        match = f"{IP[family]} {peer} @{name}"
+        terms = port_terms[family] if rule.ports else [""]
+        rules += [f"{match} {t} return".replace("  ", " ") for t in terms]
+    return rules
+
+
+def calc_port_terms(
+    layout: Layout, inputs: PolicyInputs, base: str, rule: Rule
+) -> tuple[str, dict[int, str]]:
+    """The numeric ports' term (protocol . port intervals) and, per family, the named
+    ports' term (daddr . protocol . port), each backed by a set; '' / absent when empty."""
+    numeric = sorted(
+        {
+            f"{p.protocol.lower()} . {_range(p.port, p.end_port)}"
+            for p in rule.ports
+            if not isinstance(p.port, str)
+        }
+    )
+    ports = ""
+    if numeric:
+        _add_set(layout, f"{base}-pt", "inet_proto . inet_service", numeric, True)
+        ports = f"meta l4proto . th dport @{base}-pt"
+    named: dict[int, str] = {}
+    for family in FAMILIES:
+        elements = sorted(
+            {
+                f"{ip} . {p.protocol.lower()} . {port}"
+                for p in rule.ports
+                if isinstance(p.port, str)
+                for pod in inputs.pods  # daddr: the selected Pod (ingress), the peer (egress)
+                if (port := pod.resolve(p.port, p.protocol)) is not None
+                for ip in _ips(pod, family)
+            }
+        )
+        if elements:
+            name = f"{base}-n{family}"
+            _add_set(layout, name, f"{ADDR[family]} . inet_proto . inet_service", elements, False)
+            named[family] = f"{IP[family]} daddr . meta l4proto . th dport @{name}"
+    return ports, named
+
+
+def calc_peer_members(
+    inputs: PolicyInputs, policy: NetworkPolicy, rule: Rule, family: int
+) -> list[Network]:
+    """The addresses a rule's peers match in ``family``: the Pods their selectors pick and
+    the ipBlocks (CIDR minus excepts), merged into disjoint networks."""
+    found: list[Network] = []
+    selectors = [p for p in rule.peers if p.ip_block is None]
+    for pod in inputs.pods:
+        for text in _ips(pod, family):
+            ip = ipaddress.ip_address(text)
+            if any(peer_matches(inputs, policy, p, pod, ip) for p in selectors):
+                found.append(ipaddress.ip_network(text))
+    for peer in rule.peers:
+        block = peer.ip_block
+        if block is not None and block.cidr.version == family:
+            found += _subtract(block.cidr, block.excepts)
+    return list(ipaddress.collapse_addresses(found))  # type: ignore[type-var]
+
+
+def _subtract(cidr: Network, excepts: Iterable[Network]) -> list[Network]:
+    parts = [cidr]
+    for cut in excepts:
+        parts = [
+            n
+            for part in parts
+            for n in (
+                part.address_exclude(cut)  # type: ignore[arg-type]
+                if cut.subnet_of(part)  # type: ignore[arg-type]
+                else ([] if part.subnet_of(cut) else [part])  # type: ignore[arg-type]
+            )
+        ]
+    return parts
+
+
+def render_full(layout: Layout, stale: Iterable[Object] = ()) -> str:
+    """One transaction: the table made if missing, its rules flushed, every set and map
+    flushed and refilled, every chain's rules written again; ``stale`` (objects a previous
+    render made that this one does not) deleted once nothing refers to them."""
+    out = [f"add table {T}\n", f"flush table {T}\n"]
+    hook = f"type filter hook forward priority {PRIORITY}; policy accept;"
+    out.append(f"add chain {T} forward {{ {hook} }}\n")
+    out += [s.declare() for s in layout.sets.values()]
+    out += [f"flush {s.kind} {T} {s.name}\n" for s in layout.sets.values()]
+    out += [f"add counter {T} {c}\n" for c in sorted(layout.counters)]
+    out += [f"add chain {T} {c}\n" for c in layout.chains]
+    out += render_deletes(stale, layout.objects)
+    out += [
+        f"add element {T} {s.name} {{ {', '.join(s.elements)} }}\n"
+        for s in layout.sets.values()
+        if s.elements
+    ]
+    out += [f"add rule {T} forward {r}\n" for r in render_base_rules()]
+    out += [f"add rule {T} {c} {r}\n" for c, rules in layout.chains.items() for r in rules]
+    return "".join(out)
+
+
+def render_deletes(stale: Iterable[Object], live: frozenset[Object]) -> list[str]:
+    """Sets and maps first (a vmap refers to chains, a counter map to counters), then
+    chains and counters. Runs after the flushes, so no rule or element refers to them."""
+    order = {"set": 0, "map": 0, "chain": 1, "counter": 2}
+    gone = sorted(set(stale) - live, key=lambda o: (order[o[0]], o[1]))
+    return [f"delete {kind} {T} {name}\n" for kind, name in gone]
+
+
+def render_base_rules() -> list[str]:
+    rules = ["ct state established,related accept", f"icmpv6 type {{ {ND_TYPES} }} accept"]
+    for f in FAMILIES:
+        rules.append(f"{IP[f]} saddr . {IP[f]} daddr @self{f} accept")
+    rules += [f"{IP[f]} saddr vmap @egress{f}" for f in FAMILIES]
+    rules += [f"{IP[f]} saddr @node{f} accept" for f in FAMILIES]
+    rules += [f"{IP[f]} daddr vmap @ingress{f}" for f in FAMILIES]
+    return rules
+
+
+def _add_set(
+    layout: Layout, name: str, type_: str, elements: Iterable[object], interval: bool
+) -> None:
+    layout.sets[name] = NamedSet(name, "set", type_, interval, tuple(str(e) for e in elements))
+
+
+def _append(layout: Layout, name: str, element: str) -> None:
+    s = layout.sets[name]
+    layout.sets[name] = NamedSet(s.name, s.kind, s.type, s.interval, (*s.elements, element))
+
+
+def _ips(pod: PodInfo, family: int) -> list[str]:
+    ips = (ipaddress.ip_address(ip.split("/")[0]) for ip in pod.ips)
+    return [str(ip) for ip in ips if ip.version == family]
+
+
+def _element(net: Network) -> str:
+    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
+
+
+def _range(port: int | str | None, end: int | None) -> str:
+    if port is None:
+        return "0-65535"
+    return f"{port}-{end}" if end is not None and end != port else str(port)
