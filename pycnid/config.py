@@ -11,6 +11,8 @@ other sections are typed next to the code that uses them, and built here:
 - ``overlay``: the ``overlay`` section (``OverlayConfig``, overlay/config.py); None without it;
 - ``proxy``: the ``services`` section (``ProxyConfig``, services/proxy/config.py); None unless
   ``services.proxy`` is true;
+- ``netpol``: the ``networkPolicy`` section (``NetpolConfig``, netpol/config.py); None unless
+  ``networkPolicy.enforce`` is true;
 - ``kube``: the ``kubernetes`` section (``KubeConfig``, kube/config.py): the API server as the
   source of Services and their endpoints; None without it.
 
@@ -32,6 +34,7 @@ from typing import Any
 from cni.spec.errors import InvalidConfig
 from cni.spec.wire import DEFAULT_SOCKET  # the executable's default too: one definition
 from kube.config import KubeConfig, parse_kube_config
+from netpol.config import NetpolConfig, parse_netpol_config
 from nodes.options import NodeOptions, parse_node_options
 from overlay.config import OverlayConfig, parse_overlay_config
 from plugins.ipam.config import DaemonOptions, parse_daemon_options
@@ -56,6 +59,7 @@ class Sections:
     overlay: OverlayConfig | None
     proxy: ProxyConfig | None
     kube: KubeConfig | None = None
+    netpol: NetpolConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class DaemonConfig:
     overlay: OverlayConfig | None = None  # no ``overlay`` section: a single-node network
     proxy: ProxyConfig | None = None  # None: no Service proxy on this node
     kube: KubeConfig | None = None  # None: Services come from the store
+    netpol: NetpolConfig | None = None  # None: no NetworkPolicy enforcement on this node
 
 
 class SectionInvalid(InvalidConfig):
@@ -122,6 +127,7 @@ def parse_daemon_config(data: Any, sections: bool = True) -> DaemonConfig:
         overlay=parsed.overlay,
         proxy=parsed.proxy,
         kube=parsed.kube,
+        netpol=parsed.netpol,
     )
 
 
@@ -133,9 +139,10 @@ def parse_sections(data: dict[str, Any], log_level: str) -> Sections:
         overlay = parse_overlay_config(data)
         proxy = parse_proxy_config(data)
         kube = parse_kube_config(data)
+        netpol = parse_netpol_config(data)
     except InvalidConfig as exc:
         raise SectionInvalid(exc, log_level) from None
-    return Sections(node, ipam, overlay, proxy, kube)
+    return Sections(node, ipam, overlay, proxy, kube, netpol)
 
 
 def validate_store_section(store: Any) -> dict[str, Any]:

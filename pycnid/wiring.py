@@ -17,6 +17,7 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
    (``masq/table.py``), the one pycni-bridge's ipMasq gets too.
 6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true; with a
    ``kubernetes`` section it follows Services and EndpointSlices on the API server.
+7. NetworkPolicy enforcement (``netpol/setup.py``), when ``networkPolicy.enforce`` is true.
 
 Every section comes typed in ``DaemonConfig`` (parsed once at load, ``pycnid/config.py``).
 
@@ -42,6 +43,7 @@ from ipam.outage.guard import OutageGuard
 from ipam.outage.store import TrackedStore
 from kernel.nft import Nft
 from masq.table import MasqTable
+from netpol.setup import start_netpol
 from nodes.context import NodeContext, reaper_metrics
 from nodes.liveness import Liveness, supports_leases
 from nodes.options import calc_node_address
@@ -122,6 +124,14 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         masq,
     )
     start_proxy(config.proxy, life.node_name, store, life.metrics, life.on_shutdown, config.kube)
+    start_netpol(
+        config.netpol,
+        life.node_name,
+        store,
+        life.metrics,
+        life.on_shutdown,
+        config.node.address,
+    )
     deps = HandlerDeps(
         life.node_name,
         Faults(config.fault_injection),

@@ -1,0 +1,35 @@
+"""Starting NetworkPolicy enforcement in pycnid, from the ``networkPolicy`` section.
+
+The section is parsed at load (``netpol/config.py``); here the sync starts when ``enforce``
+is on, and its stop goes on pycnid's shutdown list. Stopping leaves the table in place: the
+kernel keeps enforcing the last rendered policies while pycnid is away.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from common.metrics import Registry
+from netpol.config import NetpolConfig
+from netpol.sync import NetpolSync
+from store.base import Store
+
+log = logging.getLogger("pycnid.netpol")
+
+
+def start_netpol(
+    config: NetpolConfig | None,
+    node: str,
+    store: Store,
+    registry: Registry,
+    on_shutdown: list[Callable[[], None]],
+    node_address: str | None = None,
+) -> NetpolSync | None:
+    """This node's enforcement, started; None when the config does not turn it on."""
+    if config is None:
+        return None
+    sync = NetpolSync(node, store, registry, config.resync_interval, node_address).start()
+    on_shutdown.append(sync.stop)
+    log.info("NetworkPolicy enforcement on (full render every %.0fs)", config.resync_interval)
+    return sync

@@ -1,0 +1,233 @@
+"""NetworkPolicy enforcement in pycnid: the store's records in, ``table inet pycni-netpol`` out.
+
+``NetpolSync.start()`` returns at once; a loop thread (``common/loop.py``) then, on every pass,
+reads the prefixes ``view.PREFIXES`` (policies, namespaces, endpoints, node records) and
+watches them from the revision read (etcd; SQLite is re-read when its revision moved), and
+when anything changed (a record, this node's addresses) or every ``resyncInterval`` seconds,
+renders the node's table whole (``render.py``) and applies it through one kept libnftables
+context (``kernel/nft.py``) as one transaction that never deletes the table: a packet meets
+the old rules or the new ones, never an empty table. Nothing is programmed before the first
+complete read. This first version renders the table whole on every change; per-element diffs
+(as the Service proxy's ``ServiceTable``) are the next step.
+
+The objects a render made are remembered, so the next one deletes those it no longer needs;
+at start, and after a refused transaction, they are listed from the kernel (names only).
+
+Same-node traffic between Pods of one bridge reaches the inet forward hook only when bridged
+IPv4/IPv6 frames are passed to it (br_netfilter, ``net.bridge.bridge-nf-call-iptables`` and
+``-ip6tables`` = 1 in the node's netns). ``check_bridge_filtering`` reads both at start; one
+that is not 1 is logged as an error naming it and exported as
+``pycni_netpol_bridge_filtering{sysctl} 0``: Pods of this node then reach each other
+whatever the policies. pycnid never writes them (they are the machine's).
+
+Metrics: ``pycni_netpol_sync_seconds``, ``_syncs_total``, ``_sync_failures_total``,
+``_isolated_pods{direction}``, ``_active_policies``, ``_dropped_packets{direction}`` (the
+per-Pod drop counters of the table, read after each pass and every ``COUNTERS`` seconds).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from cni.spec.errors import CNIError
+from common.loop import Errors, Loop
+from common.metrics import Registry
+from kernel.nft import Nft, NftError, table_exists
+from kernel.sysctl import read_sysctl
+from netpol.config import DEFAULT_NETPOL_RESYNC
+from netpol.render import TABLE, Layout, Object, calc_layout, render_full
+from netpol.view import PREFIXES, Records
+from services.proxy.inputs import read_local_addresses
+from store.base import Store
+from store.watched import WatchedPrefixes
+
+log = logging.getLogger("pycnid.netpol")
+RETRY = 1.0
+POLL = 0.5  # a store without watches (SQLite): how often its revision is looked at
+COUNTERS = 10.0  # seconds between reads of the drop counters when nothing changes
+BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
+KINDS = ("chain", "set", "map", "counter")
+
+
+class NetpolMetrics:
+    def __init__(self, registry: Registry) -> None:
+        self.seconds = registry.histogram(
+            "pycni_netpol_sync_seconds", "time of one NetworkPolicy sync (render + apply)"
+        )
+        self.syncs = registry.counter("pycni_netpol_syncs_total", "NetworkPolicy renders applied")
+        self.failures = registry.counter(
+            "pycni_netpol_sync_failures_total", "NetworkPolicy transactions the kernel refused"
+        )
+        self.isolated = registry.gauge(
+            "pycni_netpol_isolated_pods", "local Pods isolated, by direction"
+        )
+        self.policies = registry.gauge("pycni_netpol_active_policies", "policies in the store")
+        self.dropped = registry.gauge(
+            "pycni_netpol_dropped_packets",
+            "packets dropped by policy, the local Pods' counters summed, by direction",
+        )
+        self.bridge = registry.gauge(
+            "pycni_netpol_bridge_filtering",
+            "1 when bridged frames reach the inet forward hook (the sysctl is 1), else 0",
+        )
+
+
+class NetpolSync:
+    def __init__(
+        self,
+        node: str,
+        store: Store,
+        registry: Registry,
+        resync_interval: float = DEFAULT_NETPOL_RESYNC,
+        node_address: str | None = None,
+        local_addresses: Callable[[], tuple[str, ...]] = read_local_addresses,
+    ) -> None:
+        self.node, self.store, self.resync_interval = node, store, resync_interval
+        self.node_address = node_address
+        self.local_addresses = local_addresses
+        self.records = Records()
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.watched = WatchedPrefixes(
+            store, PREFIXES, self.records, self.lock, lambda _changed: self.wake.set()
+        )
+        self.nft: Nft | None = None
+        self.objects: frozenset[Object] | None = None  # None: to be listed from the kernel
+        self.rendered: str | None = None  # the script the kernel holds
+        self.full_due = 0.0
+        self.counters_due = 0.0
+        self.metrics = NetpolMetrics(registry)
+        self.loop = Loop(
+            "netpol-sync",
+            self.step,
+            retry=RETRY,
+            wake=self.wake,
+            errors=Errors(log, "netpol sync", expected=(CNIError, NftError)),
+            registry=registry,
+        )
+
+    def start(self) -> NetpolSync:
+        self.nft = Nft()  # made here: in the node netns
+        check_bridge_filtering(self.metrics)
+        self.loop.start()
+        return self
+
+    def stop(self) -> None:
+        self.loop.stop()
+        self.watched.cancel()
+
+    def step(self) -> float:
+        self.wake.clear()
+        self.watched.ensure()
+        now = time.monotonic()
+        if now >= self.full_due:
+            self.rendered = None  # a resync: applied again even if unchanged
+            self.full_due = now + self.resync_interval
+        self.sync()
+        if time.monotonic() >= self.counters_due:
+            self.read_counters()
+        wait = max(0.0, min(self.full_due, self.counters_due) - time.monotonic())
+        return wait if self.watched.can_watch else min(wait, POLL)
+
+    def sync(self) -> bool:
+        """Render the table; apply it when it differs from what the kernel holds (True)."""
+        started = time.perf_counter()
+        addresses = self.calc_node_addresses()
+        with self.lock:
+            inputs = self.records.inputs()
+        layout = calc_layout(inputs, self.node, addresses)
+        stale = self.known_objects() - layout.objects
+        plain = render_full(layout)
+        if plain == self.rendered and not stale:
+            return False
+        self.apply(render_full(layout, stale) if stale else plain, layout, plain)
+        self.metrics.seconds.observe(time.perf_counter() - started)
+        self.metrics.policies.set(len(inputs.policies))
+        for direction, count in layout.isolated.items():
+            self.metrics.isolated.set(count, direction=direction.lower())
+        log.info(
+            "netpol: table rendered: %d policies, %d/%d local Pods isolated (in/eg), %.1f ms",
+            len(inputs.policies),
+            layout.isolated["Ingress"],
+            layout.isolated["Egress"],
+            (time.perf_counter() - started) * 1e3,
+        )
+        self.counters_due = 0.0
+        return True
+
+    def calc_node_addresses(self) -> tuple[str, ...]:
+        """This node's addresses: its record's (or the configured one) and the netns' own."""
+        with self.lock:
+            record = next((r for r in self.records.nodes.values() if r.name == self.node), None)
+        found = [a for a in (self.node_address, record and record.address) if a]
+        return tuple(dict.fromkeys([*found, *self.local_addresses()]))
+
+    def apply(self, script: str, layout: Layout, plain: str) -> None:
+        if self.nft is None:
+            return
+        try:
+            self.nft.run(script)
+        except NftError as exc:
+            self.objects, self.rendered = None, None  # unknown: listed again next pass
+            self.metrics.failures.inc()
+            raise NftError(f"NetworkPolicy table refused: {exc}") from None
+        self.objects, self.rendered = layout.objects, plain
+        self.metrics.syncs.inc()
+
+    def known_objects(self) -> frozenset[Object]:
+        """What the table holds: known from the last commit, else listed (names only)."""
+        if self.objects is not None or self.nft is None:
+            return self.objects or frozenset()
+        if not table_exists(self.nft, "inet", TABLE):
+            return frozenset()
+        doc = self.nft.list_json(f"list table inet {TABLE}", terse=True)
+        found = {
+            (kind, o[kind]["name"])
+            for o in doc.get("nftables", [])
+            for kind in KINDS
+            if kind in o and o[kind].get("table") == TABLE
+        }
+        self.objects = frozenset(found)
+        return self.objects
+
+    def read_counters(self) -> None:
+        """The drop counters, summed by direction (``dropped-in/…``, ``dropped-eg/…``)."""
+        self.counters_due = time.monotonic() + COUNTERS
+        if self.nft is None or self.rendered is None:
+            return
+        doc = self.nft.list_json(f"list table inet {TABLE}", terse=True)  # no elements
+        sums = {"ingress": 0, "egress": 0}
+        for obj in doc.get("nftables", []):
+            counter = obj.get("counter")
+            if counter and counter.get("table") == TABLE:
+                name = str(counter.get("name", ""))
+                if name.startswith(("dropped-in/", "dropped-eg/")):
+                    direction = "ingress" if name.startswith("dropped-in/") else "egress"
+                    sums[direction] += int(counter.get("packets", 0))
+        for direction, packets in sums.items():
+            self.metrics.dropped.set(packets, direction=direction)
+
+
+def check_bridge_filtering(
+    metrics: NetpolMetrics | None = None, read: Callable[[str], str | None] = read_sysctl
+) -> list[str]:
+    """The br_netfilter sysctls of this netns that keep bridged frames from the inet
+    forward hook (absent: the module is not loaded; or not 1), each logged as an error."""
+    off = []
+    for name in BRIDGE_SYSCTLS:
+        value = read(name)
+        ok = value is not None and value.strip() == "1"
+        if metrics is not None:
+            metrics.bridge.set(1 if ok else 0, sysctl=name)
+        if not ok:
+            off.append(name)
+            log.error(
+                "netpol: %s is %s: Pods on one bridge reach each other without NetworkPolicy "
+                "(load br_netfilter and set it to 1 in the node's netns)",
+                name,
+                "absent" if value is None else value.strip(),
+            )
+    return off

@@ -1,0 +1,119 @@
+"""netpol/render.py: the node's pycni-netpol table from PolicyInputs (pure). The verdicts
+it encodes are checked against netpol.evaluate with real packets in
+tests/netns/test_netpol_enforce.py; here the layout: what is local, what is shared, how a
+rule becomes set lookups."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
+from netpol.policy import parse_policy
+from netpol.render import calc_layout, calc_peer_members, render_full, shape_name
+
+NODE = "n1"
+
+
+def pod(ns: str, name: str, ip: str, node: str = NODE, **labels: str) -> PodInfo:
+    ports = (NamedPort("web", "TCP", 8080), NamedPort("dns", "UDP", 53))
+    return PodInfo(ns, name, (ip,), {"pod": name, **labels}, node, ports)
+
+
+def policy(ns: str, name: str, **spec: object) -> object:
+    return parse_policy(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"namespace": ns, "name": name},
+            "spec": {"podSelector": {}, **spec},
+        }
+    )
+
+
+PODS = (
+    pod("x", "a", "10.0.0.2"),
+    pod("x", "b", "10.0.0.3"),
+    pod("y", "a", "fd00::2"),
+    pod("x", "r", "10.0.1.2", node="n2"),
+)
+
+
+def inputs(*policies: object) -> PolicyInputs:
+    return PolicyInputs(PODS, {"x": {"team": "x"}}, tuple(policies))  # type: ignore[arg-type]
+
+
+def test_only_local_pods_are_isolated_and_equal_policy_lists_share_a_chain() -> None:
+    layout = calc_layout(inputs(policy("x", "deny")), NODE)
+    assert layout.isolated == {"Ingress": 2, "Egress": 0}
+    [chain] = layout.chains
+    assert set(layout.sets["ingress4"].elements) == {
+        f"10.0.0.2 : jump {chain}",
+        f"10.0.0.3 : jump {chain}",
+    }
+    assert layout.chains[chain][-1] == "counter drop"  # no rule: everything dropped
+    assert layout.sets["ingress6"].elements == () and layout.sets["egress4"].elements == ()
+    assert layout.counters == {"dropped-in/x/a", "dropped-in/x/b"}
+
+
+def test_allow_all_rule_is_a_bare_return_and_a_change_is_a_new_chain() -> None:
+    allow = policy("x", "all", ingress=[{}])
+    layout = calc_layout(inputs(allow), NODE)
+    [chain] = layout.chains
+    assert layout.chains[chain][0] == "return"
+    other = policy("x", "all", ingress=[{"ports": [{"port": 80}]}])
+    assert shape_name("in", [other]) != chain  # type: ignore[list-item]
+
+
+def test_peers_are_pods_their_selectors_pick_remote_ones_included_and_ipblocks() -> None:
+    p = policy(
+        "x",
+        "p",
+        ingress=[
+            {
+                "from": [
+                    {"podSelector": {"matchLabels": {"pod": "r"}}},
+                    {"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.1.0/24"]}},
+                ]
+            }
+        ],
+    )
+    members = calc_peer_members(inputs(p), p, p.ingress[0], 4)  # type: ignore[attr-defined]
+    addresses = [ipaddress.ip_address(a) for a in ("10.0.1.2", "192.168.0.9", "192.168.200.1")]
+    assert all(any(a in n for n in members) for a in addresses)
+    assert not any(ipaddress.ip_address("192.168.1.7") in n for n in members)
+    assert not any(ipaddress.ip_address("10.0.0.2") in n for n in members)
+
+
+def test_named_ports_resolve_with_their_protocol_numeric_ones_as_intervals() -> None:
+    p = policy(
+        "x",
+        "p",
+        ingress=[
+            {
+                "ports": [
+                    {"port": "web"},
+                    {"port": "dns", "protocol": "TCP"},  # dns is UDP: matches nothing
+                    {"port": 80, "endPort": 90, "protocol": "UDP"},
+                    {"protocol": "SCTP"},
+                ]
+            }
+        ],
+    )
+    layout = calc_layout(inputs(p), NODE)
+    [chain] = layout.chains
+    named = layout.sets[f"{chain}-0-n4"].elements
+    assert "10.0.0.2 . tcp . 8080" in named and not any(" 53" in e for e in named)
+    assert set(layout.sets[f"{chain}-0-pt"].elements) == {"udp . 80-90", "sctp . 0-65535"}
+
+
+def test_full_render_flushes_and_refills_without_deleting_the_table() -> None:
+    layout = calc_layout(inputs(policy("x", "deny")), NODE)
+    script = render_full(layout, [("chain", "in-gone"), ("set", "in-gone-0-a4")])
+    lines = script.splitlines()
+    assert lines[:2] == ["add table inet pycni-netpol", "flush table inet pycni-netpol"]
+    assert "delete table" not in script
+    deletes = [i for i, line in enumerate(lines) if line.startswith("delete ")]
+    flushes = [i for i, line in enumerate(lines) if line.startswith("flush map")]
+    assert lines[deletes[0]] == "delete set inet pycni-netpol in-gone-0-a4"  # before its chain
+    assert max(flushes) < min(deletes)
+    assert render_full(layout) == render_full(layout)

@@ -1,0 +1,72 @@
+"""The enforcement's inputs: the config section, the store records as PolicyInputs, and the
+br_netfilter check (netpol/config.py, netpol/view.py, netpol/sync.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cni.spec.errors import InvalidConfig
+from netpol.config import NetpolConfig, parse_netpol_config
+from netpol.policy import parse_policy
+from netpol.sync import BRIDGE_SYSCTLS, check_bridge_filtering
+from netpol.view import Records
+from nodes.record import NodeRecord, node_key
+from services.record import EndpointRecord
+from store.base import KV
+from store.codec import encode
+from store.keys import NETPOLS, namespace_key, netpol_key
+
+POLICY = {
+    "apiVersion": "networking.k8s.io/v1",
+    "kind": "NetworkPolicy",
+    "metadata": {"namespace": "x", "name": "deny"},
+    "spec": {"podSelector": {}},
+}
+
+
+def kv(key: str, value: bytes) -> KV:
+    return KV(key, value, 1, 1)
+
+
+def test_config_section() -> None:
+    assert parse_netpol_config({}) is None
+    assert parse_netpol_config({"networkPolicy": {}}) is None
+    assert parse_netpol_config({"networkPolicy": {"enforce": True}}) == NetpolConfig()
+    got = parse_netpol_config({"networkPolicy": {"enforce": True, "resyncInterval": 5}})
+    assert got == NetpolConfig(5.0)
+    for bad in ({"enforce": "yes"}, {"resyncInterval": 0}, {"enforce": True, "x": 1}, []):
+        with pytest.raises(InvalidConfig, match="networkPolicy"):
+            parse_netpol_config({"networkPolicy": bad})
+
+
+def test_records_become_policy_inputs() -> None:
+    records = Records()
+    endpoint = EndpointRecord(
+        "x", "a", "eth0", ("10.0.0.2",), {"pod": "a"}, "n1", {"web": 80, "dns": 53},
+        extra={"portProtocols": {"dns": "UDP"}},
+    )  # fmt: skip
+    records.replace_all([kv(netpol_key("x", "deny"), encode(POLICY))], NETPOLS)
+    records.apply(kv(endpoint.key, endpoint.to_bytes()))
+    records.apply(kv(namespace_key("x"), encode({"labels": {"team": "x"}})))
+    records.apply(kv(node_key("n1"), NodeRecord("n1", "172.31.0.1").to_bytes()))
+    records.apply(kv(netpol_key("x", "bad"), b'{"kind": "nope"}'))  # logged, left out
+    got = records.inputs()
+    assert got.policies == (parse_policy(POLICY),)
+    [pod] = got.pods
+    assert (pod.ref, pod.ips, pod.node) == ("x/a", ("10.0.0.2",), "n1")
+    assert pod.resolve("dns", "UDP") == 53 and pod.resolve("web", "TCP") == 80
+    assert pod.resolve("dns", "TCP") is None
+    assert got.namespace_labels("x") == {"team": "x", "kubernetes.io/metadata.name": "x"}
+    assert got.node_ips == {"n1": ("172.31.0.1",)}
+    version = records.version
+    records.apply(kv(endpoint.key, endpoint.to_bytes()))  # unchanged: no new render
+    assert records.version == version
+    records.apply(kv(netpol_key("x", "deny"), b""), deleted=True)
+    assert records.inputs().policies == () and records.version > version
+
+
+def test_bridge_filtering_check_names_each_sysctl_that_is_off() -> None:
+    values = {BRIDGE_SYSCTLS[0]: "1\n", BRIDGE_SYSCTLS[1]: "0\n"}
+    assert check_bridge_filtering(None, values.get) == [BRIDGE_SYSCTLS[1]]
+    assert check_bridge_filtering(None, {}.get) == list(BRIDGE_SYSCTLS)  # no br_netfilter
+    assert check_bridge_filtering(None, lambda _name: "1") == []
