@@ -1,0 +1,289 @@
+"""One node of the upstream NetworkPolicy e2e shape (test/e2e/network/netpol, NETPOL-NOTES §3.1):
+namespaces x, y, z with Pods a, b, c each, attached by pycni-bridge to a real pycnid that
+enforces NetworkPolicy; every Pod serves TCP 80 and 81 and UDP 80 (echo). Namespace and Pod
+labels are store records (``ns: <name>``, ``pod: <name>``), as pycni-svc and the CLI write
+them. ``probe_matrix`` connects every Pod to every Pod on every port at once (one prober
+process per source, a thread per target, short timeouts) and ``expected_matrix`` asks
+``netpol.evaluate`` (the model) for the same cells.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, evaluate
+from netpol.policy import NetworkPolicy, parse_policy
+from netpol.render import TABLE, calc_layout
+from services.record import EndpointRecord
+from store.base import Delete, Put
+from store.codec import encode
+from store.keys import NETPOLS, namespace_key, netpol_key
+from store.sqlite import SqliteStore
+from tests.fixtures.bridge import bridge_conf, ip_of, new_cid, pycni_ipam
+from tests.fixtures.daemon import Pycnid, daemon_config
+from tests.fixtures.netns import Netns, new_netns
+from tests.fixtures.plugins import run_plugin
+from tests.fixtures.waiting import wait_for
+
+NODE = "node1"
+NAMESPACES = ("x", "y", "z")
+PODS = ("a", "b", "c")
+PORTS = (("TCP", 80), ("TCP", 81), ("UDP", 80))
+NAMED = {"serve-80-tcp": ("TCP", 80), "serve-81-tcp": ("TCP", 81), "serve-80-udp": ("UDP", 80)}
+METRICS = "127.0.0.1:9464"
+SERVER = """
+import socket, threading
+def echo(c):
+    with c:
+        while (d := c.recv(4096)):
+            c.sendall(d)
+def tcp(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(512)
+    while True:
+        c, _ = s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()
+for p in (80, 81):
+    threading.Thread(target=tcp, args=(p,), daemon=True).start()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 80))
+while True:
+    d, a = u.recvfrom(4096); u.sendto(d, a)
+"""
+PROBER = """
+import json, socket, sys, threading
+targets, timeout = json.loads(sys.argv[1]), float(sys.argv[2])
+out = [False] * len(targets)
+def probe(i, ip, proto, port):
+    try:
+        if proto == "TCP":
+            with socket.create_connection((ip, port), timeout=timeout) as s:
+                s.sendall(b"x"); out[i] = s.recv(1) == b"x"
+        else:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.settimeout(timeout); s.sendto(b"x", (ip, port)); out[i] = s.recv(1) == b"x"
+    except OSError:
+        out[i] = False
+threads = [threading.Thread(target=probe, args=(i, *t)) for i, t in enumerate(targets)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print(json.dumps(out))
+"""
+Cell = tuple[str, str, str, int]  # source ref, destination ref, protocol, port
+
+
+@dataclass
+class Pod:
+    namespace: str
+    name: str
+    ns: Netns
+    ip: str
+    server: subprocess.Popen | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class NetpolNode:
+    node: Netns
+    pycnid: Pycnid
+    store: SqliteStore
+    pods: dict[str, Pod] = field(default_factory=dict)
+
+    def info(self) -> tuple[PodInfo, ...]:
+        ports = tuple(NamedPort(n, proto, port) for n, (proto, port) in NAMED.items())
+        return tuple(
+            PodInfo(p.namespace, p.name, (p.ip,), {"pod": p.name}, NODE, ports)
+            for p in self.pods.values()
+        )
+
+    def inputs(self, policies: tuple[NetworkPolicy, ...]) -> PolicyInputs:
+        return PolicyInputs(self.info(), {n: {"ns": n} for n in NAMESPACES}, policies)
+
+    def set_policies(self, *manifests: dict[str, Any]) -> tuple[NetworkPolicy, ...]:
+        """The store holds exactly these policies; returns once the kernel holds their
+        chains (the chain names the render gives them)."""
+        policies = tuple(parse_policy(m) for m in manifests)
+        wanted = {netpol_key(p.namespace, p.name): p for p in policies}
+        gone = [kv.key for kv in self.store.range(NETPOLS, keys_only=True) if kv.key not in wanted]
+        puts = [Put(k, encode(p.to_dict())) for k, p in wanted.items()]
+        self.store.txn([], [*puts, *(Delete(k) for k in gone)])
+        self.wait_programmed(policies)
+        return policies
+
+    def wait_programmed(self, policies: tuple[NetworkPolicy, ...], timeout: float = 15) -> None:
+        expected = {"forward", *calc_layout(self.inputs(policies), NODE).chains}
+        wait_for(
+            f"the table to hold chains {sorted(expected)}",
+            lambda: self.chains() == expected,
+            timeout,
+            step=0.02,
+        )
+
+    def chains(self) -> set[str]:
+        out = self.node.run(["nft", "-j", "-t", "list", "table", "inet", TABLE], check=False)
+        if out.returncode != 0:
+            return set()
+        doc = json.loads(out.stdout)
+        return {o["chain"]["name"] for o in doc["nftables"] if "chain" in o}
+
+    def probe(self, source: Pod, targets: list[tuple[str, str, int]], timeout: float) -> list:
+        cmd = ["ip", "netns", "exec", source.ns.name, sys.executable, "-c", PROBER]
+        out = subprocess.run(
+            [*cmd, json.dumps(targets), str(timeout)], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def probe_matrix(self, cells: list[Cell], timeout: float = 1.0) -> dict[Cell, bool]:
+        by_source: dict[str, list[Cell]] = {}
+        for cell in cells:
+            by_source.setdefault(cell[0], []).append(cell)
+        found: dict[Cell, bool] = {}
+        with ThreadPoolExecutor(len(by_source)) as pool:
+            runs = {
+                src: pool.submit(
+                    self.probe,
+                    self.pods[src],
+                    [(self.pods[c[1]].ip, c[2], c[3]) for c in mine],
+                    timeout,
+                )
+                for src, mine in by_source.items()
+            }
+            for src, run in runs.items():
+                found.update(zip(by_source[src], run.result(), strict=True))
+        return found
+
+    def all_cells(self) -> list[Cell]:
+        return [(s, d, proto, port) for s in self.pods for d in self.pods for proto, port in PORTS]
+
+    def expected_matrix(self, policies: tuple[NetworkPolicy, ...]) -> dict[Cell, bool]:
+        inputs = self.inputs(policies)
+        return {
+            cell: evaluate(
+                inputs, self.pods[cell[0]].ip, self.pods[cell[1]].ip, cell[2], cell[3]
+            ).allowed
+            for cell in self.all_cells()
+        }
+
+    def check_matrix(self, policies: tuple[NetworkPolicy, ...]) -> dict[Cell, bool]:
+        """Real connects of every cell against the model; a cell that failed where the model
+        allows it is tried again with a longer timeout (a slow first packet is no denial)."""
+        expected = self.expected_matrix(policies)
+        found = self.probe_matrix(self.all_cells())
+        retry = [c for c, ok in found.items() if expected[c] and not ok]
+        if retry:
+            found.update(self.probe_matrix(retry, timeout=3.0))
+        wrong = {c: ok for c, ok in found.items() if ok != expected[c]}
+        assert not wrong, f"kernel != model (cell: kernel's answer): {wrong}"
+        return found
+
+    def close(self) -> None:
+        for pod in self.pods.values():
+            if pod.server is not None:
+                pod.server.kill()
+                pod.server.wait()
+            pod.ns.delete()
+        self.store.close()
+        self.pycnid.stop()
+        self.node.delete()
+        shutil.rmtree(self.pycnid.workdir, ignore_errors=True)
+
+
+def make_node(cni_bin: str, cni_path: str) -> NetpolNode:
+    node = new_netns("npnode")
+    workdir = tempfile.mkdtemp(prefix="pycnid-netpol-")
+    config = daemon_config(workdir, NODE, metricsAddress=METRICS, networkPolicy={"enforce": True})
+    pycnid = Pycnid(node=node, workdir=workdir, config=config)
+    made = NetpolNode(node, pycnid, SqliteStore(config["store"]["path"]))
+    try:
+        pycnid.start()
+        for namespace in NAMESPACES:
+            made.store.txn(
+                [], [Put(namespace_key(namespace), encode({"labels": {"ns": namespace}}))]
+            )
+            for name in PODS:
+                made.pods[f"{namespace}/{name}"] = add_pod(
+                    made, namespace, name, cni_bin, cni_path
+                )
+        for pod in made.pods.values():
+            pod.server = subprocess.Popen(
+                ["ip", "netns", "exec", pod.ns.name, sys.executable, "-c", SERVER]
+            )
+        made.wait_programmed(())
+        wait_for("the servers", lambda: all(made.probe_matrix(servers_up(made), 1.0).values()), 20)
+    except BaseException:
+        made.close()
+        raise
+    return made
+
+
+def servers_up(node: NetpolNode) -> list[Cell]:
+    first = next(iter(node.pods))
+    return [(first, d, proto, port) for d in node.pods for proto, port in PORTS]
+
+
+def add_pod(node: NetpolNode, namespace: str, name: str, cni_bin: str, cni_path: str) -> Pod:
+    ns = new_netns("nppod")
+    cid = new_cid()
+    res = run_plugin(
+        os.path.join(cni_bin, "pycni-bridge"),
+        "ADD",
+        bridge_conf(pycni_ipam()),
+        container_id=cid,
+        netns=ns.path,
+        cni_path=cni_path,
+        socket=node.pycnid.socket,
+        args=f"K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}",
+    )
+    assert res.code == 0, f"ADD failed: {res.stdout} {res.stderr}"
+    ip = ip_of(res.json)
+    record = EndpointRecord(
+        namespace,
+        name,
+        "eth0",
+        (ip,),
+        {"pod": name},
+        NODE,
+        {n: port for n, (_proto, port) in NAMED.items()},
+        cid,
+        "podnet",
+        extra={"portProtocols": {n: proto for n, (proto, _port) in NAMED.items()}},
+    )
+    node.store.txn([], [Put(record.key, record.to_bytes())])
+    return Pod(namespace, name, ns, ip)
+
+
+def scrape(node: Netns) -> dict[str, float]:
+    script = (
+        "import urllib.request,sys;sys.stdout.write(urllib.request.urlopen("
+        f"'http://{METRICS}/metrics',timeout=5).read().decode())"
+    )
+    out = node.run([sys.executable, "-c", script])
+    samples = {}
+    for line in out.stdout.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name and not line.startswith("#"):
+            samples[name] = float(value)
+    return samples
+
+
+def policy(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"podSelector": {}, **spec},
+    }
+
+
+def elapsed(since: float) -> float:
+    return time.monotonic() - since
