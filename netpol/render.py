@@ -14,10 +14,11 @@ enforced where the Pod is (egress on the source's node, ingress on the destinati
       daddr vmap @ingress4/6                      a local Pod isolated for ingress → in-<shape>
     in-<shape> / eg-<shape>: one chain per distinct list of isolating policies, shared by
       the Pods it applies to; per policy rule and family, set lookups only: the peers
-      (``<chain>-<i>-a4``: Pod addresses and ipBlocks as intervals), the ports
-      (``<chain>-<i>-pt``: protocol . port ranges) and the named ports (``<chain>-<i>-n4``:
-      daddr . protocol . port, resolved as ``evaluate.port_matches`` resolves them), each
-      match ``return``: the packet goes on to the other end's chain. No match: the Pod's
+      (``peers4-<h>``: Pod addresses and ipBlocks as intervals), the ports (``ports-<h>``:
+      protocol . port ranges) and the named ports (``named4-<h>``: daddr . protocol . port,
+      resolved as ``evaluate.port_matches`` resolves them), each set named by its content so
+      rules of many chains share it; a match ``return``s: the packet goes on to the other
+      end's chain. No match: the Pod's
       counter (``dropped-in/<ns>/<pod>`` through @dropcnt-in4/6), then drop.
 
 A new connection is looked up against the rules of the policies isolating its two ends only,
@@ -28,13 +29,15 @@ the table (flush, then refill), so a packet sees the old rules or the new, never
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from netpol.evaluate import PodInfo, PolicyInputs, peer_matches, policies_of
+from netpol.evaluate import PodInfo, PolicyInputs, policies_of
+from netpol.members import Members, addresses, to_int, to_text
 from netpol.policy import NetworkPolicy, Rule
 
 TABLE = "pycni-netpol"
@@ -73,6 +76,7 @@ class Layout:
     sets: dict[str, NamedSet] = field(default_factory=dict)
     chains: dict[str, list[str]] = field(default_factory=dict)  # shape chain -> rules
     counters: set[str] = field(default_factory=set)
+    empty: set[str] = field(default_factory=set)  # rule sets without elements: not made
     isolated: dict[str, int] = field(default_factory=lambda: {"Ingress": 0, "Egress": 0})
 
     @property
@@ -87,12 +91,13 @@ class Layout:
 
 def calc_layout(inputs: PolicyInputs, node: str, node_ips: Iterable[str] = ()) -> Layout:
     layout = Layout()
+    members = Members(inputs)
     local = [p for p in inputs.pods if p.node == node]
-    addresses = [ipaddress.ip_address(a.split("/")[0]) for a in node_ips]
+    node_addresses = [ipaddress.ip_address(a.split("/")[0]) for a in node_ips]
     for family in FAMILIES:
-        own = [f"{a} . {a}" for p in local for a in _ips(p, family)]
+        own = [f"{a} . {a}" for p in local for a in addresses(p, family)]
         _add_set(layout, f"self{family}", f"{ADDR[family]} . {ADDR[family]}", own, False)
-        nodes = sorted({str(a) for a in addresses if a.version == family})
+        nodes = sorted({str(a) for a in node_addresses if a.version == family})
         _add_set(layout, f"node{family}", ADDR[family], nodes, True)
     for direction, (prefix, _own, _peer) in DIRECTIONS.items():
         for family in FAMILIES:
@@ -104,13 +109,13 @@ def calc_layout(inputs: PolicyInputs, node: str, node_ips: Iterable[str] = ()) -
         for pod in sorted(local, key=lambda p: p.ref):
             policies = policies_of(inputs, pod, direction)
             if policies:
-                _add_isolated(layout, inputs, pod, direction, policies)
+                _add_isolated(layout, members, pod, direction, policies)
     return layout
 
 
 def _add_isolated(
     layout: Layout,
-    inputs: PolicyInputs,
+    members: Members,
     pod: PodInfo,
     direction: str,
     policies: list[NetworkPolicy],
@@ -118,12 +123,12 @@ def _add_isolated(
     prefix = DIRECTIONS[direction][0]
     chain = shape_name(prefix, policies)
     if chain not in layout.chains:
-        layout.chains[chain] = calc_shape_rules(layout, inputs, chain, direction, policies)
+        layout.chains[chain] = calc_shape_rules(layout, members, chain, direction, policies)
     counter = f"dropped-{prefix}/{pod.namespace}/{pod.name}"
     layout.counters.add(counter)
     layout.isolated[direction] += 1
     for family in FAMILIES:
-        for ip in _ips(pod, family):
+        for ip in addresses(pod, family):
             _append(layout, f"{VMAP[direction]}{family}", f"{ip} : jump {chain}")
             _append(layout, f"dropcnt-{prefix}{family}", f'{ip} : "{counter}"')
 
@@ -131,24 +136,21 @@ def _add_isolated(
 def shape_name(prefix: str, policies: list[NetworkPolicy]) -> str:
     """The chain of one sorted list of policies: named by their content, so a changed policy
     is a new chain and the kernel never holds a chain whose rules are half old."""
-    text = json.dumps([p.to_dict() for p in policies], sort_keys=True)
-    return f"{prefix}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    return f"{prefix}-{digest([p.to_dict() for p in policies])}"
 
 
 def calc_shape_rules(
     layout: Layout,
-    inputs: PolicyInputs,
+    members: Members,
     chain: str,
     direction: str,
     policies: list[NetworkPolicy],
 ) -> list[str]:
     prefix, own, _peer = DIRECTIONS[direction]
     rules: list[str] = []
-    index = 0
     for policy in policies:
         for rule in policy.ingress if direction == "Ingress" else policy.egress:
-            rules += calc_rule(layout, inputs, f"{chain}-{index}", direction, policy, rule)
-            index += 1
+            rules += calc_rule(layout, members, direction, policy, rule)
     for family in FAMILIES:
         rules.append(f"counter name {IP[family]} {own} map @dropcnt-{prefix}{family}")
     return rules + ["counter drop"]
@@ -156,8 +158,7 @@ def calc_shape_rules(
 
 def calc_rule(
     layout: Layout,
-    inputs: PolicyInputs,
-    base: str,
+    members: Members,
     direction: str,
     policy: NetworkPolicy,
     rule: Rule,
@@ -165,34 +166,38 @@ def calc_rule(
     """One policy rule as nft rules (an OR of them), each ending in ``return``: peers AND
     ports, where a term absent from the rule is left out (any)."""
     _prefix, _own, peer = DIRECTIONS[direction]
-    ports, named = calc_port_terms(layout, inputs, base, rule)
+    ports, named = calc_port_terms(layout, members, rule)
     if rule.ports and not ports and not named:
         return []
     port_terms = {f: [t for t in (ports, named.get(f)) if t] for f in FAMILIES}
-    rules: list[str] = []
     if not rule.peers:
         if not rule.ports:
             return ["return"]
         terms = [ports] if ports else []
         terms += [named[f] for f in FAMILIES if f in named]
         return [f"{t} return" for t in terms]
+    rules: list[str] = []
+    key = digest([policy.namespace, [p.to_dict() for p in rule.peers]])
     for family in FAMILIES:
-        members = calc_peer_members(inputs, policy, rule, family)
-        if not members:
+        name = f"peers{family}-{key}"
+        if not _ensure_set(
+            layout,
+            name,
+            ADDR[family],
+            True,
+            functools.partial(calc_peer_elements, members, policy, rule, family),
+        ):
             continue
-        name = f"{base}-a{family}"
-        _add_set(layout, name, ADDR[family], [_element(n) for n in members], True)
         match = f"{IP[family]} {peer} @{name}"
         terms = port_terms[family] if rule.ports else [""]
         rules += [f"{match} {t} return".replace("  ", " ") for t in terms]
     return rules
 
 
-def calc_port_terms(
-    layout: Layout, inputs: PolicyInputs, base: str, rule: Rule
-) -> tuple[str, dict[int, str]]:
+def calc_port_terms(layout: Layout, members: Members, rule: Rule) -> tuple[str, dict[int, str]]:
     """The numeric ports' term (protocol . port intervals) and, per family, the named
-    ports' term (daddr . protocol . port), each backed by a set; '' / absent when empty."""
+    ports' term (daddr . protocol . port), each backed by a set named by its content (one
+    per distinct port list, whichever rules share it); '' / absent when empty."""
     numeric = sorted(
         {
             f"{p.protocol.lower()} . {_range(p.port, p.end_port)}"
@@ -202,44 +207,90 @@ def calc_port_terms(
     )
     ports = ""
     if numeric:
-        _add_set(layout, f"{base}-pt", "inet_proto . inet_service", numeric, True)
-        ports = f"meta l4proto . th dport @{base}-pt"
+        name = f"ports-{digest(numeric)}"
+        _ensure_set(layout, name, "inet_proto . inet_service", True, lambda: numeric)
+        ports = f"meta l4proto . th dport @{name}"
+    names = sorted({(p.port, p.protocol) for p in rule.ports if isinstance(p.port, str)})
     named: dict[int, str] = {}
-    for family in FAMILIES:
-        elements = sorted(
-            {
-                f"{ip} . {p.protocol.lower()} . {port}"
-                for p in rule.ports
-                if isinstance(p.port, str)
-                for pod in inputs.pods  # daddr: the selected Pod (ingress), the peer (egress)
-                if (port := pod.resolve(p.port, p.protocol)) is not None
-                for ip in _ips(pod, family)
-            }
-        )
-        if elements:
-            name = f"{base}-n{family}"
-            _add_set(layout, name, f"{ADDR[family]} . inet_proto . inet_service", elements, False)
+    for family in FAMILIES if names else ():
+        name = f"named{family}-{digest(names)}"
+        if _ensure_set(
+            layout,
+            name,
+            f"{ADDR[family]} . inet_proto . inet_service",
+            False,
+            functools.partial(calc_named_elements, members, names, family),
+        ):
             named[family] = f"{IP[family]} daddr . meta l4proto . th dport @{name}"
     return ports, named
 
 
+def calc_peer_elements(
+    members: Members, policy: NetworkPolicy, rule: Rule, family: int
+) -> list[str]:
+    return [
+        to_text(low, family) if low == high else f"{to_text(low, family)}-{to_text(high, family)}"
+        for low, high in calc_peer_members(members, policy, rule, family)
+    ]
+
+
+def calc_named_elements(members: Members, names: list[tuple[str, str]], family: int) -> list[str]:
+    return sorted({e for n, proto in names for e in members.named_port(n, proto, family)})
+
+
+def _ensure_set(
+    layout: Layout,
+    name: str,
+    type_: str,
+    interval: bool,
+    calc: Callable[[], Iterable[str]],
+) -> bool:
+    """The set ``name`` in the layout, its elements computed once per render (the name
+    says its content); False when it would be empty (no set: the rule is left out)."""
+    if name not in layout.sets and name not in layout.empty:
+        elements = list(calc())
+        if elements:
+            _add_set(layout, name, type_, elements, interval)
+        else:
+            layout.empty.add(name)
+    return name in layout.sets
+
+
+def digest(content: object) -> str:
+    text = json.dumps(content, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def calc_peer_members(
-    inputs: PolicyInputs, policy: NetworkPolicy, rule: Rule, family: int
-) -> list[Network]:
+    members: Members, policy: NetworkPolicy, rule: Rule, family: int
+) -> list[tuple[int, int]]:
     """The addresses a rule's peers match in ``family``: the Pods their selectors pick and
-    the ipBlocks (CIDR minus excepts), merged into disjoint networks."""
-    found: list[Network] = []
-    selectors = [p for p in rule.peers if p.ip_block is None]
-    for pod in inputs.pods:
-        for text in _ips(pod, family):
-            ip = ipaddress.ip_address(text)
-            if any(peer_matches(inputs, policy, p, pod, ip) for p in selectors):
-                found.append(ipaddress.ip_network(text))
+    the ipBlocks (CIDR minus excepts), as disjoint, merged intervals of integers (sorting
+    integers: ``ipaddress.collapse_addresses`` over 2,000 Pods per set took most of a
+    render at 1,000 policies)."""
+    found = [
+        (n, n)
+        for peer in rule.peers
+        for n in map(to_int, members.peer_addresses(policy, peer, family))
+    ]
     for peer in rule.peers:
         block = peer.ip_block
         if block is not None and block.cidr.version == family:
-            found += _subtract(block.cidr, block.excepts)
-    return list(ipaddress.collapse_addresses(found))  # type: ignore[type-var]
+            found += [
+                (int(n.network_address), int(n.broadcast_address))
+                for n in _subtract(block.cidr, block.excepts)
+            ]
+    return merge_intervals(found)
+
+
+def merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted(intervals):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return merged
 
 
 def _subtract(cidr: Network, excepts: Iterable[Network]) -> list[Network]:
@@ -306,15 +357,6 @@ def _add_set(
 def _append(layout: Layout, name: str, element: str) -> None:
     s = layout.sets[name]
     layout.sets[name] = NamedSet(s.name, s.kind, s.type, s.interval, (*s.elements, element))
-
-
-def _ips(pod: PodInfo, family: int) -> list[str]:
-    ips = (ipaddress.ip_address(ip.split("/")[0]) for ip in pod.ips)
-    return [str(ip) for ip in ips if ip.version == family]
-
-
-def _element(net: Network) -> str:
-    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
 
 
 def _range(port: int | str | None, end: int | None) -> str:

@@ -47,6 +47,9 @@ from store.watched import WatchedPrefixes
 log = logging.getLogger("pycnid.netpol")
 RETRY = 1.0
 POLL = 0.5  # a store without watches (SQLite): how often its revision is looked at
+#: A script from this size on runs in a child ``nft -f -`` (``Nft.run_apart``, as the Service
+#: proxy does): a large parse is then the child's memory, given back when it exits.
+APART_BYTES = 64 * 1024
 COUNTERS = 10.0  # seconds between reads of the drop counters when nothing changes
 BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
 KINDS = ("chain", "set", "map", "counter")
@@ -169,7 +172,7 @@ class NetpolSync:
         if self.nft is None:
             return
         try:
-            self.nft.run(script)
+            (self.nft.run_apart if len(script) >= APART_BYTES else self.nft.run)(script)
         except NftError as exc:
             self.objects, self.rendered = None, None  # unknown: listed again next pass
             self.metrics.failures.inc()
