@@ -69,6 +69,8 @@ class Members:
             named: dict[tuple[str, str, int], list[str]] = defaultdict(list)
             for pod in self.inputs.pods:
                 for port in pod.ports:
+                    if pod.resolve(port.name, port.protocol) != port.port:
+                        continue  # a name given twice: the first one counts, as in resolve
                     for f in (4, 6):
                         for ip in addresses(pod, f):
                             element = f"{ip} . {port.protocol.lower()} . {port.port}"

@@ -1,0 +1,90 @@
+"""netpol/members.py's index answers what netpol.evaluate answers: for generated namespaces,
+Pods and peers, the addresses a peer picks are exactly the Pods ``peer_matches`` accepts, and
+a named port resolves where ``PodInfo.resolve`` does."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, _ip, peer_matches
+from netpol.members import Members
+from netpol.policy import NetworkPolicy, Peer
+from netpol.selector import LabelSelector, Requirement
+
+KEYS, VALUES, NAMESPACES = ("app", "tier"), ("a", "b"), ("x", "y", "z")
+labels = st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=2)
+requirement = st.builds(
+    lambda key, op, values: Requirement(key, op, values if op in ("In", "NotIn") else ()),
+    st.sampled_from((*KEYS, "kubernetes.io/metadata.name")),
+    st.sampled_from(("In", "NotIn", "Exists", "DoesNotExist")),
+    st.lists(st.sampled_from((*VALUES, *NAMESPACES)), min_size=1, max_size=2).map(
+        lambda v: tuple(sorted(set(v)))
+    ),
+)
+selector = st.builds(
+    lambda pairs, reqs: LabelSelector(tuple(sorted(pairs.items())), tuple(reqs)),
+    labels,
+    st.lists(requirement, max_size=2),
+)
+peer = st.builds(Peer, st.none() | selector, st.none() | selector).filter(
+    lambda p: p.pod_selector is not None or p.namespace_selector is not None
+)
+
+
+@st.composite
+def cluster(draw: st.DrawFn) -> PolicyInputs:
+    pods = []
+    for index in range(draw(st.integers(0, 8))):
+        ports = draw(
+            st.lists(
+                st.builds(
+                    NamedPort,
+                    st.sampled_from(("http", "dns")),
+                    st.sampled_from(("TCP", "UDP")),
+                    st.sampled_from((53, 80)),
+                ),
+                max_size=2,
+            )
+        )
+        ips = (f"10.0.0.{index + 1}", f"fd00::{index + 1}")
+        ns = draw(st.sampled_from(NAMESPACES))
+        pods.append(PodInfo(ns, f"p{index}", ips, draw(labels), "n1", tuple(ports)))
+    namespaces = {ns: draw(labels) for ns in NAMESPACES}
+    return PolicyInputs(tuple(pods), namespaces)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cluster(), peer, st.sampled_from(NAMESPACES), st.sampled_from((4, 6)))
+def test_peer_addresses_are_the_pods_peer_matches_accepts(
+    inputs: PolicyInputs, picked: Peer, namespace: str, family: int
+) -> None:
+    policy = NetworkPolicy(namespace, "p")
+    expected = {
+        ip
+        for pod in inputs.pods
+        for ip in pod.ips
+        if _ip(ip).version == family and peer_matches(inputs, policy, picked, pod, _ip(ip))
+    }
+    assert set(Members(inputs).peer_addresses(policy, picked, family)) == expected
+
+
+def test_a_name_given_twice_resolves_to_the_first() -> None:
+    ports = (NamedPort("http", "TCP", 53), NamedPort("http", "TCP", 80))
+    inputs = PolicyInputs((PodInfo("x", "a", ("10.0.0.1",), {}, "n1", ports),))
+    assert Members(inputs).named_port("http", "TCP", 4) == ("10.0.0.1 . tcp . 53",)
+
+
+@settings(max_examples=100, deadline=None)
+@given(cluster(), st.sampled_from(("http", "dns")), st.sampled_from(("TCP", "UDP")))
+def test_named_ports_resolve_where_the_pod_does(
+    inputs: PolicyInputs, name: str, protocol: str
+) -> None:
+    expected = {
+        f"{ip} . {protocol.lower()} . {port}"
+        for pod in inputs.pods
+        if (port := pod.resolve(name, protocol)) is not None
+        for ip in pod.ips
+        if "." in ip
+    }
+    assert set(Members(inputs).named_port(name, protocol, 4)) == expected
