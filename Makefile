@@ -28,7 +28,7 @@ SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_pat
 PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
-        deps lint test test-unit fuzz demo bench bench-ipam bench-overlay bench-svc \
+        deps lint test test-unit fuzz netpol-matrix demo bench bench-ipam bench-overlay bench-svc \
         bench-svc-e2e launchers clean
 
 help:
@@ -107,6 +107,12 @@ fuzz:
 	echo "fuzz seed: $$seed (replay: make fuzz SEED=$$seed)"; \
 	PYCNI_FUZZ_PROFILE=fuzz $(PYTEST) tests/fuzz --hypothesis-seed="$$seed" \
 	    --hypothesis-show-statistics $(PYTEST_ARGS)
+
+# NetworkPolicy enforcement against the model with real packets: 40 generated policy sets,
+# each a full reachability matrix (the default suite runs 2); replay with SEED=<n>.
+netpol-matrix:
+	PYCNI_NETPOL_CASES=40 $(if $(SEED),PYCNI_NETPOL_SEED=$(SEED)) \
+	    $(PYTEST) -s tests/netns/test_netpol_generated.py $(PYTEST_ARGS)
 
 demo:
 	bash scripts/demo.sh

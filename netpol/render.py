@@ -198,13 +198,7 @@ def calc_port_terms(layout: Layout, members: Members, rule: Rule) -> tuple[str, 
     """The numeric ports' term (protocol . port intervals) and, per family, the named
     ports' term (daddr . protocol . port), each backed by a set named by its content (one
     per distinct port list, whichever rules share it); '' / absent when empty."""
-    numeric = sorted(
-        {
-            f"{p.protocol.lower()} . {_range(p.port, p.end_port)}"
-            for p in rule.ports
-            if not isinstance(p.port, str)
-        }
-    )
+    numeric = calc_port_elements(rule)
     ports = ""
     if numeric:
         name = f"ports-{digest(numeric)}"
@@ -359,7 +353,18 @@ def _append(layout: Layout, name: str, element: str) -> None:
     layout.sets[name] = NamedSet(s.name, s.kind, s.type, s.interval, (*s.elements, element))
 
 
-def _range(port: int | str | None, end: int | None) -> str:
-    if port is None:
-        return "0-65535"
-    return f"{port}-{end}" if end is not None and end != port else str(port)
+def calc_port_elements(rule: Rule) -> list[str]:
+    """``protocol . port`` or ``protocol . low-high`` of the numeric ports (no port: all of
+    the protocol), merged per protocol: an interval set refuses overlapping elements
+    (``port: 80`` beside ``80-81``)."""
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    for p in rule.ports:
+        if isinstance(p.port, str):
+            continue
+        low, high = (0, 65535) if p.port is None else (p.port, p.end_port or p.port)
+        ranges.setdefault(p.protocol.lower(), []).append((low, high))
+    return [
+        f"{protocol} . {low}" if low == high else f"{protocol} . {low}-{high}"
+        for protocol, found in sorted(ranges.items())
+        for low, high in merge_intervals(found)
+    ]

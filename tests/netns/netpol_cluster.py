@@ -121,12 +121,16 @@ class NetpolNode:
 
     def wait_programmed(self, policies: tuple[NetworkPolicy, ...], timeout: float = 15) -> None:
         expected = {"forward", *calc_layout(self.inputs(policies), NODE).chains}
-        wait_for(
-            f"the table to hold chains {sorted(expected)}",
-            lambda: self.chains() == expected,
-            timeout,
-            step=0.02,
-        )
+        try:
+            wait_for(
+                f"the table to hold chains {sorted(expected)}",
+                lambda: self.chains() == expected,
+                timeout,
+                step=0.02,
+            )
+        except AssertionError:
+            log = self.pycnid.log()
+            raise AssertionError(f"{log[-3000:]}\n(pycnid's log, last lines)") from None
 
     def chains(self) -> set[str]:
         out = self.node.run(["nft", "-j", "-t", "list", "table", "inet", TABLE], check=False)

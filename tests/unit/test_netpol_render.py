@@ -96,6 +96,8 @@ def test_named_ports_resolve_with_their_protocol_numeric_ones_as_intervals() -> 
                     {"port": "web"},
                     {"port": "dns", "protocol": "TCP"},  # dns is UDP: matches nothing
                     {"port": 80, "endPort": 90, "protocol": "UDP"},
+                    {"port": 85, "protocol": "UDP"},  # inside the range: one interval
+                    {"port": 91, "protocol": "UDP"},  # next to it: merged
                     {"protocol": "SCTP"},
                 ]
             }
@@ -106,7 +108,7 @@ def test_named_ports_resolve_with_their_protocol_numeric_ones_as_intervals() -> 
     named = next(s.elements for n, s in layout.sets.items() if n.startswith("named4-"))
     assert "10.0.0.2 . tcp . 8080" in named and not any(" 53" in e for e in named)
     ports = next(s.elements for n, s in layout.sets.items() if n.startswith("ports-"))
-    assert set(ports) == {"udp . 80-90", "sctp . 0-65535"}
+    assert set(ports) == {"udp . 80-91", "sctp . 0-65535"}
 
 
 def test_full_render_flushes_and_refills_without_deleting_the_table() -> None:
