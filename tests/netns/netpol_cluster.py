@@ -1,6 +1,7 @@
 """One node of the upstream NetworkPolicy e2e shape (test/e2e/network/netpol, NETPOL-NOTES §3.1):
-namespaces x, y, z with Pods a, b, c each, attached by pycni-bridge to a real pycnid that
-enforces NetworkPolicy; every Pod serves TCP 80 and 81 and UDP 80 (echo). Namespace and Pod
+namespaces x, y, z with Pods a, b, c each, dual-stack (10.22.0.0/24, fd22::/64), attached by
+pycni-bridge to a real pycnid that enforces NetworkPolicy; every Pod serves TCP 80 and 81 and
+UDP 80 on both families (echo). Namespace and Pod
 labels are store records (``ns: <name>``, ``pod: <name>``), as pycni-svc and the CLI write
 them. ``probe_matrix`` connects every Pod to every Pod on every port at once (one prober
 process per source, a thread per target, short timeouts) and ``expected_matrix`` asks
@@ -28,7 +29,7 @@ from store.base import Delete, Put
 from store.codec import encode
 from store.keys import NETPOLS, namespace_key, netpol_key
 from store.sqlite import SqliteStore
-from tests.fixtures.bridge import bridge_conf, ip_of, new_cid, pycni_ipam
+from tests.fixtures.bridge import bridge_conf, ip_of, new_cid
 from tests.fixtures.daemon import Pycnid, daemon_config
 from tests.fixtures.netns import Netns, new_netns
 from tests.fixtures.plugins import run_plugin
@@ -42,18 +43,21 @@ NAMED = {"serve-80-tcp": ("TCP", 80), "serve-81-tcp": ("TCP", 81), "serve-80-udp
 METRICS = "127.0.0.1:9464"
 SERVER = """
 import socket, threading
+def dual(kind):
+    s = socket.socket(socket.AF_INET6, kind)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0); return s
 def echo(c):
     with c:
         while (d := c.recv(4096)):
             c.sendall(d)
 def tcp(port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port)); s.listen(512)
+    s = dual(socket.SOCK_STREAM); s.bind(("::", port)); s.listen(512)
     while True:
         c, _ = s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()
 for p in (80, 81):
     threading.Thread(target=tcp, args=(p,), daemon=True).start()
-u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 80))
+u = dual(socket.SOCK_DGRAM); u.bind(("::", 80))
 while True:
     d, a = u.recvfrom(4096); u.sendto(d, a)
 """
@@ -67,7 +71,8 @@ def probe(i, ip, proto, port):
             with socket.create_connection((ip, port), timeout=timeout) as s:
                 s.sendall(b"x"); out[i] = s.recv(1) == b"x"
         else:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
                 s.settimeout(timeout); s.sendto(b"x", (ip, port)); out[i] = s.recv(1) == b"x"
     except OSError:
         out[i] = False
@@ -75,7 +80,12 @@ threads = [threading.Thread(target=probe, args=(i, *t)) for i, t in enumerate(ta
 [t.start() for t in threads]; [t.join() for t in threads]
 print(json.dumps(out))
 """
-Cell = tuple[str, str, str, int]  # source ref, destination ref, protocol, port
+Cell = tuple[str, str, str, int, int]  # source ref, destination ref, protocol, port, family
+IPAM = {
+    "type": "pycni-ipam",
+    "ranges": [[{"subnet": "10.22.0.0/24"}], [{"subnet": "fd22::/64"}]],
+    "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+}
 
 
 @dataclass
@@ -83,12 +93,19 @@ class Pod:
     namespace: str
     name: str
     ns: Netns
-    ip: str
+    ips: tuple[str, str]  # IPv4, IPv6
     server: subprocess.Popen | None = None
 
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def ip(self) -> str:
+        return self.ips[0]
+
+    def address(self, family: int) -> str:
+        return self.ips[0 if family == 4 else 1]
 
 
 @dataclass
@@ -101,7 +118,7 @@ class NetpolNode:
     def info(self) -> tuple[PodInfo, ...]:
         ports = tuple(NamedPort(n, proto, port) for n, (proto, port) in NAMED.items())
         return tuple(
-            PodInfo(p.namespace, p.name, (p.ip,), {"pod": p.name}, NODE, ports)
+            PodInfo(p.namespace, p.name, p.ips, {"pod": p.name}, NODE, ports)
             for p in self.pods.values()
         )
 
@@ -157,7 +174,7 @@ class NetpolNode:
                 src: pool.submit(
                     self.probe,
                     self.pods[src],
-                    [(self.pods[c[1]].ip, c[2], c[3]) for c in mine],
+                    [(self.pods[c[1]].address(c[4]), c[2], c[3]) for c in mine],
                     timeout,
                 )
                 for src, mine in by_source.items()
@@ -166,23 +183,36 @@ class NetpolNode:
                 found.update(zip(by_source[src], run.result(), strict=True))
         return found
 
-    def all_cells(self) -> list[Cell]:
-        return [(s, d, proto, port) for s in self.pods for d in self.pods for proto, port in PORTS]
+    def all_cells(self, families: tuple[int, ...] = (4,)) -> list[Cell]:
+        return [
+            (s, d, proto, port, family)
+            for s in self.pods
+            for d in self.pods
+            for proto, port in PORTS
+            for family in families
+        ]
 
-    def expected_matrix(self, policies: tuple[NetworkPolicy, ...]) -> dict[Cell, bool]:
+    def expected_matrix(self, policies: tuple[NetworkPolicy, ...], cells: list[Cell]) -> dict:
         inputs = self.inputs(policies)
         return {
-            cell: evaluate(
-                inputs, self.pods[cell[0]].ip, self.pods[cell[1]].ip, cell[2], cell[3]
+            (src, dst, proto, port, family): evaluate(
+                inputs,
+                self.pods[src].address(family),
+                self.pods[dst].address(family),
+                proto,
+                port,
             ).allowed
-            for cell in self.all_cells()
+            for src, dst, proto, port, family in cells
         }
 
-    def check_matrix(self, policies: tuple[NetworkPolicy, ...]) -> dict[Cell, bool]:
+    def check_matrix(
+        self, policies: tuple[NetworkPolicy, ...], families: tuple[int, ...] = (4,)
+    ) -> dict[Cell, bool]:
         """Real connects of every cell against the model; a cell that failed where the model
         allows it is tried again with a longer timeout (a slow first packet is no denial)."""
-        expected = self.expected_matrix(policies)
-        found = self.probe_matrix(self.all_cells())
+        cells = self.all_cells(families)
+        expected = self.expected_matrix(policies, cells)
+        found = self.probe_matrix(cells)
         retry = [c for c, ok in found.items() if expected[c] and not ok]
         if retry:
             found.update(self.probe_matrix(retry, timeout=3.0))
@@ -232,7 +262,7 @@ def make_node(cni_bin: str, cni_path: str) -> NetpolNode:
 
 def servers_up(node: NetpolNode) -> list[Cell]:
     first = next(iter(node.pods))
-    return [(first, d, proto, port) for d in node.pods for proto, port in PORTS]
+    return [(first, d, proto, port, f) for d in node.pods for proto, port in PORTS for f in (4, 6)]
 
 
 def add_pod(node: NetpolNode, namespace: str, name: str, cni_bin: str, cni_path: str) -> Pod:
@@ -241,7 +271,7 @@ def add_pod(node: NetpolNode, namespace: str, name: str, cni_bin: str, cni_path:
     res = run_plugin(
         os.path.join(cni_bin, "pycni-bridge"),
         "ADD",
-        bridge_conf(pycni_ipam()),
+        bridge_conf(IPAM, isDefaultGateway=True),
         container_id=cid,
         netns=ns.path,
         cni_path=cni_path,
@@ -249,12 +279,12 @@ def add_pod(node: NetpolNode, namespace: str, name: str, cni_bin: str, cni_path:
         args=f"K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}",
     )
     assert res.code == 0, f"ADD failed: {res.stdout} {res.stderr}"
-    ip = ip_of(res.json)
+    ips = (ip_of(res.json, 0), ip_of(res.json, 1))
     record = EndpointRecord(
         namespace,
         name,
         "eth0",
-        (ip,),
+        ips,
         {"pod": name},
         NODE,
         {n: port for n, (_proto, port) in NAMED.items()},
@@ -263,7 +293,7 @@ def add_pod(node: NetpolNode, namespace: str, name: str, cni_bin: str, cni_path:
         extra={"portProtocols": {n: proto for n, (proto, _port) in NAMED.items()}},
     )
     node.store.txn([], [Put(record.key, record.to_bytes())])
-    return Pod(namespace, name, ns, ip)
+    return Pod(namespace, name, ns, ips)
 
 
 def scrape(node: Netns) -> dict[str, float]:
