@@ -1,9 +1,10 @@
 """NetworkPolicy enforced by pycnid's pycni-netpol table, with real packets, against the model.
 
-One node (tests/netns/netpol_cluster.py): x, y, z × a, b, c dual-stack on one pycni-bridge, every Pod
-serving TCP 80, 81 and UDP 80. For each policy set the full 9 × 9 × 3 reachability matrix is
-probed with real connects and compared cell by cell with ``netpol.evaluate``: the kernel
-must say what the model says. Same-node Pods are bridged, so this also proves that bridged
+One node (tests/netns/netpol_cluster.py): x, y, z × a, b, c, dual-stack, on one pycni-bridge,
+every Pod serving TCP 80, 81 and UDP 80. For each policy set the full 9 × 9 × 3
+reachability matrix (IPv4; the union of all of them on IPv6 too) is probed with real
+connects and compared cell by cell with ``netpol.evaluate``: the kernel must say what the
+model says. Same-node Pods are bridged, so this also proves that bridged
 frames reach the inet forward hook (br_netfilter, checked by pycnid at start). Then: an
 established connection survives a policy that would deny it (kept by default), and while
 policies change back and forth under traffic, a denied connection never gets through, an
