@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from cni.spec.errors import CNIError
+from cni.spec.errors import CNIError, TryAgainLater
 from common.loop import Errors, Loop
 from common.metrics import Registry
 from kernel.nft import Nft, NftError, table_exists
@@ -41,7 +41,7 @@ from netpol.config import DEFAULT_NETPOL_RESYNC
 from netpol.render import TABLE, Layout, Object, calc_layout, render_full
 from netpol.view import PREFIXES, Records
 from services.proxy.inputs import read_local_addresses
-from store.base import Store
+from store.base import KV, Store
 from store.watched import WatchedPrefixes
 
 log = logging.getLogger("pycnid.netpol")
@@ -50,6 +50,7 @@ POLL = 0.5  # a store without watches (SQLite): how often its revision is looked
 #: A script from this size on runs in a child ``nft -f -`` (``Nft.run_apart``, as the Service
 #: proxy does): a large parse is then the child's memory, given back when it exits.
 APART_BYTES = 64 * 1024
+SETTLE = 5.0  # seconds an ADD waits for the pass that isolates its Pod
 COUNTERS = 10.0  # seconds between reads of the drop counters when nothing changes
 BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
 KINDS = ("chain", "set", "map", "counter")
@@ -103,6 +104,9 @@ class NetpolSync:
         self.full_due = 0.0
         self.counters_due = 0.0
         self.metrics = NetpolMetrics(registry)
+        self.passes = threading.Condition()
+        self.started = 0  # passes begun
+        self.ok_through = 0  # the last pass that ended with the kernel holding its render
         self.loop = Loop(
             "netpol-sync",
             self.step,
@@ -122,7 +126,35 @@ class NetpolSync:
         self.loop.stop()
         self.watched.cancel()
 
+    def settle(self, key: str, value: bytes, timeout: float = SETTLE) -> None:
+        """Return once the kernel holds a render that knows the endpoint record ``key``
+        (pycni-svc's ADD calls this after writing it, so a new Pod is isolated before its
+        containers start): the record goes into the view at once (an etcd watch may bring
+        it later), then a pass that began after this call must end well.
+        TryAgainLater when it does not within ``timeout`` (the kernel refused, or pycnid is
+        overloaded): the ADD fails and the runtime tries again."""
+        with self.lock:
+            self.records.apply(KV(key, value, 0))
+        with self.passes:
+            target = self.started + 1
+            self.wake.set()
+            if not self.passes.wait_for(lambda: self.ok_through >= target, timeout):
+                raise TryAgainLater(
+                    f"NetworkPolicy: the Pod of {key} is not programmed yet",
+                    f"no NetworkPolicy pass ended well within {timeout:g}s",
+                )
+
     def step(self) -> float:
+        with self.passes:
+            self.started += 1
+            number = self.started
+        wait = self._step()
+        with self.passes:
+            self.ok_through = number
+            self.passes.notify_all()
+        return wait
+
+    def _step(self) -> float:
         self.wake.clear()
         self.watched.ensure()
         now = time.monotonic()

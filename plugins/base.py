@@ -41,6 +41,12 @@ class Plugin(Protocol):
         """Release what the handler holds itself (pycnid's shutdown, in reverse order)."""
 
 
+class PodIsolation(Protocol):
+    """NetworkPolicy enforcement as pycni-svc's ADD sees it (``netpol/sync.py``)."""
+
+    def settle(self, key: str, value: bytes) -> None: ...
+
+
 class Counter(Protocol):
     def inc(self, amount: float = 1.0, **labels: str) -> None: ...
 
@@ -104,3 +110,4 @@ class HandlerDeps:
     masq: MasqTable  # the masquerade table's one writer (the overlay writes through it too)
     plugins: dict[str, Plugin] = field(default_factory=dict)
     overlay: NodeEnd | None = None  # the node's overlay end (backend, MTU), if it runs one
+    netpol: PodIsolation | None = None  # NetworkPolicy enforcement, when the node runs it

@@ -17,7 +17,8 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
    (``masq/table.py``), the one pycni-bridge's ipMasq gets too.
 6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true; with a
    ``kubernetes`` section it follows Services and EndpointSlices on the API server.
-7. NetworkPolicy enforcement (``netpol/setup.py``), when ``networkPolicy.enforce`` is true.
+7. NetworkPolicy enforcement (``netpol/setup.py``), when ``networkPolicy.enforce`` is true;
+   pycni-svc's ADD waits for it to program the new Pod (``HandlerDeps.netpol``).
 
 Every section comes typed in ``DaemonConfig`` (parsed once at load, ``pycnid/config.py``).
 
@@ -124,7 +125,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         masq,
     )
     start_proxy(config.proxy, life.node_name, store, life.metrics, life.on_shutdown, config.kube)
-    start_netpol(
+    netpol = start_netpol(
         config.netpol,
         life.node_name,
         store,
@@ -141,6 +142,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         node,
         masq,
         overlay=overlay,
+        netpol=netpol,
     )
     return WiredNode(deps, ipam_metrics, housekeeping, watch)
 

@@ -81,6 +81,8 @@ class SvcPlugin:
         record = calc_record(req, self.deps.node_name)
         self.deps.faults.point(req, "svc-publish")
         ensure_published(self.store, record)
+        if self.deps.netpol is not None:  # isolated before its containers start
+            self.deps.netpol.settle(record.key, record.to_bytes())
         return canonical(req.prev_result, req.version)
 
     def delete(self, req: Request) -> None:

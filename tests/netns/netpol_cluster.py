@@ -113,7 +113,12 @@ class NetpolNode:
     node: Netns
     pycnid: Pycnid
     store: SqliteStore
+    cni_bin: str
+    cni_path: str
     pods: dict[str, Pod] = field(default_factory=dict)
+
+    def exe(self, plugin: str) -> str:
+        return os.path.join(self.cni_bin, plugin)
 
     def info(self) -> tuple[PodInfo, ...]:
         ports = tuple(NamedPort(n, proto, port) for n, (proto, port) in NAMED.items())
@@ -237,7 +242,7 @@ def make_node(cni_bin: str, cni_path: str) -> NetpolNode:
     workdir = tempfile.mkdtemp(prefix="pycnid-netpol-")
     config = daemon_config(workdir, NODE, metricsAddress=METRICS, networkPolicy={"enforce": True})
     pycnid = Pycnid(node=node, workdir=workdir, config=config)
-    made = NetpolNode(node, pycnid, SqliteStore(config["store"]["path"]))
+    made = NetpolNode(node, pycnid, SqliteStore(config["store"]["path"]), cni_bin, cni_path)
     try:
         pycnid.start()
         for namespace in NAMESPACES:
@@ -245,9 +250,7 @@ def make_node(cni_bin: str, cni_path: str) -> NetpolNode:
                 [], [Put(namespace_key(namespace), encode({"labels": {"ns": namespace}}))]
             )
             for name in PODS:
-                made.pods[f"{namespace}/{name}"] = add_pod(
-                    made, namespace, name, cni_bin, cni_path
-                )
+                made.pods[f"{namespace}/{name}"] = add_pod(made, namespace, name)
         for pod in made.pods.values():
             pod.server = subprocess.Popen(
                 ["ip", "netns", "exec", pod.ns.name, sys.executable, "-c", SERVER]
@@ -265,16 +268,16 @@ def servers_up(node: NetpolNode) -> list[Cell]:
     return [(first, d, proto, port, f) for d in node.pods for proto, port in PORTS for f in (4, 6)]
 
 
-def add_pod(node: NetpolNode, namespace: str, name: str, cni_bin: str, cni_path: str) -> Pod:
+def add_pod(node: NetpolNode, namespace: str, name: str) -> Pod:
     ns = new_netns("nppod")
     cid = new_cid()
     res = run_plugin(
-        os.path.join(cni_bin, "pycni-bridge"),
+        node.exe("pycni-bridge"),
         "ADD",
         bridge_conf(IPAM, isDefaultGateway=True),
         container_id=cid,
         netns=ns.path,
-        cni_path=cni_path,
+        cni_path=node.cni_path,
         socket=node.pycnid.socket,
         args=f"K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}",
     )

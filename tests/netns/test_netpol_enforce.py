@@ -23,7 +23,10 @@ from typing import Any
 
 import pytest
 
-from tests.netns.netpol_cluster import NetpolNode, make_node, policy, scrape
+from tests.fixtures.bridge import bridge_conf, ip_of, new_cid
+from tests.fixtures.netns import new_netns
+from tests.fixtures.plugins import run_plugin
+from tests.netns.netpol_cluster import IPAM, NetpolNode, make_node, policy, scrape
 
 pytestmark = pytest.mark.netns
 
@@ -233,3 +236,53 @@ def test_policy_changes_under_traffic_open_no_window(npnode: NetpolNode) -> None
     assert results["allowed"]["failed"] == 0 and results["allowed"]["made"] > 0, results
     assert results["flow"]["bad"] == 0 and results["flow"]["ok"] > 100, results
     print(f"policy swaps under traffic: {swaps}; results {results}")
+
+
+def test_a_new_pod_is_isolated_before_its_add_returns(npnode: NetpolNode) -> None:
+    """pycni-bridge then pycni-svc, as in a conflist: when pycni-svc's ADD returns, the
+    kernel already sends the new Pod's traffic to its policies' chain."""
+    npnode.set_policies(DENY_INGRESS_X)
+    pod = new_netns("nppod")
+    cid = new_cid()
+    common: dict[str, Any] = {
+        "container_id": cid,
+        "cni_path": npnode.cni_path,
+        "socket": npnode.pycnid.socket,
+    }
+    args = "K8S_POD_NAMESPACE=x;K8S_POD_NAME=d"
+    try:
+        added = run_plugin(
+            npnode.exe("pycni-bridge"),
+            "ADD",
+            bridge_conf(IPAM, isDefaultGateway=True),
+            netns=pod.path,
+            args=args,
+            **common,
+        )
+        assert added.code == 0, added.stderr
+        svc_conf = {
+            "cniVersion": "1.0.0",
+            "name": "podnet",
+            "type": "pycni-svc",
+            "args": {"cni": {"labels": [{"key": "pod", "value": "d"}]}},
+            "prevResult": added.json,
+        }
+        started = time.monotonic()
+        svc = run_plugin(
+            npnode.exe("pycni-svc"), "ADD", svc_conf, netns=pod.path, args=args, **common
+        )
+        took = time.monotonic() - started
+        assert svc.code == 0, svc.stderr
+        ingress = npnode.node.run(["nft", "-j", "list", "map", "inet", "pycni-netpol", "ingress4"])
+        elements = json.loads(ingress.stdout)["nftables"][1]["map"].get("elem", [])
+        assert ip_of(added.json) in json.dumps(elements), elements
+        print(f"pycni-svc ADD with the Pod programmed: {took * 1e3:.0f} ms")
+        for plugin, conf in (("pycni-svc", svc_conf), ("pycni-bridge", bridge_conf(IPAM))):
+            assert (
+                run_plugin(
+                    npnode.exe(plugin), "DEL", conf, netns=pod.path, args=args, **common
+                ).code
+                == 0
+            )
+    finally:
+        pod.delete()

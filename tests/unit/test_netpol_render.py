@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
 from netpol.members import Members, to_int
-from netpol.policy import parse_policy
+from netpol.policy import NetworkPolicy, parse_policy
 from netpol.render import calc_layout, calc_peer_members, render_full, shape_name
 
 NODE = "n1"
@@ -18,7 +18,7 @@ def pod(ns: str, name: str, ip: str, node: str = NODE, **labels: str) -> PodInfo
     return PodInfo(ns, name, (ip,), {"pod": name, **labels}, node, ports)
 
 
-def policy(ns: str, name: str, **spec: object) -> object:
+def policy(ns: str, name: str, **spec: object) -> NetworkPolicy:
     return parse_policy(
         {
             "apiVersion": "networking.k8s.io/v1",
@@ -37,8 +37,8 @@ PODS = (
 )
 
 
-def inputs(*policies: object) -> PolicyInputs:
-    return PolicyInputs(PODS, {"x": {"team": "x"}}, tuple(policies))  # type: ignore[arg-type]
+def inputs(*policies: NetworkPolicy) -> PolicyInputs:
+    return PolicyInputs(PODS, {"x": {"team": "x"}}, tuple(policies))
 
 
 def test_only_local_pods_are_isolated_and_equal_policy_lists_share_a_chain() -> None:
@@ -60,7 +60,7 @@ def test_allow_all_rule_is_a_bare_return_and_a_change_is_a_new_chain() -> None:
     [chain] = layout.chains
     assert layout.chains[chain][0] == "return"
     other = policy("x", "all", ingress=[{"ports": [{"port": 80}]}])
-    assert shape_name("in", [other]) != chain  # type: ignore[list-item]
+    assert shape_name("in", [other]) != chain
 
 
 def test_peers_are_pods_their_selectors_pick_remote_ones_included_and_ipblocks() -> None:
@@ -76,7 +76,7 @@ def test_peers_are_pods_their_selectors_pick_remote_ones_included_and_ipblocks()
             }
         ],
     )
-    members = calc_peer_members(Members(inputs(p)), p, p.ingress[0], 4)  # type: ignore[attr-defined]
+    members = calc_peer_members(Members(inputs(p)), p, p.ingress[0], 4)
 
     def held(address: str) -> bool:
         return any(low <= to_int(address) <= high for low, high in members)

@@ -34,7 +34,8 @@ def test_config_section() -> None:
     assert parse_netpol_config({"networkPolicy": {"enforce": True}}) == NetpolConfig()
     got = parse_netpol_config({"networkPolicy": {"enforce": True, "resyncInterval": 5}})
     assert got == NetpolConfig(5.0)
-    for bad in ({"enforce": "yes"}, {"resyncInterval": 0}, {"enforce": True, "x": 1}, []):
+    bads: list[object] = [{"enforce": "yes"}, {"resyncInterval": 0}, {"enforce": True, "x": 1}, []]
+    for bad in bads:
         with pytest.raises(InvalidConfig, match="networkPolicy"):
             parse_netpol_config({"networkPolicy": bad})
 
@@ -67,6 +68,7 @@ def test_records_become_policy_inputs() -> None:
 
 def test_bridge_filtering_check_names_each_sysctl_that_is_off() -> None:
     values = {BRIDGE_SYSCTLS[0]: "1\n", BRIDGE_SYSCTLS[1]: "0\n"}
+    none: dict[str, str] = {}
     assert check_bridge_filtering(None, values.get) == [BRIDGE_SYSCTLS[1]]
-    assert check_bridge_filtering(None, {}.get) == list(BRIDGE_SYSCTLS)  # no br_netfilter
+    assert check_bridge_filtering(None, none.get) == list(BRIDGE_SYSCTLS)  # no br_netfilter
     assert check_bridge_filtering(None, lambda _name: "1") == []

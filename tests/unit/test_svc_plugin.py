@@ -165,7 +165,7 @@ def store(tmp_path):
 
 
 def plugin_on(store, node: str = "n1") -> SvcPlugin:
-    return SvcPlugin(SimpleNamespace(store=store, node_name=node, faults=Faults()))
+    return SvcPlugin(SimpleNamespace(store=store, node_name=node, faults=Faults(), netpol=None))
 
 
 def stored(store) -> dict[str, EndpointRecord]:
