@@ -3,18 +3,23 @@ br_netfilter check (netpol/config.py, netpol/view.py, netpol/sync.py)."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import pytest
 
-from cni.spec.errors import InvalidConfig
+from cni.spec.errors import InvalidConfig, TryAgainLater
+from common.metrics import Registry
 from netpol.config import NetpolConfig, parse_netpol_config
 from netpol.policy import parse_policy
-from netpol.sync import BRIDGE_SYSCTLS, check_bridge_filtering
+from netpol.sync import BRIDGE_SYSCTLS, NetpolSync, check_bridge_filtering
 from netpol.view import Records
 from nodes.record import NodeRecord, node_key
 from services.record import EndpointRecord
 from store.base import KV
 from store.codec import encode
 from store.keys import NETPOLS, namespace_key, netpol_key
+from store.sqlite import SqliteStore
 
 POLICY = {
     "apiVersion": "networking.k8s.io/v1",
@@ -72,3 +77,18 @@ def test_bridge_filtering_check_names_each_sysctl_that_is_off() -> None:
     assert check_bridge_filtering(None, values.get) == [BRIDGE_SYSCTLS[1]]
     assert check_bridge_filtering(None, none.get) == list(BRIDGE_SYSCTLS)  # no br_netfilter
     assert check_bridge_filtering(None, lambda _name: "1") == []
+
+
+def test_settle_waits_for_a_pass_that_began_after_it(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "store.db"))
+    sync = NetpolSync("n1", store, Registry(), local_addresses=lambda: ())  # no kernel
+    endpoint = EndpointRecord("x", "a", "eth0", ("10.0.0.2",), {}, "n1")
+    with pytest.raises(TryAgainLater):  # no pass ran: the ADD is told to try again
+        sync.settle(endpoint.key, endpoint.to_bytes(), timeout=0.05)
+    assert [p.ref for p in sync.records.inputs().pods] == ["x/a"]  # in the view at once
+    timer = threading.Timer(0.05, sync.step)
+    timer.start()
+    sync.settle(endpoint.key, endpoint.to_bytes(), timeout=5)
+    timer.join()
+    assert sync.ok_through == 1
+    store.close()
