@@ -29,7 +29,13 @@ def start_netpol(
     """This node's enforcement, started; None when the config does not turn it on."""
     if config is None:
         return None
-    sync = NetpolSync(node, store, registry, config.resync_interval, node_address).start()
+    sync = NetpolSync(
+        node, store, registry, config.resync_interval, node_address, purge=config.purge
+    ).start()
     on_shutdown.append(sync.stop)
-    log.info("NetworkPolicy enforcement on (full render every %.0fs)", config.resync_interval)
+    log.info(
+        "NetworkPolicy enforcement on (full render every %.0fs, existing connections %s)",
+        config.resync_interval,
+        "purged when denied" if config.purge else "kept",
+    )
     return sync

@@ -20,7 +20,12 @@ that is not 1 is logged as an error naming it and exported as
 ``pycni_netpol_bridge_filtering{sysctl} 0``: Pods of this node then reach each other
 whatever the policies. pycnid never writes them (they are the machine's).
 
+Existing connections are kept (conntrack accepts them before any rule); with ``purge``
+(``existingConnections``), those the model now denies are deleted after each render the
+kernel took (``purge.py``).
+
 Metrics: ``pycni_netpol_sync_seconds``, ``_syncs_total``, ``_sync_failures_total``,
+``_conntrack_purged_total``,
 ``_isolated_pods{direction}``, ``_active_policies``, ``_dropped_packets{direction}`` (the
 per-Pod drop counters of the table, read after each pass and every ``COUNTERS`` seconds).
 """
@@ -31,6 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from cni.spec.errors import CNIError, TryAgainLater
 from common.loop import Errors, Loop
@@ -38,6 +44,7 @@ from common.metrics import Registry
 from kernel.nft import Nft, NftError, table_exists
 from kernel.sysctl import read_sysctl
 from netpol.config import DEFAULT_NETPOL_RESYNC
+from netpol.purge import purge_denied
 from netpol.render import TABLE, Layout, Object, calc_layout, render_full
 from netpol.view import PREFIXES, Records
 from services.proxy.inputs import read_local_addresses
@@ -73,6 +80,10 @@ class NetpolMetrics:
             "pycni_netpol_dropped_packets",
             "packets dropped by policy, the local Pods' counters summed, by direction",
         )
+        self.purged = registry.counter(
+            "pycni_netpol_conntrack_purged_total",
+            "established connections deleted because the policies now deny them (purge)",
+        )
         self.bridge = registry.gauge(
             "pycni_netpol_bridge_filtering",
             "1 when bridged frames reach the inet forward hook (the sysctl is 1), else 0",
@@ -88,7 +99,9 @@ class NetpolSync:
         resync_interval: float = DEFAULT_NETPOL_RESYNC,
         node_address: str | None = None,
         local_addresses: Callable[[], tuple[str, ...]] = read_local_addresses,
+        purge: bool = False,
     ) -> None:
+        self.purge = purge
         self.node, self.store, self.resync_interval = node, store, resync_interval
         self.node_address = node_address
         self.local_addresses = local_addresses
@@ -179,6 +192,9 @@ class NetpolSync:
         if plain == self.rendered and not stale:
             return False
         self.apply(render_full(layout, stale) if stale else plain, layout, plain)
+        if self.purge:
+            node_ips = {**inputs.node_ips, self.node: addresses}  # the kernel exempts these
+            self.metrics.purged.inc(purge_denied(replace(inputs, node_ips=node_ips), self.node))
         self.metrics.seconds.observe(time.perf_counter() - started)
         self.metrics.policies.set(len(inputs.policies))
         for direction, count in layout.isolated.items():

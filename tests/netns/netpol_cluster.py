@@ -120,6 +120,13 @@ class NetpolNode:
     def exe(self, plugin: str) -> str:
         return os.path.join(self.cni_bin, plugin)
 
+    def restart(self, **section: Any) -> None:
+        """pycnid again, its ``networkPolicy`` section ``{"enforce": true, **section}`` (the
+        table stays in the kernel meanwhile)."""
+        self.pycnid.stop()
+        self.pycnid.config["networkPolicy"] = {"enforce": True, **section}
+        self.pycnid.start()
+
     def info(self) -> tuple[PodInfo, ...]:
         ports = tuple(NamedPort(n, proto, port) for n, (proto, port) in NAMED.items())
         return tuple(

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -26,7 +27,8 @@ import pytest
 from tests.fixtures.bridge import bridge_conf, ip_of, new_cid
 from tests.fixtures.netns import new_netns
 from tests.fixtures.plugins import run_plugin
-from tests.netns.netpol_cluster import IPAM, NetpolNode, make_node, policy, scrape
+from tests.fixtures.waiting import wait_for
+from tests.netns.netpol_cluster import IPAM, NetpolNode, Pod, make_node, policy, scrape
 
 pytestmark = pytest.mark.netns
 
@@ -140,7 +142,10 @@ import socket, sys, time
 s = socket.create_connection((sys.argv[1], 80), timeout=2)
 print("up", flush=True)
 for line in sys.stdin:
-    s.sendall(b"ping"); print(s.recv(4).decode() or "closed", flush=True)
+    try:
+        s.sendall(b"ping"); print(s.recv(4).decode() or "closed", flush=True)
+    except OSError as exc:
+        print(type(exc).__name__, flush=True)
 """
 
 
@@ -286,3 +291,46 @@ def test_a_new_pod_is_isolated_before_its_add_returns(npnode: NetpolNode) -> Non
             )
     finally:
         pod.delete()
+
+
+def test_existing_connections_are_purged_on_request(npnode: NetpolNode) -> None:
+    """``existingConnections: purge``: the connection a new policy denies is cut (its
+    conntrack entry deleted: its next packet meets the policy), one it allows is kept."""
+    npnode.set_policies()
+    npnode.restart(existingConnections="purge")
+    try:
+        denied, allowed = npnode.pods["z/c"], npnode.pods["y/b"]
+        dst = npnode.pods["x/a"]
+        with hold(denied, dst.ip) as cut, hold(allowed, dst.ip) as kept:
+            npnode.set_policies(DENY_INGRESS_X, NS_AND_POD)
+            try:
+                wait_for(
+                    "the purge",
+                    lambda: scrape(npnode.node).get("pycni_netpol_conntrack_purged_total", 0)
+                    >= 1,
+                    10,
+                )
+            except AssertionError:
+                raise AssertionError(npnode.pycnid.log()[-4000:]) from None
+            assert ping(cut) == "TimeoutError"
+            assert ping(kept) == "ping"
+    finally:
+        npnode.restart()
+
+
+@contextmanager
+def hold(pod: Pod, ip: str) -> Iterator[subprocess.Popen]:
+    cmd = ["ip", "netns", "exec", pod.ns.name, sys.executable, "-c", HOLD, ip]
+    with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+            yield proc
+        finally:
+            proc.kill()
+
+
+def ping(proc: subprocess.Popen) -> str:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    return proc.stdout.readline().strip()

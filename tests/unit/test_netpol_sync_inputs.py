@@ -11,7 +11,9 @@ import pytest
 from cni.spec.errors import InvalidConfig, TryAgainLater
 from common.metrics import Registry
 from netpol.config import NetpolConfig, parse_netpol_config
+from netpol.evaluate import PodInfo, PolicyInputs
 from netpol.policy import parse_policy
+from netpol.purge import calc_denied, parse_flows
 from netpol.sync import BRIDGE_SYSCTLS, NetpolSync, check_bridge_filtering
 from netpol.view import Records
 from nodes.record import NodeRecord, node_key
@@ -39,7 +41,15 @@ def test_config_section() -> None:
     assert parse_netpol_config({"networkPolicy": {"enforce": True}}) == NetpolConfig()
     got = parse_netpol_config({"networkPolicy": {"enforce": True, "resyncInterval": 5}})
     assert got == NetpolConfig(5.0)
-    bads: list[object] = [{"enforce": "yes"}, {"resyncInterval": 0}, {"enforce": True, "x": 1}, []]
+    purge = {"enforce": True, "existingConnections": "purge"}
+    assert parse_netpol_config({"networkPolicy": purge}) == NetpolConfig(purge=True)
+    bads: list[object] = [
+        {"enforce": "yes"},
+        {"resyncInterval": 0},
+        {"enforce": True, "x": 1},
+        {"enforce": True, "existingConnections": "cut"},
+        [],
+    ]
     for bad in bads:
         with pytest.raises(InvalidConfig, match="networkPolicy"):
             parse_netpol_config({"networkPolicy": bad})
@@ -92,3 +102,35 @@ def test_settle_waits_for_a_pass_that_began_after_it(tmp_path: Path) -> None:
     timer.join()
     assert sync.ok_through == 1
     store.close()
+
+
+LISTING = """\
+tcp      6 431999 ESTABLISHED src=10.22.0.9 dst=10.96.0.10 sport=40000 dport=80 \
+src=10.22.0.2 dst=10.22.0.9 sport=8080 dport=40000 [ASSURED] mark=0 use=1
+udp      17 28 src=10.22.0.9 dst=10.22.0.3 sport=5000 dport=53 src=10.22.0.3 dst=10.22.0.9 \
+sport=53 dport=5000 mark=0 use=1
+tcp      6 119 TIME_WAIT src=10.22.0.9 dst=10.22.0.2 sport=40001 dport=80 \
+src=10.22.0.2 dst=10.22.0.9 sport=80 dport=40001 [ASSURED] mark=0 use=1
+udp      17 29 src=10.22.0.9 dst=10.22.0.2 sport=5001 dport=80 [UNREPLIED] src=10.22.0.2 \
+dst=10.22.0.9 sport=80 dport=5001 mark=0 use=1
+icmp     1 29 src=10.22.0.9 dst=10.22.0.2 type=8 code=0 id=1 src=10.22.0.2 dst=10.22.0.9 \
+type=0 code=0 id=1 mark=0 use=1
+"""
+
+
+def test_purge_judges_each_flow_after_dnat_and_deletes_only_denied_ones() -> None:
+    flows = parse_flows(LISTING)
+    assert [(f.protocol, f.dst, f.backend, f.backend_port) for f in flows] == [
+        ("tcp", "10.96.0.10", "10.22.0.2", 8080),  # a ClusterIP: judged at its backend
+        ("udp", "10.22.0.3", "10.22.0.3", 53),
+    ]
+    pods = (
+        PodInfo("x", "a", ("10.22.0.2",), {"app": "web"}, "n1"),
+        PodInfo("x", "b", ("10.22.0.3",), {"app": "dns"}, "n1"),
+        PodInfo("y", "c", ("10.22.0.9",), {}, "n2"),
+    )
+    deny_web = parse_policy({**POLICY, "spec": {"podSelector": {"matchLabels": {"app": "web"}}}})
+    inputs = PolicyInputs(pods, {}, (deny_web,))
+    assert calc_denied(inputs, "n1", flows) == [flows[0]]
+    assert calc_denied(inputs, "n2", flows) == []  # neither end is n2's: its node judges
+    assert flows[0].delete_args()[:3] == ["-D", "-p", "tcp"]
