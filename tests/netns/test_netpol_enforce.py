@@ -304,18 +304,17 @@ def test_existing_connections_are_purged_on_request(npnode: NetpolNode) -> None:
         with hold(denied, dst.ip) as cut, hold(allowed, dst.ip) as kept:
             npnode.set_policies(DENY_INGRESS_X, NS_AND_POD)
             try:
-                wait_for(
-                    "the purge",
-                    lambda: scrape(npnode.node).get("pycni_netpol_conntrack_purged_total", 0)
-                    >= 1,
-                    10,
-                )
+                wait_for("the purge", lambda: purged(npnode) >= 1, 10)
             except AssertionError:
                 raise AssertionError(npnode.pycnid.log()[-4000:]) from None
             assert ping(cut) == "TimeoutError"
             assert ping(kept) == "ping"
     finally:
         npnode.restart()
+
+
+def purged(node: NetpolNode) -> float:
+    return scrape(node.node).get("pycni_netpol_conntrack_purged_total", 0)
 
 
 @contextmanager
