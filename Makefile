@@ -2,6 +2,8 @@
 #
 #   make demo      one-command demo on a fresh machine (installs what is missing, then cleans up)
 #   make test      the whole pytest suite, after installing what is missing (as root: namespaces)
+#   make long      the long versions of the tests `make test` runs short (marker `long`)
+#   make fuzz      the generated-input tests at full strength (make fuzz SEED=<n> replays)
 #   make lint      ruff (lint + format check) and mypy over every package (CI runs it first)
 #   make install   pip install . + plugin launchers, example conflist, daemon config, systemd unit
 #   make bench     side-by-side benchmarks against the reference bridge + host-local
@@ -28,11 +30,11 @@ SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_pat
 PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
-        deps lint test test-unit fuzz demo bench bench-ipam bench-overlay bench-svc \
+        deps lint test test-unit long fuzz demo bench bench-ipam bench-overlay bench-svc \
         bench-svc-e2e launchers clean
 
 help:
-	@sed -n '2,11p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,13p' Makefile | sed 's/^# \{0,1\}//'
 
 # --- install -----------------------------------------------------------------------------
 
@@ -99,6 +101,12 @@ test: deps
 
 test-unit: deps
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
+
+# The tests that `make test` runs at a short size, at the size they were written with (same
+# assertions, more load: hundreds of calls in flight per node). Marker `long`; the sizes are in
+# tests/fixtures/scale.py.
+long: deps
+	PYCNI_TEST_SCALE=long $(PYTEST) -m long $(PYTEST_ARGS)
 
 # Generated-input tests at full strength (>= 10,000 cases, shrinking on). The seed is printed
 # first; replay a run with `make fuzz SEED=<n>`.
