@@ -200,7 +200,7 @@ class ProxySync:
         if self.nft is None:
             return None
         try:
-            (self.nft.run_apart if is_large(plan) else self.nft.run)(plan.script)
+            run_plan(self.nft, plan)
         except NftError as exc:
             self.drop_table(family)
             self.chains[family] = None
@@ -256,6 +256,16 @@ class ProxySync:
             conntrack.calc_udp_serving(before), conntrack.calc_udp_serving(after), plan.full
         )
         self.metrics.stale.inc(conntrack.clean_stale(checks, family))
+
+
+def run_plan(nft: Nft, plan: TablePlan) -> None:
+    """A plan's transaction: an update of elements alone as one netlink batch (libnftables
+    would first re-read every set declaration: ~5 ms beside 2,500 affinity sets), a large one
+    in a child nft, the rest in the kept context."""
+    if plan.elements is not None and not is_large(plan):
+        nft.run_elements(plan.elements)
+    else:
+        (nft.run_apart if is_large(plan) else nft.run)(plan.script)
 
 
 def is_large(plan: TablePlan) -> bool:
