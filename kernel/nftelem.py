@@ -26,6 +26,7 @@ NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 16, 17
 NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
 NLMSG_ERROR = 2
+SOL_NETLINK, NETLINK_CAP_ACK = 270, 10
 NLA_F_NESTED = 0x8000
 NFPROTO = {"inet": 1, "ip": 2, "ip6": 10}
 # attribute numbers (linux/netfilter/nf_tables.h)
@@ -172,6 +173,8 @@ class ElementSocket:
 
     def __init__(self) -> None:
         self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+        # an error answer then echoes the refused message's header only, not the message
+        self._sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
         self._sock.bind((0, 0))
         self._seq = 0
 

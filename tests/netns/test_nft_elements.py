@@ -176,3 +176,23 @@ def test_every_entry_kind_has_its_backends_maps_typed():
     types = calc_element_types(4)
     assert all(f"{PREFIX[e]}backends-tcp" in types for e in PREFIX)
     assert not {"cluster-cidrs", "service-cidrs", "firewall-allow"} & set(types)  # intervals
+
+
+def test_a_batch_of_several_messages_per_set_lists_as_the_script(run_cases):
+    """More elements than one message holds (kernel/nftelem.py CHUNK): one batch still."""
+    first = [
+        ["hairpin", f"10.1.{i // 256}.{i % 256} . 10.1.{i // 256}.{i % 256}", None]
+        for i in range(600)
+    ]
+    deletes = first[:300]
+    adds = [
+        [
+            "backends-tcp",
+            f"10.96.{i // 256}.{i % 256} . tcp . 80 . {i % 5}",
+            f"10.2.0.{i % 250} . 8080",
+        ]
+        for i in range(700)
+    ]
+    (answer,) = run_cases([[4, first, deletes, adds]])
+    assert answer["script"]["error"] is None and answer["batch"]["error"] is None
+    assert answer["batch"]["listing"] == answer["script"]["listing"]
