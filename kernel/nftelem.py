@@ -139,8 +139,11 @@ def encode_element(set_type: SetType, key: str, data: str | None) -> bytes:
     return _nest(LIST_ELEM, *parts)
 
 
-def calc_messages(family: str, table: str, changes: Iterable[ElementChange]) -> list[bytes]:
-    """The batch's messages (without their netlink header): one per CHUNK elements of a set."""
+def calc_messages(
+    family: str, table: str, changes: Iterable[ElementChange]
+) -> list[tuple[int, bytes]]:
+    """The batch's messages, (NFT_MSG_* type, body without the netlink header): one per
+    CHUNK elements of a set."""
     head = struct.pack("=BBH", NFPROTO[family], 0, 0)
     names = _attr(LIST_TABLE, table.encode() + b"\0")
     out = []
@@ -155,7 +158,7 @@ def calc_messages(family: str, table: str, changes: Iterable[ElementChange]) -> 
         for i in range(0, len(elements), CHUNK):
             body = names + _attr(LIST_SET, change.set.encode() + b"\0")
             body += _nest(LIST_ELEMENTS, *elements[i : i + CHUNK])
-            out.append(struct.pack("=H", kind) + head + body)
+            out.append((kind, head + body))
     return out
 
 
@@ -178,7 +181,7 @@ class ElementSocket:
         self._sock.bind((0, 0))
         self._seq = 0
 
-    def commit(self, messages: Sequence[bytes]) -> None:
+    def commit(self, messages: Sequence[tuple[int, bytes]]) -> None:
         """Send BEGIN, ``messages`` (each acked), END; the kernel handles the batch within
         the send, so every answer is queued when it returns. ElementError on a refusal."""
         if not messages:
@@ -187,11 +190,10 @@ class ElementSocket:
         self._seq += len(messages) + 2
         batch = [_header(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, first, _batch_body())]
         flags = NLM_F_REQUEST | NLM_F_ACK
-        for i, msg in enumerate(messages):
-            kind = struct.unpack_from("=H", msg)[0]
+        for i, (kind, body) in enumerate(messages):
             extra = NLM_F_CREATE if kind == NFT_MSG_NEWSETELEM else 0
             type_ = (NFNL_SUBSYS_NFTABLES << 8) | kind
-            batch.append(_header(type_, flags | extra, first + 1 + i, msg[2:]))
+            batch.append(_header(type_, flags | extra, first + 1 + i, body))
         batch.append(
             _header(NFNL_MSG_BATCH_END, NLM_F_REQUEST, first + len(messages) + 1, _batch_body())
         )
@@ -206,7 +208,9 @@ class ElementSocket:
             except BlockingIOError:
                 break
             for seq, code in _errors(data):
-                acked += first < seq <= first + count
+                if not first <= seq <= first + count:
+                    continue  # an earlier batch's, left when its send failed
+                acked += seq > first
                 if code:
                     failed.append((seq - first - 1, code))
         if failed:  # index -1: the commit itself (answered on BEGIN's sequence number)

@@ -114,15 +114,15 @@ def test_messages_keep_the_element_list_within_a_16_bit_attribute(count):
     )
     messages = calc_messages("ip6", "t", [ElementChange("add", "m", kind, elements)])
     assert len(messages) == -(-count // CHUNK)
-    for msg in messages:
-        assert len(msg) < 0xFFFF
+    for _kind, body in messages:
+        assert len(body) < 0xFFFF
 
 
 def test_a_map_add_without_data_is_refused_and_a_delete_needs_none():
     kind = SetType(("ipv4_addr",), VERDICT)
     with pytest.raises(ElementError):
         calc_messages("ip", "t", [ElementChange("add", "m", kind, (("10.0.0.1", None),))])
-    (msg,) = calc_messages(
+    ((_kind, msg),) = calc_messages(
         "ip", "t", [ElementChange("delete", "m", kind, (("10.0.0.1", "drop"),))]
     )
     assert socket.inet_aton("10.0.0.1") in msg and b"drop" not in msg
