@@ -22,7 +22,7 @@ from services.proxy.render import (
     calc_shape_chains,
     is_shape_chain,
 )
-from services.proxy.sync import calc_plan
+from services.proxy.sync import calc_plan, run_plan
 from services.proxy.table import ServiceTable, TablePlan
 from services.proxy.view import Records
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
@@ -226,3 +226,38 @@ def test_two_services_on_one_vip_port_program_one_then_the_other_and_never_a_dup
     table.commit(calc_plan(records, "n1", 4, LOCAL, table, records.take_dirty()))
     assert list(table.services) == [second.key]  # retried in the pass that freed its entry
     assert not table.left_out
+
+
+class RecordingNft:
+    """What ``run_plan`` asked of the nft engine."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def run(self, script: str) -> None:
+        self.calls.append("run")
+
+    def run_apart(self, script: str) -> None:
+        self.calls.append("run_apart")
+
+    def run_elements(self, batch) -> None:
+        self.calls.append("run_elements")
+
+
+def test_an_endpoint_change_runs_as_an_element_batch_and_a_full_render_apart():
+    records, table, nft = base_records(), ServiceTable(4), RecordingNft()
+    port = ServicePort("http", "TCP", 80, 8080)
+    service = ServiceRecord("ns", "a", "ClusterIP", (port,), ("10.96.0.9",), (), {"app": "a"})
+    records.apply(kv(service.key, service.to_bytes()))
+    for pod, ip in (("x", "10.0.0.2"), ("y", "10.0.0.3")):
+        endpoint = EndpointRecord("ns", pod, "eth0", (ip,), {"app": "a"}, "n2", {})
+        records.apply(kv(endpoint.key, endpoint.to_bytes()))
+    full = calc_plan(records, "n1", 4, LOCAL, None, records.take_dirty())
+    run_plan(nft, full)  # type: ignore[arg-type]
+    table.commit(full)
+    moved = EndpointRecord("ns", "y", "eth0", ("10.0.0.13",), {"app": "a"}, "n2", {})
+    records.apply(kv(moved.key, moved.to_bytes()))
+    update = calc_plan(records, "n1", 4, LOCAL, table, records.take_dirty())
+    run_plan(nft, update)  # type: ignore[arg-type]
+    assert update.elements is not None and update.elements.changes
+    assert nft.calls == ["run_apart", "run_elements"]
