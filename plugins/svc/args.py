@@ -9,8 +9,8 @@ refuse a second ``=`` in a pair; no label key or value holds one). Its named con
 from ``args.cni.ports``: ``[{"name": "http", "containerPort": 8080, "protocol": "TCP"}]``
 (protocol TCP, UDP or SCTP, TCP when left out; a name appears once, as in a Pod spec, so the
 record keeps name -> port, and name -> protocol for the ports that are not TCP, which a
-NetworkPolicy's named port is resolved with). Its addresses are prevResult's that belong to this ifname (or to
-no interface). Anything else is refused with code 7 naming the key.
+NetworkPolicy's named port is resolved with). Its addresses are prevResult's that belong to this
+ifname (or to no interface). Anything else is refused with code 7 naming the key.
 """
 
 from __future__ import annotations

@@ -43,7 +43,9 @@ DNS = {
     "kind": "NetworkPolicy",
     "metadata": {"name": "dns", "namespace": "shop"},
     "spec": {
-        "podSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["db", "web"]}]},
+        "podSelector": {
+            "matchExpressions": [{"key": "app", "operator": "In", "values": ["db", "web"]}]
+        },
         "ingress": [{"ports": [{"port": "dns", "protocol": "UDP"}]}],
     },
 }
