@@ -18,6 +18,7 @@ from netpol.ops.describe import describe_policy, selector_text
 from netpol.ops.manifest import Document, load_documents
 from netpol.policy import NetworkPolicy, parse_policy
 from netpol.record import decode_policy, encode_policy, read_policies
+from services.validate import DNS_LABEL
 from store.base import Compare, Delete, Put, Store
 from store.cas import LOST, Lost, Retry, run_cas
 from store.keys import netpol_key
@@ -36,9 +37,13 @@ def parse_document(doc: Document, namespace: str | None) -> NetworkPolicy:
             f"{namespace!r} (pass --namespace {stated} or leave it out)"
         )
     try:
-        return parse_policy(manifest, namespace or DEFAULT_NAMESPACE)
+        policy = parse_policy(manifest, namespace or DEFAULT_NAMESPACE)
     except CNIError as exc:
         raise InvalidConfig(f"{doc.where}: {exc.msg}", exc.details) from None
+    for path, value in (("metadata.namespace", policy.namespace), ("metadata.name", policy.name)):
+        if not DNS_LABEL.fullmatch(value):  # parse_policy's check lets a trailing newline by
+            raise InvalidConfig(f"{doc.where}: invalid NetworkPolicy field {path}: {value!r}")
+    return policy
 
 
 def parse_file(text: str, source: str, namespace: str | None) -> list[NetworkPolicy]:

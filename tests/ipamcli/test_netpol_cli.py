@@ -156,6 +156,7 @@ BAD = [
     ("{1: 2}", "key 1 is not a string"),
     ("# nothing\n", "no object in the file"),
     (WEB + "---\n" + WEB, "NetworkPolicy shop/web is also in"),
+    (json.dumps({**DNS, "metadata": {"name": "dns\n"}}), "metadata.name: 'dns\\n'"),
 ]
 
 
