@@ -163,7 +163,7 @@ def parse_policy(manifest: Any, namespace: str = "default") -> NetworkPolicy:
 
 
 def validate_name(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not DNS_LABEL.match(value):
+    if not isinstance(value, str) or not DNS_LABEL.fullmatch(value):
         raise invalid(path, f"{value!r} is not a DNS label (a-z, 0-9, '-', at most 63)")
     return value
 
@@ -276,7 +276,7 @@ def parse_port(value: Any, path: str) -> PolicyPort:
         raise invalid(f"{path}.port", f"{port!r} is not a number or a port name")
     if isinstance(port, int) and not 1 <= port <= 65535:
         raise invalid(f"{path}.port", f"{port} is not 1-65535")
-    if isinstance(port, str) and not PORT_NAME.match(port):
+    if isinstance(port, str) and not PORT_NAME.fullmatch(port):
         raise invalid(f"{path}.port", f"{port!r} is not a port name (IANA_SVC_NAME)")
     if end is not None:
         if isinstance(end, bool) or not isinstance(end, int) or not 1 <= end <= 65535:

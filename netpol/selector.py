@@ -121,10 +121,10 @@ def parse_requirement(data: Any, path: str) -> Requirement:
 
 
 def validate_key(key: Any, path: str) -> None:
-    if not isinstance(key, str) or not LABEL_KEY.match(key):
+    if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
         raise invalid(path, f"{key!r} is not a label key")
 
 
 def validate_value(value: Any, path: str) -> None:
-    if not isinstance(value, str) or not LABEL_VALUE.match(value):
+    if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
         raise invalid(path, f"{value!r} is not a label value")
