@@ -25,11 +25,12 @@ from cni.spec.errors import CNIError
 from netpol.evaluate import NAME_LABEL, NamedPort, PodInfo, PolicyInputs, pod_infos
 from netpol.policy import NetworkPolicy, parse_policy
 from nodes.record import NodeRecord
+from services.proxy.inputs import ProxyInputs
 from services.record import EndpointRecord
 from services.validate import LABEL_KEY, LABEL_VALUE
 from store.base import KV, Store
 from store.codec import CorruptRecord, decode, encode
-from store.keys import ENDPOINTS, NAMESPACES, NETPOLS, NODES, netpol_key
+from store.keys import ENDPOINTS, NAMESPACES, NETPOLS, NODES, PROXY_INPUTS, netpol_key
 
 
 def encode_policy(policy: NetworkPolicy) -> bytes:
@@ -142,14 +143,31 @@ def calc_pod(records: list[EndpointRecord]) -> PodInfo:
     )
 
 
-def calc_node_ips(nodes: Iterable[NodeRecord]) -> dict[str, tuple[str, ...]]:
+def calc_node_ips(
+    nodes: Iterable[NodeRecord], published: Mapping[str, Iterable[str]] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Each node's addresses: its record's, the overlay's, and those its Service proxy
+    published (``ProxyInputs``: every local address, the bridge's gateway included, which is
+    the source of kubelet's probes to a Pod on that node)."""
     out = {}
     for node in nodes:
         ips = [node.address]
         if node.overlay is not None:
             ips += [node.overlay.underlay, *node.overlay.vteps]
+        ips += [ip.split("/")[0] for ip in (published or {}).get(node.name, ())]
         out[node.name] = tuple(dict.fromkeys(ip for ip in ips if ip))
     return out
+
+
+def read_published(store: Store) -> dict[str, tuple[str, ...]]:
+    """The addresses each node's proxy published (an unreadable record: none)."""
+    found = {}
+    for kv in store.range(PROXY_INPUTS):
+        try:
+            found[kv.key[len(PROXY_INPUTS) :]] = ProxyInputs.from_bytes(kv.key, kv.value).addresses
+        except (CorruptRecord, ValueError):
+            continue
+    return found
 
 
 def read_model(store: Store) -> StoredModel:
@@ -165,6 +183,6 @@ def read_model(store: Store) -> StoredModel:
         calc_pods(endpoints),
         {n.name: dict(n.labels) for n in namespaces},
         tuple(policies),
-        calc_node_ips(nodes),
+        calc_node_ips(nodes, read_published(store)),
     )
     return StoredModel(inputs, (*bad_policies, *bad_namespaces, *bad_endpoints, *bad_nodes))

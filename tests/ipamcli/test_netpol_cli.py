@@ -14,8 +14,11 @@ from click.testing import CliRunner
 
 from cli import cli
 from nodes.record import NodeRecord, node_key
+from services.proxy.config import DEFAULT_PROXY_CONFIG
+from services.proxy.inputs import ProxyInputs
 from services.record import EndpointRecord
 from store.base import Put
+from store.keys import proxy_inputs_key
 from store.sqlite import SqliteStore
 
 WEB = """\
@@ -290,6 +293,18 @@ def test_trace_resolves_a_named_port_by_protocol_and_exempts_the_node(cluster):
     node = cluster("netpol", "trace", "--from", "192.0.2.1", "--to", "10.22.0.9:53/tcp")
     assert node["allowed"] and node["ingress"]["exempt"] == "from its own node"
     assert "invalid --to" in cluster("netpol", "trace", "--from", "1.2.3.4", "--to", "x", code=1)
+
+
+def test_the_nodes_published_addresses_are_its_own_for_the_exemption(cluster, store):
+    """kubelet probes a Pod from the node's address on the Pod's bridge (its gateway), which
+    is in no node record: the addresses the node's proxy published are the node's too."""
+    gateway = "10.22.0.1"
+    denied = cluster("netpol", "trace", "--from", gateway, "--to", "10.22.0.9:53/tcp")
+    assert not denied["allowed"]
+    inputs = ProxyInputs((f"{gateway}/24", "192.0.2.1/24"), DEFAULT_PROXY_CONFIG, 1.0)
+    store.txn([], [Put(proxy_inputs_key("n1"), inputs.to_bytes())])
+    node = cluster("netpol", "trace", "--from", gateway, "--to", "10.22.0.9:53/tcp")
+    assert node["allowed"] and node["ingress"]["exempt"] == "from its own node"
 
 
 def test_trace_says_a_service_vip_is_one(cluster, store):
