@@ -21,6 +21,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from services.record import EndpointRecord, ServicePort, ServiceRecord, service_ip_key
 
@@ -64,13 +65,19 @@ def answer(poller: subprocess.Popen) -> tuple[float | None, int]:
 def timed_put(
     built, poller, keys: list[tuple[str, bytes]], hairpin_ip: str, timeout: float
 ) -> dict:
-    """Arm the poller for ``hairpin_ip``'s element, put ``keys`` in order (the last one is
-    the change), until the element is in the kernel."""
-    arm(poller, f"{hairpin_ip} . {hairpin_ip}", f"list set {TABLE} hairpin", timeout)
+    """Put ``keys`` in order (the last one is the change, timed) until ``hairpin_ip``'s
+    element is in the kernel."""
     for key, value in keys[:-1]:
         built.cluster.etcd.put(key, value)
+    return timed_change(poller, lambda: built.cluster.etcd.put(*keys[-1]), hairpin_ip, timeout)
+
+
+def timed_change(poller, change: Callable[[], object], hairpin_ip: str, timeout: float) -> dict:
+    """Arm the poller for ``hairpin_ip``'s element, make ``change`` (a store put, an API
+    object put), until the element is in the kernel."""
+    arm(poller, f"{hairpin_ip} . {hairpin_ip}", f"list set {TABLE} hairpin", timeout)
     started = time.monotonic()
-    built.cluster.etcd.put(*keys[-1])
+    change()
     put_done = time.monotonic()
     done, polls = answer(poller)
     return {
