@@ -216,8 +216,10 @@ def measure_kernel(built, services: int, per_service: int, count: int, timeout: 
     poller, checker = kernel.start_poller(built.nodes[1]), kernel.start_poller(built.nodes[1])
     try:
         return {
-            "update": kernel.measure_updates(built, poller, services, per_service, count, timeout),
-            "create": kernel.measure_creates(built, poller, checker, count, timeout),
+            "update": kernel.measure_updates(
+                built.cluster, poller, services, per_service, count, timeout
+            ),
+            "create": kernel.measure_creates(built.cluster, poller, checker, count, timeout),
         }
     finally:
         for p in (poller, checker):
