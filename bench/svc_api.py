@@ -39,7 +39,6 @@ import calendar
 import contextlib
 import copy
 import functools
-import json
 import os
 import re
 import sys
@@ -57,7 +56,7 @@ from . import svc_e2e_cold as cold
 from . import svc_e2e_kernel as kernel
 from .common import Line, Sandbox, render_goal_table, run_sandboxed
 from .overlay_topo import QUIET_DAEMON
-from .svc_e2e import CIDR, RESULTS_DIR, mib, ms, secs, verdict, write_bulk_from
+from .svc_e2e import CIDR, add_scale_options, mib, ms, secs, verdict, write_bulk_from
 from .svc_e2e_load import (
     METRICS,
     SYNTHETIC_NODE,
@@ -85,16 +84,10 @@ GOALS = {"list_s": 3.0, "update_ms": 20, "rss_ratio": 1.3}
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench.svc_api", description=__doc__.splitlines()[0])
-    parser.add_argument("--services", type=int, default=10000, help="Services in bulk")
-    parser.add_argument("--endpoints", type=int, default=5, help="endpoints a Service")
-    parser.add_argument("--updates", type=int, default=10, help="endpoint changes a node")
-    parser.add_argument(
-        "--timeout", type=float, default=900.0, help="seconds to wait for the proxy at each step"
-    )
+    add_scale_options(parser, 10, "EndpointSlice (node1) and store endpoint (node2) changes")
     parser.add_argument(
         "--settle", type=float, default=2.0, help="seconds after programmed to read VmRSS again"
     )
-    parser.add_argument("--results-dir", default=RESULTS_DIR)
     return parser.parse_args(argv)
 
 
@@ -178,16 +171,11 @@ def load_sources(cluster: Cluster, api: TimedKubeAPI, services: int, per_service
 # --- a node's start ------------------------------------------------------------------------
 def parse_log(text: str) -> list[tuple[float, str]]:
     """pycnid's JSON-lines log as (wall-clock seconds, message)."""
-    lines = []
-    for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        ts, msg = entry.get("ts"), entry.get("msg")
-        if isinstance(ts, str) and isinstance(msg, str):
-            lines.append((wall_seconds(ts), msg))
-    return lines
+    return [
+        (wall_seconds(entry["ts"]), entry["msg"])
+        for entry in cold.read_log(text)
+        if isinstance(entry.get("ts"), str) and isinstance(entry.get("msg"), str)
+    ]
 
 
 def wall_seconds(ts: str) -> float:
