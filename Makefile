@@ -8,7 +8,7 @@
 #   make install   pip install . + plugin launchers, example conflist, daemon config, systemd unit
 #   make bench     side-by-side benchmarks against the reference bridge + host-local
 #                  (also: make bench-ipam, make bench-overlay, make bench-svc,
-#                  make bench-svc-e2e)
+#                  make bench-svc-e2e, make bench-svc-api)
 #
 # Staged installs: make install DESTDIR=/tmp/stage (the launchers still point at the final paths).
 
@@ -31,7 +31,7 @@ PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-syst
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
         deps lint test test-unit long fuzz demo bench bench-ipam bench-overlay bench-svc \
-        bench-svc-e2e launchers clean
+        bench-svc-e2e bench-svc-api launchers clean
 
 help:
 	@sed -n '2,13p' Makefile | sed 's/^# \{0,1\}//'
@@ -141,6 +141,12 @@ bench-svc:
 # other node, pycnid's VmRSS, first pass and a one-endpoint update at 10k Services x 5 endpoints
 bench-svc-e2e:
 	$(PYTHON) -m bench.svc_e2e $(BENCH_E2E_ARGS)
+
+# Services from the Kubernetes API server (a fake one on the control-plane host) against the
+# store-fed proxy, in one run at 10k Services x 5 endpoints: first list -> programmed, pycnid's
+# VmRSS API/store, one EndpointSlice change -> in the kernel
+bench-svc-api:
+	$(PYTHON) -m bench.svc_api $(BENCH_API_ARGS)
 
 launchers:
 	$(PYTHON) -m cni.launcher build/bin
