@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from cni.spec.errors import InvalidConfig
+from kube.fields import section
 from kube.kinds import NAMESPACE, NETWORK_POLICY, POD, Kind
 from kube.source import KubeSource
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
@@ -30,7 +31,7 @@ T = TypeVar("T")
 
 def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
     """What policies read of a Pod (None: it takes no part)."""
-    meta, spec, status = (_section(obj, k) for k in ("metadata", "spec", "status"))
+    meta, spec, status = (section(obj, k) for k in ("metadata", "spec", "status"))
     ips = tuple(
         str(i["ip"]) for i in status.get("podIPs") or () if isinstance(i, dict) and i.get("ip")
     )
@@ -55,13 +56,13 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
 
 
 def namespace_labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    meta = _section(obj, "metadata")
+    meta = section(obj, "metadata")
     return {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
 
 
 def network_policy(obj: Mapping[str, Any]) -> NetworkPolicy:
     """Items of a list come without apiVersion and kind (as the API server sends them)."""
-    meta = _section(obj, "metadata")
+    meta = section(obj, "metadata")
     manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -128,12 +129,3 @@ class PolicyObjects:
             namespaces = dict(self.namespaces.items)
             policies = tuple(sorted(self.policies.items.values(), key=lambda p: p.ref))
         return PolicyInputs(pods, namespaces, policies, dict(node_ips))
-
-
-def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = data.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{key} is not an object")
-    return value

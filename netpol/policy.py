@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from netpol.selector import EVERYTHING, LabelSelector, invalid, parse_selector
+from netpol.selector import EVERYTHING, LabelSelector, invalid, parse_selector, validate_known
 from services.validate import DNS_LABEL
 
 API_VERSION, KIND = "networking.k8s.io/v1", "NetworkPolicy"
@@ -150,9 +150,16 @@ def parse_policy(manifest: Any, namespace: str = "default") -> NetworkPolicy:
     spec = manifest.get("spec")
     if not isinstance(spec, dict):
         raise invalid("spec", "required")
-    unknown = sorted(set(spec) - {"podSelector", "policyTypes", "ingress", "egress"})
-    if unknown:
-        raise invalid(f"spec.{unknown[0]}", "unknown field")
+    validate_known(
+        spec,
+        "spec",
+        (
+            "podSelector",
+            "policyTypes",
+            "ingress",
+            "egress",
+        ),
+    )
     if "podSelector" not in spec:
         raise invalid("spec.podSelector", "required ({} selects every Pod of the namespace)")
     selector = parse_selector(spec["podSelector"] or {}, "spec.podSelector")
@@ -194,9 +201,14 @@ def parse_rule(value: Any, path: str, peers_key: str) -> Rule:
         return Rule()
     if not isinstance(value, dict):
         raise invalid(path, "not an object (ports, from/to)")
-    unknown = sorted(set(value) - {"ports", peers_key})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    validate_known(
+        value,
+        path,
+        (
+            "ports",
+            peers_key,
+        ),
+    )
     peers, ports = value.get(peers_key) or [], value.get("ports") or []
     if not isinstance(peers, list):
         raise invalid(f"{path}.{peers_key}", "not a list")
@@ -211,9 +223,15 @@ def parse_rule(value: Any, path: str, peers_key: str) -> Rule:
 def parse_peer(value: Any, path: str) -> Peer:
     if not isinstance(value, dict):
         raise invalid(path, "not an object")
-    unknown = sorted(set(value) - {"podSelector", "namespaceSelector", "ipBlock"})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    validate_known(
+        value,
+        path,
+        (
+            "podSelector",
+            "namespaceSelector",
+            "ipBlock",
+        ),
+    )
     pods, namespaces, block = (
         value.get("podSelector"),
         value.get("namespaceSelector"),
@@ -236,9 +254,14 @@ def parse_peer(value: Any, path: str) -> Peer:
 def parse_block(value: Any, path: str) -> IPBlock:
     if not isinstance(value, dict):
         raise invalid(path, "not an object (cidr, except)")
-    unknown = sorted(set(value) - {"cidr", "except"})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    validate_known(
+        value,
+        path,
+        (
+            "cidr",
+            "except",
+        ),
+    )
     cidr = parse_cidr(value.get("cidr"), f"{path}.cidr")
     excepts = value.get("except") or []
     if not isinstance(excepts, list):
@@ -265,9 +288,15 @@ def parse_cidr(value: Any, path: str) -> Network:
 def parse_port(value: Any, path: str) -> PolicyPort:
     if not isinstance(value, dict):
         raise invalid(path, "not an object (protocol, port, endPort)")
-    unknown = sorted(set(value) - {"protocol", "port", "endPort"})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    validate_known(
+        value,
+        path,
+        (
+            "protocol",
+            "port",
+            "endPort",
+        ),
+    )
     protocol = value.get("protocol") or "TCP"
     if protocol not in PROTOCOLS:
         raise invalid(f"{path}.protocol", f"{protocol!r} is not one of TCP, UDP, SCTP")

@@ -73,14 +73,26 @@ def invalid(path: str, why: str) -> InvalidConfig:
     return InvalidConfig(f"invalid NetworkPolicy field {path}: {why}")
 
 
+def validate_known(data: dict[str, Any], path: str, known: tuple[str, ...]) -> None:
+    """The API server refuses a field it does not know (strict decoding): so does pycni."""
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+
+
 def parse_selector(data: Any, path: str) -> LabelSelector:
     if data is None:
         return EVERYTHING
     if not isinstance(data, dict):
         raise invalid(path, "not an object (matchLabels, matchExpressions)")
-    unknown = sorted(set(data) - {"matchLabels", "matchExpressions"})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    validate_known(
+        data,
+        path,
+        (
+            "matchLabels",
+            "matchExpressions",
+        ),
+    )
     labels = data.get("matchLabels") or {}
     if not isinstance(labels, dict):
         raise invalid(f"{path}.matchLabels", "not an object of label: value")
@@ -101,9 +113,15 @@ def parse_selector(data: Any, path: str) -> LabelSelector:
 def parse_requirement(data: Any, path: str) -> Requirement:
     if not isinstance(data, dict):
         raise invalid(path, "not an object (key, operator, values)")
-    unknown = sorted(set(data) - {"key", "operator", "values"})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    validate_known(
+        data,
+        path,
+        (
+            "key",
+            "operator",
+            "values",
+        ),
+    )
     key, operator, values = data.get("key"), data.get("operator"), data.get("values")
     validate_key(key, f"{path}.key")
     if operator not in OPERATORS:
