@@ -27,7 +27,7 @@ from cni.spec.errors import InvalidConfig
 from netpol.evaluate import evaluate
 from netpol.policy import parse_policy
 from tests.fixtures import netpol_e2e as e2e
-from tests.fixtures.netpol_cases import clusters, connections, inputs_of, manifests
+from tests.fixtures.netpol_cases import API, clusters, connections, inputs_of, manifests
 from tests.fixtures.netpol_reference import Cluster, allowed
 from tests.fuzz.budget import cases
 
@@ -224,3 +224,69 @@ def test_e2e_case_matrix(case: e2e.Case) -> None:
                             f"{src}->{dst} {proto}/{port}: e2e {want} ref {ref} netpol {got}"
                         )
     assert not wrong, "\n".join(wrong[:12])
+
+
+# --- where parse_policy departs from the API server (kubernetes pkg/apis/networking/validation,
+# apimachinery validation, types.go); each case is the minimal manifest ----------------------
+
+
+def manifest_with(spec: Any = None, name: str = "p") -> dict[str, Any]:
+    doc: dict[str, Any] = {**API, "metadata": {"name": name, "namespace": "x"}}
+    if spec is not None:
+        doc["spec"] = spec
+    return doc
+
+
+def ingress_with(rule: dict[str, Any]) -> dict[str, Any]:
+    return manifest_with({"podSelector": {}, "ingress": [rule]})
+
+
+ACCEPTED_BY_THE_API = {
+    # types.go: podSelector "is optional. If it is not specified, it defaults to an empty
+    # selector"; spec itself is optional (omitempty), the same empty selector
+    "podSelector absent": manifest_with({}),
+    "spec absent": manifest_with(),
+    # ValidateNetworkPolicyName = NameIsDNSSubdomain, not a DNS label
+    "name a DNS subdomain": manifest_with({"podSelector": {}}, name="allow.web"),
+    # ValidateNetworkPolicySpec checks len <= 2 and each value, never duplicates
+    "policyTypes duplicated": manifest_with({"podSelector": {}, "policyTypes": ["Ingress"] * 2}),
+}
+REFUSED_BY_THE_API = {
+    # IsValidPortName: "must not contain consecutive hyphens"
+    "port name with --": ingress_with({"ports": [{"port": "serve--80"}]}),
+    # netutils.ParseCIDRSloppy takes a prefix length only: no netmask, no zone
+    "cidr with a netmask": ingress_with({"from": [{"ipBlock": {"cidr": "10.0.0.0/255.0.0.0"}}]}),
+    "cidr with a zone": ingress_with({"from": [{"ipBlock": {"cidr": "fe80::%1/64"}}]}),
+    # a qualified name's prefix is a DNS subdomain
+    "label key prefix not a subdomain": manifest_with(
+        {"podSelector": {"matchLabels": {"-a..b/k": "v"}}}
+    ),
+    # protocol given but empty: NotSupported (only nil defaults to TCP)
+    "protocol empty": ingress_with({"ports": [{"protocol": ""}]}),
+    # a wrong JSON type is a decoding error, even when falsy; netpol reads these as absent
+    "from an empty object": ingress_with({"from": {}}),
+    "ports an empty string": ingress_with({"ports": ""}),
+    "except an empty string": ingress_with(
+        {"from": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ""}}]}
+    ),
+    "podSelector an empty list": manifest_with({"podSelector": []}),
+    "matchLabels an empty list": manifest_with({"podSelector": {"matchLabels": []}}),
+    "matchExpressions an empty object": manifest_with({"podSelector": {"matchExpressions": {}}}),
+    # a YAML manifest can carry a non-string key: InvalidConfig, not TypeError from sorting
+    "matchLabels with an int key among strings": manifest_with(
+        {"podSelector": {"matchLabels": {"b": "c", 1: "a"}}}
+    ),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="netpol/ refuses what the API server accepts")
+@pytest.mark.parametrize("name", ACCEPTED_BY_THE_API)
+def test_parse_accepts_what_the_api_accepts(name: str) -> None:
+    parse_policy(ACCEPTED_BY_THE_API[name], "x")
+
+
+@pytest.mark.xfail(strict=True, reason="netpol/ accepts (or crashes on) what the API refuses")
+@pytest.mark.parametrize("name", REFUSED_BY_THE_API)
+def test_parse_refuses_what_the_api_refuses(name: str) -> None:
+    with pytest.raises(InvalidConfig):
+        parse_policy(REFUSED_BY_THE_API[name], "x")
