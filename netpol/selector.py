@@ -10,6 +10,7 @@ naming the field.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from cni.spec.errors import InvalidConfig
 from services.validate import LABEL_KEY, LABEL_VALUE
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @dataclass(frozen=True)
@@ -93,15 +95,18 @@ def parse_selector(data: Any, path: str) -> LabelSelector:
             "matchExpressions",
         ),
     )
-    labels = data.get("matchLabels") or {}
+    labels = data.get("matchLabels")
+    labels = {} if labels is None else labels
     if not isinstance(labels, dict):
         raise invalid(f"{path}.matchLabels", "not an object of label: value")
     pairs = []
-    for key, value in sorted(labels.items()):
+    for key, value in labels.items():
         validate_key(key, f"{path}.matchLabels")
         validate_value(value, f"{path}.matchLabels.{key}")
         pairs.append((key, value))
-    expressions = data.get("matchExpressions") or []
+    pairs.sort()
+    expressions = data.get("matchExpressions")
+    expressions = [] if expressions is None else expressions
     if not isinstance(expressions, list):
         raise invalid(f"{path}.matchExpressions", "not a list")
     requirements = tuple(
@@ -139,7 +144,13 @@ def parse_requirement(data: Any, path: str) -> Requirement:
 
 
 def validate_key(key: Any, path: str) -> None:
-    if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
+    """A qualified name: an optional DNS-subdomain prefix and '/', then a name."""
+    prefix, _, _name = key.rpartition("/") if isinstance(key, str) else ("", "", "")
+    if (
+        not isinstance(key, str)
+        or not LABEL_KEY.fullmatch(key)
+        or (prefix and not SUBDOMAIN.fullmatch(prefix))
+    ):
         raise invalid(path, f"{key!r} is not a label key")
 
 
