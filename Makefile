@@ -2,11 +2,13 @@
 #
 #   make demo      one-command demo on a fresh machine (installs what is missing, then cleans up)
 #   make test      the whole pytest suite, after installing what is missing (as root: namespaces)
+#   make long      the long versions of the tests `make test` runs short (marker `long`)
+#   make fuzz      the generated-input tests at full strength (make fuzz SEED=<n> replays)
 #   make lint      ruff (lint + format check) and mypy over every package (CI runs it first)
 #   make install   pip install . + plugin launchers, example conflist, daemon config, systemd unit
 #   make bench     side-by-side benchmarks against the reference bridge + host-local
 #                  (also: make bench-ipam, make bench-overlay, make bench-svc,
-#                  make bench-svc-e2e)
+#                  make bench-svc-e2e, make bench-svc-api)
 #
 # Staged installs: make install DESTDIR=/tmp/stage (the launchers still point at the final paths).
 
@@ -28,11 +30,11 @@ SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_pat
 PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
-        deps lint test test-unit fuzz netpol-matrix demo bench bench-ipam bench-overlay bench-svc \
-        bench-svc-e2e launchers clean
+        deps lint test test-unit long fuzz netpol-matrix demo bench bench-ipam bench-overlay bench-svc \
+        bench-svc-e2e bench-svc-api launchers clean
 
 help:
-	@sed -n '2,11p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,13p' Makefile | sed 's/^# \{0,1\}//'
 
 # --- install -----------------------------------------------------------------------------
 
@@ -100,6 +102,12 @@ test: deps
 test-unit: deps
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
 
+# The tests that `make test` runs at a short size, at the size they were written with (same
+# assertions, more load: hundreds of calls in flight per node). Marker `long`; the sizes are in
+# tests/fixtures/scale.py.
+long: deps
+	PYCNI_TEST_SCALE=long $(PYTEST) -m long $(PYTEST_ARGS)
+
 # Generated-input tests at full strength (>= 10,000 cases, shrinking on). The seed is printed
 # first; replay a run with `make fuzz SEED=<n>`.
 fuzz:
@@ -139,6 +147,12 @@ bench-svc:
 # other node, pycnid's VmRSS, first pass and a one-endpoint update at 10k Services x 5 endpoints
 bench-svc-e2e:
 	$(PYTHON) -m bench.svc_e2e $(BENCH_E2E_ARGS)
+
+# Services from the Kubernetes API server (a fake one on the control-plane host) against the
+# store-fed proxy, in one run at 10k Services x 5 endpoints: first list -> programmed, pycnid's
+# VmRSS API/store, one EndpointSlice change -> in the kernel
+bench-svc-api:
+	$(PYTHON) -m bench.svc_api $(BENCH_API_ARGS)
 
 launchers:
 	$(PYTHON) -m cni.launcher build/bin

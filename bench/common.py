@@ -59,9 +59,10 @@ def render_goal_table(
     sections: list[tuple[str, list[Line]]],
     reference: str,
     widths: tuple[int, int] = (14, 14),
+    column: str = "pycni",
 ) -> str:
-    """A benchmark's summary: the machine line, then per section its lines of pycni against
-    ``reference``, the ratio, the goal and PASS/MISS."""
+    """A benchmark's summary: the machine line, then per section its lines of ``column``
+    (pycni) against ``reference``, the ratio, the goal and PASS/MISS."""
     machine = report["machine"]
     width = max(len(line[0]) for _, lines in sections for line in lines) + 2
     ours, theirs = widths
@@ -70,7 +71,7 @@ def render_goal_table(
         f"{machine['python']}  kernel {machine['kernel']}  load average "
         f"{machine['loadavg_start']} -> {machine['loadavg_end']}",
         "",
-        f"{'':{width}}{'pycni':>{ours}}{reference:>{theirs}}{'ratio':>8}{'goal':>10}  result",
+        f"{'':{width}}{column:>{ours}}{reference:>{theirs}}{'ratio':>8}{'goal':>10}  result",
         "-" * (width + ours + theirs + 26),
     ]
     for title, lines in sections:

@@ -1,7 +1,8 @@
 """`make bench-overlay`: the multi-node pod network, in one run.
 
     python3 -m bench.overlay [--runs 5] [--seconds 3] [--nodes 20] [--rounds 5] [--peers 1000]
-                             [--parts throughput,convergence,resync] [--results-dir DIR]
+                             [--resync 3] [--parts throughput,convergence,resync]
+                             [--results-dir DIR]
 
 - throughput: Pod <-> Pod iperf3 across two nodes, vxlan and host-gw, each against the same
   topology built by hand with ``ip`` (bench/overlay_topo.py), interleaved, median of --runs;
@@ -37,6 +38,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--settle", type=float, default=10.0, help="seconds the cluster settles before the rounds"
     )
     parser.add_argument("--peers", type=int, default=1000, help="synthetic peers (resync)")
+    parser.add_argument(
+        "--resync",
+        type=int,
+        default=overlay_resync.RESYNC,
+        help="resyncInterval of the resync part's node (its steady pass waits for 3 passes)",
+    )
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--results-dir", default=RESULTS_DIR)
     return parser.parse_args(argv)
@@ -178,7 +185,7 @@ def run_parts(
             )
         )
     if "resync" in parts:
-        report["resync"] = overlay_resync.measure(cni_bin, args.peers)
+        report["resync"] = overlay_resync.measure(cni_bin, args.peers, args.resync)
         sections.append(
             (f"resync, {args.peers} synthetic peers (vxlan)", resync_lines(report["resync"]))
         )

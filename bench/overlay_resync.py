@@ -124,12 +124,13 @@ def sync_histogram(ns: str) -> tuple[float, int]:
     return total, count
 
 
-def steady_pass(ns: str, passes: int = 3) -> float | None:
-    """Mean time of the next ``passes`` periodic resync passes (nothing changes)."""
+def steady_pass(ns: str, resync: int, passes: int = 3) -> float | None:
+    """Mean time of the next ``passes`` periodic resync passes (nothing changes), ``resync``
+    seconds apart."""
     total, count = sync_histogram(ns)
-    deadline = time.monotonic() + RESYNC * (passes + 2) + 10
+    deadline = time.monotonic() + resync * (passes + 2) + 10
     while time.monotonic() < deadline:
-        time.sleep(RESYNC)
+        time.sleep(resync)
         now_total, now_count = sync_histogram(ns)
         if now_count - count >= passes:
             return (now_total - total) / (now_count - count)
@@ -150,7 +151,7 @@ def cold_restart(node, watch: KernelWatch, wanted: list) -> dict:
     }
 
 
-def measure(cni_bin: str, peers: int) -> dict:
+def measure(cni_bin: str, peers: int, resync: int = RESYNC) -> dict:
     print(
         f"--> resync: {peers} synthetic vxlan peers on one real node", file=sys.stderr, flush=True
     )
@@ -160,7 +161,7 @@ def measure(cni_bin: str, peers: int) -> dict:
         cni_bin,
         cidr="10.133.0.0/16",
         daemon={"metricsAddress": METRICS},
-        resyncInterval=RESYNC,
+        resyncInterval=resync,
     )
     node = built.nodes[0]
     watch = KernelWatch(node.host.ns.name)
@@ -177,7 +178,7 @@ def measure(cni_bin: str, peers: int) -> dict:
             "write_seconds": last - first,
             "write_to_programmed": None if done is None else done - first,
             "last_write_to_programmed": None if done is None else done - last,
-            "steady_pass": steady_pass(node.host.ns.name),
+            "steady_pass": steady_pass(node.host.ns.name, resync),
             "rss_kib_before": rss_before,
             "rss_kib": vm_rss_kib(node.daemon.proc.pid),
         }

@@ -60,19 +60,20 @@ CIDR = "10.96.0.0/16"  # bulk VIPs from 10.96.0.1 up; the create runs use 10.96.
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench.svc_e2e", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="create -> connect repetitions")
+    add_scale_options(parser, 5, "endpoint updates and Service creates at scale, each")
+    return parser.parse_args(argv)
+
+
+def add_scale_options(parser: argparse.ArgumentParser, updates: int, what: str) -> None:
+    """The options of a bench at scale: its size, how many changes (``what``), the timeout
+    of each step and where the results go."""
     parser.add_argument("--services", type=int, default=10000, help="Services in bulk")
     parser.add_argument("--endpoints", type=int, default=5, help="endpoints a bulk Service")
-    parser.add_argument(
-        "--updates",
-        type=int,
-        default=5,
-        help="endpoint updates and Service creates at scale, each",
-    )
+    parser.add_argument("--updates", type=int, default=updates, help=what)
     parser.add_argument(
         "--timeout", type=float, default=900.0, help="seconds to wait for the proxy at each step"
     )
     parser.add_argument("--results-dir", default=RESULTS_DIR)
-    return parser.parse_args(argv)
 
 
 # --- create -> first connect ---------------------------------------------------------------
@@ -216,8 +217,10 @@ def measure_kernel(built, services: int, per_service: int, count: int, timeout: 
     poller, checker = kernel.start_poller(built.nodes[1]), kernel.start_poller(built.nodes[1])
     try:
         return {
-            "update": kernel.measure_updates(built, poller, services, per_service, count, timeout),
-            "create": kernel.measure_creates(built, poller, checker, count, timeout),
+            "update": kernel.measure_updates(
+                built.cluster, poller, services, per_service, count, timeout
+            ),
+            "create": kernel.measure_creates(built.cluster, poller, checker, count, timeout),
         }
     finally:
         for p in (poller, checker):

@@ -10,6 +10,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 
 PROXY_LINE = re.compile(r"proxy: IPv(\d) table (rendered|updated), (\d+) Service")
 
@@ -65,14 +66,21 @@ def calc_memory(pid: int) -> dict[str, int]:
     }
 
 
-def parse_passes(log_text: str) -> list[dict]:
-    """The proxy's committed transactions in pycnid's JSON-lines log: time, family, kind, size."""
-    passes = []
+def read_log(log_text: str) -> Iterator[dict]:
+    """pycnid's JSON-lines log, an entry a line (a line that is not JSON left out)."""
     for line in log_text.splitlines():
         try:
             entry = json.loads(line)
         except ValueError:
             continue
+        if isinstance(entry, dict):
+            yield entry
+
+
+def parse_passes(log_text: str) -> list[dict]:
+    """The proxy's committed transactions in pycnid's JSON-lines log: time, family, kind, size."""
+    passes = []
+    for entry in read_log(log_text):
         found = PROXY_LINE.search(str(entry.get("msg", "")))
         if found:
             passes.append(

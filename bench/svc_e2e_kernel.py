@@ -21,8 +21,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from services.record import EndpointRecord, ServicePort, ServiceRecord, service_ip_key
+from tests.fixtures.cluster import Cluster
 
 from .common import median, percentile
 from .svc_e2e_load import calc_bulk_service
@@ -45,9 +47,13 @@ for line in sys.stdin:
 
 
 def start_poller(node) -> subprocess.Popen:
-    """The kernel poller in ``node``'s netns (stdin: "WANT<TAB>TIMEOUT<TAB>nft command")."""
+    """The kernel poller in ``node``'s netns (stdin: "WANT<TAB>TIMEOUT<TAB>nft command"),
+    once it answered a first command: its start (Python, libnftables) is no change's time."""
     cmd = ["ip", "netns", "exec", node.host.ns.name, sys.executable, "-c", KERNEL_POLLER]
-    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    poller = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    arm(poller, "", "list tables", 60.0)
+    answer(poller)
+    return poller
 
 
 def arm(poller: subprocess.Popen, want: str, command: str, timeout: float) -> None:
@@ -62,15 +68,21 @@ def answer(poller: subprocess.Popen) -> tuple[float | None, int]:
 
 
 def timed_put(
-    built, poller, keys: list[tuple[str, bytes]], hairpin_ip: str, timeout: float
+    cluster: Cluster, poller, keys: list[tuple[str, bytes]], hairpin_ip: str, timeout: float
 ) -> dict:
-    """Arm the poller for ``hairpin_ip``'s element, put ``keys`` in order (the last one is
-    the change), until the element is in the kernel."""
-    arm(poller, f"{hairpin_ip} . {hairpin_ip}", f"list set {TABLE} hairpin", timeout)
+    """Put ``keys`` in order (the last one is the change, timed) until ``hairpin_ip``'s
+    element is in the kernel."""
     for key, value in keys[:-1]:
-        built.cluster.etcd.put(key, value)
+        cluster.etcd.put(key, value)
+    return timed_change(poller, lambda: cluster.etcd.put(*keys[-1]), hairpin_ip, timeout)
+
+
+def timed_change(poller, change: Callable[[], object], hairpin_ip: str, timeout: float) -> dict:
+    """Arm the poller for ``hairpin_ip``'s element, make ``change`` (a store put, an API
+    object put), until the element is in the kernel."""
+    arm(poller, f"{hairpin_ip} . {hairpin_ip}", f"list set {TABLE} hairpin", timeout)
     started = time.monotonic()
-    built.cluster.etcd.put(*keys[-1])
+    change()
     put_done = time.monotonic()
     done, polls = answer(poller)
     return {
@@ -81,17 +93,17 @@ def timed_put(
 
 
 def measure_updates(
-    built, poller, services: int, per_service: int, count: int, timeout: float
+    cluster: Cluster, poller, services: int, per_service: int, count: int, timeout: float
 ) -> dict:
     """``count`` Services spread over the bulk: endpoint 0 moves to a new IP on node2."""
-    node = built.nodes[1].name
+    node = cluster.nodes[1].name
     runs = []
     for r in range(count):
         key, value = calc_bulk_service(services * (r + 1) // (count + 1), per_service)[2]
         old = EndpointRecord.from_bytes(key, value)
         ip = f"10.199.0.{r + 1}"
         moved = EndpointRecord(old.namespace, old.pod, old.ifname, (ip,), old.labels, node)
-        runs.append(timed_put(built, poller, [(moved.key, moved.to_bytes())], ip, timeout))
+        runs.append(timed_put(cluster, poller, [(moved.key, moved.to_bytes())], ip, timeout))
     return summarize(runs)
 
 
@@ -115,13 +127,13 @@ def calc_late_service(r: int, node: str) -> tuple[list[tuple[str, bytes]], str]:
     return keys, f"{vip} . tcp . 80"
 
 
-def measure_creates(built, poller, checker, count: int, timeout: float) -> dict:
+def measure_creates(cluster: Cluster, poller, checker, count: int, timeout: float) -> dict:
     """``count`` Services created one by one at scale; each checked in service-ips after
     (by ``checker``, a poller of its own: see the module docstring)."""
     runs = []
     for r in range(count):
-        keys, entry = calc_late_service(r, built.nodes[1].name)
-        run = timed_put(built, poller, keys, f"10.198.0.{r + 1}", timeout)
+        keys, entry = calc_late_service(r, cluster.nodes[1].name)
+        run = timed_put(cluster, poller, keys, f"10.198.0.{r + 1}", timeout)
         arm(checker, entry, f"get element {TABLE} service-ips {{ {entry} }}", 5.0)
         run["in_service_ips"] = answer(checker)[0] is not None
         runs.append(run)

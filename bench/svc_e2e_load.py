@@ -14,6 +14,7 @@ from services.record import EndpointRecord, ServicePort, ServiceRecord, service_
 from tests.fixtures.etcd import run_in_netns
 
 METRICS = "127.0.0.1:9464"  # metricsAddress of each node's pycnid
+SYNTHETIC_NODE = "synthetic"  # the node of every bulk endpoint: none of the cluster's
 PER_TXN = 18  # Services a txn: 18 x (Service + VIP index + 5 endpoints) = 126 <= etcd's 128
 POLLER = """
 import select, socket, sys, time
@@ -36,9 +37,21 @@ for line in sys.stdin:
 
 
 # --- the bulk writer (runs inside node1) ----------
+def calc_bulk_addresses(i: int, endpoints: int) -> tuple[str, str, list[str]]:
+    """Service ``i``'s namespace (100 a namespace), VIP and endpoint IPs (synthetic), the same
+    whichever source the Service is written to (store records here, API objects in
+    bench/svc_api.py)."""
+    first = i * endpoints
+    ips = [
+        f"10.{200 + n // 65536}.{n // 256 % 256}.{n % 256}"
+        for n in range(first, first + endpoints)
+    ]
+    return f"bulk{i // 100}", f"10.96.{(i + 1) // 256}.{(i + 1) % 256}", ips
+
+
 def calc_bulk_service(i: int, endpoints: int) -> list[tuple[str, bytes]]:
-    """Service ``i`` (100 a namespace), its VIP index key and its endpoints (synthetic IPs)."""
-    ns, vip = f"bulk{i // 100}", f"10.96.{(i + 1) // 256}.{(i + 1) % 256}"
+    """Service ``i``, its VIP index key and its endpoints."""
+    ns, vip, ips = calc_bulk_addresses(i, endpoints)
     record = ServiceRecord(
         ns,
         f"s{i}",
@@ -47,16 +60,8 @@ def calc_bulk_service(i: int, endpoints: int) -> list[tuple[str, bytes]]:
         selector={"app": f"s{i}"},
     )
     keys = [(record.key, record.to_bytes()), (service_ip_key(vip), record.ref.encode())]
-    for e in range(endpoints):
-        n = i * endpoints + e
-        ep = EndpointRecord(
-            ns,
-            f"s{i}-{e}",
-            "eth0",
-            (f"10.{200 + n // 65536}.{n // 256 % 256}.{n % 256}",),
-            {"app": f"s{i}"},
-            "synthetic",
-        )
+    for e, ip in enumerate(ips):
+        ep = EndpointRecord(ns, f"s{i}-{e}", "eth0", (ip,), {"app": f"s{i}"}, SYNTHETIC_NODE)
         keys.append((ep.key, ep.to_bytes()))
     return keys
 

@@ -69,6 +69,10 @@ class Env:
     def emit(self, doc: dict, render: Callable[[dict], str]) -> None:
         if self.output == "json":
             click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        elif self.output == "yaml":
+            import yaml
+
+            click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
         else:
             click.echo(render(doc))
 
@@ -118,7 +122,14 @@ def run(env: Env, body: Callable[[], Any]) -> None:
         sys.exit(code)
 
 
-def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+def command_options(
+    fn: Callable[..., Any] | None = None, *, outputs: tuple[str, ...] = ("table", "json")
+) -> Any:
+    """The store options and ``--output`` (``outputs``: its choices; ``yaml`` prints the
+    JSON document as YAML)."""
+    if fn is None:
+        return functools.partial(command_options, outputs=outputs)
+
     @click.option(
         "--config",
         "config_path",
@@ -147,10 +158,10 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @click.option(
         "--output",
         "-o",
-        type=click.Choice(["table", "json"]),
+        type=click.Choice(list(outputs)),
         default="table",
         show_default=True,
-        help="json: one stable JSON document on stdout",
+        help=f"{'/'.join(outputs[1:])}: one stable document on stdout",
     )
     @functools.wraps(fn)
     def wrapper(

@@ -16,6 +16,7 @@ import subprocess
 import threading
 from typing import Any
 
+from kernel.nftelem import ElementBatch, ElementError, ElementSocket, calc_messages
 from kernel.session import thread_netns_inode
 
 log = logging.getLogger("pycnid.nft")
@@ -43,6 +44,7 @@ class Nft:
         self._json_ctx: Any
         self._ctx, self._json_ctx = _library_contexts() if prefer_library else (None, None)
         self.engine = "libnftables" if self._ctx else "nft -f -"
+        self._elements: ElementSocket | None = None  # opened on first use, in this netns
 
     def run(self, script: str) -> None:
         """Apply ``script`` as one transaction; NftError with nft's message when refused."""
@@ -68,6 +70,20 @@ class Nft:
         if rc != 0:
             raise NftError(err.strip() or f"nft exited {rc}")
         return None
+
+    def run_elements(self, batch: ElementBatch) -> None:
+        """A table's element changes as one netlink batch (kernel/nftelem.py):
+        atomic as ``run``, but no libnftables cache refill (several ms beside thousands of
+        sets). NftError with the kernel's reason when refused (nothing applied)."""
+        self._guard()
+        with self._lock:
+            try:
+                messages = calc_messages(batch.family, batch.table, batch.changes)
+                if self._elements is None:
+                    self._elements = ElementSocket()
+                self._elements.commit(messages)
+            except (ElementError, OSError) as exc:
+                raise NftError(f"element batch refused: {exc}") from exc
 
     def release_cache(self) -> None:
         """Give back what a large transaction left behind: libnftables keeps its cache in the

@@ -24,6 +24,8 @@ SERVICE = Kind("Service", "services")
 ENDPOINT_SLICE = Kind("EndpointSlice", "endpointslices", "discovery.k8s.io")
 POD = Kind("Pod", "pods")
 NAMESPACE = Kind("Namespace", "namespaces")
-NODE = Kind("Node", "nodes")
 NETWORK_POLICY = Kind("NetworkPolicy", "networkpolicies", "networking.k8s.io")
-KINDS = (SERVICE, ENDPOINT_SLICE, POD, NAMESPACE, NODE, NETWORK_POLICY)
+#: Every kind pycnid reads: the Service proxy's two and NetworkPolicy's three (Nodes are not
+#: read: every node runs pycnid, whose node records give the addresses). The ClusterRole in
+#: conf/kubernetes/ grants list and watch on exactly these (tests/unit/test_kube_manifests.py).
+KINDS = (SERVICE, ENDPOINT_SLICE, POD, NAMESPACE, NETWORK_POLICY)

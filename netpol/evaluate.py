@@ -143,7 +143,18 @@ def evaluate(inputs: PolicyInputs, src: str, dst: str, protocol: str, port: int)
     src_ip, dst_ip = _ip(src), _ip(dst)
     source, target = inputs.pod_at(src_ip), inputs.pod_at(dst_ip)
     itself = source is not None and source is target
-    egress = decide(inputs, "Egress", source, target, dst_ip, protocol, port, itself)
+    to_node = source is not None and source.node and inputs.node_of(dst_ip) == source.node
+    egress = decide(
+        inputs,
+        "Egress",
+        source,
+        target,
+        dst_ip,
+        protocol,
+        port,
+        itself,
+        "to its own node" if to_node else "",
+    )
     from_node = target is not None and target.node and inputs.node_of(src_ip) == target.node
     ingress = decide(
         inputs,

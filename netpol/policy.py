@@ -20,7 +20,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from netpol.selector import EVERYTHING, LabelSelector, invalid, parse_selector
+from netpol.selector import (
+    EVERYTHING,
+    SUBDOMAIN,
+    LabelSelector,
+    invalid,
+    parse_selector,
+    validate_known,
+)
 from services.validate import DNS_LABEL
 
 API_VERSION, KIND = "networking.k8s.io/v1", "NetworkPolicy"
@@ -28,6 +35,7 @@ PROTOCOLS = ("TCP", "UDP", "SCTP")
 TYPES = ("Ingress", "Egress")
 PORT_NAME = re.compile(r"^(?=.*[a-z])[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")  # IANA_SVC_NAME
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+CIDR_FORM = re.compile(r"[0-9A-Fa-f:.]+/[0-9]{1,3}")
 
 
 @dataclass(frozen=True)
@@ -145,17 +153,23 @@ def parse_policy(manifest: Any, namespace: str = "default") -> NetworkPolicy:
     meta = manifest.get("metadata")
     if not isinstance(meta, dict):
         raise invalid("metadata", "required (name, namespace)")
-    name = validate_name(meta.get("name"), "metadata.name")
+    name = validate_subdomain(meta.get("name"), "metadata.name")
     ns = validate_name(meta.get("namespace") or namespace, "metadata.namespace")
     spec = manifest.get("spec")
+    spec = {} if spec is None else spec  # optional: every field of it has its default
     if not isinstance(spec, dict):
-        raise invalid("spec", "required")
-    unknown = sorted(set(spec) - {"podSelector", "policyTypes", "ingress", "egress"})
-    if unknown:
-        raise invalid(f"spec.{unknown[0]}", "unknown field")
-    if "podSelector" not in spec:
-        raise invalid("spec.podSelector", "required ({} selects every Pod of the namespace)")
-    selector = parse_selector(spec["podSelector"] or {}, "spec.podSelector")
+        raise invalid("spec", "not an object")
+    validate_known(
+        spec,
+        "spec",
+        (
+            "podSelector",
+            "policyTypes",
+            "ingress",
+            "egress",
+        ),
+    )
+    selector = parse_selector(spec.get("podSelector"), "spec.podSelector")  # absent: {}
     ingress = parse_rules(spec.get("ingress"), "spec.ingress", "from")
     egress = parse_rules(spec.get("egress"), "spec.egress", "to")
     types = parse_types(spec.get("policyTypes"), bool(egress))
@@ -163,8 +177,15 @@ def parse_policy(manifest: Any, namespace: str = "default") -> NetworkPolicy:
 
 
 def validate_name(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not DNS_LABEL.match(value):
+    if not isinstance(value, str) or not DNS_LABEL.fullmatch(value):
         raise invalid(path, f"{value!r} is not a DNS label (a-z, 0-9, '-', at most 63)")
+    return value
+
+
+def validate_subdomain(value: Any, path: str) -> str:
+    """A policy's name is a DNS subdomain (the API server's NameIsDNSSubdomain)."""
+    if not isinstance(value, str) or len(value) > 253 or not SUBDOMAIN.fullmatch(value):
+        raise invalid(path, f"{value!r} is not a DNS subdomain (a-z, 0-9, '-', '.', at most 253)")
     return value
 
 
@@ -176,8 +197,6 @@ def parse_types(value: Any, has_egress: bool) -> tuple[str, ...]:
     for index, item in enumerate(value):
         if item not in TYPES:
             raise invalid(f"spec.policyTypes[{index}]", f"{item!r} is not Ingress or Egress")
-    if len(set(value)) != len(value):
-        raise invalid("spec.policyTypes", "duplicate")
     return tuple(t for t in TYPES if t in value)
 
 
@@ -194,26 +213,44 @@ def parse_rule(value: Any, path: str, peers_key: str) -> Rule:
         return Rule()
     if not isinstance(value, dict):
         raise invalid(path, "not an object (ports, from/to)")
-    unknown = sorted(set(value) - {"ports", peers_key})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
-    peers, ports = value.get(peers_key) or [], value.get("ports") or []
-    if not isinstance(peers, list):
-        raise invalid(f"{path}.{peers_key}", "not a list")
-    if not isinstance(ports, list):
-        raise invalid(f"{path}.ports", "not a list")
+    validate_known(
+        value,
+        path,
+        (
+            "ports",
+            peers_key,
+        ),
+    )
+    peers, ports = optional_list(value, peers_key, path), optional_list(value, "ports", path)
     return Rule(
         tuple(parse_peer(p, f"{path}.{peers_key}[{i}]") for i, p in enumerate(peers)),
         tuple(parse_port(p, f"{path}.ports[{i}]") for i, p in enumerate(ports)),
     )
 
 
+def optional_list(data: dict[str, Any], key: str, path: str) -> list[Any]:
+    """A list field: absent or null is empty; any other type (an empty string or object
+    included) is an error, as the API server's decoding makes it."""
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise invalid(f"{path}.{key}", "not a list")
+    return value
+
+
 def parse_peer(value: Any, path: str) -> Peer:
     if not isinstance(value, dict):
         raise invalid(path, "not an object")
-    unknown = sorted(set(value) - {"podSelector", "namespaceSelector", "ipBlock"})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    validate_known(
+        value,
+        path,
+        (
+            "podSelector",
+            "namespaceSelector",
+            "ipBlock",
+        ),
+    )
     pods, namespaces, block = (
         value.get("podSelector"),
         value.get("namespaceSelector"),
@@ -236,13 +273,16 @@ def parse_peer(value: Any, path: str) -> Peer:
 def parse_block(value: Any, path: str) -> IPBlock:
     if not isinstance(value, dict):
         raise invalid(path, "not an object (cidr, except)")
-    unknown = sorted(set(value) - {"cidr", "except"})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    validate_known(
+        value,
+        path,
+        (
+            "cidr",
+            "except",
+        ),
+    )
     cidr = parse_cidr(value.get("cidr"), f"{path}.cidr")
-    excepts = value.get("except") or []
-    if not isinstance(excepts, list):
-        raise invalid(f"{path}.except", "not a list")
+    excepts = optional_list(value, "except", path)
     found = []
     for index, text in enumerate(excepts):
         at = f"{path}.except[{index}]"
@@ -254,7 +294,8 @@ def parse_block(value: Any, path: str) -> IPBlock:
 
 
 def parse_cidr(value: Any, path: str) -> Network:
-    if not isinstance(value, str) or "/" not in value:
+    """ADDRESS/PREFIXLEN only, as Kubernetes parses a CIDR (no netmask, no zone)."""
+    if not isinstance(value, str) or not CIDR_FORM.fullmatch(value):
         raise invalid(path, f"{value!r} is not a CIDR")
     try:
         return ipaddress.ip_network(value, strict=False)
@@ -265,10 +306,17 @@ def parse_cidr(value: Any, path: str) -> Network:
 def parse_port(value: Any, path: str) -> PolicyPort:
     if not isinstance(value, dict):
         raise invalid(path, "not an object (protocol, port, endPort)")
-    unknown = sorted(set(value) - {"protocol", "port", "endPort"})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
-    protocol = value.get("protocol") or "TCP"
+    validate_known(
+        value,
+        path,
+        (
+            "protocol",
+            "port",
+            "endPort",
+        ),
+    )
+    protocol = value.get("protocol")
+    protocol = "TCP" if protocol is None else protocol  # only an absent one defaults
     if protocol not in PROTOCOLS:
         raise invalid(f"{path}.protocol", f"{protocol!r} is not one of TCP, UDP, SCTP")
     port, end = value.get("port"), value.get("endPort")
@@ -276,7 +324,7 @@ def parse_port(value: Any, path: str) -> PolicyPort:
         raise invalid(f"{path}.port", f"{port!r} is not a number or a port name")
     if isinstance(port, int) and not 1 <= port <= 65535:
         raise invalid(f"{path}.port", f"{port} is not 1-65535")
-    if isinstance(port, str) and not PORT_NAME.match(port):
+    if isinstance(port, str) and (not PORT_NAME.fullmatch(port) or "--" in port):
         raise invalid(f"{path}.port", f"{port!r} is not a port name (IANA_SVC_NAME)")
     if end is not None:
         if isinstance(end, bool) or not isinstance(end, int) or not 1 <= end <= 65535:

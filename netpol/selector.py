@@ -10,6 +10,7 @@ naming the field.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from cni.spec.errors import InvalidConfig
 from services.validate import LABEL_KEY, LABEL_VALUE
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @dataclass(frozen=True)
@@ -73,23 +75,38 @@ def invalid(path: str, why: str) -> InvalidConfig:
     return InvalidConfig(f"invalid NetworkPolicy field {path}: {why}")
 
 
+def validate_known(data: dict[str, Any], path: str, known: tuple[str, ...]) -> None:
+    """The API server refuses a field it does not know (strict decoding): so does pycni."""
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+
+
 def parse_selector(data: Any, path: str) -> LabelSelector:
     if data is None:
         return EVERYTHING
     if not isinstance(data, dict):
         raise invalid(path, "not an object (matchLabels, matchExpressions)")
-    unknown = sorted(set(data) - {"matchLabels", "matchExpressions"})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
-    labels = data.get("matchLabels") or {}
+    validate_known(
+        data,
+        path,
+        (
+            "matchLabels",
+            "matchExpressions",
+        ),
+    )
+    labels = data.get("matchLabels")
+    labels = {} if labels is None else labels
     if not isinstance(labels, dict):
         raise invalid(f"{path}.matchLabels", "not an object of label: value")
     pairs = []
-    for key, value in sorted(labels.items()):
+    for key, value in labels.items():
         validate_key(key, f"{path}.matchLabels")
         validate_value(value, f"{path}.matchLabels.{key}")
         pairs.append((key, value))
-    expressions = data.get("matchExpressions") or []
+    pairs.sort()
+    expressions = data.get("matchExpressions")
+    expressions = [] if expressions is None else expressions
     if not isinstance(expressions, list):
         raise invalid(f"{path}.matchExpressions", "not a list")
     requirements = tuple(
@@ -101,9 +118,15 @@ def parse_selector(data: Any, path: str) -> LabelSelector:
 def parse_requirement(data: Any, path: str) -> Requirement:
     if not isinstance(data, dict):
         raise invalid(path, "not an object (key, operator, values)")
-    unknown = sorted(set(data) - {"key", "operator", "values"})
-    if unknown:
-        raise invalid(f"{path}.{unknown[0]}", "unknown field")
+    validate_known(
+        data,
+        path,
+        (
+            "key",
+            "operator",
+            "values",
+        ),
+    )
     key, operator, values = data.get("key"), data.get("operator"), data.get("values")
     validate_key(key, f"{path}.key")
     if operator not in OPERATORS:
@@ -121,10 +144,16 @@ def parse_requirement(data: Any, path: str) -> Requirement:
 
 
 def validate_key(key: Any, path: str) -> None:
-    if not isinstance(key, str) or not LABEL_KEY.match(key):
+    """A qualified name: an optional DNS-subdomain prefix and '/', then a name."""
+    prefix, _, _name = key.rpartition("/") if isinstance(key, str) else ("", "", "")
+    if (
+        not isinstance(key, str)
+        or not LABEL_KEY.fullmatch(key)
+        or (prefix and not SUBDOMAIN.fullmatch(prefix))
+    ):
         raise invalid(path, f"{key!r} is not a label key")
 
 
 def validate_value(value: Any, path: str) -> None:
-    if not isinstance(value, str) or not LABEL_VALUE.match(value):
+    if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
         raise invalid(path, f"{value!r} is not a label value")

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kube.fields import entries, section
 from services.record import (
     DEFAULT_AFFINITY_TIMEOUT,
     EndpointRecord,
@@ -35,20 +36,20 @@ SLICE_FAMILIES = ("IPv4", "IPv6")
 
 def service_record(obj: Mapping[str, Any]) -> ServiceRecord | None:
     """The record of a Service object (None: a kind the proxy does not program)."""
-    meta, spec = _section(obj, "metadata"), _section(obj, "spec")
+    meta, spec = section(obj, "metadata"), section(obj, "spec")
     kind = str(spec.get("type") or "ClusterIP")
     ips = [str(ip) for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip]
     if kind not in PROGRAMMED_TYPES or not ips or "None" in ips:
         return None
-    affinity = _section(_section(spec, "sessionAffinityConfig"), "clientIP")
-    ingress = _section(obj, "status").get("loadBalancer") or {}
+    affinity = section(section(spec, "sessionAffinityConfig"), "clientIP")
+    ingress = section(obj, "status").get("loadBalancer") or {}
     return ServiceRecord(
         namespace=_text(meta, "namespace"),
         name=_text(meta, "name"),
         type=kind,
-        ports=tuple(_service_port(p) for p in _list(spec, "ports")),
+        ports=tuple(_service_port(p) for p in entries(spec, "ports")),
         cluster_ips=tuple(ips),
-        external_ips=tuple(map(str, _list(spec, "externalIPs"))),
+        external_ips=tuple(map(str, entries(spec, "externalIPs"))),
         selector={SERVICE_NAME: _text(meta, "name")},
         session_affinity=str(spec.get("sessionAffinity") or "None"),
         timeout_seconds=int(affinity.get("timeoutSeconds") or DEFAULT_AFFINITY_TIMEOUT),
@@ -56,9 +57,11 @@ def service_record(obj: Mapping[str, Any]) -> ServiceRecord | None:
         internal_traffic_policy=str(spec.get("internalTrafficPolicy") or "Cluster"),
         health_check_node_port=int(spec.get("healthCheckNodePort") or 0),
         load_balancer_ips=tuple(
-            str(i["ip"]) for i in _list(ingress, "ingress") if isinstance(i, dict) and i.get("ip")
+            str(i["ip"])
+            for i in entries(ingress, "ingress")
+            if isinstance(i, dict) and i.get("ip")
         ),
-        load_balancer_source_ranges=tuple(map(str, _list(spec, "loadBalancerSourceRanges"))),
+        load_balancer_source_ranges=tuple(map(str, entries(spec, "loadBalancerSourceRanges"))),
     )
 
 
@@ -78,24 +81,24 @@ def _service_port(data: Any) -> ServicePort:
 def slice_endpoints(obj: Mapping[str, Any]) -> tuple[tuple[str, EndpointRecord], ...]:
     """(the endpoint's address, its record) for each endpoint of an EndpointSlice; none for a
     slice of no Service or of FQDNs."""
-    meta = _section(obj, "metadata")
-    service = _section(meta, "labels").get(SERVICE_NAME)
+    meta = section(obj, "metadata")
+    service = section(meta, "labels").get(SERVICE_NAME)
     if not service or obj.get("addressType") not in SLICE_FAMILIES:
         return ()
     namespace, name = _text(meta, "namespace"), _text(meta, "name")
     ports = {
         SLICE_PORT + str(p.get("name") or ""): _port(p.get("port"), "port")
-        for p in _list(obj, "ports")
+        for p in entries(obj, "ports")
         if isinstance(p, dict) and p.get("port") is not None
     }
     found: dict[str, EndpointRecord] = {}
-    for index, endpoint in enumerate(_list(obj, "endpoints")):
-        if not isinstance(endpoint, dict) or not _list(endpoint, "addresses"):
+    for index, endpoint in enumerate(entries(obj, "endpoints")):
+        if not isinstance(endpoint, dict) or not entries(endpoint, "addresses"):
             continue
-        address = str(_list(endpoint, "addresses")[0])
-        conditions = _section(endpoint, "conditions")
+        address = str(entries(endpoint, "addresses")[0])
+        conditions = section(endpoint, "conditions")
         ready = conditions.get("ready") is not False
-        target = _section(endpoint, "targetRef")
+        target = section(endpoint, "targetRef")
         found.setdefault(
             address,
             EndpointRecord(
@@ -122,24 +125,6 @@ def _flag(conditions: Mapping[str, Any], name: str, default: bool) -> bool:
 def _port(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
         raise ValueError(f"{name} {value!r} is not a port number")
-    return value
-
-
-def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = data.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{key} is not an object")
-    return value
-
-
-def _list(data: Mapping[str, Any], key: str) -> list[Any]:
-    value = data.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ValueError(f"{key} is not a list")
     return value
 
 

@@ -322,6 +322,14 @@ def read_condition(data: Mapping[str, Any], name: str, default: bool) -> bool:
     return value
 
 
+def read_port_protocols(data: Mapping[str, Any]) -> Mapping[str, str]:
+    """``portProtocols`` as stored: {name: "UDP" | "SCTP"} (TCP ones are left out)."""
+    raw = data.get("portProtocols") or {}
+    if not isinstance(raw, dict):
+        raise TypeError(f"portProtocols {raw!r} is not an object")
+    return {str(k): str(v) for k, v in raw.items() if v != "TCP"} or EMPTY
+
+
 @dataclass(frozen=True, slots=True)
 class EndpointRecord:
     """One Pod attachment that may serve Services: its IPs, labels and named ports."""
@@ -339,6 +347,10 @@ class EndpointRecord:
     ready: bool = True  # the conditions of a Kubernetes EndpointSlice endpoint (after
     serving: bool = True  # ``extra``: every positional construction stays as it was)
     terminating: bool = False
+    # The protocol of each named port that is not TCP (``args.cni.ports``' "protocol"): a
+    # name absent is TCP, so records from before this field and TCP-only records read the
+    # same and keep their bytes. NetworkPolicy resolves a named port by name and protocol.
+    port_protocols: Mapping[str, str] = field(default_factory=dict)
 
     FIELDS = (
         "namespace",
@@ -353,6 +365,7 @@ class EndpointRecord:
         "ready",
         "serving",
         "terminating",
+        "portProtocols",
     )
     CONDITIONS = ("ready", "serving", "terminating")
 
@@ -375,10 +388,14 @@ class EndpointRecord:
             "ready": self.ready,
             "serving": self.serving,
             "terminating": self.terminating,
+            **({"portProtocols": dict(p)} if (p := self.port_protocols) else {}),
         }
 
     def to_bytes(self) -> bytes:
         return encode(self.to_dict())
+
+    def protocol_of(self, port_name: str) -> str:
+        return self.port_protocols.get(port_name, "TCP")
 
     @property
     def usable(self) -> bool:
@@ -405,6 +422,7 @@ class EndpointRecord:
                 ready=ready,
                 serving=read_condition(data, "serving", ready),
                 terminating=read_condition(data, "terminating", False),
+                port_protocols=read_port_protocols(data),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecord(

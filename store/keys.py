@@ -1,7 +1,7 @@
 """Every key of the store: the prefixes and the key builders (pure, no I/O).
 
 This module is the one place a key is spelled; the records that live under them are their
-owners' (``ipam.records``, ``nodes.record``, ``services.record``)::
+owners' (``ipam.records``, ``nodes.record``, ``services.record``, ``netpol.record``)::
 
     /pycni/v1/pools/<pool>                       cidr, blockSize, disabled, nodeSelector, ranges
     /pycni/v1/blocks/<pool>/<block-cidr>         affinity node, allocations {ip: handle id}
@@ -17,8 +17,9 @@ owners' (``ipam.records``, ``nodes.record``, ``services.record``)::
     /pycni/v1/serviceips/<ip>, nodeports/<proto>/<port>  index: "ns/name" holds it
     /pycni/v1/meta/services                      the service CIDRs and the nodePort range
     /pycni/v1/proxyinputs/<node>                 what a node's Service proxy programmed from
-    /pycni/v1/netpols/<ns>/<name>                NetworkPolicies (``NetworkPolicy.to_dict``)
-    /pycni/v1/namespaces/<ns>                    a namespace's labels: ``{"labels": {...}}``
+    /pycni/v1/netpols/<ns>/<name>                NetworkPolicies, as ``to_dict`` renders them
+                                                 with the API's defaults (``netpol.record``)
+    /pycni/v1/namespaces/<ns>                    a namespace's labels: {"labels": {...}}
 
 The affinity index is written and deleted in the same txn as its block, so a node finds its
 own blocks with one ``keys_only`` range instead of reading every block of the pool.

@@ -47,6 +47,14 @@ def starts_etcd(item: pytest.Item) -> bool:
     return bool(uses) or any(value == "etcd" for value in params.values())
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # registered here, beside tests/fixtures/scale.py, which it goes with
+    config.addinivalue_line(
+        "markers",
+        "long: has a long version, sized by tests/fixtures/scale.py (`make long` runs it)",
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that starts a real etcd carries the ``etcd`` marker (``-m "not etcd"``)."""
     unmarked = [

@@ -8,8 +8,9 @@ without it, from CNI_ARGS ``PYCNI_LABELS=app:web,tier:front`` (``:`` since libcn
 refuse a second ``=`` in a pair; no label key or value holds one). Its named container ports come
 from ``args.cni.ports``: ``[{"name": "http", "containerPort": 8080, "protocol": "TCP"}]``
 (protocol TCP, UDP or SCTP, TCP when left out; a name appears once, as in a Pod spec, so the
-record keeps name -> port). Its addresses are prevResult's that belong to this ifname (or to
-no interface). Anything else is refused with code 7 naming the key.
+record keeps name -> port, and name -> protocol for the ports that are not TCP, which a
+NetworkPolicy's named port is resolved with). Its addresses are prevResult's that belong to this
+ifname (or to no interface). Anything else is refused with code 7 naming the key.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def parse_labels(config: Mapping[str, Any], args: Mapping[str, str]) -> dict[str
     raise refuse("args.cni.labels", "expected a list of {key, value} or an object")
 
 
-def parse_port(item: Any, where: str) -> tuple[str, int]:
+def parse_port(item: Any, where: str) -> tuple[str, int, str]:
     if not isinstance(item, dict):
         raise refuse(where, "expected {name, containerPort, protocol}")
     name, port = item.get("name"), item.get("containerPort")
@@ -121,22 +122,32 @@ def parse_port(item: Any, where: str) -> tuple[str, int]:
         raise refuse(f"{where}.containerPort", f"{port!r} is not a port 1-65535")
     if item.get("protocol", "TCP") not in PROTOCOLS:
         raise refuse(f"{where}.protocol", f"{item.get('protocol')!r} is not TCP, UDP or SCTP")
-    return name, port
+    return name, port, str(item.get("protocol", "TCP"))
+
+
+def parse_named_ports(config: Mapping[str, Any]) -> list[tuple[str, int, str]]:
+    """(name, containerPort, protocol) of each item of ``args.cni.ports``."""
+    items = cni_args(config).get("ports", [])
+    if not isinstance(items, list):
+        raise refuse("args.cni.ports", "expected a list of {name, containerPort, protocol}")
+    found: list[tuple[str, int, str]] = []
+    for i, item in enumerate(items):
+        name, port, protocol = parse_port(item, f"args.cni.ports[{i}]")
+        if any(name == seen for seen, _, _ in found):
+            raise refuse(f"args.cni.ports[{i}].name", f"port name {name!r} appears twice")
+        found.append((name, port, protocol))
+    return found
 
 
 def parse_ports(config: Mapping[str, Any]) -> dict[str, int]:
     """Named container ports of ``args.cni.ports`` (unnamed ones cannot be a targetPort by
     name, so they are not asked for)."""
-    items = cni_args(config).get("ports", [])
-    if not isinstance(items, list):
-        raise refuse("args.cni.ports", "expected a list of {name, containerPort, protocol}")
-    ports: dict[str, int] = {}
-    for i, item in enumerate(items):
-        name, port = parse_port(item, f"args.cni.ports[{i}]")
-        if name in ports:
-            raise refuse(f"args.cni.ports[{i}].name", f"port name {name!r} appears twice")
-        ports[name] = port
-    return ports
+    return {name: port for name, port, _ in parse_named_ports(config)}
+
+
+def parse_port_protocols(config: Mapping[str, Any]) -> dict[str, str]:
+    """The protocol of each named port that is not TCP (``EndpointRecord.port_protocols``)."""
+    return {name: proto for name, _, proto in parse_named_ports(config) if proto != "TCP"}
 
 
 def calc_ips(prev: Any, version: str, ifname: str) -> tuple[str, ...]:

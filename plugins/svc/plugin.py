@@ -26,7 +26,13 @@ from cni.spec.errors import CheckFailed, CNIError, InvalidConfig
 from cni.spec.request import Request, gc_valid_attachments
 from cni.spec.result import canonical
 from plugins.base import HandlerDeps
-from plugins.svc.args import calc_ips, parse_labels, parse_ports, validate_identity
+from plugins.svc.args import (
+    calc_ips,
+    parse_labels,
+    parse_port_protocols,
+    parse_ports,
+    validate_identity,
+)
 from plugins.svc.store import (
     attachment_of,
     decode_endpoint,
@@ -37,7 +43,7 @@ from plugins.svc.store import (
 from services.record import EndpointRecord, endpoint_key
 
 log = logging.getLogger("pycnid.svc")
-COMPARED = ("ips", "labels", "ports", "node", "containerID", "network")
+COMPARED = ("ips", "labels", "ports", "portProtocols", "node", "containerID", "network")
 
 
 def calc_record(req: Request, node: str, with_ips: bool = True) -> EndpointRecord:
@@ -46,7 +52,16 @@ def calc_record(req: Request, node: str, with_ips: bool = True) -> EndpointRecor
     labels, ports = parse_labels(req.config, req.env.args), parse_ports(req.config)
     ips = calc_ips(req.prev_result, req.version, req.env.ifname) if with_ips else ()
     return EndpointRecord(
-        namespace, pod, req.env.ifname, ips, labels, node, ports, req.env.container_id, req.network
+        namespace,
+        pod,
+        req.env.ifname,
+        ips,
+        labels,
+        node,
+        ports,
+        req.env.container_id,
+        req.network,
+        port_protocols=parse_port_protocols(req.config),
     )
 
 
@@ -61,9 +76,9 @@ def calc_differences(
 ) -> list[str]:
     have, want = stored.to_dict(), wanted.to_dict()
     return [
-        f"{name}: the store has {have[name]!r}, the request {want[name]!r}"
+        f"{name}: the store has {have.get(name)!r}, the request {want.get(name)!r}"
         for name in fields
-        if have[name] != want[name]
+        if have.get(name) != want.get(name)  # (portProtocols is left out when empty)
     ]
 
 

@@ -14,6 +14,7 @@ import operator
 import socket
 from collections.abc import Iterable
 
+from kernel.nftelem import ElementBatch, ElementChange
 from services.proxy.model import (
     Backend,
     IPAddress,
@@ -34,6 +35,7 @@ from services.proxy.render import (
     backends_map,
     calc_affinity_chain_name,
     calc_clients_set_name,
+    calc_element_types,
     render_shape,
     render_skeleton,
 )
@@ -236,6 +238,26 @@ def render_elements(family: int, verb: str, elements: Iterable[Element]) -> str:
         f"{verb} element {t} {name} {{ {_render_sorted(by_name[name])} }}\n"
         for name in sorted(by_name)
     )
+
+
+def calc_element_batch(
+    family: int, deletes: Iterable[Element], adds: Iterable[Element]
+) -> ElementBatch | None:
+    """The deletes, then the adds, as one element batch (what ``render_elements`` writes for
+    them, in the same order); None when one of them is in a set kernel/nftelem.py does not
+    write (an interval set)."""
+    types, changes = calc_element_types(family), []
+    for verb, elements in (("delete", deletes), ("add", adds)):
+        by_name: dict[str, list[tuple[str, str | None]]] = {}
+        for el in elements:
+            by_name.setdefault(el.name, []).append((el.key, el.value))
+        if any(name not in types for name in by_name):
+            return None
+        changes += [
+            ElementChange(verb, name, types[name], tuple(by_name[name]))
+            for name in sorted(by_name)
+        ]
+    return ElementBatch(FAMILY[family], TABLE, tuple(changes))
 
 
 def _render_sorted(elements: list[Element]) -> str:

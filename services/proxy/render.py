@@ -50,6 +50,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from kernel.nftelem import VERDICT, SetType
 from services.proxy.model import PROTOCOLS, NodeView
 
 TABLE = "pycni-svc"
@@ -287,6 +288,33 @@ def _backends_maps(f: str) -> list[tuple[str, str]]:
         for entry in PREFIX
         for proto in PROTOCOLS
     ]
+
+
+def calc_element_types(family: int) -> dict[str, SetType]:
+    """The datatypes of the sets and maps whose elements kernel/nftelem.py can write (the
+    interval sets are left to nft: it splits and merges their ranges), as declared above;
+    tests/netns/test_svc_elements.py checks them against nft's own listing."""
+    a = ADDR[family]
+    key = {"vip": (a, "inet_proto", "inet_service"), "np": ("inet_proto", "inet_service")}
+    key |= {"sc-vip": key["vip"], "sc-np": key["np"]}
+    types = {
+        "nodeport-ips": SetType((a,)),
+        "service-vips": SetType((a,)),
+        "external-masq": SetType(key["vip"]),
+        "nodeport-masq": SetType(key["np"]),
+        "hairpin": SetType((a, a)),
+        "firewall-ips": SetType(key["vip"]),
+        "service-ips": SetType(key["vip"], VERDICT),
+        "service-nodeports": SetType(key["np"], VERDICT),
+        "sc-service-ips": SetType(key["vip"], VERDICT),
+        "sc-service-nodeports": SetType(key["np"], VERDICT),
+        "no-endpoints": SetType(key["vip"], VERDICT),
+        "no-endpoint-nodeports": SetType(key["np"], VERDICT),
+    }
+    for entry in PREFIX:  # numgen's index: an integer in host order
+        backends = SetType((*key[entry], "host_u32"), (a, "inet_service"))
+        types |= {backends_map(entry, proto): backends for proto in PROTOCOLS}
+    return types
 
 
 def calc_local(f: str, node: NodeView | None, local: bool = True) -> str:

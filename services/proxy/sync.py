@@ -213,7 +213,7 @@ class ProxySync:
         if self.nft is None:
             return None
         try:
-            (self.nft.run_apart if is_large(plan) else self.nft.run)(plan.script)
+            run_plan(self.nft, plan)
         except NftError as exc:
             self.drop_table(family)
             self.chains[family] = None
@@ -275,6 +275,16 @@ def calc_prefixes(from_kube: bool) -> tuple[str, ...]:
     """The store prefixes the proxy reads: all of ``PREFIXES``, or, when Services and their
     endpoints come from the API server, the rest (pools, service settings, nodes)."""
     return tuple(p for p in PREFIXES if not from_kube or p not in (SERVICES, ENDPOINTS))
+
+
+def run_plan(nft: Nft, plan: TablePlan) -> None:
+    """A plan's transaction: an update of elements alone as one netlink batch (libnftables
+    would first re-read every set declaration: ~5 ms beside 2,500 affinity sets), a large one
+    in a child nft, the rest in the kept context."""
+    if plan.elements is not None and not is_large(plan):
+        nft.run_elements(plan.elements)
+    else:
+        (nft.run_apart if is_large(plan) else nft.run)(plan.script)
 
 
 def is_large(plan: TablePlan) -> bool:

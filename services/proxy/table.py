@@ -21,7 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
+from kernel.nftelem import ElementBatch
 from services.proxy.elements import (
+    calc_element_batch,
     calc_node_elements,
     calc_service_parts,
     render_elements,
@@ -68,6 +70,9 @@ class TablePlan:
     services: dict[str, Planned]
     before: dict[str, Views]  # the changed Services' views before (for conntrack)
     owners: dict[tuple[str, str], str] = field(default_factory=dict)  # full plans: all
+    # an update that changes elements only: the same transaction as one netlink batch
+    # (kernel/nftelem.py), which spares libnftables' cache refill; None: run the script
+    elements: ElementBatch | None = None
 
 
 @dataclass
@@ -180,7 +185,9 @@ class ServiceTable:
         new_shapes, old_shapes = _calc_changes(self.shape_counts, shape_delta)
         script = self._render_update(deletes, adds, new_shapes, old_shapes)
         before = {k: self.services[k].views for k in planned if k in self.services}
-        return TablePlan(script, False, node, node_elements, planned, before)
+        shaped = new_shapes or old_shapes  # chains (and sets) change: nft's script alone
+        batch = None if shaped else calc_element_batch(self.family, deletes, adds)
+        return TablePlan(script, False, node, node_elements, planned, before, elements=batch)
 
     def _render_update(
         self,

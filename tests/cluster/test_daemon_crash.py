@@ -1,9 +1,12 @@
 """pycnid killed with SIGKILL in the middle of ADDs, restarted, then a CNI GC naming the ADDs
-that succeeded: no address leaks, and the other node's leases are untouched."""
+that succeeded: no address leaks, and the other node's leases are untouched. `make test` runs
+100 ADDs on the victim (two /26 blocks; killed after a third of them), `make long` 200."""
 
 from __future__ import annotations
 
 import pytest
+
+from tests.fixtures.scale import sized
 
 from .checks import (
     assert_cli_checks_clean,
@@ -16,9 +19,9 @@ from .checks import (
 )
 from .load import NETWORK, gc_conf, interleave, ipam, netconf, run_all, run_with_incident
 
-pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow]
+pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow, pytest.mark.long]
 
-ADDS = 200
+ADDS = sized(100, 200)
 
 
 def test_sigkill_mid_adds_restart_gc_leaks_nothing(make_cluster, cni_bin):

@@ -300,7 +300,7 @@ def add_pod(node: NetpolNode, namespace: str, name: str) -> Pod:
         {n: port for n, (_proto, port) in NAMED.items()},
         cid,
         "podnet",
-        extra={"portProtocols": {n: proto for n, (proto, _port) in NAMED.items()}},
+        port_protocols={n: proto for n, (proto, _port) in NAMED.items() if proto != "TCP"},
     )
     node.store.txn([], [Put(record.key, record.to_bytes())])
     return Pod(namespace, name, ns, ips)

@@ -83,6 +83,8 @@ def test_bench_overlay_runs_every_part_and_leaves_no_namespace(tmp_path):
         "0",
         "--peers",
         "20",
+        "--resync",
+        "1",  # the steady pass waits for 3 periodic passes: 3 s, not 9 s at the default 3
         "--results-dir",
         str(tmp_path),
     ]

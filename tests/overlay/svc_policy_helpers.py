@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tests.fixtures.netns import Netns
@@ -50,6 +51,13 @@ def connect(ns: Netns, ip: str, port: int, count: int, timeout: float = 2.0) -> 
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
+
+
+def connect_each(probes: list[tuple[Netns, str, int, int, float]]) -> list[list[str]]:
+    """``connect(*probe)`` for every probe at once, answers in the probes' order: probes that
+    must time out then cost one timeout together, not one each."""
+    with ThreadPoolExecutor(max_workers=len(probes)) as pool:
+        return list(pool.map(lambda probe: connect(*probe), probes))
 
 
 def backends_of(answers: list[str]) -> set[str]:

@@ -22,6 +22,7 @@ from .pods import python_in
 from .svc_policy_helpers import (
     backends_of,
     connect,
+    connect_each,
     flows,
     flush_conntrack,
     node_addresses,
@@ -254,9 +255,15 @@ def test_load_balancer_source_ranges_drop_every_client_outside_them(world):
     for node in (n1, n2):
         wait_for("the fence", lambda n=node: fence_holds(n, 4, "198.51.100.0/24"), 20, 0.2)
     wait_for("node1's v6 fence", lambda: fence_holds(n1, 6, "2001:db8:ffff::/48"), 20, 0.2)
-    for ns, ip in ((outside.ns, FENCED), (client.ns, FENCED), (client.ns, FENCED6)):
-        assert connect(ns, ip, 80, 2, 1.0) == ["TimeoutError"] * 2, (ns, ip)
-    assert connect(n1.host.ns, FENCED, 80, 2, 1.0) == ["TimeoutError"] * 2
+    fenced = (
+        (outside.ns, FENCED),
+        (client.ns, FENCED),
+        (client.ns, FENCED6),
+        (n1.host.ns, FENCED),
+    )
+    answers = connect_each([(ns, ip, 80, 2, 1.0) for ns, ip in fenced])
+    for (ns, ip), got in zip(fenced, answers, strict=True):
+        assert got == ["TimeoutError"] * 2, (ns, ip)
     for src, dst, node in (
         (outside.address, f"{FENCED}:80/tcp", n2),
         (client.ip, f"{FENCED}:80/tcp", n1),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from tests.fixtures.waiting import wait_for
 from .pods import OverlayCluster, Pod, python_in
 from .svc_helpers import UDP_FLOW, ConflistPods, SvcPod
 from .test_services import cli, connects, route_service_cidr
+from .test_services_affinity import is_stuck
 
 pytestmark = pytest.mark.etcd
 AFFINITY = 2  # seconds: short, so expiry is seen in a few idle periods
@@ -151,8 +151,14 @@ def test_client_ip_affinity_sticks_and_expires_after_its_timeout(shop):
         stuck = backends_of(who(client, vip, 80, 30))
         assert len(stuck) == 1 and stuck <= live, stuck
         seen = stuck
+        node1 = client.node.host.ns
         for _ in range(16):  # each idle period re-picks at random: 2**-16 to miss with 2
-            time.sleep(AFFINITY + 1)
+            wait_for(  # the kernel drops the client's element after the timeout: no margin
+                "shop/sticky's affinity to expire",
+                lambda: not is_stuck(node1, 4, client.ip),
+                AFFINITY + 10,
+                0.2,
+            )
             seen = backends_of(who(client, vip, 80, 1))
             if seen != stuck:
                 break

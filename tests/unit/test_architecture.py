@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("services",),
     ("services.proxy",),
     ("services.ops", "netpol", "overlay"),
+    ("netpol.ops",),
     ("plugins",),
     ("plugins.ipam", "plugins.svc"),
     ("plugins.bridge",),

@@ -25,6 +25,7 @@ LAYERS = (
     "nodes",
     "masq",
     "services",
+    "netpol",
     "overlay",
     "plugins",
     "pycnid",
@@ -174,6 +175,8 @@ def test_default_constants_are_defined_once():
         "SERVICE_IPS",
         "NODE_PORTS",
         "SERVICES_META",
+        "NETPOLS",
+        "NAMESPACES",
     ],
 )
 def test_key_constants_are_assigned_only_in_keys(name):

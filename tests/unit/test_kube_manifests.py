@@ -21,6 +21,7 @@ from cni.runtime.conflist import conflist_from_bytes
 from cni.spec.request import Env, Request
 from cni.spec.wire import DEFAULT_SOCKET
 from common.metrics import Registry
+from kube.kinds import KINDS
 from overlay.config import KNOWN as OVERLAY_KEYS
 from plugins.bridge.config import parse_bridge_config
 from plugins.ipam.config import parse_ipam_config
@@ -32,15 +33,8 @@ from store.etcd_conn import parse_options
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "conf" / "kubernetes"
 IMAGE = "ghcr.io/OWNER/pycni:0.1.0"
-# What pycnid's Kubernetes source lists and watches (the shared design): (group, resource).
-READ = {
-    ("", "services"),
-    ("", "pods"),
-    ("", "namespaces"),
-    ("", "nodes"),
-    ("discovery.k8s.io", "endpointslices"),
-    ("networking.k8s.io", "networkpolicies"),
-}
+# What pycnid's Kubernetes source lists and watches (kube/kinds.py): (group, resource).
+READ = {(kind.group, kind.resource) for kind in KINDS}
 # pycnid's own keys (pycnid/config.py parse_daemon_config) and its sections' names.
 DAEMON_KEYS = {"socket", "nodeName", "stateDir", "store", "metricsAddress", "logLevel",
                "workers", "receiveTimeout", "ipam", "nodeAddress", "nodeLabels", "overlay",

@@ -59,7 +59,7 @@ def test_records_become_policy_inputs() -> None:
     records = Records()
     endpoint = EndpointRecord(
         "x", "a", "eth0", ("10.0.0.2",), {"pod": "a"}, "n1", {"web": 80, "dns": 53},
-        extra={"portProtocols": {"dns": "UDP"}},
+        port_protocols={"dns": "UDP"},
     )  # fmt: skip
     records.replace_all([kv(netpol_key("x", "deny"), encode(POLICY))], NETPOLS)
     records.apply(kv(endpoint.key, endpoint.to_bytes()))

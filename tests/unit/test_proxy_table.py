@@ -15,9 +15,15 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.proxy.render import TABLE, calc_affinity_sets, calc_shape_chains, is_shape_chain
-from services.proxy.sync import calc_plan
-from services.proxy.table import ServiceTable
+from services.proxy.render import (
+    TABLE,
+    calc_affinity_sets,
+    calc_element_types,
+    calc_shape_chains,
+    is_shape_chain,
+)
+from services.proxy.sync import calc_plan, run_plan
+from services.proxy.table import ServiceTable, TablePlan
 from services.proxy.view import Records
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.codec import encode
@@ -120,6 +126,26 @@ class Kernel:
                 (self.elements.discard if verb == "delete" else self.elements.add)((name, item))
 
 
+def assert_batch_is_the_script(plan: TablePlan) -> None:
+    """An update whose script changes elements only carries them as a netlink batch (run
+    instead of the script: services/proxy/sync.py run_plan), the same commands in the same
+    order (a command's elements in any: they are distinct keys); any other plan runs its
+    script."""
+    lines = plan.script.splitlines()
+    matches = [Kernel.LINE.match(line) for line in lines]
+    names = {m.group(2) for m in matches if m}
+    # the writable names are the same in both families
+    if plan.full or not all(matches) or not names <= set(calc_element_types(4)):
+        assert plan.elements is None
+        return
+    assert plan.elements is not None
+    batch = [
+        (c.verb, c.set, sorted(k if v is None else f"{k} : {v}" for k, v in c.elements))
+        for c in plan.elements.changes
+    ]
+    assert batch == [(m.group(1), m.group(2), sorted(m.group(3).split(", "))) for m in matches]
+
+
 def rendered(table: ServiceTable) -> set[tuple[str, str]]:
     return {(e.name, e.render()) for e in table.elements()}
 
@@ -146,6 +172,7 @@ def test_passes_of_dirty_services_hold_what_a_full_render_holds(steps, family):
         plan = calc_plan(records, "n1", family, LOCAL, table, records.take_dirty())
         if plan is None:
             continue
+        assert_batch_is_the_script(plan)
         kernel.run(plan.script, plan.full)
         table = table or ServiceTable(family)
         table.commit(plan)
@@ -199,3 +226,38 @@ def test_two_services_on_one_vip_port_program_one_then_the_other_and_never_a_dup
     table.commit(calc_plan(records, "n1", 4, LOCAL, table, records.take_dirty()))
     assert list(table.services) == [second.key]  # retried in the pass that freed its entry
     assert not table.left_out
+
+
+class RecordingNft:
+    """What ``run_plan`` asked of the nft engine."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def run(self, script: str) -> None:
+        self.calls.append("run")
+
+    def run_apart(self, script: str) -> None:
+        self.calls.append("run_apart")
+
+    def run_elements(self, batch) -> None:
+        self.calls.append("run_elements")
+
+
+def test_an_endpoint_change_runs_as_an_element_batch_and_a_full_render_apart():
+    records, table, nft = base_records(), ServiceTable(4), RecordingNft()
+    port = ServicePort("http", "TCP", 80, 8080)
+    service = ServiceRecord("ns", "a", "ClusterIP", (port,), ("10.96.0.9",), (), {"app": "a"})
+    records.apply(kv(service.key, service.to_bytes()))
+    for pod, ip in (("x", "10.0.0.2"), ("y", "10.0.0.3")):
+        endpoint = EndpointRecord("ns", pod, "eth0", (ip,), {"app": "a"}, "n2", {})
+        records.apply(kv(endpoint.key, endpoint.to_bytes()))
+    full = calc_plan(records, "n1", 4, LOCAL, None, records.take_dirty())
+    run_plan(nft, full)  # type: ignore[arg-type]
+    table.commit(full)
+    moved = EndpointRecord("ns", "y", "eth0", ("10.0.0.13",), {"app": "a"}, "n2", {})
+    records.apply(kv(moved.key, moved.to_bytes()))
+    update = calc_plan(records, "n1", 4, LOCAL, table, records.take_dirty())
+    run_plan(nft, update)  # type: ignore[arg-type]
+    assert update.elements is not None and update.elements.changes
+    assert nft.calls == ["run_apart", "run_elements"]

@@ -20,7 +20,13 @@ from cni.spec.errors import CheckFailed, CNIError, InvalidConfig
 from cni.spec.request import Env, Request
 from cni.spec.result import canonical
 from plugins.base import Faults
-from plugins.svc.args import calc_ips, parse_labels, parse_ports, validate_identity
+from plugins.svc.args import (
+    calc_ips,
+    parse_labels,
+    parse_port_protocols,
+    parse_ports,
+    validate_identity,
+)
 from plugins.svc.plugin import SvcPlugin
 from services.record import EndpointRecord
 from store.keys import ENDPOINTS
@@ -129,6 +135,7 @@ def test_the_accepted_shapes():
         "tier": "front",
     }
     assert parse_ports(config) == {"http": 8080, "dns": 53}
+    assert parse_port_protocols(config) == {"dns": "UDP"}  # TCP: left out
     assert calc_ips(PREV, "1.1.0", "eth0") == ("10.22.0.5", "fd22::5")
     with pytest.raises(InvalidConfig, match="args.cni.ports\\[1\\].name"):
         parse_ports({"args": {"cni": {"ports": [{"name": "a", "containerPort": 1}] * 2}}})

@@ -1,0 +1,131 @@
+"""Pods, Namespaces and NetworkPolicies from the API server as the policy model's inputs.
+
+``PolicyObjects`` is the sink of three reflectors (``kube/reflector.py``): it converts each
+object as it arrives and keeps the result, and ``inputs(node_ips)`` gives the
+``PolicyInputs`` of the moment. What a Pod contributes is what NetworkPolicy reads of it: its
+namespace and name, its addresses (``status.podIPs``), labels, node and named container ports
+with their protocol; a hostNetwork Pod (its addresses are its node's) and a Pod that has ended
+(Succeeded, Failed) or has no address yet are no peer and are not isolated, as in the
+upstream implementations. A NetworkPolicy is parsed as ``pycni netpol apply`` parses a
+manifest (``netpol/policy.py``): one the API server took but this parser refuses is logged
+once by the reflector and left out. A Namespace gives its labels.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+from cni.spec.errors import InvalidConfig
+from kube.fields import section
+from kube.kinds import NAMESPACE, NETWORK_POLICY, POD, Kind
+from kube.source import KubeSource
+from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
+from netpol.policy import API_VERSION, KIND, NetworkPolicy, parse_policy
+
+ENDED = ("Succeeded", "Failed")
+KINDS = (POD, NAMESPACE, NETWORK_POLICY)
+T = TypeVar("T")
+
+
+def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
+    """What policies read of a Pod (None: it takes no part)."""
+    meta, spec, status = (section(obj, k) for k in ("metadata", "spec", "status"))
+    ips = tuple(
+        str(i["ip"]) for i in status.get("podIPs") or () if isinstance(i, dict) and i.get("ip")
+    )
+    ips = ips or ((str(status["podIP"]),) if status.get("podIP") else ())
+    if spec.get("hostNetwork") or status.get("phase") in ENDED or not ips:
+        return None
+    ports = tuple(
+        NamedPort(str(p["name"]), str(p.get("protocol") or "TCP"), int(p["containerPort"]))
+        for c in (spec.get("containers") or [])
+        if isinstance(c, dict)
+        for p in (c.get("ports") or [])
+        if isinstance(p, dict) and p.get("name") and p.get("containerPort")
+    )
+    return PodInfo(
+        str(meta["namespace"]),
+        str(meta["name"]),
+        ips,
+        {str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        str(spec.get("nodeName") or ""),
+        ports,
+    )
+
+
+def namespace_labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    meta = section(obj, "metadata")
+    return {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+
+
+def network_policy(obj: Mapping[str, Any]) -> NetworkPolicy:
+    """Items of a list come without apiVersion and kind (as the API server sends them)."""
+    meta = section(obj, "metadata")
+    manifest = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "spec": obj.get("spec"),
+    }
+    try:
+        return parse_policy(manifest)
+    except InvalidConfig as exc:  # taken by the API server, refused here: left out, logged
+        raise ValueError(exc.msg) from None
+
+
+class Kept(Generic[T]):
+    """One kind's converted objects by key; ``on_change`` after every change."""
+
+    def __init__(
+        self,
+        convert: Callable[[Mapping[str, Any]], T],
+        lock: threading.Lock,
+        on_change: Callable[[], None],
+    ) -> None:
+        self.convert_fn, self.lock, self.on_change = convert, lock, on_change
+        self.items: dict[str, T] = {}
+
+    def convert(self, obj: Mapping[str, Any]) -> T:
+        return self.convert_fn(obj)
+
+    def replace(self, items: dict[str, T]) -> None:
+        with self.lock:
+            self.items = dict(items)
+        self.on_change()
+
+    def apply(self, key: str, item: T | None) -> None:
+        with self.lock:
+            if item is None:
+                self.items.pop(key, None)
+            else:
+                self.items[key] = item
+        self.on_change()
+
+
+class PolicyObjects:
+    """The three kinds NetworkPolicy reads, followed through ``source``."""
+
+    def __init__(self, source: KubeSource, on_change: Callable[[], None]) -> None:
+        self.source, self.lock = source, threading.Lock()
+        self.pods: Kept[PodInfo | None] = Kept(pod_info, self.lock, on_change)
+        self.namespaces: Kept[dict[str, str]] = Kept(namespace_labels, self.lock, on_change)
+        self.policies: Kept[NetworkPolicy] = Kept(network_policy, self.lock, on_change)
+        kept: dict[Kind, Kept[Any]] = {
+            POD: self.pods,
+            NAMESPACE: self.namespaces,
+            NETWORK_POLICY: self.policies,
+        }
+        for kind, sink in kept.items():
+            source.follow(kind, sink)
+
+    def synced(self) -> bool:
+        return self.source.synced(KINDS)
+
+    def inputs(self, node_ips: Mapping[str, tuple[str, ...]]) -> PolicyInputs:
+        with self.lock:
+            pods = tuple(sorted((p for p in self.pods.items.values() if p), key=lambda p: p.ref))
+            namespaces = dict(self.namespaces.items)
+            policies = tuple(sorted(self.policies.items.values(), key=lambda p: p.ref))
+        return PolicyInputs(pods, namespaces, policies, dict(node_ips))
