@@ -53,6 +53,7 @@ ND_TYPES = (
     "nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect"
 )
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+MAX_NAME = 200  # nft names an object in at most 256 bytes
 Object = tuple[str, str]  # (kind: chain|set|map|counter, name)
 
 
@@ -124,13 +125,20 @@ def _add_isolated(
     chain = shape_name(prefix, policies)
     if chain not in layout.chains:
         layout.chains[chain] = calc_shape_rules(layout, members, chain, direction, policies)
-    counter = f"dropped-{prefix}/{pod.namespace}/{pod.name}"
+    counter = counter_name(prefix, pod)
     layout.counters.add(counter)
     layout.isolated[direction] += 1
     for family in FAMILIES:
         for ip in addresses(pod, family):
             _append(layout, f"{VMAP[direction]}{family}", f"{ip} : jump {chain}")
             _append(layout, f"dropcnt-{prefix}{family}", f'{ip} : "{counter}"')
+
+
+def counter_name(prefix: str, pod: PodInfo) -> str:
+    """``dropped-in/<ns>/<pod>``; a name nft would refuse as too long (objects: 256 bytes;
+    a Pod name may have 253) is the hash of it instead."""
+    name = f"dropped-{prefix}/{pod.namespace}/{pod.name}"
+    return name if len(name) <= MAX_NAME else f"dropped-{prefix}/{digest(name)}"
 
 
 def shape_name(prefix: str, policies: list[NetworkPolicy]) -> str:

@@ -122,3 +122,10 @@ def test_full_render_flushes_and_refills_without_deleting_the_table() -> None:
     assert lines[deletes[0]] == "delete set inet pycni-netpol peers4-gone"  # before its chain
     assert max(flushes) < min(deletes)
     assert render_full(layout) == render_full(layout)
+
+
+def test_a_counter_name_nft_would_refuse_is_hashed() -> None:
+    long = pod("x", "a" * 253, "10.0.0.9")
+    layout = calc_layout(PolicyInputs((long,), {}, (policy("x", "deny"),)), NODE)
+    [counter] = layout.counters
+    assert counter.startswith("dropped-in/") and len(counter) < 64
