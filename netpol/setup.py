@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 
 from common.metrics import Registry
+from kube.source import KubeSource
 from netpol.config import NetpolConfig
 from netpol.sync import NetpolSync
 from store.base import Store
@@ -25,12 +26,20 @@ def start_netpol(
     registry: Registry,
     on_shutdown: list[Callable[[], None]],
     node_address: str | None = None,
+    source: KubeSource | None = None,
 ) -> NetpolSync | None:
-    """This node's enforcement, started; None when the config does not turn it on."""
+    """This node's enforcement, started; None when the config does not turn it on. With
+    ``source``, Pods, Namespaces and NetworkPolicies come from the API server."""
     if config is None:
         return None
     sync = NetpolSync(
-        node, store, registry, config.resync_interval, node_address, purge=config.purge
+        node,
+        store,
+        registry,
+        config.resync_interval,
+        node_address,
+        purge=config.purge,
+        kube=source,
     ).start()
     on_shutdown.append(sync.stop)
     log.info(

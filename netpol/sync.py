@@ -20,6 +20,10 @@ that is not 1 is logged as an error naming it and exported as
 ``pycni_netpol_bridge_filtering{sysctl} 0``: Pods of this node then reach each other
 whatever the policies. pycnid never writes them (they are the machine's).
 
+With pycnid's ``kubernetes`` section the policies, Namespaces and Pods come from the API
+server (``netpol/from_kube.py``; the store gives the node records only), and nothing is
+programmed before the three kinds were listed whole.
+
 Existing connections are kept (conntrack accepts them before any rule); with ``purge``
 (``existingConnections``), those the model now denies are deleted after each render the
 kernel took (``purge.py``).
@@ -43,12 +47,15 @@ from common.loop import Errors, Loop
 from common.metrics import Registry
 from kernel.nft import Nft, NftError, table_exists
 from kernel.sysctl import read_sysctl
+from kube.source import KubeSource
 from netpol.config import DEFAULT_NETPOL_RESYNC
+from netpol.from_kube import PolicyObjects
 from netpol.purge import purge_denied
 from netpol.render import TABLE, Layout, Object, calc_layout, render_full
 from netpol.view import PREFIXES, Records
 from services.proxy.inputs import read_local_addresses
 from store.base import KV, Store
+from store.keys import NODES
 from store.watched import WatchedPrefixes
 
 log = logging.getLogger("pycnid.netpol")
@@ -100,6 +107,7 @@ class NetpolSync:
         node_address: str | None = None,
         local_addresses: Callable[[], tuple[str, ...]] = read_local_addresses,
         purge: bool = False,
+        kube: KubeSource | None = None,
     ) -> None:
         self.purge = purge
         self.node, self.store, self.resync_interval = node, store, resync_interval
@@ -108,8 +116,13 @@ class NetpolSync:
         self.records = Records()
         self.lock = threading.Lock()
         self.wake = threading.Event()
+        self.kube = PolicyObjects(kube, self.wake.set) if kube is not None else None
         self.watched = WatchedPrefixes(
-            store, PREFIXES, self.records, self.lock, lambda _changed: self.wake.set()
+            store,
+            (NODES,) if kube is not None else PREFIXES,  # the rest from the API server
+            self.records,
+            self.lock,
+            lambda _changed: self.wake.set(),
         )
         self.nft: Nft | None = None
         self.objects: frozenset[Object] | None = None  # None: to be listed from the kernel
@@ -170,6 +183,8 @@ class NetpolSync:
     def _step(self) -> float:
         self.wake.clear()
         self.watched.ensure()
+        if self.kube is not None and not self.kube.synced():
+            return POLL  # nothing programmed before the three kinds were listed whole
         now = time.monotonic()
         if now >= self.full_due:
             self.rendered = None  # a resync: applied again even if unchanged
@@ -186,6 +201,8 @@ class NetpolSync:
         addresses = self.calc_node_addresses()
         with self.lock:
             inputs = self.records.inputs()
+        if self.kube is not None:
+            inputs = self.kube.inputs(inputs.node_ips)
         layout = calc_layout(inputs, self.node, addresses)
         stale = self.known_objects() - layout.objects
         plain = render_full(layout)

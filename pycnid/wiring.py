@@ -18,7 +18,9 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
 6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true; with a
    ``kubernetes`` section it follows Services and EndpointSlices on the API server.
 7. NetworkPolicy enforcement (``netpol/setup.py``), when ``networkPolicy.enforce`` is true;
-   pycni-svc's ADD waits for it to program the new Pod (``HandlerDeps.netpol``).
+   pycni-svc's ADD waits for it to program the new Pod (``HandlerDeps.netpol``);
+8. with a ``kubernetes`` section, the one ``KubeSource`` both follow their kinds through
+   (``kube/source.py``), started once they asked for them.
 
 Every section comes typed in ``DaemonConfig`` (parsed once at load, ``pycnid/config.py``).
 
@@ -43,6 +45,8 @@ from ipam.outage.files import OutageFiles
 from ipam.outage.guard import OutageGuard
 from ipam.outage.store import TrackedStore
 from kernel.nft import Nft
+from kube.api import open_api
+from kube.source import KubeSource
 from masq.table import MasqTable
 from netpol.setup import start_netpol
 from nodes.context import NodeContext, reaper_metrics
@@ -124,7 +128,8 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         life.on_shutdown,
         masq,
     )
-    start_proxy(config.proxy, life.node_name, store, life.metrics, life.on_shutdown, config.kube)
+    source = open_source(config, life.metrics)
+    start_proxy(config.proxy, life.node_name, store, life.metrics, life.on_shutdown, source)
     netpol = start_netpol(
         config.netpol,
         life.node_name,
@@ -132,7 +137,12 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         life.metrics,
         life.on_shutdown,
         config.node.address,
+        source,
     )
+    if source is not None and source.reflectors:
+        source.start()
+        life.on_shutdown.append(source.stop)
+        log.info("Kubernetes source: %s from %s", ", ".join(source.status()), source.api.host)
     deps = HandlerDeps(
         life.node_name,
         Faults(config.fault_injection),
@@ -145,6 +155,15 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         netpol=netpol,
     )
     return WiredNode(deps, ipam_metrics, housekeeping, watch)
+
+
+def open_source(config: DaemonConfig, registry: Registry) -> KubeSource | None:
+    """The API server as the source of the proxy's and NetworkPolicy's kinds (one client, one
+    reflector per kind, shared), when the config has a ``kubernetes`` section and a consumer.
+    Started after both consumers asked for their kinds."""
+    if config.kube is None or (config.proxy is None and config.netpol is None):
+        return None
+    return KubeSource(open_api(config.kube), config.kube, registry)
 
 
 def build_plugins(deps: HandlerDeps, life: Lifecycle) -> dict[str, Plugin]:

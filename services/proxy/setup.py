@@ -11,8 +11,6 @@ import logging
 from collections.abc import Callable
 
 from common.metrics import Registry
-from kube.api import open_api
-from kube.config import KubeConfig
 from kube.source import KubeSource
 from services.proxy.config import ProxyConfig
 from services.proxy.sync import ProxySync
@@ -27,18 +25,16 @@ def start_proxy(
     store: Store,
     registry: Registry,
     on_shutdown: list[Callable[[], None]],
-    kube: KubeConfig | None = None,
+    source: KubeSource | None = None,
 ) -> ProxySync | None:
     """The proxy of this node, started; None when the config does not turn it on. With
-    ``kube``, Services and EndpointSlices come from the API server (``kube/source.py``)."""
+    ``source``, Services and EndpointSlices come from the API server (``kube/source.py``;
+    pycnid starts the source once every consumer asked for its kinds)."""
     if config is None:
         return None
-    source = KubeSource(open_api(kube), kube, registry) if kube is not None else None
     sync = ProxySync(node, store, registry, config.resync_interval, config, source).start()
     on_shutdown.append(sync.stop)
     if source is not None:
-        source.start()
-        on_shutdown.append(source.stop)
         log.info("Service proxy: Services and EndpointSlices from %s", source.api.host)
     log.info("Service proxy on (full render every %.0fs)", config.resync_interval)
     return sync

@@ -25,7 +25,14 @@ import pytest
 from tests.fixtures.cluster import Cluster
 from tests.fixtures.echo import WHOAMI_SERVER
 from tests.fixtures.etcd import require_etcd
-from tests.fixtures.kubeapi import FakeKubeAPI, endpoint_slice, service
+from tests.fixtures.kubeapi import (
+    FakeKubeAPI,
+    endpoint_slice,
+    namespace,
+    network_policy,
+    pod,
+    service,
+)
 from tests.fixtures.waiting import wait_for
 
 from .conftest import overlay_builder
@@ -61,6 +68,7 @@ def kube(cni_bin, cni_path, tmp_path_factory) -> Iterator[tuple]:
         daemon = {
             "services": {"proxy": True},
             "kubernetes": {"kubeconfig": kubeconfig, "requestTimeout": 2},
+            "networkPolicy": {"enforce": True},
             "metricsAddress": METRICS,
         }
         built = make("vxlan", nodes=2, daemon=daemon)
@@ -207,3 +215,34 @@ def test_pycni_svc_reads_the_api_services_and_refuses_to_edit_them(kube):
         out = svc_cli(cluster, *edit)
         assert out.returncode != 0 and "kubectl" in out.stderr, (edit, out.stderr)
         assert "Traceback" not in out.stderr
+
+
+def test_network_policies_from_the_api_are_enforced_after_service_dnat(kube):
+    """Pods, Namespaces and a NetworkPolicy from the API server: the backend on node2 admits
+    only Pods labelled role=client, judged after the ClusterIP's DNAT (the chosen backend);
+    relabelling the client Pod in the API changes the verdict; removing the policy lifts it."""
+    cluster, api, backends, client = kube
+    target = backends[1]  # on node2: its ingress is node2's to enforce
+    api.put(namespace("default"))
+    for index, pod_ in enumerate(backends):
+        api.put(pod("default", f"web-{index}", [pod_.ip], pod_.node.name, {"app": "web"}))
+    api.put(pod("default", "client", [client.ip], client.node.name, {"role": "client"}))
+    api.put(
+        network_policy(
+            "default",
+            "web-from-clients",
+            {"matchLabels": {"app": "web"}},
+            ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}],
+        )
+    )
+    wait_answers(client, VIP, 80, {p.ip for p in backends})  # allowed: role=client
+    api.put(pod("default", "client", [client.ip], client.node.name, {"role": "other"}))
+    wait_for(
+        "the relabelled client refused by every backend",
+        lambda: not set(connects(client.ns, VIP, 80, 6)) & {p.ip for p in backends},
+        timeout=15,
+        step=0.2,
+    )
+    assert target.ip not in connects(client.ns, target.ip, 8080, 2)  # direct, too
+    api.delete("NetworkPolicy", "default", "web-from-clients")
+    wait_answers(client, VIP, 80, {p.ip for p in backends})
