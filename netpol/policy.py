@@ -27,6 +27,7 @@ from netpol.selector import (
     invalid,
     parse_selector,
     validate_known,
+    validate_object,
 )
 from services.validate import DNS_LABEL
 
@@ -159,16 +160,7 @@ def parse_policy(manifest: Any, namespace: str = "default") -> NetworkPolicy:
     spec = {} if spec is None else spec  # optional: every field of it has its default
     if not isinstance(spec, dict):
         raise invalid("spec", "not an object")
-    validate_known(
-        spec,
-        "spec",
-        (
-            "podSelector",
-            "policyTypes",
-            "ingress",
-            "egress",
-        ),
-    )
+    validate_known(spec, "spec", ("podSelector", "policyTypes", "ingress", "egress"))
     selector = parse_selector(spec.get("podSelector"), "spec.podSelector")  # absent: {}
     ingress = parse_rules(spec.get("ingress"), "spec.ingress", "from")
     egress = parse_rules(spec.get("egress"), "spec.egress", "to")
@@ -213,14 +205,7 @@ def parse_rule(value: Any, path: str, peers_key: str) -> Rule:
         return Rule()
     if not isinstance(value, dict):
         raise invalid(path, "not an object (ports, from/to)")
-    validate_known(
-        value,
-        path,
-        (
-            "ports",
-            peers_key,
-        ),
-    )
+    validate_known(value, path, ("ports", peers_key))
     peers, ports = optional_list(value, peers_key, path), optional_list(value, "ports", path)
     return Rule(
         tuple(parse_peer(p, f"{path}.{peers_key}[{i}]") for i, p in enumerate(peers)),
@@ -240,17 +225,7 @@ def optional_list(data: dict[str, Any], key: str, path: str) -> list[Any]:
 
 
 def parse_peer(value: Any, path: str) -> Peer:
-    if not isinstance(value, dict):
-        raise invalid(path, "not an object")
-    validate_known(
-        value,
-        path,
-        (
-            "podSelector",
-            "namespaceSelector",
-            "ipBlock",
-        ),
-    )
+    value = validate_object(value, path, ("podSelector", "namespaceSelector", "ipBlock"))
     pods, namespaces, block = (
         value.get("podSelector"),
         value.get("namespaceSelector"),
@@ -263,24 +238,18 @@ def parse_peer(value: Any, path: str) -> Peer:
     if pods is None and namespaces is None:
         raise invalid(path, "must specify a peer (podSelector, namespaceSelector or ipBlock)")
     return Peer(
-        parse_selector(pods, f"{path}.podSelector") if pods is not None else None,
-        parse_selector(namespaces, f"{path}.namespaceSelector")
-        if namespaces is not None
-        else None,
+        optional_selector(pods, f"{path}.podSelector"),
+        optional_selector(namespaces, f"{path}.namespaceSelector"),
     )
+
+
+def optional_selector(value: Any, path: str) -> LabelSelector | None:
+    """None when absent (not the empty selector: absent and {} mean different peers)."""
+    return parse_selector(value, path) if value is not None else None
 
 
 def parse_block(value: Any, path: str) -> IPBlock:
-    if not isinstance(value, dict):
-        raise invalid(path, "not an object (cidr, except)")
-    validate_known(
-        value,
-        path,
-        (
-            "cidr",
-            "except",
-        ),
-    )
+    value = validate_object(value, path, ("cidr", "except"))
     cidr = parse_cidr(value.get("cidr"), f"{path}.cidr")
     excepts = optional_list(value, "except", path)
     found = []
@@ -304,17 +273,7 @@ def parse_cidr(value: Any, path: str) -> Network:
 
 
 def parse_port(value: Any, path: str) -> PolicyPort:
-    if not isinstance(value, dict):
-        raise invalid(path, "not an object (protocol, port, endPort)")
-    validate_known(
-        value,
-        path,
-        (
-            "protocol",
-            "port",
-            "endPort",
-        ),
-    )
+    value = validate_object(value, path, ("protocol", "port", "endPort"))
     protocol = value.get("protocol")
     protocol = "TCP" if protocol is None else protocol  # only an absent one defaults
     if protocol not in PROTOCOLS:

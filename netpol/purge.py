@@ -14,9 +14,9 @@ The ``conntrack`` tool runs in pycnid's netns (the proxy's ``conntrack.py`` does
 from __future__ import annotations
 
 import logging
-import subprocess
 from dataclasses import dataclass
 
+from kernel.conntrack import run_conntrack
 from netpol.evaluate import PolicyInputs, evaluate
 
 log = logging.getLogger("pycnid.netpol")
@@ -101,19 +101,9 @@ def calc_denied(inputs: PolicyInputs, node: str, flows: list[Flow]) -> list[Flow
 
 def purge_denied(inputs: PolicyInputs, node: str) -> int:
     """Delete the denied flows' entries; how many."""
-    denied = calc_denied(inputs, node, parse_flows(_conntrack(["-L"])))
+    denied = calc_denied(inputs, node, parse_flows(run_conntrack(["-L"], "netpol")))
     for flow in denied:
-        _conntrack(flow.delete_args())
+        run_conntrack(flow.delete_args(), "netpol")
     if denied:
         log.info("netpol: purged %d connection(s) the policies now deny", len(denied))
     return len(denied)
-
-
-def _conntrack(args: list[str]) -> str:
-    """The tool's output; an empty string when it finds nothing (it exits 1 then)."""
-    try:
-        done = subprocess.run(["conntrack", *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("netpol: conntrack %s failed: %s", " ".join(args), exc)
-        return ""
-    return done.stdout

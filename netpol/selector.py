@@ -82,19 +82,18 @@ def validate_known(data: dict[str, Any], path: str, known: tuple[str, ...]) -> N
         raise invalid(f"{path}.{unknown[0]}", "unknown field")
 
 
+def validate_object(data: Any, path: str, known: tuple[str, ...]) -> dict[str, Any]:
+    """``data`` as an object of the ``known`` fields only."""
+    if not isinstance(data, dict):
+        raise invalid(path, f"not an object ({', '.join(known)})")
+    validate_known(data, path, known)
+    return data
+
+
 def parse_selector(data: Any, path: str) -> LabelSelector:
     if data is None:
         return EVERYTHING
-    if not isinstance(data, dict):
-        raise invalid(path, "not an object (matchLabels, matchExpressions)")
-    validate_known(
-        data,
-        path,
-        (
-            "matchLabels",
-            "matchExpressions",
-        ),
-    )
+    data = validate_object(data, path, ("matchLabels", "matchExpressions"))
     labels = data.get("matchLabels")
     labels = {} if labels is None else labels
     if not isinstance(labels, dict):
@@ -116,17 +115,7 @@ def parse_selector(data: Any, path: str) -> LabelSelector:
 
 
 def parse_requirement(data: Any, path: str) -> Requirement:
-    if not isinstance(data, dict):
-        raise invalid(path, "not an object (key, operator, values)")
-    validate_known(
-        data,
-        path,
-        (
-            "key",
-            "operator",
-            "values",
-        ),
-    )
+    data = validate_object(data, path, ("key", "operator", "values"))
     key, operator, values = data.get("key"), data.get("operator"), data.get("values")
     validate_key(key, f"{path}.key")
     if operator not in OPERATORS:

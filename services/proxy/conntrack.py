@@ -11,9 +11,9 @@ deleted. TCP is left alone: RST and FIN end it. The ``conntrack`` tool runs in p
 from __future__ import annotations
 
 import logging
-import subprocess
 from collections.abc import Mapping
 
+from kernel.conntrack import run_conntrack
 from services.proxy.model import ProxyModel
 
 log = logging.getLogger("pycnid.proxy")
@@ -105,18 +105,8 @@ def clean_stale(checks: Mapping[Entry, frozenset[str]], family: int) -> int:
     each: 1k UDP Service ports blocked a full render for 12 s), a delete per stale pair."""
     if not checks:
         return 0
-    listing = _conntrack(["-L", "-f", "ipv6" if family == 6 else "ipv4", "-p", "udp"])
+    listing = run_conntrack(["-L", "-f", "ipv6" if family == 6 else "ipv4", "-p", "udp"], "proxy")
     stale = calc_stale(checks, parse_flows(listing))
     for entry, source in stale:
-        _conntrack(["-D", *selector_args(entry, family), "--reply-src", source])
+        run_conntrack(["-D", *selector_args(entry, family), "--reply-src", source], "proxy")
     return len(stale)
-
-
-def _conntrack(args: list[str]) -> str:
-    """The tool's output; an empty string when it finds nothing (it exits 1 then)."""
-    try:
-        done = subprocess.run(["conntrack", *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("proxy: conntrack %s failed: %s", " ".join(args), exc)
-        return ""
-    return done.stdout
