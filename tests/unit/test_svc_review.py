@@ -86,7 +86,7 @@ def udp_model(n: int) -> ProxyModel:
 
 def test_a_full_render_lists_conntrack_once_not_once_per_udp_entry_point(monkeypatch):
     calls = []
-    monkeypatch.setattr(conntrack, "_conntrack", lambda args: calls.append(args) or "")
+    monkeypatch.setattr(conntrack, "run_conntrack", lambda args, _who: calls.append(args) or "")
     serving = conntrack.calc_udp_serving(udp_model(200))
     conntrack.clean_stale(conntrack.calc_checks(serving, serving, True), 4)
     assert len(calls) <= 2
