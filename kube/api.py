@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
-
-import urllib3
-from kubernetes import client as kclient
-from kubernetes import config as kconfig
-from kubernetes.config.config_exception import ConfigException
+from typing import TYPE_CHECKING, Any
 
 from cni.spec.errors import InvalidConfig
 from kube.config import KubeConfig
+
+if TYPE_CHECKING:
+    import urllib3
+    from kubernetes import client as kclient
 
 GONE, FORBIDDEN = 410, 403
 
@@ -39,7 +38,12 @@ class Unreachable(Exception):
 
 def open_api(config: KubeConfig) -> Api:
     """The client for ``config`` (its kubeconfig, or in-cluster); a config that cannot be
-    loaded is code 7 naming it."""
+    loaded is code 7 naming it. The library is imported here, not with this module: it
+    costs ~0.4 s and ~30 MiB, which a pycnid without the ``kubernetes`` section never pays."""
+    from kubernetes import client as kclient
+    from kubernetes import config as kconfig
+    from kubernetes.config.config_exception import ConfigException
+
     configuration = kclient.Configuration()
     try:
         if config.kubeconfig is None:
@@ -57,7 +61,12 @@ def open_api(config: KubeConfig) -> Api:
 
 class Api:
     def __init__(self, api_client: kclient.ApiClient, timeout: float) -> None:
+        import urllib3
+        from kubernetes.client import ApiException
+
         self.api_client, self.timeout = api_client, timeout
+        self.errors: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+        self.api_exception = ApiException
 
     @property
     def host(self) -> str:
@@ -68,7 +77,7 @@ class Api:
         response = self._send(path, params, (self.timeout, self.timeout))
         try:
             data = response.data
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except self.errors as exc:
             raise Unreachable(f"reading {path}: {exc}") from None
         finally:
             response.release_conn()
@@ -82,7 +91,7 @@ class Api:
 
     def stream(self, path: str, params: Mapping[str, str], read_timeout: float) -> Stream:
         """A watch: its lines, one event each, until the server ends it or ``close()``."""
-        return Stream(self._send(path, params, (self.timeout, read_timeout)), path)
+        return Stream(self._send(path, params, (self.timeout, read_timeout)), path, self.errors)
 
     def _send(
         self, path: str, params: Mapping[str, str], timeout: tuple[float, float]
@@ -96,15 +105,15 @@ class Api:
         )
         try:
             response = self.api_client.call_api(method, url, headers, _request_timeout=timeout)
-        except kclient.ApiException as exc:  # TLS failures come as status 0
+        except self.api_exception as exc:  # TLS failures come as status 0
             raise Unreachable(f"{path}: {exc.reason}") from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except self.errors as exc:
             raise Unreachable(f"{path}: {exc}") from None
         raw: urllib3.HTTPResponse = response.response
         if not 200 <= raw.status < 300:
             try:
                 body = raw.data
-            except (urllib3.exceptions.HTTPError, OSError):
+            except self.errors:
                 body = b""
             finally:
                 raw.release_conn()
@@ -116,8 +125,14 @@ class Stream:
     """One watch response, read line by line; ``close()`` from another thread ends a read
     that is waiting (the socket is shut down)."""
 
-    def __init__(self, response: urllib3.HTTPResponse, path: str) -> None:
-        self.response, self.path = response, path
+    def __init__(
+        self,
+        response: urllib3.HTTPResponse,
+        path: str,
+        errors: tuple[type[BaseException], ...] = (OSError,),
+    ) -> None:
+        self.response, self.path, self.errors = response, path, errors
+        self.read_errors: tuple[type[BaseException], ...] = (*errors, ValueError)
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Each event as a dict ({"type": ..., "object": {...}}); the stream's end returns."""
@@ -129,7 +144,7 @@ class Stream:
                 for line in lines:
                     if line.strip():
                         yield decode_event(line, self.path)
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+        except self.read_errors as exc:
             raise Unreachable(f"watch {self.path}: {exc}") from None
         if pending.strip():
             yield decode_event(pending, self.path)
@@ -141,7 +156,7 @@ class Stream:
             pass
         try:
             self.response.release_conn()
-        except (OSError, urllib3.exceptions.HTTPError):
+        except self.errors:
             pass
 
 

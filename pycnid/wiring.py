@@ -35,6 +35,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from common.metrics import Registry
 from ipam.leases.housekeeping import Housekeeping
@@ -45,17 +46,16 @@ from ipam.outage.files import OutageFiles
 from ipam.outage.guard import OutageGuard
 from ipam.outage.store import TrackedStore
 from kernel.nft import Nft
-from kube.api import open_api
 from kube.source import KubeSource
 from masq.table import MasqTable
-from netpol.setup import start_netpol
+from netpol.config import NetpolConfig
 from nodes.context import NodeContext, reaper_metrics
 from nodes.liveness import Liveness, supports_leases
 from nodes.options import calc_node_address
 from nodes.reaper import ReaperLoop
 from nodes.record import NodeRecord
 from overlay.setup import start_overlay
-from plugins.base import Faults, HandlerDeps, Plugin
+from plugins.base import Faults, HandlerDeps, Plugin, PodIsolation
 from plugins.bridge import plugin as bridge
 from plugins.ipam import plugin as ipam
 from plugins.svc import plugin as svc
@@ -130,7 +130,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     )
     source = open_source(config, life.metrics)
     start_proxy(config.proxy, life.node_name, store, life.metrics, life.on_shutdown, source)
-    netpol = start_netpol(
+    netpol = setup_netpol(
         config.netpol,
         life.node_name,
         store,
@@ -157,12 +157,24 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     return WiredNode(deps, ipam_metrics, housekeeping, watch)
 
 
+def setup_netpol(config: NetpolConfig | None, *args: Any) -> PodIsolation | None:
+    """NetworkPolicy enforcement when the section turns it on (its modules are loaded then:
+    a pycnid without it does not pay their import)."""
+    if config is None:
+        return None
+    from netpol.setup import start_netpol
+
+    return start_netpol(config, *args)
+
+
 def open_source(config: DaemonConfig, registry: Registry) -> KubeSource | None:
     """The API server as the source of the proxy's and NetworkPolicy's kinds (one client, one
     reflector per kind, shared), when the config has a ``kubernetes`` section and a consumer.
     Started after both consumers asked for their kinds."""
     if config.kube is None or (config.proxy is None and config.netpol is None):
         return None
+    from kube.api import open_api
+
     return KubeSource(open_api(config.kube), config.kube, registry)
 
 
