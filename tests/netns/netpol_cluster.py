@@ -30,7 +30,7 @@ from store.codec import encode
 from store.keys import NETPOLS, namespace_key, netpol_key
 from store.sqlite import SqliteStore
 from tests.fixtures.bridge import bridge_conf, ip_of, new_cid
-from tests.fixtures.daemon import Pycnid, daemon_config
+from tests.fixtures.daemon import SCRAPE, Pycnid, daemon_config, parse_samples
 from tests.fixtures.netns import Netns, new_netns
 from tests.fixtures.plugins import run_plugin
 from tests.fixtures.waiting import wait_for
@@ -307,17 +307,7 @@ def add_pod(node: NetpolNode, namespace: str, name: str) -> Pod:
 
 
 def scrape(node: Netns) -> dict[str, float]:
-    script = (
-        "import urllib.request,sys;sys.stdout.write(urllib.request.urlopen("
-        f"'http://{METRICS}/metrics',timeout=5).read().decode())"
-    )
-    out = node.run([sys.executable, "-c", script])
-    samples = {}
-    for line in out.stdout.splitlines():
-        name, _, value = line.rpartition(" ")
-        if name and not line.startswith("#"):
-            samples[name] = float(value)
-    return samples
+    return parse_samples(node.run([sys.executable, "-c", SCRAPE % METRICS]).stdout)
 
 
 def policy(namespace: str, name: str, **spec: Any) -> dict[str, Any]:

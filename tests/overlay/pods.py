@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from tests.cluster.load import REPO, pycni_ipam_cli
 from tests.fixtures.bridge import BridgeNode, ip_of
 from tests.fixtures.cluster import Cluster, ClusterNode, Host
+from tests.fixtures.daemon import SCRAPE, parse_samples
 from tests.fixtures.netns import Netns, new_netns
 from tests.fixtures.waiting import wait_for
 
@@ -195,10 +196,6 @@ def running(nodes: list[ClusterNode]) -> list[ClusterNode]:
 
 
 METRICS = "127.0.0.1:9464"  # metricsAddress in each node's own namespace
-SCRAPE = (
-    "import urllib.request,sys;sys.stdout.write(urllib.request.urlopen("
-    "'http://%s/metrics',timeout=5).read().decode())"
-)
 
 
 def scrape(node: ClusterNode, address: str = METRICS) -> dict[str, float]:
@@ -207,12 +204,7 @@ def scrape(node: ClusterNode, address: str = METRICS) -> dict[str, float]:
         python_in(node.host.ns, SCRAPE % address), capture_output=True, text=True, timeout=10
     )
     assert out.returncode == 0, out.stderr
-    samples = {}
-    for line in out.stdout.splitlines():
-        name, _, value = line.rpartition(" ")
-        if name and not line.startswith("#"):
-            samples[name] = float(value)
-    return samples
+    return parse_samples(out.stdout)
 
 
 def wait_synced(node: ClusterNode, passes: int = 1, timeout: float = 10.0) -> None:
