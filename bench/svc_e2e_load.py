@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Callable
 
 from services.record import EndpointRecord, ServicePort, ServiceRecord, service_ip_key
+from tests.fixtures.daemon import parse_samples
 from tests.fixtures.etcd import run_in_netns
 
 METRICS = "127.0.0.1:9464"  # metricsAddress of each node's pycnid
@@ -94,16 +95,6 @@ def scrape(ns: str) -> dict[str, float]:
             return response.read().decode()
 
     return parse_samples(run_in_netns(ns, fetch))
-
-
-def parse_samples(text: str) -> dict[str, float]:
-    """Prometheus text as {'name{labels}': value}; comments and blank lines left out."""
-    samples = {}
-    for line in text.splitlines():
-        name, _, value = line.rpartition(" ")
-        if name and not line.startswith("#"):
-            samples[name] = float(value)
-    return samples
 
 
 def wait_metric(
