@@ -142,31 +142,8 @@ def evaluate(inputs: PolicyInputs, src: str, dst: str, protocol: str, port: int)
     """``protocol``: TCP, UDP or SCTP; ``port``: the destination port (after DNAT)."""
     src_ip, dst_ip = _ip(src), _ip(dst)
     source, target = inputs.pod_at(src_ip), inputs.pod_at(dst_ip)
-    itself = source is not None and source is target
-    to_node = source is not None and source.node and inputs.node_of(dst_ip) == source.node
-    egress = decide(
-        inputs,
-        "Egress",
-        source,
-        target,
-        dst_ip,
-        protocol,
-        port,
-        itself,
-        "to its own node" if to_node else "",
-    )
-    from_node = target is not None and target.node and inputs.node_of(src_ip) == target.node
-    ingress = decide(
-        inputs,
-        "Ingress",
-        target,
-        source,
-        src_ip,
-        protocol,
-        port,
-        itself,
-        "from its own node" if from_node else "",
-    )
+    egress = decide(inputs, "Egress", source, target, dst_ip, protocol, port)
+    ingress = decide(inputs, "Ingress", target, source, src_ip, protocol, port)
     return Verdict(egress, ingress)
 
 
@@ -178,15 +155,12 @@ def decide(
     peer_ip: IPAddress,
     protocol: str,
     port: int,
-    itself: bool,
-    exempt: str = "",
 ) -> Decision:
     if pod is None:
         return Decision(direction, None)
     isolating = policies_of(inputs, pod, direction)
     refs = tuple(p.ref for p in isolating)
-    if itself:
-        return Decision(direction, pod.ref, refs, exempt="a Pod to itself")
+    exempt = calc_exempt(inputs, direction, pod, peer, peer_ip)
     if exempt:
         return Decision(direction, pod.ref, refs, exempt=exempt)
     destination = pod if direction == "Ingress" else peer
@@ -197,6 +171,21 @@ def decide(
         if rule_matches(inputs, policy, rule, peer, peer_ip, destination, protocol, port)
     )
     return Decision(direction, pod.ref, refs, allowed)
+
+
+def calc_exempt(
+    inputs: PolicyInputs,
+    direction: str,
+    pod: PodInfo,
+    peer: PodInfo | None,
+    peer_ip: IPAddress,
+) -> str:
+    """Why the connection is allowed at ``pod`` whatever its policies say ("": it is not)."""
+    if peer is pod:
+        return "a Pod to itself"
+    if pod.node and inputs.node_of(peer_ip) == pod.node:
+        return "to its own node" if direction == "Egress" else "from its own node"
+    return ""
 
 
 def rule_matches(
