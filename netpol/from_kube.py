@@ -21,7 +21,7 @@ from cni.spec.errors import InvalidConfig
 from kube.fields import section
 from kube.kinds import NAMESPACE, NETWORK_POLICY, POD, Kind
 from kube.source import KubeSource
-from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
+from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, pod_infos
 from netpol.policy import API_VERSION, KIND, NetworkPolicy, parse_policy
 
 ENDED = ("Succeeded", "Failed")
@@ -125,7 +125,7 @@ class PolicyObjects:
 
     def inputs(self, node_ips: Mapping[str, tuple[str, ...]]) -> PolicyInputs:
         with self.lock:
-            pods = tuple(sorted((p for p in self.pods.items.values() if p), key=lambda p: p.ref))
+            pods = pod_infos(p for p in self.pods.items.values() if p)
             namespaces = dict(self.namespaces.items)
             policies = tuple(sorted(self.policies.items.values(), key=lambda p: p.ref))
         return PolicyInputs(pods, namespaces, policies, dict(node_ips))
