@@ -126,7 +126,6 @@ class Reflector(Generic[T]):
         sink: Sink[T],
         config: KubeConfig,
         metrics: KubeMetrics,
-        on_synced: threading.Event | None = None,
     ) -> None:
         self.api, self.kind, self.sink, self.config, self.metrics = (
             api,
@@ -139,7 +138,6 @@ class Reflector(Generic[T]):
         self.relist_due = 0.0
         self.synced = False
         self.up = False
-        self.on_synced = on_synced
         self.failure = Failure(Backoff(FIRST_PAUSE, MAX_PAUSE))
         self.forbidden: set[str] = set()  # verbs refused, logged once each
         self.bad: set[str] = set()  # keys of objects that could not be read
@@ -208,8 +206,6 @@ class Reflector(Generic[T]):
             self.synced = True
             self.metrics.synced.set(1, kind=self.kind.kind)
             log.info("kube: %s listed whole (%d)", self.kind.resource, len(items))
-            if self.on_synced is not None:
-                self.on_synced.set()
 
     def convert_into(self, items: dict[str, T], obj: Any) -> None:
         try:

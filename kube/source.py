@@ -1,16 +1,15 @@
 """The API server as pycnid's source: one ``Reflector`` per kind a consumer asked for.
 
-``KubeSource(api, config, registry)`` is made once at start; ``follow(kind, sink)`` adds a kind
-(the Service proxy asks for Services and EndpointSlices); ``start()`` starts every reflector,
-``stop()`` stops them. ``synced(kinds)`` is True once each was listed whole: a consumer programs
-nothing before (an empty first view would remove what the kernel holds). ``status()`` is what
-`pycni` and the logs show: per kind, listed whole or not, answered or not, the last
-resourceVersion.
+``KubeSource(api, config, registry)`` is made once at start (pycnid/wiring.py); ``follow(kind,
+sink)`` adds a kind (the Service proxy asks for Services and EndpointSlices, NetworkPolicy for
+Pods, Namespaces and NetworkPolicies); ``start()`` starts every reflector, ``stop()`` stops
+them. ``synced(kinds)`` is True once each was listed whole: a consumer programs nothing before
+(an empty first view would remove what the kernel holds). ``status()``: per kind, listed whole
+or not, answered or not, the last resourceVersion.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,13 +25,12 @@ class KubeSource:
         self.api, self.config = api, config
         self.metrics = KubeMetrics(registry)
         self.reflectors: dict[Kind, Reflector[Any]] = {}
-        self.changed = threading.Event()  # set whenever a kind is listed whole
         self.started = False
 
     def follow(self, kind: Kind, sink: Sink[Any]) -> None:
         if kind in self.reflectors:
             raise ValueError(f"{kind.resource} is followed already")
-        reflector = Reflector(self.api, kind, sink, self.config, self.metrics, self.changed)
+        reflector = Reflector(self.api, kind, sink, self.config, self.metrics)
         self.reflectors[kind] = reflector
         if self.started:
             reflector.start()
@@ -49,9 +47,6 @@ class KubeSource:
 
     def synced(self, kinds: Iterable[Kind]) -> bool:
         return all(k in self.reflectors and self.reflectors[k].synced for k in kinds)
-
-    def up(self) -> bool:
-        return all(r.up for r in self.reflectors.values())
 
     def status(self) -> dict[str, dict[str, Any]]:
         return {
