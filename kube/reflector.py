@@ -44,6 +44,9 @@ from kube.kinds import Kind
 log = logging.getLogger("pycnid.kube")
 T = TypeVar("T")
 FIRST_PAUSE, MAX_PAUSE = 0.5, 30.0
+#: What a sink's ``convert`` raises for an object it cannot read (a field of another type or
+#: missing): the object is left out, never the whole kind.
+UNREADABLE: tuple[type[Exception], ...] = (ValueError, TypeError, KeyError, AttributeError)
 
 
 class Sink(Protocol[T]):
@@ -216,7 +219,7 @@ class Reflector(Generic[T]):
         try:
             items[key] = self.sink.convert(obj)
             self.bad.discard(key)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        except UNREADABLE as exc:
             self.skip(key, exc)
 
     def skip(self, key: str, exc: Exception) -> None:
@@ -273,7 +276,7 @@ class Reflector(Generic[T]):
         elif kind in ("ADDED", "MODIFIED"):
             try:
                 item = self.sink.convert(obj)
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            except UNREADABLE as exc:
                 self.skip(key, exc)
                 self.sink.apply(key, None)  # what it was is no longer what the API holds
             else:

@@ -15,7 +15,7 @@ from cni.spec.errors import InvalidConfig
 from kube.api import ApiStatus, Unreachable, open_api
 from kube.config import KubeConfig
 from kube.kinds import ENDPOINT_SLICE, SERVICE
-from kube.reflector import list_whole, object_key
+from kube.reflector import UNREADABLE, list_whole, object_key
 from services.ops.edit import render_endpoints_doc
 from services.proxy.kube_source import KUBE_SERVICES, ServiceSink, SliceSink
 from services.proxy.view import PREFIXES, Records
@@ -52,7 +52,7 @@ def read_kube_records(config: KubeConfig, store: Store) -> Records:
             for obj in page:
                 try:
                     items[object_key(obj)] = sink.convert(obj)
-                except (ValueError, TypeError, KeyError, AttributeError):
+                except UNREADABLE:
                     continue  # as the proxy does: an unreadable object is left out
 
         try:
