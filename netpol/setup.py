@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from common.metrics import Registry
 from kube.source import KubeSource
 from netpol.config import NetpolConfig
-from netpol.sync import NetpolSync
 from store.base import Store
+
+if TYPE_CHECKING:
+    from netpol.sync import NetpolSync
 
 log = logging.getLogger("pycnid.netpol")
 
@@ -32,6 +35,8 @@ def start_netpol(
     ``source``, Pods, Namespaces and NetworkPolicies come from the API server."""
     if config is None:
         return None
+    from netpol.sync import NetpolSync  # loaded here: a pycnid without the section never pays it
+
     sync = NetpolSync(
         node,
         store,

@@ -35,7 +35,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from common.metrics import Registry
 from ipam.leases.housekeeping import Housekeeping
@@ -48,14 +47,14 @@ from ipam.outage.store import TrackedStore
 from kernel.nft import Nft
 from kube.source import KubeSource
 from masq.table import MasqTable
-from netpol.config import NetpolConfig
+from netpol.setup import start_netpol
 from nodes.context import NodeContext, reaper_metrics
 from nodes.liveness import Liveness, supports_leases
 from nodes.options import calc_node_address
 from nodes.reaper import ReaperLoop
 from nodes.record import NodeRecord
 from overlay.setup import start_overlay
-from plugins.base import Faults, HandlerDeps, Plugin, PodIsolation
+from plugins.base import Faults, HandlerDeps, Plugin
 from plugins.bridge import plugin as bridge
 from plugins.ipam import plugin as ipam
 from plugins.svc import plugin as svc
@@ -130,7 +129,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     )
     source = open_source(config, life.metrics)
     start_proxy(config.proxy, life.node_name, store, life.metrics, life.on_shutdown, source)
-    netpol = setup_netpol(
+    netpol = start_netpol(
         config.netpol,
         life.node_name,
         store,
@@ -155,16 +154,6 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         netpol=netpol,
     )
     return WiredNode(deps, ipam_metrics, housekeeping, watch)
-
-
-def setup_netpol(config: NetpolConfig | None, *args: Any) -> PodIsolation | None:
-    """NetworkPolicy enforcement when the section turns it on (its modules are loaded then:
-    a pycnid without it does not pay their import)."""
-    if config is None:
-        return None
-    from netpol.setup import start_netpol
-
-    return start_netpol(config, *args)
 
 
 def open_source(config: DaemonConfig, registry: Registry) -> KubeSource | None:
