@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cni.spec.errors import InvalidConfig
+from kube.config import KEYS as KUBE_KEYS
 from pycnid.config import SectionInvalid, parse_daemon_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,16 @@ STORE = st.fixed_dictionaries(
         "requestTimeout": VALUES,
     },
 )
+# The kubernetes and networkPolicy sections: their own keys with any value, or anything.
+KUBERNETES = st.dictionaries(st.sampled_from([*KUBE_KEYS, "x"]), VALUES, max_size=4) | VALUES
+NETWORK_POLICY = (
+    st.dictionaries(
+        st.sampled_from(["enforce", "resyncInterval", "existingConnections", "x"]),
+        st.sampled_from(["keep", "purge"]) | VALUES,
+        max_size=3,
+    )
+    | VALUES
+)
 CONFIG = st.fixed_dictionaries(
     {},
     optional={
@@ -49,6 +60,8 @@ CONFIG = st.fixed_dictionaries(
         "faultInjection": VALUES,
         "workers": VALUES,
         "receiveTimeout": VALUES,
+        "kubernetes": KUBERNETES,
+        "networkPolicy": NETWORK_POLICY,
     },
 )
 
@@ -58,11 +71,17 @@ CONFIG = st.fixed_dictionaries(
 def test_any_config_parses_or_is_code_7(data):
     try:
         config = parse_daemon_config(data)
+    except SectionInvalid as err:  # a section's parser names the key in its own words
+        assert err.code == 7 and ("'kubernetes" in err.msg or "'networkPolicy" in err.msg)
     except InvalidConfig as err:
         assert err.code == 7 and "daemon config" in err.msg
     else:
         assert all(isinstance(e, str) for e in config.store.endpoints)
         assert config.workers >= 1 and config.receive_timeout > 0
+        if config.kube is not None:
+            assert config.kube.page_size >= 1 and config.kube.watch_timeout >= 1
+            assert config.kube.resync_interval > 0 and config.kube.request_timeout > 0
+            assert config.kube.kubeconfig is None or isinstance(config.kube.kubeconfig, str)
 
 
 @pytest.mark.parametrize(
