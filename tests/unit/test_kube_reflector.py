@@ -16,6 +16,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from common.metrics import Registry
 from kube.api import open_api
@@ -266,3 +268,58 @@ def test_the_source_is_synced_once_every_kind_is_listed_whole(kube_api, kubeconf
         assert set(source.status()) == {"services", "endpointslices"}
     finally:
         source.stop()
+
+
+NAMES = st.sampled_from(["a", "b", "c", "bad-d"])
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), NAMES, st.integers(1, 65535)),
+        st.tuples(st.just("delete"), NAMES),
+        st.tuples(st.sampled_from(["compact", "close", "restart"])),
+    ),
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(ops=OPS)
+def test_any_sequence_of_changes_and_faults_ends_with_the_servers_collection(
+    kube_api, kubeconfig, follow, ops
+) -> None:
+    """The reflector's invariant under generated histories (puts, deletes, compactions,
+    closed streams, a server restart, unreadable objects): once the server is quiet the sink
+    holds exactly the server's readable objects, and no unreadable one was ever handed over."""
+    if not hasattr(kube_api, "followed"):
+        kube_api.followed = follow()  # one reflector follows every example's history
+    reflector, sink, _ = kube_api.followed
+    for op in ops:
+        if op[0] == "put":
+            kube_api.put(svc(op[1], op[2]))
+        elif op[0] == "delete":
+            present = f"default/{op[1]}" in names_on(kube_api, kubeconfig)
+            if present:
+                kube_api.delete("Service", "default", op[1])
+        elif op[0] == "compact":
+            kube_api.compact()
+        elif op[0] == "close":
+            kube_api.close_watches()
+        else:
+            kube_api.stop()
+            kube_api.start()
+    doc = open_api(kubeconfig).get("/api/v1/services", {})
+    want = {
+        f"default/{i['metadata']['name']}": str(i["spec"]["ports"][0]["port"])
+        for i in doc["items"]
+        if not i["metadata"]["name"].startswith("bad")
+    }
+    wait_until(lambda: sink.snapshot() == want, timeout=15, what=f"sink == {want}")
+    assert all(not any(k.startswith("default/bad") for k in found) for found in sink.lists)
+
+
+def names_on(api: FakeKubeAPI, config: KubeConfig) -> set[str]:
+    doc = open_api(config).get("/api/v1/services", {})
+    return {f"default/{i['metadata']['name']}" for i in doc["items"]}
