@@ -158,7 +158,10 @@ class NetpolSync:
         containers start): the record goes into the view at once (an etcd watch may bring
         it later), then a pass that began after this call must end well.
         TryAgainLater when it does not within ``timeout`` (the kernel refused, or pycnid is
-        overloaded): the ADD fails and the runtime tries again."""
+        overloaded): the ADD fails and the runtime tries again. With the Kubernetes source the
+        endpoint record is not an input (the Pod object is), so there is nothing to wait for."""
+        if self.kube is not None:
+            return
         with self.lock:
             self.records.apply(KV(key, value, 0))
         with self.passes:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from cni.spec.errors import InvalidConfig, TryAgainLater
 from common.metrics import Registry
+from kube.api import Api
+from kube.config import KubeConfig
+from kube.source import KubeSource
 from netpol.config import NetpolConfig, parse_netpol_config
 from netpol.evaluate import PodInfo, PolicyInputs
 from netpol.policy import parse_policy
@@ -101,6 +105,18 @@ def test_settle_waits_for_a_pass_that_began_after_it(tmp_path: Path) -> None:
     sync.settle(endpoint.key, endpoint.to_bytes(), timeout=5)
     timer.join()
     assert sync.ok_through == 1
+    store.close()
+
+
+def test_settle_under_the_kubernetes_source_waits_for_nothing(tmp_path: Path) -> None:
+    """The Pod object, not pycni-svc's record, is the input then: an ADD is not held up (and
+    not told to try again) for a pass that could not program it."""
+    store = SqliteStore(str(tmp_path / "store.db"))
+    source = KubeSource(cast(Api, None), KubeConfig(), Registry())  # never started: no I/O
+    sync = NetpolSync("n1", store, Registry(), local_addresses=lambda: (), kube=source)
+    endpoint = EndpointRecord("x", "a", "eth0", ("10.0.0.2",), {}, "n1")
+    sync.settle(endpoint.key, endpoint.to_bytes(), timeout=0.05)  # no pass ran: no error
+    assert sync.started == 0 and set(source.status()) == {"pods", "namespaces", "networkpolicies"}
     store.close()
 
 
