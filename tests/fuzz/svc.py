@@ -204,9 +204,18 @@ def expected_labels(config: dict, args: dict[str, str]) -> dict[str, str]:
     return dict(labels)
 
 
+def expected_port_items(config: dict) -> list[dict]:
+    return ((config.get("args") or {}).get("cni") or {}).get("ports") or []
+
+
 def expected_ports(config: dict) -> dict[str, int]:
-    ports = ((config.get("args") or {}).get("cni") or {}).get("ports") or []
-    return {item["name"]: item["containerPort"] for item in ports}
+    return {item["name"]: item["containerPort"] for item in expected_port_items(config)}
+
+
+def expected_port_protocols(config: dict) -> dict[str, str]:
+    """The ports whose protocol is not TCP (TCP is what a port without one means)."""
+    items = expected_port_items(config)
+    return {i["name"]: i["protocol"] for i in items if i.get("protocol", "TCP") != "TCP"}
 
 
 def expected_record(config: dict, args_text: str, cid: str, ifname: str) -> EndpointRecord:
@@ -221,6 +230,7 @@ def expected_record(config: dict, args_text: str, cid: str, ifname: str) -> Endp
         expected_ports(config),
         cid,
         str(config["name"]),
+        port_protocols=expected_port_protocols(config),
     )
 
 
