@@ -53,6 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "long: has a long version, sized by tests/fixtures/scale.py (`make long` runs it)",
     )
+    config.addinivalue_line(
+        "markers",
+        "drill: a fault drill that prints 'N tried, N survived, 0 lost' (`make drills`: long)",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
