@@ -114,6 +114,7 @@ class NetpolSync:
         self.node_address = node_address
         self.local_addresses = local_addresses
         self.records = Records()
+        self.records.bad.attach(registry)
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.kube = PolicyObjects(kube, self.wake.set) if kube is not None else None
