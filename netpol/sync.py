@@ -48,6 +48,7 @@ from common.metrics import Registry
 from kernel.nft import Nft, NftError, table_exists
 from kernel.sysctl import read_sysctl
 from kube.source import KubeSource
+from netpol.attached import AttachedPod
 from netpol.config import DEFAULT_NETPOL_RESYNC
 from netpol.from_kube import PolicyObjects
 from netpol.purge import purge_denied
@@ -159,17 +160,52 @@ class NetpolSync:
         it later), then a pass that began after this call must end well.
         TryAgainLater when it does not within ``timeout`` (the kernel refused, or pycnid is
         overloaded): the ADD fails and the runtime tries again. With the Kubernetes source the
-        endpoint record is not an input (the Pod object is), so there is nothing to wait for."""
+        endpoint record is not an input (the Pod object is): ``settle_attached`` is the wait."""
         if self.kube is not None:
             return
         with self.lock:
             self.records.apply(KV(key, value, 0))
+        self.wait_pass(timeout, f"the Pod of {key}")
+
+    def settle_attached(self, key: str, pod: AttachedPod, timeout: float = SETTLE) -> None:
+        """With the Kubernetes source: return once the kernel holds a render that knows the
+        attachment ``key`` of ``pod`` with the addresses its ADD assigned (pycni-bridge's
+        ADD calls this, before kubelet writes them into the Pod's status). It waits for the
+        Pod object first (labels, node and ports are the API's), then for a pass that began
+        after the attachment was laid over it (``netpol/attached.py``). TryAgainLater naming
+        the Pod when either does not come within ``timeout``; the attachment is then
+        forgotten. Without the Kubernetes source the endpoint record is the input: nothing."""
+        if self.kube is None:
+            return
+        deadline = time.monotonic() + timeout
+        if not self.kube.wait_pod(pod, timeout):
+            raise TryAgainLater(
+                f"NetworkPolicy: Pod {pod.ref} is not known to the API server yet",
+                f"no Pod object {pod.ref}{f' (uid {pod.uid})' if pod.uid else ''} "
+                f"read from the API server within {timeout:g}s",
+            )
+        self.kube.attach(key, pod)
+        try:
+            self.wait_pass(deadline - time.monotonic(), f"Pod {pod.ref}")
+        except TryAgainLater:
+            self.detach(key)
+            raise
+
+    def detach(self, key: str) -> None:
+        """Forget the attachment ``key`` (DEL, or an ADD rolled back); the next pass, woken
+        here, takes its addresses out. Never fails; nothing known is success."""
+        if self.kube is not None:
+            self.kube.detach(key)
+
+    def wait_pass(self, timeout: float, what: str) -> None:
+        """Return once a pass that began after this call ended well; TryAgainLater naming
+        ``what`` when none did within ``timeout``."""
         with self.passes:
             target = self.started + 1
             self.wake.set()
-            if not self.passes.wait_for(lambda: self.ok_through >= target, timeout):
+            if not self.passes.wait_for(lambda: self.ok_through >= target, max(timeout, 0.0)):
                 raise TryAgainLater(
-                    f"NetworkPolicy: the Pod of {key} is not programmed yet",
+                    f"NetworkPolicy: {what} is not programmed yet",
                     f"no NetworkPolicy pass ended well within {timeout:g}s",
                 )
 

@@ -1,0 +1,107 @@
+"""This node's attached Pods laid over the API's Pod objects (netpol/attached.py), the ADD's
+wait for them (``NetpolSync.settle_attached``) and the Pod an ADD names
+(plugins/bridge/isolation.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from cni.spec.errors import InvalidConfig, TryAgainLater
+from common.metrics import Registry
+from kube.api import Api
+from kube.config import KubeConfig
+from kube.source import KubeSource
+from netpol.attached import AttachedPod, PodObject, calc_pods
+from netpol.evaluate import PodInfo
+from netpol.from_kube import pod_object
+from netpol.sync import NetpolSync
+from plugins.bridge.isolation import calc_attached_pod, parse_pod_identity
+from store.sqlite import SqliteStore
+from tests.fixtures.kubeapi import pod
+
+
+def obj(name: str, ips: tuple[str, ...] = (), uid: str = "u1", ended: bool = False) -> PodObject:
+    return PodObject(PodInfo("x", name, ips, {"app": name}, "n1"), uid, ended)
+
+
+def test_an_attachment_gives_a_pod_object_its_addresses_until_the_api_says_it_ended() -> None:
+    new = AttachedPod("x", "a", ("10.0.0.5", "fd00::5"), uid="u1")
+    [got] = calc_pods([obj("a")], [new])
+    assert (got.ips, dict(got.labels), got.node) == (("10.0.0.5", "fd00::5"), {"app": "a"}, "n1")
+    assert calc_pods([obj("a")], []) == ()  # no address anywhere: no part
+    [same] = calc_pods([obj("a", ("10.0.0.5", "fd00::5"))], [new])  # the API caught up
+    assert same.ips == ("10.0.0.5", "fd00::5")
+    [newer] = calc_pods([obj("a", ("10.0.0.4",))], [new])  # a sandbox made again
+    assert newer.ips == ("10.0.0.5", "fd00::5")
+    assert calc_pods([obj("a", ended=True)], [new]) == ()  # the API wins
+    assert calc_pods([], [new]) == ()  # gone from the API: no part
+    [other] = calc_pods([obj("a", ("10.0.0.9",), uid="u2")], [new])  # made again, other uid
+    assert other.ips == ("10.0.0.9",)
+    [anyuid] = calc_pods([obj("a")], [AttachedPod("x", "a", ("10.0.0.6",))])
+    assert anyuid.ips == ("10.0.0.6",)
+
+
+def test_pod_object_keeps_a_pod_without_addresses_and_its_uid() -> None:
+    found = pod_object(pod("x", "a", [], "n1", {"app": "a"}, phase="Pending"))
+    assert found is not None and found.info.ips == () and found.uid and not found.ended
+    done = pod_object(pod("x", "b", ["10.0.0.2"], "n1", phase="Failed"))
+    assert done is not None and done.ended
+    assert pod_object(pod("x", "h", ["192.168.0.1"], "n1", host_network=True)) is None
+
+
+def test_the_pod_an_add_names() -> None:
+    addresses = [ipaddress.ip_interface("10.0.0.5/24"), ipaddress.ip_interface("fd00::5/64")]
+    args = {"K8S_POD_NAMESPACE": "x", "K8S_POD_NAME": "web-0", "K8S_POD_UID": "u1"}
+    assert calc_attached_pod(args, addresses) == AttachedPod(
+        "x", "web-0", ("10.0.0.5", "fd00::5"), "u1"
+    )
+    assert calc_attached_pod({"IgnoreUnknown": "1"}, addresses) is None  # no Kubernetes Pod
+    bads = (
+        ({"K8S_POD_NAMESPACE": "x"}, "K8S_POD_NAME"),
+        ({"K8S_POD_NAME": "a"}, "K8S_POD_NAMESPACE"),
+        ({"K8S_POD_NAMESPACE": "X_", "K8S_POD_NAME": "a"}, "K8S_POD_NAMESPACE"),
+        ({"K8S_POD_NAMESPACE": "x", "K8S_POD_NAME": "a/b"}, "K8S_POD_NAME"),
+    )
+    for args, key in bads:
+        with pytest.raises(InvalidConfig, match=key) as caught:
+            parse_pod_identity(args)
+        assert caught.value.code == 7
+
+
+def kube_sync(tmp_path: Path) -> tuple[NetpolSync, KubeSource]:
+    """A sync under a Kubernetes source that never starts (no I/O): tests feed its sinks."""
+    source = KubeSource(cast(Api, None), KubeConfig(), Registry())
+    store = SqliteStore(str(tmp_path / "store.db"))
+    sync = NetpolSync("n1", store, Registry(), local_addresses=lambda: (), kube=source)
+    for reflector in source.reflectors.values():
+        reflector.synced = True
+    return sync, source
+
+
+def test_settle_attached_waits_for_the_pod_object_then_for_a_pass(tmp_path: Path) -> None:
+    sync, _source = kube_sync(tmp_path)
+    assert sync.kube is not None
+    new = AttachedPod("x", "a", ("10.0.0.5",))
+    with pytest.raises(TryAgainLater, match="Pod x/a is not known") as caught:
+        sync.settle_attached("net/c1/eth0", new, timeout=0.1)
+    assert caught.value.code == 11 and not sync.kube.attached
+    arrives = threading.Timer(0.05, sync.kube.pods.apply, ("x/a", obj("a")))
+    arrives.start()
+    with pytest.raises(TryAgainLater, match="Pod x/a is not programmed"):  # no pass ran
+        sync.settle_attached("net/c1/eth0", new, timeout=0.3)
+    arrives.join()
+    assert not sync.kube.attached  # forgotten with the failed ADD
+    timer = threading.Timer(0.05, sync.step)
+    timer.start()
+    sync.settle_attached("net/c1/eth0", new, timeout=5)
+    timer.join()
+    assert [(p.ref, p.ips) for p in sync.kube.inputs({}).pods] == [("x/a", ("10.0.0.5",))]
+    sync.detach("net/c1/eth0")
+    sync.detach("net/c1/eth0")  # nothing known: success
+    assert sync.kube.inputs({}).pods == ()
+    sync.store.close()
