@@ -133,6 +133,7 @@ class NetpolSync:
         self.metrics = NetpolMetrics(registry)
         self.passes = threading.Condition()
         self.started = 0  # passes begun
+        self.running = 0  # the pass under way (or the last one)
         self.ok_through = 0  # the last pass that ended with the kernel holding its render
         self.loop = Loop(
             "netpol-sync",
@@ -212,12 +213,17 @@ class NetpolSync:
     def step(self) -> float:
         with self.passes:
             self.started += 1
-            number = self.started
+            self.running = self.started
         wait = self._step()
-        with self.passes:
-            self.ok_through = number
-            self.passes.notify_all()
+        self.passed()
         return wait
+
+    def passed(self) -> None:
+        """The running pass ended well: the ADDs waiting for it (``wait_pass``) may return.
+        Called as soon as the kernel holds its render, before the counters are read."""
+        with self.passes:
+            self.ok_through = self.running
+            self.passes.notify_all()
 
     def _step(self) -> float:
         self.wake.clear()
@@ -229,6 +235,7 @@ class NetpolSync:
             self.rendered = None  # a resync: applied again even if unchanged
             self.full_due = now + self.resync_interval
         self.sync()
+        self.passed()
         if time.monotonic() >= self.counters_due:
             self.read_counters()
         wait = max(0.0, min(self.full_due, self.counters_due) - time.monotonic())
