@@ -24,6 +24,14 @@ With pycnid's ``kubernetes`` section the policies, Namespaces and Pods come from
 server (``netpol/from_kube.py``; the store gives the node records only), and nothing is
 programmed before the three kinds were listed whole.
 
+A new Pod is isolated before its ADD returns. In store mode pycni-svc's ADD hands over its
+endpoint record (``settle``). Under the Kubernetes source the API learns a Pod's addresses
+only when kubelet writes them, after the ADD; so pycni-bridge's ADD hands over the Pod it
+attaches and the addresses it assigned (``settle_attached``), laid over the Pod object
+(``netpol/attached.py``) until DEL ``detach``es them. Either way the ADD returns once a pass
+that began after the call ended well (``wait_pass``; ``passed`` is called as soon as the
+kernel holds the render), else TryAgainLater within ``SETTLE`` seconds.
+
 Existing connections are kept (conntrack accepts them before any rule); with ``purge``
 (``existingConnections``), those the model now denies are deleted after each render the
 kernel took (``purge.py``).
