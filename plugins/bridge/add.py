@@ -212,8 +212,10 @@ def setup_masquerade(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
 def settle_netpol(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
     """With NetworkPolicy enforced: the Pod is isolated before ADD returns, i.e. before its
     containers start (``settle_attached``: the API server learns its addresses only later)."""
+    if ctx.netpol is None:
+        return
     pod = calc_attached_pod(st.req.env.args, container_addresses(st.ips))
-    if ctx.netpol is None or pod is None:
+    if pod is None:
         return
     undo.callback(quietly("forget the Pod's addresses", ctx.netpol.detach, st.att.tag))
     ctx.netpol.settle_attached(st.att.tag, pod)
