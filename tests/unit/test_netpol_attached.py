@@ -1,12 +1,14 @@
 """This node's attached Pods laid over the API's Pod objects (netpol/attached.py), the ADD's
-wait for them (``NetpolSync.settle_attached``) and the Pod an ADD names
-(plugins/bridge/isolation.py)."""
+wait for them (``NetpolSync.settle_attached``), the Pod an ADD names
+(plugins/bridge/isolation.py) and pycni-bridge's step that settles it (plugins/bridge/add.py)."""
 
 from __future__ import annotations
 
 import ipaddress
 import threading
+from contextlib import ExitStack
 from pathlib import Path
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
@@ -20,6 +22,8 @@ from netpol.attached import AttachedPod, PodObject, calc_pods
 from netpol.evaluate import PodInfo
 from netpol.from_kube import pod_object
 from netpol.sync import NetpolSync
+from plugins.bridge.add import AddState, settle_netpol
+from plugins.bridge.context import BridgeContext
 from plugins.bridge.isolation import calc_attached_pod, parse_pod_identity
 from store.sqlite import SqliteStore
 from tests.fixtures.kubeapi import pod
@@ -105,3 +109,54 @@ def test_settle_attached_waits_for_the_pod_object_then_for_a_pass(tmp_path: Path
     sync.detach("net/c1/eth0")  # nothing known: success
     assert sync.kube.inputs({}).pods == ()
     sync.store.close()
+
+
+class FakeIsolation:
+    """What pycni-bridge's step sees of NetworkPolicy (``PodIsolation``), recording calls."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.fail = fail
+
+    def settle(self, key: str, value: bytes) -> None:
+        self.calls.append(("settle", key))
+
+    def settle_attached(self, key: str, pod: AttachedPod) -> None:
+        self.calls.append(("settle_attached", (key, pod)))
+        if self.fail:
+            raise TryAgainLater("not yet")
+
+    def detach(self, key: str) -> None:
+        self.calls.append(("detach", key))
+
+
+def step_state(args: dict[str, str]) -> AddState:
+    env = SimpleNamespace(args=args)
+    state = SimpleNamespace(
+        req=SimpleNamespace(env=env),
+        ips=[{"address": "10.22.0.5/24"}],
+        att=SimpleNamespace(tag="podnet/c1/eth0"),
+    )
+    return cast(AddState, state)
+
+
+def bridge_context(netpol: FakeIsolation | None) -> BridgeContext:
+    return cast(BridgeContext, SimpleNamespace(netpol=netpol))
+
+
+def test_the_bridge_step_settles_the_named_pod_and_undoes_it_with_the_add() -> None:
+    args = {"K8S_POD_NAMESPACE": "x", "K8S_POD_NAME": "a", "K8S_POD_UID": "u1"}
+    fake = FakeIsolation(fail=True)
+    with ExitStack() as undo, pytest.raises(TryAgainLater):
+        settle_netpol(bridge_context(fake), step_state(args), undo)
+    assert fake.calls == [
+        ("settle_attached", ("podnet/c1/eth0", AttachedPod("x", "a", ("10.22.0.5",), "u1"))),
+        ("detach", "podnet/c1/eth0"),  # the rollback
+    ]
+    quiet = FakeIsolation()
+    with ExitStack() as undo:
+        settle_netpol(bridge_context(quiet), step_state({}), undo)  # no Pod named
+    assert quiet.calls == []
+    bad = {"K8S_POD_NAMESPACE": "x", "K8S_POD_NAME": "A_"}
+    with ExitStack() as undo:  # no enforcement: the names are none of its business
+        settle_netpol(bridge_context(None), step_state(bad), undo)
