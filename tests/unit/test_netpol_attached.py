@@ -97,7 +97,7 @@ def test_settle_attached_waits_for_the_pod_object_then_for_a_pass(tmp_path: Path
     arrives = threading.Timer(0.05, sync.kube.pods.apply, ("x/a", obj("a")))
     arrives.start()
     with pytest.raises(TryAgainLater, match="Pod x/a is not programmed"):  # no pass ran
-        sync.settle_attached("net/c1/eth0", new, timeout=0.3)
+        sync.settle_attached("net/c1/eth0", new, timeout=0.6)
     arrives.join()
     assert not sync.kube.attached  # forgotten with the failed ADD
     timer = threading.Timer(0.05, sync.step)
