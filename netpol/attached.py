@@ -12,14 +12,26 @@ addresses it assigned (``AttachedPod``). ``calc_pods`` joins them with the API's
   sandbox was made again the attachment is the newer word);
 - an ended Pod (Succeeded, Failed) or one the API no longer has takes no part, attached or
   not: the API wins. So does a Pod object of another uid (a Pod made again under the name).
+
+The attachments live in pycnid's memory; a pycnid that starts again takes them back from
+pycni-ipam's handles of this node (``read_attached``: each holds its attachment's addresses
+and the Pod's CNI_ARGS as attributes), so a Pod whose status kubelet has not written yet stays
+isolated across the restart. An attachment of another IPAM is not recorded there.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from common.attachment import Attachment
+from ipam.records import HandleRecord
 from netpol.evaluate import PodInfo, pod_infos
+from store.base import Store
+from store.keys import HANDLES
+
+log = logging.getLogger("pycnid.netpol")
 
 
 @dataclass(frozen=True)
@@ -69,3 +81,27 @@ def calc_pod(obj: PodObject, attached: Iterable[AttachedPod]) -> PodInfo | None:
     if not ips:
         return obj.info if obj.info.ips else None
     return replace(obj.info, ips=ips)
+
+
+def calc_attached(records: Iterable[HandleRecord], node: str) -> dict[str, AttachedPod]:
+    """This node's attachments of named Pods, by attachment tag (the key pycni-bridge uses)."""
+    found = {}
+    for record in records:
+        namespace, name = (record.attributes.get(k, "") for k in ("namespace", "pod"))
+        if record.node == node and namespace and name and record.ips:
+            handle = record.handle
+            tag = Attachment(handle.network, handle.container_id, handle.ifname).tag
+            ips = tuple(ip.ip for ip in record.ips)
+            found[tag] = AttachedPod(namespace, name, ips, record.attributes.get("podUID", ""))
+    return found
+
+
+def read_attached(store: Store, node: str) -> dict[str, AttachedPod]:
+    """``calc_attached`` over the store's handles; one it cannot read is logged and skipped."""
+    records = []
+    for kv in store.range(HANDLES):
+        try:
+            records.append(HandleRecord.from_bytes(kv.key, kv.value))
+        except ValueError as exc:
+            log.warning("netpol: handle %s unreadable, not taken back: %s", kv.key, exc)
+    return calc_attached(records, node)

@@ -167,6 +167,11 @@ class PolicyObjects:
             self.attached[key] = pod
         self.on_change()
 
+    def attach_all(self, found: Mapping[str, AttachedPod]) -> None:
+        with self.lock:
+            self.attached.update(found)
+        self.on_change()
+
     def detach(self, key: str) -> bool:
         """Forget the attachment ``key``; True when there was one."""
         with self.lock:

@@ -28,7 +28,8 @@ A new Pod is isolated before its ADD returns. In store mode pycni-svc's ADD hand
 endpoint record (``settle``). Under the Kubernetes source the API learns a Pod's addresses
 only when kubelet writes them, after the ADD; so pycni-bridge's ADD hands over the Pod it
 attaches and the addresses it assigned (``settle_attached``), laid over the Pod object
-(``netpol/attached.py``) until DEL ``detach``es them. Either way the ADD returns once a pass
+(``netpol/attached.py``) until DEL ``detach``es them; at start they are taken back from
+pycni-ipam's handles of this node. Either way the ADD returns once a pass
 that began after the call ended well (``wait_pass``; ``passed`` is called as soon as the
 kernel holds the render), else TryAgainLater within ``SETTLE`` seconds.
 
@@ -56,7 +57,7 @@ from common.metrics import Registry
 from kernel.nft import Nft, NftError, table_exists
 from kernel.sysctl import read_sysctl
 from kube.source import KubeSource
-from netpol.attached import AttachedPod
+from netpol.attached import AttachedPod, read_attached
 from netpol.config import DEFAULT_NETPOL_RESYNC
 from netpol.from_kube import PolicyObjects
 from netpol.purge import purge_denied
@@ -158,8 +159,22 @@ class NetpolSync:
     def start(self) -> NetpolSync:
         self.nft = Nft()  # made here: in the node netns
         check_bridge_filtering(self.metrics)
+        if self.kube is not None:
+            self.take_back_attachments()
         self.loop.start()
         return self
+
+    def take_back_attachments(self) -> None:
+        """The attachments of this node's Pods, from pycni-ipam's handles (a pycnid started
+        again: kubelet may not have written their addresses yet)."""
+        assert self.kube is not None
+        try:
+            found = read_attached(self.store, self.node)
+        except CNIError as exc:  # the store did not answer: only that window stays open
+            log.warning("netpol: this node's attachments not taken back: %s", exc)
+            return
+        self.kube.attach_all(found)
+        log.info("netpol: %d attachment(s) of this node taken back", len(found))
 
     def stop(self) -> None:
         self.loop.stop()

@@ -10,6 +10,8 @@ kubelet here): only the ADD can tell NetworkPolicy where the Pod is.
 - a Pod a deny-all-ingress policy selects refuses a connection made right after its ADD
   returned (its server listened before the ADD), while an unselected Pod's ADD is answered
   at once; after DEL the table no longer names the address;
+- pycnid restarted before kubelet would have written the addresses keeps that Pod isolated
+  (the attachment is taken back from pycni-ipam's handle);
 - an ADD for a Pod the API server does not have fails with code 11 naming the Pod within the
   settle timeout (``netpol.sync.SETTLE``) and leaves nothing behind;
 - the ADD's cost of isolating (pycnid's own "ms" of each request, 10 of each, printed): ADDs
@@ -172,6 +174,28 @@ def test_a_selected_pod_refuses_a_connection_right_after_its_add(kube_node: Kube
     assert target_ip in kube_node.table()
     assert kube_node.run("DEL", cid, target.path, pod_args("target")).code == 0
     wait_for("the table to forget the deleted Pod", lambda: target_ip not in kube_node.table(), 5)
+
+
+def test_a_restarted_pycnid_keeps_a_new_pod_isolated(kube_node: KubeNode) -> None:
+    """The attachment lives in pycnid's memory; started again before kubelet wrote the
+    Pod's addresses, pycnid takes it back from pycni-ipam's handle."""
+    client, target = (kube_node.netns(r) for r in ("npclient", "nptarget"))
+    kube_node.serve(target)
+    assert kube_node.run("ADD", new_cid(), client.path, pod_args("client")).code == 0
+    cid = new_cid()
+    added = kube_node.run("ADD", cid, target.path, pod_args("target"))
+    assert added.code == 0, added.stdout
+    rendered = kube_node.pycnid.log().count("table rendered")
+    kube_node.pycnid.stop()
+    kube_node.pycnid.start()
+    wait_for(
+        "a render by the restarted pycnid",
+        lambda: kube_node.pycnid.log().count("table rendered") > rendered,
+        timeout=15,
+        step=0.05,
+    )
+    assert not connects(client, ip_of(added.json), 1.0)
+    assert kube_node.run("DEL", cid, target.path, pod_args("target")).code == 0
 
 
 def test_an_add_for_a_pod_the_api_does_not_have_fails_with_11_and_leaves_nothing(

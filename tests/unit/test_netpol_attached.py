@@ -15,16 +15,19 @@ import pytest
 
 from cni.spec.errors import InvalidConfig, TryAgainLater
 from common.metrics import Registry
+from ipam.records import HandleId, HandleRecord, LeasedIP
 from kube.api import Api
 from kube.config import KubeConfig
 from kube.source import KubeSource
-from netpol.attached import AttachedPod, PodObject, calc_pods
+from netpol.attached import AttachedPod, PodObject, calc_attached, calc_pods
 from netpol.evaluate import PodInfo
 from netpol.from_kube import pod_object
 from netpol.sync import NetpolSync
 from plugins.bridge.add import AddState, settle_netpol
 from plugins.bridge.context import BridgeContext
 from plugins.bridge.isolation import calc_attached_pod, parse_pod_identity
+from store.base import Put
+from store.keys import handle_key
 from store.sqlite import SqliteStore
 from tests.fixtures.kubeapi import pod
 
@@ -160,3 +163,29 @@ def test_the_bridge_step_settles_the_named_pod_and_undoes_it_with_the_add() -> N
     bad = {"K8S_POD_NAMESPACE": "x", "K8S_POD_NAME": "A_"}
     with ExitStack() as undo:  # no enforcement: the names are none of its business
         settle_netpol(bridge_context(None), step_state(bad), undo)
+
+
+def handle(cid: str, node: str, **attributes: str) -> HandleRecord:
+    ips = (LeasedIP(f"10.22.0.{len(cid)}/24", None, "p", "10.22.0.0/26"),)
+    return HandleRecord(HandleId("podnet", cid, "eth0"), ips, {"node": node, **attributes})
+
+
+def test_a_restarted_pycnid_takes_its_attachments_back_from_the_ipam_handles(
+    tmp_path: Path,
+) -> None:
+    pod_ = {"namespace": "x", "pod": "a", "podUID": "u1"}
+    records = [
+        handle("c1", "n1", **pod_),
+        handle("c22", "n2", **pod_),  # another node's
+        handle("c333", "n1"),  # no Pod named (podman, cnitool)
+    ]
+    assert calc_attached(records, "n1") == {
+        "podnet/c1/eth0": AttachedPod("x", "a", ("10.22.0.2",), "u1")
+    }
+    sync, _source = kube_sync(tmp_path)
+    assert sync.kube is not None
+    sync.store.txn([], [Put(handle_key("podnet/c1/eth0"), records[0].to_bytes())])
+    sync.store.txn([], [Put(handle_key("podnet/bad/eth0"), b"{")])  # logged, skipped
+    sync.take_back_attachments()
+    assert sync.kube.attached == {"podnet/c1/eth0": AttachedPod("x", "a", ("10.22.0.2",), "u1")}
+    sync.store.close()
