@@ -17,6 +17,7 @@ from cni.spec.request import Request
 if TYPE_CHECKING:
     from ipam.leases.service import LeaseService
     from masq.table import MasqTable
+    from netpol.attached import AttachedPod
     from nodes.context import NodeContext
     from overlay.device import NodeEnd
     from store.base import Store
@@ -42,9 +43,16 @@ class Plugin(Protocol):
 
 
 class PodIsolation(Protocol):
-    """NetworkPolicy enforcement as pycni-svc's ADD sees it (``netpol/sync.py``)."""
+    """NetworkPolicy enforcement as the ADDs see it (``netpol/sync.py``): pycni-svc's settles
+    its endpoint record (the store's model), pycni-bridge's the addresses it assigned to a
+    Kubernetes Pod (the API server's model, which learns them only after the ADD); DEL and a
+    rolled-back ADD detach them."""
 
     def settle(self, key: str, value: bytes) -> None: ...
+
+    def settle_attached(self, key: str, pod: AttachedPod) -> None: ...
+
+    def detach(self, key: str) -> None: ...
 
 
 class Counter(Protocol):
