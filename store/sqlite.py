@@ -56,6 +56,21 @@ def range_clause(prefix: str) -> tuple[str, tuple[bytes, ...]]:
     return "key >= ? AND key < ?", (start, end)
 
 
+def describe_open_failure(path: str, exc: Exception) -> str:
+    """SQLite's reason, with what the directory's filesystem says when that is the cause
+    (SQLite reports a read-only or full filesystem as "unable to open database file")."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fs = os.statvfs(directory)
+    except OSError:
+        return str(exc)
+    if fs.f_flag & os.ST_RDONLY:
+        return f"{exc}: {directory} is on a read-only filesystem"
+    if fs.f_bavail == 0:
+        return f"{exc}: no space left on the filesystem of {directory}"
+    return str(exc)
+
+
 class SqliteStore:
     """``Store`` on a SQLite file (created with its directory when missing)."""
 
@@ -81,7 +96,8 @@ class SqliteStore:
             conn.executescript(SCHEMA)
             return conn
         except (sqlite3.Error, OSError) as exc:
-            raise TryAgainLater(f"cannot open the IPAM store {self.name}", str(exc)) from None
+            why = describe_open_failure(self.path, exc)
+            raise TryAgainLater(f"cannot open the IPAM store {self.name}", why) from None
 
     @contextmanager
     def _cursor(self) -> Iterator[sqlite3.Connection]:
