@@ -7,6 +7,8 @@ typed fields. The metrics registry is the daemon's; handlers see it through ``Me
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -85,7 +87,8 @@ class InjectedFault(InternalError):
 
 @dataclass
 class Faults:
-    """Test-only fault hook: fail the step named by CNI_ARGS `PYCNI_FAULT=<step>`.
+    """Test-only fault hook: fail the step named by CNI_ARGS `PYCNI_FAULT=<step>`, or kill
+    pycnid there with `PYCNI_FAULT=kill@<step>` (SIGKILL: a crash mid-request, for the drills).
 
     Active only when pycnid runs with `faultInjection: true`; steps are listed so tests can
     fail each in turn (`steps_seen` records which points a request passed).
@@ -98,8 +101,11 @@ class Faults:
         if not self.enabled:
             return
         self.steps_seen.append(step)
-        if req.env.args.get("PYCNI_FAULT") == step:
+        fault = req.env.args.get("PYCNI_FAULT")
+        if fault == step:
             raise InjectedFault(f"injected fault at step {step!r}")
+        if fault == f"kill@{step}":
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
