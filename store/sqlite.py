@@ -150,6 +150,12 @@ class SqliteStore:
         with self._cursor() as conn:
             return _current_revision(conn)
 
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version``: it changes when another connection (the CLI, another
+        process) commits to the file, never for this store's own txns."""
+        with self._cursor() as conn:
+            return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
     def status(self) -> None:
         """Prove the store can take the write lock now (a read-only or broken file cannot)."""
         try:
