@@ -208,6 +208,7 @@ def setup_guard(
     if not isinstance(node.store, TrackedStore):
         return
     files = OutageFiles(config.state_dir, life.node_name)
+    files.tighten()
     node.guard = OutageGuard(
         leases,
         files,

@@ -22,6 +22,7 @@ pytest_plugins = (
     "tests.fixtures.bridge",
     "tests.fixtures.cluster",
     "tests.fixtures.kubeapi",
+    "tests.fixtures.rootns",  # autouse, session-wide: the root netns is left as it was
 )
 
 IS_ROOT = os.geteuid() == 0
