@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--local", type=int, required=True)
     parser.add_argument("--labels", type=int, default=10, help="label changes timed")
     parser.add_argument("--store", required=True, help="SQLite file to create")
+    parser.add_argument(
+        "--no-change-wait", type=float, default=NO_CHANGE, help="seconds to wait for no pass"
+    )
     return parser.parse_args(argv)
 
 
@@ -98,7 +101,7 @@ def measure(args: argparse.Namespace) -> dict:
         for r in range(args.labels):
             local = r % 2 == 0
             relabel(store, sizes, pick_pod(sizes, r // 2, local), local)
-            found = wait_pass(registry, count, PASS_TIMEOUT if local else NO_CHANGE)
+            found = wait_pass(registry, count, PASS_TIMEOUT if local else args.no_change_wait)
             seconds = None if found is None else found[1] - total
             out["labels"].append({"local": local, "seconds": seconds})
             count, total = found or (count, total)

@@ -1,0 +1,295 @@
+"""Figures (d), (e) and (f) of `make bench-netpol`: one pycnid node with the synthetic records.
+
+One node namespace, pycnid on a SQLite store that holds the synthetic records
+(bench/netpol_records.py, this node the measured one) before it starts, once with
+``"networkPolicy": {"enforce": true}`` and once without (the same store: the anchor is the
+same pycnid without enforcement). Pods are attached as the tests attach them
+(tests/netns/test_netpol_enforce.py): pycni-bridge then pycni-svc, as in a conflist, labels in
+``args.cni.labels``.
+
+- (f) VmRSS of pycnid, programmed and settled, enforcing vs not;
+- (d) ADD cost: bridge + svc ADD of ``--adds`` Pods in ``ns0`` labelled ``app: a0`` (selected
+  by policy ``np0``, so each ADD waits for the pass that isolates its Pod), enforcing vs not;
+- (e) first packet: a client and a server Pod on the node's bridge, policy ``fp/allow`` letting
+  the client reach the server's TCP 8080; median of ``--connects`` TCP connects (each a new
+  connection, so each first packet meets the forward hook) with every policy in the store,
+  then with none (the store's policies deleted: the table stays, nothing isolated), and,
+  as the anchor, with none in pycni but the same policies loaded as a linear ruleset
+  (bench/netpol_linear.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from netpol.policy import parse_policy
+from netpol.render import TABLE
+from store.base import Delete, Put
+from store.keys import NETPOLS
+from store.sqlite import SqliteStore
+from tests.fixtures.bridge import bridge_conf, ip_of, new_cid
+from tests.fixtures.daemon import Pycnid, daemon_config
+from tests.fixtures.netns import Netns
+from tests.fixtures.plugins import run_plugin
+
+from . import netpol_linear as linear
+from . import netpol_records as records
+from .common import REFERENCE_BIN, Sandbox, median, percentile, vm_rss_kib
+
+IPAM = {"type": "pycni-ipam", "ranges": [[{"subnet": "10.30.0.0/24"}]]}
+RENDERED = re.compile(r"netpol: table rendered: (\d+) policies")
+FP_NS = "fp"
+FP_PORT = 8080
+SERVER = f"""
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", {FP_PORT})); s.listen(4096)
+while True:
+    c, _ = s.accept(); c.close()
+"""
+CLIENT = """
+import json, socket, struct, sys, time
+ip, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+linger = struct.pack("ii", 1, 0)  # close with RST: no TIME_WAIT piling up
+out = []
+for _ in range(n):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+    t = time.perf_counter(); s.connect((ip, port)); out.append(time.perf_counter() - t)
+    s.close()
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class PolicyNode:
+    box: Sandbox
+    cni_bin: str
+    netns: Netns
+    pycnid: Pycnid
+    sizes: records.Sizes
+
+    @property
+    def store_path(self) -> str:
+        return str(self.pycnid.config["store"]["path"])
+
+    def restart(self, enforce: bool, expected: int | None, timeout: float) -> float | None:
+        """pycnid again, enforcing or not; seconds until it rendered ``expected`` policies."""
+        self.pycnid.stop()
+        self.pycnid.config.pop("networkPolicy", None)
+        if enforce:
+            self.pycnid.config["networkPolicy"] = {"enforce": True, "resyncInterval": 3600}
+        offset = len(self.pycnid.log())
+        started = time.monotonic()
+        self.pycnid.start(timeout=60)
+        self.box.processes.append(self.pycnid.proc)  # type: ignore[arg-type]
+        if expected is None:
+            return None
+        return wait_rendered(self.pycnid, offset, expected, started, timeout)
+
+    def rss_kib(self, settle: float) -> int | None:
+        time.sleep(settle)
+        return vm_rss_kib(self.pycnid.proc.pid) if self.pycnid.proc else None
+
+    def plugin(self, plugin: str, command: str, conf: dict, pod: str, cid: str, args: str) -> Any:
+        return run_plugin(
+            f"{self.cni_bin}/{plugin}",
+            command,
+            conf,
+            container_id=cid,
+            netns=pod,
+            args=args,
+            cni_path=f"{self.cni_bin}:{REFERENCE_BIN}",
+            socket=self.pycnid.socket,
+        )
+
+    def add(self, pod: str, namespace: str, name: str, labels: dict[str, str]) -> tuple:
+        """bridge + svc ADD as a conflist runs them: (seconds, IPv4, undo (DELs))."""
+        cid, args = new_cid(), f"K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}"
+        started = time.perf_counter()
+        added = self.plugin("pycni-bridge", "ADD", bridge_conf(IPAM), pod, cid, args)
+        if added.code != 0:
+            raise RuntimeError(f"pycni-bridge ADD: {added.stdout} {added.stderr}")
+        svc_conf = svc_config(added.json, labels)
+        svc = self.plugin("pycni-svc", "ADD", svc_conf, pod, cid, args)
+        took = time.perf_counter() - started
+        if svc.code != 0:
+            raise RuntimeError(f"pycni-svc ADD: {svc.stdout} {svc.stderr}")
+
+        def undo() -> None:
+            self.plugin("pycni-svc", "DEL", svc_conf, pod, cid, args)
+            self.plugin("pycni-bridge", "DEL", bridge_conf(IPAM), pod, cid, args)
+
+        return took, ip_of(added.json), undo
+
+    def has_counter(self, name: str) -> bool:
+        out = self.netns.run(["nft", "list", "counter", "inet", TABLE, name], check=False)
+        return out.returncode == 0
+
+
+def svc_config(prev: dict, labels: dict[str, str]) -> dict:
+    return {
+        "cniVersion": "1.1.0",
+        "name": "podnet",
+        "type": "pycni-svc",
+        "args": {"cni": {"labels": [{"key": k, "value": v} for k, v in labels.items()]}},
+        "prevResult": prev,
+    }
+
+
+def wait_rendered(
+    pycnid: Pycnid, offset: int, expected: int, started: float, timeout: float
+) -> float | None:
+    while time.monotonic() - started < timeout:
+        if any(int(m[1]) >= expected for m in RENDERED.finditer(pycnid.log()[offset:])):
+            return time.monotonic() - started
+        time.sleep(0.05)
+    return None
+
+
+def wait_until(check, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def make_node(box: Sandbox, cni_bin: str, sizes: records.Sizes) -> PolicyNode:
+    """The node namespace and pycnid's config, the records in its store (not started)."""
+    netns = Netns(box.netns("np-node"))
+    workdir = f"{box.workdir}/np-node"
+    config = daemon_config(workdir, sizes.node, logLevel="info", faultInjection=False)
+    os.makedirs(workdir, exist_ok=True)
+    store = SqliteStore(config["store"]["path"])
+    records.write_records(store, records.iter_records(sizes))
+    store.close()
+    return PolicyNode(box, cni_bin, netns, Pycnid(node=netns, workdir=workdir, config=config), sizes)
+
+
+# --- (d) ADD cost --------------------------------------------------------------------------
+def measure_adds(node: PolicyNode, count: int, undo: list) -> list[float]:
+    """``count`` Pods in ns0 with ``app: a0`` added (kept until the end: ``undo``)."""
+    out = []
+    for i in range(count):
+        pod = node.box.pods(f"add{len(undo)}-", 1)[0]
+        took, _ip, remove = node.add(pod, "ns0", f"add{len(undo)}", {"app": "a0"})
+        undo.append(remove)
+        out.append(took)
+    return out
+
+
+# --- (e) first packet ----------------------------------------------------------------------
+@dataclass
+class Pair:
+    client: str  # netns path
+    server: str
+    server_ip: str
+
+
+def setup_pair(node: PolicyNode, undo: list) -> Pair:
+    client, server = node.box.pods("fp-", 2)
+    _, _, remove = node.add(client, FP_NS, "client", {"role": "client"})
+    undo.append(remove)
+    _, server_ip, remove = node.add(server, FP_NS, "server", {"role": "server"})
+    undo.append(remove)
+    name = server.rsplit("/", 1)[1]
+    proc = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", SERVER])
+    node.box.processes.append(proc)
+    pair = Pair(client, server, server_ip)
+    connects(pair, 1)  # the server listens
+    return pair
+
+
+def allow_policy() -> tuple[str, bytes]:
+    spec = {
+        "podSelector": {"matchLabels": {"role": "server"}},
+        "ingress": [
+            {
+                "from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+                "ports": [{"protocol": "TCP", "port": FP_PORT}],
+            }
+        ],
+    }
+    return records.policy_kv(parse_policy(records.manifest(FP_NS, "allow", spec)))
+
+
+def connects(pair: Pair, count: int) -> list[float]:
+    name = pair.client.rsplit("/", 1)[1]
+    cmd = ["ip", "netns", "exec", name, sys.executable, "-c", CLIENT]
+    for _ in range(100):
+        out = subprocess.run([*cmd, pair.server_ip, str(FP_PORT), str(count)], capture_output=True)
+        if out.returncode == 0:
+            return [float(x) for x in json.loads(out.stdout)]
+        time.sleep(0.1)
+    raise RuntimeError(f"the client cannot connect: {out.stderr.decode()[-500:]}")
+
+
+def connect_figures(pair: Pair, count: int) -> dict:
+    values = connects(pair, count)
+    return {"p50": median(values), "p90": percentile(values, 90), "n": len(values)}
+
+
+def measure_first_packet(node: PolicyNode, pair: Pair, count: int, timeout: float) -> dict:
+    """With every policy (+ fp/allow), with none, with none + the linear ruleset."""
+    counter = f"dropped-in/{FP_NS}/server"
+    store = SqliteStore(node.store_path)
+    try:
+        store.txn([], [Put(*allow_policy())])
+        if not wait_until(lambda: node.has_counter(counter), timeout):
+            raise RuntimeError("the server Pod was not isolated")
+        out = {"policies": connect_figures(pair, count)}
+        script = linear.render_linear(store, pair.server_ip)
+        keys = [kv.key for kv in store.range(NETPOLS, keys_only=True)]
+        store.txn([], [Delete(k) for k in keys])
+    finally:
+        store.close()
+    if not wait_until(lambda: not node.has_counter(counter), timeout):
+        raise RuntimeError("the policies were not removed")
+    out["none"] = connect_figures(pair, count)
+    node.netns.run(["nft", "-f", "-"], input=script)
+    try:
+        out["linear"] = connect_figures(pair, count)
+    finally:
+        node.netns.run(["nft", "delete", "table", "inet", linear.TABLE], check=False)
+    out["linear_rules"] = script.count("\nadd rule ")
+    return out
+
+
+def restore_policies(node: PolicyNode) -> None:
+    store = SqliteStore(node.store_path)
+    try:
+        kvs = [kv for kv in records.iter_records(node.sizes) if kv[0].startswith(NETPOLS)]
+        for start in range(0, len(kvs), records.PER_TXN):
+            store.txn([], [Put(k, v) for k, v in kvs[start : start + records.PER_TXN]])
+    finally:
+        store.close()
+
+
+# --- the run -------------------------------------------------------------------------------
+def measure(box: Sandbox, cni_bin: str, sizes: records.Sizes, args: Any) -> dict:
+    node = make_node(box, cni_bin, sizes)
+    undo: list = []
+    try:
+        out: dict = {"on": {}, "off": {}}
+        out["on"]["start_to_programmed"] = node.restart(True, sizes.policies, args.timeout)
+        out["on"]["rss_kib"] = node.rss_kib(args.settle)
+        out["on"]["adds"] = measure_adds(node, args.adds, undo)
+        pair = setup_pair(node, undo)
+        out["first_packet"] = measure_first_packet(node, pair, args.connects, args.timeout)
+        restore_policies(node)  # the store as before: only enforcement differs below
+        node.restart(False, None, args.timeout)
+        out["off"]["rss_kib"] = node.rss_kib(args.settle)
+        out["off"]["adds"] = measure_adds(node, args.adds, undo)
+        return out
+    finally:
+        for remove in reversed(undo):
+            remove()
+        node.pycnid.stop()
