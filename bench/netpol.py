@@ -44,8 +44,16 @@ from typing import Any
 
 from . import netpol_node, netpol_remote
 from . import netpol_records as records
-from .common import REPO, Line, Sandbox, median, percentile, python_env, render_goal_table
-from .common import run_sandboxed
+from .common import (
+    REPO,
+    Line,
+    Sandbox,
+    median,
+    percentile,
+    python_env,
+    render_goal_table,
+    run_sandboxed,
+)
 from .svc import run_worker
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
@@ -91,7 +99,8 @@ def attempt(report: dict, key: str, fn: Callable[[], Any]) -> None:
         report[key] = fn()
     except Exception as exc:  # one figure impossible: say why, measure the rest
         traceback.print_exc(file=sys.stderr)
-        report[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        why = " ".join(str(exc).split())[:200]
+        report[key] = {"error": f"{type(exc).__name__}: {why}"}
 
 
 # --- (a), (c): NetpolSync in a fresh netns, the Service proxy's anchor ----------------------
@@ -152,7 +161,9 @@ def measure(
 
 # --- report --------------------------------------------------------------------------------
 def ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds * 1e3:.2f} ms"
+    if seconds is None:
+        return "—"
+    return f"{seconds * 1e3:.2f} ms" if abs(seconds) < 1 else f"{seconds:.2f} s"
 
 
 def us(seconds: float | None) -> str:
@@ -203,7 +214,9 @@ def label_lines(sync: dict, svc: dict) -> list[Line]:
         label = f"(c) label change, {where}, p50 of {len(timed)}"
         out.append(line(label, median(timed) if timed else None, anchor, ms, goal, limit))
         if len(timed) < len(rows):
-            out.append((f"  {len(rows) - len(timed)} changed no table: no pass", "", "", "", "", ""))
+            out.append(
+                (f"  {len(rows) - len(timed)} changed no table: no pass", "", "", "", "", "")
+            )
     out.append(("  anchor: Service proxy one-Service update", "", "", "", "", ""))
     return out
 
@@ -245,20 +258,22 @@ def node_lines(node: dict) -> list[Line]:
     if "error" in node:
         return failed("(d), (e), (f) one pycnid node", node)
     on, off, fp = node["on"], node["off"], node["first_packet"]
-    add_on, add_off = median(on["adds"]), median(off["adds"])
+    add_on, add_off = p50(on["adds"]["seconds"]), p50(off["adds"]["seconds"])
+    failures = [*on["adds"]["failed"], *off["adds"]["failed"]]
     rss_on, rss_off = on["rss_kib"], off["rss_kib"]
     packet = fp["policies"]["p50"] - fp["none"]["p50"]
     linear = fp["linear"]["p50"] - fp["none"]["p50"]
     return [
         line(
-            f"(d) ADD cost of isolating, p50 of {len(on['adds'])}",
-            add_on - add_off,
+            f"(d) ADD cost of isolating, p50 of {len(on['adds']['seconds'])}",
+            None if add_on is None or add_off is None else add_on - add_off,
             add_off,
             ms,
             f"<=+{GOALS['add_ms']} ms",
             GOALS["add_ms"] / 1e3,
         ),
         line("  ADD enforcing / not (bridge + svc)", add_on, add_off, ms, "", None),
+        *failure_lines(failures, len(on["adds"]["failed"])),
         line(
             f"(e) first packet, policies vs 0, p50 of {fp['policies']['n']}",
             packet,
@@ -267,8 +282,22 @@ def node_lines(node: dict) -> list[Line]:
             f"<=+{GOALS['first_packet_us']} µs",
             GOALS["first_packet_us"] / 1e6,
         ),
-        line("  connect: with policies / with 0", fp["policies"]["p50"], fp["none"]["p50"], us, "", None),
-        line("  connect: linear rules / with 0", fp["linear"]["p50"], fp["none"]["p50"], us, "", None),
+        line(
+            "  connect: with policies / with 0",
+            fp["policies"]["p50"],
+            fp["none"]["p50"],
+            us,
+            "",
+            None,
+        ),
+        line(
+            "  connect: linear rules / with 0",
+            fp["linear"]["p50"],
+            fp["none"]["p50"],
+            us,
+            "",
+            None,
+        ),
         (f"  anchor: linear ruleset, {fp['linear_rules']} rules", "", "", "", "", ""),
         line(
             "(f) pycnid VmRSS enforcing minus not",
@@ -281,6 +310,17 @@ def node_lines(node: dict) -> list[Line]:
         line("  VmRSS enforcing / not", rss_on, rss_off, mib, "", None),
         ("  first render after start", secs(on["start_to_programmed"]), "", "", "", ""),
     ]
+
+
+def p50(values: list[float]) -> float | None:
+    return median(values) if values else None
+
+
+def failure_lines(failures: list[str], enforcing: int) -> list[Line]:
+    if not failures:
+        return []
+    head = f"  ADDs failed: {len(failures)} ({enforcing} enforcing); the first:"
+    return [(head, "", "", "", "", ""), (f"    {failures[0][:150]}", "", "", "", "", "")]
 
 
 def secs(seconds: float | None) -> str:

@@ -44,7 +44,9 @@ def render_linear(store: Store, server_ip: str) -> str:
 def policy_rules(inputs: PolicyInputs, members: Members, policy: NetworkPolicy) -> list[str]:
     if not policy.isolates("Ingress"):
         return []
-    selected = sorted({ip for pod in inputs.pods if selects(policy, pod) for ip in addresses(pod, 4)})
+    selected = sorted(
+        {ip for pod in inputs.pods if selects(policy, pod) for ip in addresses(pod, 4)}
+    )
     if not selected:
         return []
     target = f"ip daddr {{ {', '.join(selected)} }}"

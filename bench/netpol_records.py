@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from netpol.record import NamespaceRecord, encode_policy
 from netpol.policy import NetworkPolicy, parse_policy
+from netpol.record import NamespaceRecord, encode_policy
 from services.record import EndpointRecord
 from store.base import Put, Store
 from store.keys import namespace_key, netpol_key
@@ -197,7 +197,7 @@ def flush(store: Store, batch: list[Put]) -> int:
 def main(argv: list[str]) -> int:
     """``--write ENDPOINTS POLICIES PODS LOCAL NODE SPARES``: prints (seconds, records)."""
     if argv[:1] != ["--write"] or len(argv) != 7:
-        sys.exit("usage: python -m bench.netpol_records --write ENDPOINTS P PODS LOCAL NODE SPARES")
+        sys.exit("usage: python -m bench.netpol_records --write ENDPOINTS P N LOCAL NODE SPARES")
     from store.etcd import EtcdStore
 
     sizes = Sizes(int(argv[2]), int(argv[3]), int(argv[4]), argv[5])

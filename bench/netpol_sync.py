@@ -68,9 +68,35 @@ def wait_pass(registry: Registry, seen: int, timeout: float) -> tuple[int, float
 
 
 def pick_pod(sizes: records.Sizes, r: int, local: bool) -> int:
-    """The ``r``-th Pod of this node (``local``) or of another node, cycling."""
-    found = [j for j in range(sizes.pods) if (records.node_of(sizes, j) == sizes.node) == local]
+    """The ``r``-th Pod of this node (``local``), or of another node that is a peer of a
+    policy active here (``peer_candidates``; any other node's Pod if there is none), cycling."""
+    found = peer_candidates(sizes) if not local else []
+    found = found or [j for j in range(sizes.pods) if is_local(sizes, j) == local]
     return found[r % len(found)] if found else 0
+
+
+def is_local(sizes: records.Sizes, j: int) -> bool:
+    return records.node_of(sizes, j) == sizes.node
+
+
+def peer_candidates(sizes: records.Sizes) -> list[int]:
+    """Other nodes' Pods in the namespaces where a first-kind policy (ingress from
+    ``tier: web`` of its namespace) selects a Pod of this node: their tier change moves them
+    in or out of that policy's peers."""
+    active = {j % records.NAMESPACES for j in range(sizes.pods) if selected_here(sizes, j)}
+    return [
+        j for j in range(sizes.pods) if j % records.NAMESPACES in active and not is_local(sizes, j)
+    ]
+
+
+def selected_here(sizes: records.Sizes, j: int) -> bool:
+    """Pod ``j`` is of this node and a first-kind policy of its namespace selects it."""
+    labels, ns = records.calc_labels(j), j % records.NAMESPACES
+    kinds = range(ns, sizes.policies, records.NAMESPACES)
+    return is_local(sizes, j) and any(
+        k % len(records.KINDS) == 0 and records.calc_policy(k).pod_selector.matches(labels)
+        for k in kinds
+    )
 
 
 def relabel(store: SqliteStore, sizes: records.Sizes, j: int, local: bool) -> None:
