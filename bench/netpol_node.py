@@ -263,7 +263,7 @@ def measure_first_packet(node: PolicyNode, pair: Pair, count: int, timeout: floa
         store.txn([], [Put(*allow_policy())])
         if not wait_until(lambda: node.has_counter(counter), timeout):
             raise RuntimeError("the server Pod was not isolated")
-        out = {"policies": connect_figures(pair, count)}
+        out: dict[str, Any] = {"policies": connect_figures(pair, count)}
         script = linear.render_linear(store, pair.server_ip)
         keys = [kv.key for kv in store.range(NETPOLS, keys_only=True)]
         store.txn([], [Delete(k) for k in keys])

@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import time
+from typing import Any
 
 from netpol.render import TABLE
 from services.record import ServiceSettings
@@ -33,7 +34,7 @@ from .overlay_topo import QUIET_DAEMON
 from .svc_e2e import CIDR, write_bulk_from
 from .svc_e2e_load import METRICS, services_metric, wait_metric
 
-DAEMON = {
+DAEMON: dict[str, Any] = {
     **QUIET_DAEMON,
     "logLevel": "info",
     "metricsAddress": METRICS,
