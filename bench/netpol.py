@@ -2,7 +2,7 @@
 the same run on the same machine.
 
     python3 -m bench.netpol [--policies 1000] [--pods 10000] [--local 100] [--runs 3]
-                            [--labels 10] [--changes 20] [--adds 10] [--connects 2000]
+                            [--labels 10] [--changes 20] [--adds 10] [--connects 2000] [--rounds 3]
                             [--svc-services 10000] [--remote-services 100]
                             [--timeout 900] [--settle 2] [--results-dir DIR]
 
@@ -80,6 +80,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--changes", type=int, default=20, help="policy changes timed across nodes")
     add("--adds", type=int, default=10, help="ADDs timed, enforcing and not")
     add("--connects", type=int, default=2000, help="TCP connects a first-packet figure")
+    add("--rounds", type=int, default=3, help="first-packet states measured in turn")
     add("--svc-services", type=int, default=10000, help="Services of the proxy's anchor")
     add("--remote-services", type=int, default=100, help="Services of the cross-node anchor")
     add("--timeout", type=float, default=900.0, help="seconds to wait for a pycnid step")
@@ -192,18 +193,18 @@ def failed(label: str, part: dict) -> list[Line]:
     return [(label, "failed", "", "", "", part["error"])]
 
 
-def sync_lines(sync: dict, svc: dict, sizes: str) -> list[Line]:
+def sync_lines(sync: dict, svc: dict, sizes: str, services: int) -> list[Line]:
     label = f"(a) full sync, {sizes}, p50 of {len(sync.get('full', []))}"
     if "error" in sync:
         return failed(label, sync)
     anchor = svc.get("full")
     return [
         line(label, median(sync["full"]), anchor, ms, f"<={GOALS['full_s']:g} s", GOALS["full_s"]),
-        ("  anchor: Service proxy full sync (10k x 5 by default)", "", "", "", "", ""),
+        (f"  anchor: Service proxy full sync, {services:,} x 5", "", "", "", "", ""),
     ]
 
 
-def label_lines(sync: dict, svc: dict) -> list[Line]:
+def label_lines(sync: dict, svc: dict, services: int) -> list[Line]:
     if "error" in sync:
         return failed("(c) Pod label change -> pass", sync)
     anchor, limit, goal = svc.get("update"), GOALS["label_ms"] / 1e3, f"<={GOALS['label_ms']} ms"
@@ -217,11 +218,11 @@ def label_lines(sync: dict, svc: dict) -> list[Line]:
             out.append(
                 (f"  {len(rows) - len(timed)} changed no table: no pass", "", "", "", "", "")
             )
-    out.append(("  anchor: Service proxy one-Service update", "", "", "", "", ""))
+    out.append((f"  anchor: Service proxy one-Service update at {services:,}", "", "", "", "", ""))
     return out
 
 
-def remote_lines(remote: dict) -> list[Line]:
+def remote_lines(remote: dict, services: int) -> list[Line]:
     if "error" in remote:
         return failed("(b) policy change -> other node's kernel", remote)
     fig, anchor = remote["figure"], remote["anchor"]
@@ -246,7 +247,7 @@ def remote_lines(remote: dict) -> list[Line]:
             GOALS["change_p99_ms"] / 1e3,
         ),
         (f"  timed out: {fig['timeouts']} (anchor {anchor['timeouts']})", "", "", "", "", ""),
-        ("  anchor: store-fed Service endpoint change, same node2", "", "", "", "", ""),
+        (f"  anchor: Service endpoint change, same node2, {services:,} x 5", "", "", "", "", ""),
     ]
 
 
@@ -319,8 +320,8 @@ def p50(values: list[float]) -> float | None:
 def failure_lines(failures: list[str], enforcing: int) -> list[Line]:
     if not failures:
         return []
-    head = f"  ADDs failed: {len(failures)} ({enforcing} enforcing); the first:"
-    return [(head, "", "", "", "", ""), (f"    {failures[0][:150]}", "", "", "", "", "")]
+    head = f"  ADDs failed: {len(failures)} ({enforcing} enforcing), the first {failures[0]}"
+    return [(head, "", "", "", "", "")]
 
 
 def secs(seconds: float | None) -> str:
@@ -335,9 +336,9 @@ def build_sections(args: argparse.Namespace, report: dict) -> list[tuple[str, li
         (
             f"NetworkPolicy at {sizes}; ratio = pycni / anchor",
             [
-                *sync_lines(sync, svc, sizes),
-                *remote_lines(report["remote"]),
-                *label_lines(sync, svc),
+                *sync_lines(sync, svc, sizes, args.svc_services),
+                *remote_lines(report["remote"], args.remote_services),
+                *label_lines(sync, svc, args.svc_services),
                 *node_lines(report["node"]),
             ],
         )

@@ -16,9 +16,9 @@ then), then with it.
 - (e) first packet: a client and a server Pod on the node's bridge, policy ``fp/allow`` letting
   the client reach the server's TCP 8080; median of ``--connects`` TCP connects (each a new
   connection, so each first packet meets the forward hook) with every policy in the store,
-  then with none (the store's policies deleted: the table stays, nothing isolated), and,
-  as the anchor, with none in pycni but the same policies loaded as a linear ruleset
-  (bench/netpol_linear.py).
+  with none (the store's policies deleted: the table stays, nothing isolated), and, as the
+  anchor, with none in pycni but the same policies loaded as a linear ruleset
+  (bench/netpol_linear.py); the three states in turn, ``--rounds`` times.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class PolicyNode:
         took = time.perf_counter() - started
         if svc.code != 0:
             self.plugin("pycni-bridge", "DEL", bridge_conf(IPAM), pod, cid, args)
-            raise AddFailed(f"pycni-svc ADD: code {svc.code} after {took:.2f} s: {svc.stdout}")
+            raise AddFailed(f"code {error_code(svc.stdout)} after {took:.2f} s")
 
         def undo() -> None:
             self.plugin("pycni-svc", "DEL", svc_conf, pod, cid, args)
@@ -142,6 +142,14 @@ class PolicyNode:
     def has_counter(self, name: str) -> bool:
         out = self.netns.run(["nft", "list", "counter", "inet", TABLE, name], check=False)
         return out.returncode == 0
+
+
+def error_code(stdout: str) -> object:
+    """The CNI error code of a failed plugin's answer (``?`` if it is not one)."""
+    try:
+        return json.loads(stdout).get("code", "?")
+    except (ValueError, AttributeError):
+        return "?"
 
 
 def svc_config(prev: dict, labels: dict[str, str]) -> dict:
@@ -197,7 +205,7 @@ def measure_adds(node: PolicyNode, count: int, undo: list, tag: str) -> dict:
         try:
             took, _ip, remove = node.add(pod, "ns0", f"add{tag}{i}", {"app": "a0"})
         except AddFailed as exc:
-            out["failed"].append(" ".join(str(exc).split())[:300])
+            out["failed"].append(str(exc))
             continue
         undo.append(remove)
         out["seconds"].append(took)
@@ -250,34 +258,71 @@ def connects(pair: Pair, count: int) -> list[float]:
     raise RuntimeError(f"the client cannot connect: {out.stderr.decode()[-500:]}")
 
 
-def connect_figures(pair: Pair, count: int) -> dict:
-    values = connects(pair, count)
+def figures(values: list[float]) -> dict:
     return {"p50": median(values), "p90": percentile(values, 90), "n": len(values)}
 
 
-def measure_first_packet(node: PolicyNode, pair: Pair, count: int, timeout: float) -> dict:
-    """With every policy (+ fp/allow), with none, with none + the linear ruleset."""
-    counter = f"dropped-in/{FP_NS}/server"
-    store = SqliteStore(node.store_path)
-    try:
-        store.txn([], [Put(*allow_policy())])
-        if not wait_until(lambda: node.has_counter(counter), timeout):
+class Phases:
+    """The three states of the first-packet figure, switched in the node (the store's
+    policies and pycnid's table; the linear table loaded with nft)."""
+
+    def __init__(self, node: PolicyNode, pair: Pair, timeout: float) -> None:
+        self.node, self.pair, self.timeout = node, pair, timeout
+        self.counter = f"dropped-in/{FP_NS}/server"  # made when fp/allow isolates the server
+        store = SqliteStore(node.store_path)
+        try:
+            store.txn([], [Put(*allow_policy())])
+            self.kept = [(kv.key, kv.value) for kv in store.range(NETPOLS)]
+        finally:
+            store.close()
+        self.script = ""
+
+    def policies(self) -> None:
+        store = SqliteStore(self.node.store_path)
+        try:
+            records.write_records(store, iter(self.kept))
+            self.script = self.script or linear.render_linear(store, self.pair.server_ip)
+        finally:
+            store.close()
+        if not wait_until(lambda: self.node.has_counter(self.counter), self.timeout):
             raise RuntimeError("the server Pod was not isolated")
-        out: dict[str, Any] = {"policies": connect_figures(pair, count)}
-        script = linear.render_linear(store, pair.server_ip)
-        keys = [kv.key for kv in store.range(NETPOLS, keys_only=True)]
-        store.txn([], [Delete(k) for k in keys])
-    finally:
-        store.close()
-    if not wait_until(lambda: not node.has_counter(counter), timeout):
-        raise RuntimeError("the policies were not removed")
-    out["none"] = connect_figures(pair, count)
-    node.netns.run(["nft", "-f", "-"], input=script)
-    try:
-        out["linear"] = connect_figures(pair, count)
-    finally:
-        node.netns.run(["nft", "delete", "table", "inet", linear.TABLE], check=False)
-    out["linear_rules"] = script.count("\nadd rule ")
+
+    def none(self) -> None:
+        store = SqliteStore(self.node.store_path)
+        try:
+            store.txn([], [Delete(k) for k, _ in self.kept])
+        finally:
+            store.close()
+        if not wait_until(lambda: not self.node.has_counter(self.counter), self.timeout):
+            raise RuntimeError("the policies were not removed")
+
+    def linear_on(self) -> None:
+        self.node.netns.run(["nft", "-f", "-"], input=self.script)
+
+    def linear_off(self) -> None:
+        self.node.netns.run(["nft", "delete", "table", "inet", linear.TABLE], check=False)
+
+
+def measure_first_packet(
+    node: PolicyNode, pair: Pair, count: int, rounds: int, timeout: float
+) -> dict:
+    """Every policy (+ fp/allow), none, none + the linear ruleset, ``rounds`` times in turn
+    (``count`` connects each in all): the machine's load drifts, each state sees it alike."""
+    phases = Phases(node, pair, timeout)
+    found: dict[str, list[float]] = {"policies": [], "none": [], "linear": []}
+    share = max(1, count // rounds)
+    for _ in range(rounds):
+        phases.policies()
+        found["policies"] += connects(pair, share)
+        phases.none()
+        found["none"] += connects(pair, share)
+        phases.linear_on()
+        try:
+            found["linear"] += connects(pair, share)
+        finally:
+            phases.linear_off()
+    out: dict[str, Any] = {k: figures(v) for k, v in found.items()}
+    out["linear_rules"] = phases.script.count("\nadd rule ")
     return out
 
 
@@ -296,7 +341,9 @@ def measure(box: Sandbox, cni_bin: str, sizes: records.Sizes, args: Any) -> dict
         out["on"]["start_to_programmed"] = node.restart(True, sizes.policies, args.timeout)
         out["on"]["rss_kib"] = node.rss_kib(args.settle)
         out["on"]["adds"] = measure_adds(node, args.adds, undo, "on")
-        out["first_packet"] = measure_first_packet(node, pair, args.connects, args.timeout)
+        out["first_packet"] = measure_first_packet(
+            node, pair, args.connects, args.rounds, args.timeout
+        )
         return out
     finally:
         for remove in reversed(undo):

@@ -127,7 +127,8 @@ def measure(args: argparse.Namespace) -> dict:
         for r in range(args.labels):
             local = r % 2 == 0
             relabel(store, sizes, pick_pod(sizes, r // 2, local), local)
-            found = wait_pass(registry, count, PASS_TIMEOUT if local else args.no_change_wait)
+            quiet = args.no_change_wait + 2 * out["full"]  # a pass takes about a full sync
+            found = wait_pass(registry, count, PASS_TIMEOUT if local else quiet)
             seconds = None if found is None else found[1] - total
             out["labels"].append({"local": local, "seconds": seconds})
             count, total = found or (count, total)

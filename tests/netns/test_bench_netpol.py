@@ -24,7 +24,18 @@ FIGURES = (
     "(f) pycnid VmRSS",
 )
 TINY = ["--policies", "5", "--pods", "20", "--local", "5", "--runs", "1", "--labels", "2"]
-TINY += ["--changes", "2", "--adds", "2", "--connects", "50", "--svc-services", "50"]
+TINY += [
+    "--changes",
+    "2",
+    "--adds",
+    "2",
+    "--connects",
+    "50",
+    "--rounds",
+    "1",
+    "--svc-services",
+    "50",
+]
 TINY += ["--remote-services", "5", "--timeout", "60", "--settle", "0.2", "--no-change-wait", "1"]
 
 
