@@ -176,7 +176,10 @@ def mib(kib: float | None) -> str:
 
 
 def ratio(ours: float | None, anchor: float | None) -> str:
-    return f"{ours / anchor:.2f}x" if ours is not None and anchor else ""
+    if ours is None or not anchor:
+        return ""
+    value = ours / anchor
+    return f"{value:.2f}x" if abs(value) < 100 else f"{value:.0f}x"
 
 
 def verdict(value: float | None, limit: float) -> str:
