@@ -10,7 +10,7 @@
 #   make install   pip install . + plugin launchers, example conflist, daemon config, systemd unit
 #   make bench     side-by-side benchmarks against the reference bridge + host-local
 #                  (also: make bench-ipam, make bench-overlay, make bench-svc,
-#                  make bench-svc-e2e, make bench-svc-api)
+#                  make bench-svc-e2e, make bench-svc-api, make bench-netpol)
 #
 # Staged installs: make install DESTDIR=/tmp/stage (the launchers still point at the final paths).
 
@@ -33,7 +33,7 @@ PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-syst
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
         deps lint test test-unit long drills fuzz netpol-matrix demo bench bench-ipam bench-overlay \
-        bench-svc bench-svc-e2e bench-svc-api launchers clean
+        bench-svc bench-svc-e2e bench-svc-api bench-netpol launchers clean
 
 help:
 	@sed -n '2,14p' Makefile | sed 's/^# \{0,1\}//'
@@ -160,6 +160,12 @@ bench-svc-e2e:
 # VmRSS API/store, one EndpointSlice change -> in the kernel
 bench-svc-api:
 	$(PYTHON) -m bench.svc_api $(BENCH_API_ARGS)
+
+# NetworkPolicy at 1,000 policies x 10,000 Pods (~100 on the measured node), each figure beside
+# an anchor of the same run: full sync, policy change -> other node's kernel (two pycnids on
+# etcd), Pod label change, ADD cost, first packet (vs a linear ruleset), pycnid's VmRSS
+bench-netpol:
+	$(PYTHON) -m bench.netpol $(BENCH_NETPOL_ARGS)
 
 launchers:
 	$(PYTHON) -m cni.launcher build/bin

@@ -1,0 +1,351 @@
+"""Figures (d), (e) and (f) of `make bench-netpol`: one pycnid node with the synthetic records.
+
+One node namespace, pycnid on a SQLite store that holds the synthetic records
+(bench/netpol_records.py, this node the measured one) before it starts, once with
+``"networkPolicy": {"enforce": true}`` and once without (the same store: the anchor is the
+same pycnid without enforcement). Pods are attached as the tests attach them
+(tests/netns/test_netpol_enforce.py): pycni-bridge then pycni-svc, as in a conflist, labels in
+``args.cni.labels``. pycnid runs without enforcement first (the first-packet Pods are added
+then), then with it.
+
+- (f) VmRSS of pycnid, programmed and settled, enforcing vs not;
+- (d) ADD cost: bridge + svc ADD of ``--adds`` Pods in ``ns0`` labelled ``app: a0`` (selected
+  by policy ``np0``, so each ADD waits for the pass that isolates its Pod), enforcing vs not;
+  an ADD that fails (code 11: no pass programmed its Pod within pycni-svc's wait,
+  ``netpol.sync.SETTLE``) is counted with its message, not retried;
+- (e) first packet: a client and a server Pod on the node's bridge, policy ``fp/allow`` letting
+  the client reach the server's TCP 8080; median of ``--connects`` TCP connects (each a new
+  connection, so each first packet meets the forward hook) with every policy in the store,
+  with none (the store's policies deleted: the table stays, nothing isolated), and, as the
+  anchor, with none in pycni but the same policies loaded as a linear ruleset
+  (bench/netpol_linear.py); the three states in turn, ``--rounds`` times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from netpol.policy import parse_policy
+from netpol.render import TABLE
+from store.base import Delete, Put
+from store.keys import NETPOLS
+from store.sqlite import SqliteStore
+from tests.fixtures.bridge import bridge_conf, ip_of, new_cid
+from tests.fixtures.daemon import Pycnid, daemon_config
+from tests.fixtures.netns import Netns
+from tests.fixtures.plugins import run_plugin
+
+from . import netpol_linear as linear
+from . import netpol_records as records
+from .common import REFERENCE_BIN, Sandbox, median, percentile, vm_rss_kib
+
+IPAM = {"type": "pycni-ipam", "ranges": [[{"subnet": "10.30.0.0/24"}]]}
+RENDERED = re.compile(r"netpol: table rendered: (\d+) policies")
+FP_NS = "fp"
+FP_PORT = 8080
+SERVER = f"""
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", {FP_PORT})); s.listen(4096)
+while True:
+    c, _ = s.accept(); c.close()
+"""
+CLIENT = """
+import json, socket, struct, sys, time
+ip, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+linger = struct.pack("ii", 1, 0)  # close with RST: no TIME_WAIT piling up
+out = []
+for _ in range(n):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+    t = time.perf_counter(); s.connect((ip, port)); out.append(time.perf_counter() - t)
+    s.close()
+print(json.dumps(out))
+"""
+
+
+class AddFailed(RuntimeError):
+    """pycni-svc's ADD failed (code 11: no pass programmed the Pod within its wait)."""
+
+
+@dataclass
+class PolicyNode:
+    box: Sandbox
+    cni_bin: str
+    netns: Netns
+    pycnid: Pycnid
+    sizes: records.Sizes
+    pids: list[int] = field(default_factory=list)  # every pycnid started (residue checks)
+
+    @property
+    def store_path(self) -> str:
+        return str(self.pycnid.config["store"]["path"])
+
+    def restart(self, enforce: bool, expected: int | None, timeout: float) -> float | None:
+        """pycnid again, enforcing or not; seconds until it rendered ``expected`` policies."""
+        self.pycnid.stop()
+        self.pycnid.config.pop("networkPolicy", None)
+        if enforce:
+            self.pycnid.config["networkPolicy"] = {"enforce": True, "resyncInterval": 3600}
+        offset = len(self.pycnid.log())
+        started = time.monotonic()
+        self.pycnid.start(timeout=60)
+        if self.pycnid.proc is not None:
+            self.box.processes.append(self.pycnid.proc)
+            self.pids.append(self.pycnid.proc.pid)
+        if expected is None:
+            return None
+        return wait_rendered(self.pycnid, offset, expected, started, timeout)
+
+    def rss_kib(self, settle: float) -> int | None:
+        time.sleep(settle)
+        return vm_rss_kib(self.pycnid.proc.pid) if self.pycnid.proc else None
+
+    def plugin(self, plugin: str, command: str, conf: dict, pod: str, cid: str, args: str) -> Any:
+        return run_plugin(
+            f"{self.cni_bin}/{plugin}",
+            command,
+            conf,
+            container_id=cid,
+            netns=pod,
+            args=args,
+            cni_path=f"{self.cni_bin}:{REFERENCE_BIN}",
+            socket=self.pycnid.socket,
+        )
+
+    def add(self, pod: str, namespace: str, name: str, labels: dict[str, str]) -> tuple:
+        """bridge + svc ADD as a conflist runs them: (seconds, IPv4, undo (DELs))."""
+        cid, args = new_cid(), f"K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}"
+        started = time.perf_counter()
+        added = self.plugin("pycni-bridge", "ADD", bridge_conf(IPAM), pod, cid, args)
+        if added.code != 0:
+            raise RuntimeError(f"pycni-bridge ADD: {added.stdout} {added.stderr}")
+        svc_conf = svc_config(added.json, labels)
+        svc = self.plugin("pycni-svc", "ADD", svc_conf, pod, cid, args)
+        took = time.perf_counter() - started
+        if svc.code != 0:
+            self.plugin("pycni-bridge", "DEL", bridge_conf(IPAM), pod, cid, args)
+            raise AddFailed(f"code {error_code(svc.stdout)} after {took:.2f} s")
+
+        def undo() -> None:
+            self.plugin("pycni-svc", "DEL", svc_conf, pod, cid, args)
+            self.plugin("pycni-bridge", "DEL", bridge_conf(IPAM), pod, cid, args)
+
+        return took, ip_of(added.json), undo
+
+    def has_counter(self, name: str) -> bool:
+        out = self.netns.run(["nft", "list", "counter", "inet", TABLE, name], check=False)
+        return out.returncode == 0
+
+
+def error_code(stdout: str) -> object:
+    """The CNI error code of a failed plugin's answer (``?`` if it is not one)."""
+    try:
+        return json.loads(stdout).get("code", "?")
+    except (ValueError, AttributeError):
+        return "?"
+
+
+def svc_config(prev: dict, labels: dict[str, str]) -> dict:
+    return {
+        "cniVersion": "1.1.0",
+        "name": "podnet",
+        "type": "pycni-svc",
+        "args": {"cni": {"labels": [{"key": k, "value": v} for k, v in labels.items()]}},
+        "prevResult": prev,
+    }
+
+
+def wait_rendered(
+    pycnid: Pycnid, offset: int, expected: int, started: float, timeout: float
+) -> float | None:
+    while time.monotonic() - started < timeout:
+        if any(int(m[1]) >= expected for m in RENDERED.finditer(pycnid.log()[offset:])):
+            return time.monotonic() - started
+        time.sleep(0.05)
+    return None
+
+
+def wait_until(check, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def make_node(box: Sandbox, cni_bin: str, sizes: records.Sizes) -> PolicyNode:
+    """The node namespace and pycnid's config, the records in its store (not started)."""
+    netns = Netns(box.netns("np-node"))
+    workdir = f"{box.workdir}/np-node"
+    config = daemon_config(workdir, sizes.node, logLevel="info", faultInjection=False)
+    os.makedirs(workdir, exist_ok=True)
+    store = SqliteStore(config["store"]["path"])
+    records.write_records(store, records.iter_records(sizes))
+    store.close()
+    return PolicyNode(
+        box, cni_bin, netns, Pycnid(node=netns, workdir=workdir, config=config), sizes
+    )
+
+
+# --- (d) ADD cost --------------------------------------------------------------------------
+def measure_adds(node: PolicyNode, count: int, undo: list, tag: str) -> dict:
+    """``count`` Pods in ns0 with ``app: a0`` added (kept until the end: ``undo``): the
+    seconds of each ADD that succeeded, and why the others failed."""
+    out: dict = {"seconds": [], "failed": []}
+    for i in range(count):
+        pod = node.box.pods(f"add{tag}{i}-", 1)[0]
+        try:
+            took, _ip, remove = node.add(pod, "ns0", f"add{tag}{i}", {"app": "a0"})
+        except AddFailed as exc:
+            out["failed"].append(str(exc))
+            continue
+        undo.append(remove)
+        out["seconds"].append(took)
+    return out
+
+
+# --- (e) first packet ----------------------------------------------------------------------
+@dataclass
+class Pair:
+    client: str  # netns path
+    server: str
+    server_ip: str
+
+
+def setup_pair(node: PolicyNode, undo: list) -> Pair:
+    client, server = node.box.pods("fp-", 2)
+    _, _, remove = node.add(client, FP_NS, "client", {"role": "client"})
+    undo.append(remove)
+    _, server_ip, remove = node.add(server, FP_NS, "server", {"role": "server"})
+    undo.append(remove)
+    name = server.rsplit("/", 1)[1]
+    proc = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", SERVER])
+    node.box.processes.append(proc)
+    pair = Pair(client, server, server_ip)
+    connects(pair, 1)  # the server listens
+    return pair
+
+
+def allow_policy() -> tuple[str, bytes]:
+    spec = {
+        "podSelector": {"matchLabels": {"role": "server"}},
+        "ingress": [
+            {
+                "from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+                "ports": [{"protocol": "TCP", "port": FP_PORT}],
+            }
+        ],
+    }
+    return records.policy_kv(parse_policy(records.manifest(FP_NS, "allow", spec)))
+
+
+def connects(pair: Pair, count: int) -> list[float]:
+    name = pair.client.rsplit("/", 1)[1]
+    cmd = ["ip", "netns", "exec", name, sys.executable, "-c", CLIENT]
+    for _ in range(100):
+        out = subprocess.run([*cmd, pair.server_ip, str(FP_PORT), str(count)], capture_output=True)
+        if out.returncode == 0:
+            return [float(x) for x in json.loads(out.stdout)]
+        time.sleep(0.1)
+    raise RuntimeError(f"the client cannot connect: {out.stderr.decode()[-500:]}")
+
+
+def figures(values: list[float]) -> dict:
+    return {"p50": median(values), "p90": percentile(values, 90), "n": len(values)}
+
+
+class Phases:
+    """The three states of the first-packet figure, switched in the node (the store's
+    policies and pycnid's table; the linear table loaded with nft)."""
+
+    def __init__(self, node: PolicyNode, pair: Pair, timeout: float) -> None:
+        self.node, self.pair, self.timeout = node, pair, timeout
+        self.counter = f"dropped-in/{FP_NS}/server"  # made when fp/allow isolates the server
+        store = SqliteStore(node.store_path)
+        try:
+            store.txn([], [Put(*allow_policy())])
+            self.kept = [(kv.key, kv.value) for kv in store.range(NETPOLS)]
+        finally:
+            store.close()
+        self.script = ""
+
+    def policies(self) -> None:
+        store = SqliteStore(self.node.store_path)
+        try:
+            records.write_records(store, iter(self.kept))
+            self.script = self.script or linear.render_linear(store, self.pair.server_ip)
+        finally:
+            store.close()
+        if not wait_until(lambda: self.node.has_counter(self.counter), self.timeout):
+            raise RuntimeError("the server Pod was not isolated")
+
+    def none(self) -> None:
+        store = SqliteStore(self.node.store_path)
+        try:
+            store.txn([], [Delete(k) for k, _ in self.kept])
+        finally:
+            store.close()
+        if not wait_until(lambda: not self.node.has_counter(self.counter), self.timeout):
+            raise RuntimeError("the policies were not removed")
+
+    def linear_on(self) -> None:
+        self.node.netns.run(["nft", "-f", "-"], input=self.script)
+
+    def linear_off(self) -> None:
+        self.node.netns.run(["nft", "delete", "table", "inet", linear.TABLE], check=False)
+
+
+def measure_first_packet(
+    node: PolicyNode, pair: Pair, count: int, rounds: int, timeout: float
+) -> dict:
+    """Every policy (+ fp/allow), none, none + the linear ruleset, ``rounds`` times in turn
+    (``count`` connects each in all): the machine's load drifts, each state sees it alike."""
+    phases = Phases(node, pair, timeout)
+    found: dict[str, list[float]] = {"policies": [], "none": [], "linear": []}
+    share = max(1, count // rounds)
+    for _ in range(rounds):
+        phases.policies()
+        found["policies"] += connects(pair, share)
+        phases.none()
+        found["none"] += connects(pair, share)
+        phases.linear_on()
+        try:
+            found["linear"] += connects(pair, share)
+        finally:
+            phases.linear_off()
+    out: dict[str, Any] = {k: figures(v) for k, v in found.items()}
+    out["linear_rules"] = phases.script.count("\nadd rule ")
+    return out
+
+
+# --- the run -------------------------------------------------------------------------------
+def measure(box: Sandbox, cni_bin: str, sizes: records.Sizes, args: Any) -> dict:
+    """Not enforcing first (the first-packet Pods are added then, so that they do not wait
+    for a pass), then enforcing; the same store throughout."""
+    node = make_node(box, cni_bin, sizes)
+    undo: list = []
+    try:
+        out: dict = {"on": {}, "off": {}, "pids": node.pids}
+        node.restart(False, None, args.timeout)
+        pair = setup_pair(node, undo)
+        out["off"]["rss_kib"] = node.rss_kib(args.settle)
+        out["off"]["adds"] = measure_adds(node, args.adds, undo, "off")
+        out["on"]["start_to_programmed"] = node.restart(True, sizes.policies, args.timeout)
+        out["on"]["rss_kib"] = node.rss_kib(args.settle)
+        out["on"]["adds"] = measure_adds(node, args.adds, undo, "on")
+        out["first_packet"] = measure_first_packet(
+            node, pair, args.connects, args.rounds, args.timeout
+        )
+        return out
+    finally:
+        for remove in reversed(undo):
+            remove()
+        node.pycnid.stop()

@@ -1,0 +1,146 @@
+"""Figure (b) of `make bench-netpol`: a policy change put in etcd -> the other node's kernel.
+
+Two pycnids (node1, node2) in their own namespaces on a real etcd (tests/fixtures/cluster.py,
+as bench/svc_api.py starts them), both with ``networkPolicy.enforce`` and the Service proxy.
+First the anchor, in the same cluster before any NetworkPolicy record exists: ``--svc-services``
+bulk Services x 5 written from node1 (bench/svc_e2e_load.py), then endpoint changes put ->
+node2's kernel (bench/svc_e2e_kernel.py's poller and changes: the store-fed Service update of
+bench-svc-e2e). Then the synthetic NetworkPolicy records (bench/netpol_records.py, node2 the
+measured node) are written from node1 and node2 programs them; each change then updates policy
+``spare/bench-change<r>`` so that it selects spare Pod ``r`` of node2: put -> the Pod's drop
+counter ``dropped-in/spare/spare<r>`` is in node2's kernel (it is made in the same transaction
+as the Pod's ``ingress4`` element and chain, ``netpol/render.py``), polled every 2 ms by the
+same kept libnftables poller.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from typing import Any
+
+from netpol.render import TABLE
+from services.record import ServiceSettings
+from store.keys import SERVICES_META
+from tests.fixtures.cluster import Cluster
+
+from . import netpol_records as records
+from . import svc_e2e_kernel as kernel
+from .common import REPO, python_env
+from .overlay_topo import QUIET_DAEMON
+from .svc_e2e import CIDR, write_bulk_from
+from .svc_e2e_load import METRICS, services_metric, wait_metric
+
+DAEMON: dict[str, Any] = {
+    **QUIET_DAEMON,
+    "logLevel": "info",
+    "metricsAddress": METRICS,
+    "services": {"proxy": True, "resyncInterval": 3600},
+    "networkPolicy": {"enforce": True, "resyncInterval": 3600},
+}
+RENDERED = re.compile(r"netpol: table rendered: (\d+) policies")
+
+
+def start_cluster() -> Cluster:
+    cluster = Cluster.create(1)
+    try:
+        cluster.etcd.start()
+        for _ in range(2):
+            cluster.add_node(**DAEMON)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def measure_anchor(cluster: Cluster, services: int, count: int, timeout: float) -> dict:
+    """The store-fed Service update on node2 (bench-svc-e2e's), before any policy."""
+    node1, node2 = cluster.nodes
+    cluster.etcd.put(SERVICES_META, ServiceSettings((CIDR,)).to_bytes())
+    write_bulk_from(node1, cluster.etcd.endpoints, services, 5)
+    done, _ = wait_metric(node2.host.ns.name, lambda s: services_metric(s) >= services, timeout)
+    if done is None:
+        raise RuntimeError(f"node2 did not program {services} Services in {timeout:g}s")
+    poller = kernel.start_poller(node2)
+    try:
+        return kernel.measure_updates(cluster, poller, services, 5, count, timeout)
+    finally:
+        close_poller(poller)
+
+
+def write_policies(cluster: Cluster, sizes: records.Sizes, spares: int) -> float:
+    """Every synthetic record into etcd from node1 (the store's txn); seconds it took."""
+    node1 = cluster.nodes[0]
+    cmd = ["ip", "netns", "exec", node1.host.ns.name, sys.executable, "-m"]
+    cmd += ["bench.netpol_records", "--write", ",".join(cluster.etcd.endpoints)]
+    cmd += [str(sizes.policies), str(sizes.pods), str(sizes.local), sizes.node, str(spares)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=python_env())
+    if out.returncode != 0:
+        raise RuntimeError(f"NetworkPolicy writer: {out.stderr[-2000:]}")
+    return float(json.loads(out.stdout)[0])
+
+
+def wait_rendered(node, policies: int, timeout: float) -> float | None:
+    """Seconds until ``node``'s pycnid logged a render of ``policies`` policies."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if any(int(m[1]) >= policies for m in RENDERED.finditer(node.daemon.log())):
+            return time.monotonic() - started
+        if node.daemon.proc.poll() is not None:
+            raise RuntimeError(f"{node.name}'s pycnid exited: {node.daemon.log()[-2000:]}")
+        time.sleep(0.05)
+    return None
+
+
+def timed_policy_change(cluster: Cluster, poller, r: int, timeout: float) -> dict:
+    """Policy ``spare/bench-change<r>`` now selects spare Pod ``r``: put -> its counter."""
+    counter = f"dropped-in/{records.SPARE_NS}/spare{r}"
+    kernel.arm(poller, counter, f"list counter inet {TABLE} {counter}", timeout)
+    key, value = records.policy_kv(records.calc_spare_policy(r, selects=True))
+    started = time.monotonic()
+    cluster.etcd.put(key, value)
+    put_done = time.monotonic()
+    done, polls = kernel.answer(poller)
+    return {
+        "put_to_programmed": None if done is None else done - started,
+        "put": put_done - started,
+        "polls": polls,
+    }
+
+
+def measure_changes(cluster: Cluster, sizes: records.Sizes, count: int, timeout: float) -> dict:
+    node2 = cluster.nodes[1]
+    out: dict = {"write_seconds": write_policies(cluster, sizes, count)}
+    out["programmed_after"] = wait_rendered(node2, sizes.policies + count, timeout)
+    poller = kernel.start_poller(node2)
+    try:
+        runs = [timed_policy_change(cluster, poller, r, timeout) for r in range(count)]
+    finally:
+        close_poller(poller)
+    return {**out, **kernel.summarize(runs)}
+
+
+def close_poller(poller: subprocess.Popen) -> None:
+    if poller.stdin:
+        poller.stdin.close()
+    poller.wait(10)
+
+
+def measure(sizes: records.Sizes, services: int, count: int, timeout: float) -> dict:
+    """Anchor then figure, in one cluster; the namespaces it made (for the residue check)."""
+    cluster = start_cluster()
+    try:
+        anchor = measure_anchor(cluster, services, count, timeout)
+        figure = measure_changes(cluster, sizes, count, timeout)
+    finally:
+        underlay = cluster.underlay
+        made = [underlay.ns.name, *(h.ns.name for h in underlay.hosts)]
+        dirs = [cluster.workdir, cluster.etcd.workdir]
+        pids = [m.proc.pid for m in cluster.etcd.members if m.proc] + [
+            n.daemon.proc.pid for n in cluster.nodes if n.daemon.proc
+        ]
+        cluster.close()
+    return {"anchor": anchor, "figure": figure, "namespaces": made, "dirs": dirs, "pids": pids}
