@@ -1,0 +1,110 @@
+"""The transaction that turns the table holding one layout into the next (pure).
+
+``render_diff(old, new)`` is one nft script, sent instead of ``render.render_full`` while the
+kernel is known to hold ``old``: nothing is flushed but what changed, so a Pod's relabel costs
+the elements and chains it touches, not the table (10k Pods: tens of thousands of elements).
+Its order keeps every reference valid at each command (the kernel checks them as the
+transaction is built) and never opens a window (one transaction: a packet meets ``old`` or
+``new``):
+
+1. new sets and maps, counters, chains (empty: a vmap element or a rule may name them);
+2. the elements gone from a set present in both, then the new ones (a map's changed value is a
+   delete and an add of its key). Deletes come first: an interval set refuses an interval
+   that overlaps one still there, even one this transaction deletes later ({10.0.0.1,
+   10.0.0.3} → {10.0.0.1-10.0.0.3} is refused the other way round);
+3. the rules of new chains, and of chains present in both whose rules differ (flushed and
+   refilled: a rule whose set would be empty is left out, so one chain name may hold
+   different rules over time);
+4. what only ``old`` had, once nothing refers to it: chains (flushed, then deleted: no vmap
+   element jumps to them after 2), then sets and maps (no rule names them after 3 and 4's
+   chains), then counters (no counter map element names them after 2).
+
+The base chain ``forward`` and its rules never change (``render.render_base_rules``). A set
+keeps its declaration for its name (the names say their content, and the fixed ones their
+type); one that changed is ``NotDiffable``: the caller renders the table whole.
+"""
+
+from __future__ import annotations
+
+from netpol.render import Layout, NamedSet, T
+
+
+class NotDiffable(ValueError):
+    """A set present in both layouts with another declaration: only a full render helps."""
+
+
+def render_diff(old: Layout, new: Layout) -> str:
+    """One transaction from ``old`` to ``new``; '' when they hold the same."""
+    for name, s in new.sets.items():
+        if name in old.sets and _declaration(old.sets[name]) != _declaration(s):
+            raise NotDiffable(f"set {name} changed its declaration")
+    out = render_declarations(old, new)
+    out += [line for s in old.sets.values() for line in render_element_deletes(s, new)]
+    out += [line for s in new.sets.values() for line in render_element_adds(old, s)]
+    out += render_rules(old, new)
+    out += render_removals(old, new)
+    return "".join(out)
+
+
+def render_declarations(old: Layout, new: Layout) -> list[str]:
+    out = [s.declare() for n, s in new.sets.items() if n not in old.sets]
+    out += [f"add counter {T} {c}\n" for c in sorted(new.counters - old.counters)]
+    return out + [f"add chain {T} {c}\n" for c in new.chains if c not in old.chains]
+
+
+def render_rules(old: Layout, new: Layout) -> list[str]:
+    """The rules of the new chains, and of the chains whose rules changed (flushed first)."""
+    changed = [c for c, rules in new.chains.items() if old.chains.get(c, rules) != rules]
+    out = [f"flush chain {T} {c}\n" for c in changed]
+    return out + [
+        f"add rule {T} {c} {r}\n"
+        for c, rules in new.chains.items()
+        if c not in old.chains or c in changed
+        for r in rules
+    ]
+
+
+def render_element_deletes(old: NamedSet, new: Layout) -> list[str]:
+    """``delete element`` of what ``old`` held and the same set in ``new`` does not (a set
+    gone from ``new`` is deleted whole later); a map's by key: its value may have changed."""
+    kept = new.sets.get(old.name)
+    if kept is None:
+        return []
+    if old.kind == "map":
+        entries = _entries(kept)
+        gone = [k for k, v in _entries(old).items() if entries.get(k) != v]
+    else:
+        held = set(kept.elements)
+        gone = [e for e in old.elements if e not in held]
+    return [_element_command("delete", old.name, gone)] if gone else []
+
+
+def render_element_adds(old: Layout, new: NamedSet) -> list[str]:
+    """``add element`` of what ``new`` holds and the same set in ``old`` did not (all of a
+    new set's)."""
+    before = old.sets.get(new.name)
+    held = set(before.elements) if before is not None else set()
+    added = [e for e in new.elements if e not in held]
+    return [_element_command("add", new.name, added)] if added else []
+
+
+def render_removals(old: Layout, new: Layout) -> list[str]:
+    chains = [c for c in old.chains if c not in new.chains]
+    out = [f"flush chain {T} {c}\n" for c in chains]
+    out += [f"delete chain {T} {c}\n" for c in chains]
+    out += [f"delete {s.kind} {T} {n}\n" for n, s in old.sets.items() if n not in new.sets]
+    out += [f"delete counter {T} {c}\n" for c in sorted(old.counters - new.counters)]
+    return out
+
+
+def _declaration(s: NamedSet) -> tuple[str, str, bool]:
+    return s.kind, s.type, s.interval
+
+
+def _entries(s: NamedSet) -> dict[str, str]:
+    """A map's elements as key -> value (``10.0.0.2 : jump in-…``)."""
+    return {key: value for key, _, value in (e.partition(" : ") for e in s.elements)}
+
+
+def _element_command(verb: str, name: str, elements: list[str]) -> str:
+    return f"{verb} element {T} {name} {{ {', '.join(elements)} }}\n"
