@@ -49,6 +49,7 @@ from kernel.nft import Nft, NftError, table_exists
 from kernel.sysctl import read_sysctl
 from kube.source import KubeSource
 from netpol.config import DEFAULT_NETPOL_RESYNC
+from netpol.diff import NotDiffable, render_diff
 from netpol.from_kube import PolicyObjects
 from netpol.purge import purge_denied
 from netpol.render import TABLE, Layout, Object, calc_layout, render_full
@@ -126,7 +127,7 @@ class NetpolSync:
         )
         self.nft: Nft | None = None
         self.objects: frozenset[Object] | None = None  # None: to be listed from the kernel
-        self.rendered: str | None = None  # the script the kernel holds
+        self.layout: Layout | None = None  # what the kernel holds; None: render it whole
         self.full_due = 0.0
         self.counters_due = 0.0
         self.metrics = NetpolMetrics(registry)
@@ -190,7 +191,7 @@ class NetpolSync:
             return POLL  # nothing programmed before the three kinds were listed whole
         now = time.monotonic()
         if now >= self.full_due:
-            self.rendered = None  # a resync: applied again even if unchanged
+            self.layout = None  # a resync: rendered whole even if unchanged
             self.full_due = now + self.resync_interval
         self.sync()
         if time.monotonic() >= self.counters_due:
@@ -199,7 +200,8 @@ class NetpolSync:
         return wait if self.watched.can_watch else min(wait, POLL)
 
     def sync(self) -> bool:
-        """Render the table; apply it when it differs from what the kernel holds (True)."""
+        """Render the table; apply what differs from what the kernel holds (True): the diff
+        from the committed layout, or the table whole when there is none."""
         started = time.perf_counter()
         addresses = self.calc_node_addresses()
         with self.lock:
@@ -207,11 +209,9 @@ class NetpolSync:
         if self.kube is not None:
             inputs = self.kube.inputs(inputs.node_ips)
         layout = calc_layout(inputs, self.node, addresses)
-        stale = self.known_objects() - layout.objects
-        plain = render_full(layout)
-        if plain == self.rendered and not stale:
+        how = self.apply_layout(layout)
+        if how is None:
             return False
-        self.apply(render_full(layout, stale) if stale else plain, layout, plain)
         if self.purge:
             node_ips = {**inputs.node_ips, self.node: addresses}  # the kernel exempts these
             self.metrics.purged.inc(purge_denied(replace(inputs, node_ips=node_ips), self.node))
@@ -220,7 +220,8 @@ class NetpolSync:
         for direction, count in layout.isolated.items():
             self.metrics.isolated.set(count, direction=direction.lower())
         log.info(
-            "netpol: table rendered: %d policies, %d/%d local Pods isolated (in/eg), %.1f ms",
+            "netpol: table %s: %d policies, %d/%d local Pods isolated (in/eg), %.1f ms",
+            how,
             len(inputs.policies),
             layout.isolated["Ingress"],
             layout.isolated["Egress"],
@@ -229,6 +230,27 @@ class NetpolSync:
         self.counters_due = 0.0
         return True
 
+    def apply_layout(self, layout: Layout) -> str | None:
+        """Bring the kernel to ``layout``: 'updated' (a diff), 'rendered' (whole), None
+        (nothing differed). A refused diff is logged and counted, and the table rendered whole
+        in the same pass (the layout the kernel holds is then listed again)."""
+        if self.layout is not None:
+            try:
+                script = render_diff(self.layout, layout)
+            except NotDiffable as exc:
+                log.info("netpol: rendering the table whole: %s", exc)
+            else:
+                if not script:
+                    return None
+                try:
+                    self.apply(script, layout)
+                    return "updated"
+                except NftError as exc:
+                    log.warning("netpol: update refused, rendering the table whole: %s", exc)
+        stale = self.known_objects() - layout.objects
+        self.apply(render_full(layout, stale), layout)
+        return "rendered"
+
     def calc_node_addresses(self) -> tuple[str, ...]:
         """This node's addresses: its record's (or the configured one) and the netns' own."""
         with self.lock:
@@ -236,16 +258,18 @@ class NetpolSync:
         found = [a for a in (self.node_address, record and record.address) if a]
         return tuple(dict.fromkeys([*found, *self.local_addresses()]))
 
-    def apply(self, script: str, layout: Layout, plain: str) -> None:
+    def apply(self, script: str, layout: Layout) -> None:
+        """One transaction (``send_script``); refused, what the kernel holds is unknown: the
+        next render is whole, its stale objects listed."""
         if self.nft is None:
             return
         try:
-            (self.nft.run_apart if len(script) >= APART_BYTES else self.nft.run)(script)
+            send_script(self.nft, script)
         except NftError as exc:
-            self.objects, self.rendered = None, None  # unknown: listed again next pass
+            self.objects, self.layout = None, None
             self.metrics.failures.inc()
             raise NftError(f"NetworkPolicy table refused: {exc}") from None
-        self.objects, self.rendered = layout.objects, plain
+        self.objects, self.layout = layout.objects, layout
         self.metrics.syncs.inc()
 
     def known_objects(self) -> frozenset[Object]:
@@ -267,7 +291,7 @@ class NetpolSync:
     def read_counters(self) -> None:
         """The drop counters, summed by direction (``dropped-in/…``, ``dropped-eg/…``)."""
         self.counters_due = time.monotonic() + COUNTERS
-        if self.nft is None or self.rendered is None:
+        if self.nft is None or self.layout is None:
             return
         doc = self.nft.list_json(f"list table inet {TABLE}", terse=True)  # no elements
         sums = {"ingress": 0, "egress": 0}
@@ -280,6 +304,11 @@ class NetpolSync:
                     sums[direction] += int(counter.get("packets", 0))
         for direction, packets in sums.items():
             self.metrics.dropped.set(packets, direction=direction)
+
+
+def send_script(nft: Nft, script: str) -> None:
+    """A small script in the kept context, a large one (``APART_BYTES``) in a child nft."""
+    (nft.run_apart if len(script) >= APART_BYTES else nft.run)(script)
 
 
 def check_bridge_filtering(
