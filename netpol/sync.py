@@ -3,14 +3,21 @@
 ``NetpolSync.start()`` returns at once; a loop thread (``common/loop.py``) then, on every pass,
 reads the prefixes ``view.PREFIXES`` (policies, namespaces, endpoints, node records) and
 watches them from the revision read (etcd; SQLite is re-read when its revision moved), and
-when anything changed (a record, this node's addresses) or every ``resyncInterval`` seconds,
-renders the node's table whole (``render.py``) and applies it through one kept libnftables
-context (``kernel/nft.py``) as one transaction that never deletes the table: a packet meets
-the old rules or the new ones, never an empty table. Nothing is programmed before the first
-complete read. This first version renders the table whole on every change; per-element diffs
-(as the Service proxy's ``ServiceTable``) are the next step.
+when anything changed (a record, this node's addresses) renders the node's layout
+(``render.calc_layout``) and sends the kernel what differs from the layout it committed last
+(``diff.render_diff``): one transaction that flushes nothing but the chains whose rules
+changed, so a Pod's relabel costs its elements, not the table's. A diff of set and map
+elements alone goes as one netlink batch (``Nft.run_elements``, as the Service proxy's
+updates: libnftables would first re-read every set's elements, ~140 ms beside 100k of them),
+any other through the kept libnftables context, a large one (``APART_BYTES``) in a child
+nft. The table is rendered whole (``render.render_full``: flushed and refilled in one
+transaction that never deletes it) at start, every ``resyncInterval`` seconds, and after the
+kernel refused a transaction (the committed layout is then dropped: a refused diff is logged,
+counted and followed by a full render in the same pass). Either way a packet meets the old
+rules or the new ones, never an empty table. A pass that changes nothing sends nothing.
+Nothing is programmed before the first complete read.
 
-The objects a render made are remembered, so the next one deletes those it no longer needs;
+The objects a render made are remembered, so a full render deletes those it no longer needs;
 at start, and after a refused transaction, they are listed from the kernel (names only).
 
 Same-node traffic between Pods of one bridge reaches the inet forward hook only when bridged
@@ -46,10 +53,11 @@ from cni.spec.errors import CNIError, TryAgainLater
 from common.loop import Errors, Loop
 from common.metrics import Registry
 from kernel.nft import Nft, NftError, table_exists
+from kernel.nftelem import ElementBatch
 from kernel.sysctl import read_sysctl
 from kube.source import KubeSource
 from netpol.config import DEFAULT_NETPOL_RESYNC
-from netpol.diff import NotDiffable, render_diff
+from netpol.diff import NotDiffable, calc_element_batch, render_diff
 from netpol.from_kube import PolicyObjects
 from netpol.purge import purge_denied
 from netpol.render import TABLE, Layout, Object, calc_layout, render_full
@@ -237,18 +245,18 @@ class NetpolSync:
         if self.layout is not None:
             try:
                 script = render_diff(self.layout, layout)
-            except NotDiffable as exc:
-                log.info("netpol: rendering the table whole: %s", exc)
-            else:
                 if not script:
                     return None
-                try:
-                    self.apply(script, layout)
-                    return "updated"
-                except NftError as exc:
-                    log.warning("netpol: update refused, rendering the table whole: %s", exc)
+                batch = calc_element_batch(self.layout, layout)
+                self.apply(layout, lambda nft: send_update(nft, script, batch))
+                return "updated"
+            except NotDiffable as exc:
+                log.info("netpol: rendering the table whole: %s", exc)
+            except NftError as exc:
+                log.warning("netpol: update refused, rendering the table whole: %s", exc)
         stale = self.known_objects() - layout.objects
-        self.apply(render_full(layout, stale), layout)
+        script = render_full(layout, stale)
+        self.apply(layout, lambda nft: send_script(nft, script))
         return "rendered"
 
     def calc_node_addresses(self) -> tuple[str, ...]:
@@ -258,13 +266,13 @@ class NetpolSync:
         found = [a for a in (self.node_address, record and record.address) if a]
         return tuple(dict.fromkeys([*found, *self.local_addresses()]))
 
-    def apply(self, script: str, layout: Layout) -> None:
-        """One transaction (``send_script``); refused, what the kernel holds is unknown: the
-        next render is whole, its stale objects listed."""
+    def apply(self, layout: Layout, send: Callable[[Nft], None]) -> None:
+        """One transaction; refused, what the kernel holds is unknown: the next render is
+        whole, its stale objects listed."""
         if self.nft is None:
             return
         try:
-            send_script(self.nft, script)
+            send(self.nft)
         except NftError as exc:
             self.objects, self.layout = None, None
             self.metrics.failures.inc()
@@ -309,6 +317,15 @@ class NetpolSync:
 def send_script(nft: Nft, script: str) -> None:
     """A small script in the kept context, a large one (``APART_BYTES``) in a child nft."""
     (nft.run_apart if len(script) >= APART_BYTES else nft.run)(script)
+
+
+def send_update(nft: Nft, script: str, batch: ElementBatch | None) -> None:
+    """A diff: as a netlink batch when it is one (``diff.calc_element_batch``: the same
+    transaction without libnftables' re-read of every set's elements), else its script."""
+    if batch is not None:
+        nft.run_elements(batch)
+    else:
+        send_script(nft, script)
 
 
 def check_bridge_filtering(

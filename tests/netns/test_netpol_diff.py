@@ -12,11 +12,13 @@ addresses are adjacent, so peer intervals merge and split as Pods come and go.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import pickle
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from netpol.diff import render_diff
-from netpol.render import Layout, calc_layout, render_full
+from netpol.render import Layout, calc_layout
 from tests.fixtures.netns import new_netns
 from tests.fixtures.netpol_cases import (
     API,
@@ -39,7 +41,7 @@ from tests.fixtures.netpol_cases import (
     policy_ports,
 )
 from tests.fixtures.netpol_cases import pods as all_pods
-from tests.fixtures.netpol_reference import Cluster
+from tests.fixtures.netpol_reference import Cluster, Pod
 from tests.fixtures.scale import sized
 
 pytestmark = [pytest.mark.netns, pytest.mark.long]
@@ -49,44 +51,53 @@ POLICY_NAMES = ("p1", "p2", "p3", "p4")
 NODE_ADDRESSES = ("192.168.0.1", "192.168.0.2", "192.168.0.3", "fd01::1", "fd01::2")
 HISTORIES = sized(6, 60)
 STEPS = sized(5, 12)
-#: In the netns: one JSON request a line ({"fresh": bool, "script": str}), one answer a line
-#: (the table's listing after the script, or nft's error).
+#: In the netns: one request a line, a pickled (how, old layout, new layout), one JSON answer a
+#: line: the table's listing after it, or nft's error. ``how``: "sync" sends the diff as pycnid
+#: does (a netlink batch when it is elements alone), "script" as nft's script always, "whole"
+#: renders ``new`` whole into a table made afresh.
 SERVER = """
-import json, sys
+import base64, json, pickle, sys
 from kernel.nft import Nft, NftError
-from netpol.render import T
-from netpol.sync import send_script
+from netpol.diff import calc_element_batch, render_diff
+from netpol.render import T, render_full
+from netpol.sync import send_script, send_update
 
 nft = Nft()
 for line in sys.stdin:
-    request = json.loads(line)
+    how, old, new = pickle.loads(base64.b64decode(line))
+    batch = None
     try:
-        if request["fresh"]:
+        if how == "whole":
             nft.run(f"add table {T}\\ndelete table {T}\\n")
-        send_script(nft, request["script"])
-        answer = {"listing": nft.list_json(f"list table {T}")}
+            send_script(nft, render_full(new))
+        else:
+            batch = calc_element_batch(old, new) if how == "sync" else None
+            send_update(nft, render_diff(old, new), batch)
+        answer = {"listing": nft.list_json(f"list table {T}"), "batch": batch is not None}
     except NftError as exc:
         answer = {"error": str(exc)}
     print(json.dumps(answer), flush=True)
 """
-Apply = Callable[[str, bool], dict[str, Any]]
+Apply = Callable[[str, Layout, Layout], dict[str, Any]]
+HOWS = ("sync", "script", "whole")
 
 
 @pytest.fixture(scope="module")
-def tables() -> Iterator[tuple[Apply, Apply]]:
-    """Two netns, each with its nft server; both deleted after the module, whatever failed."""
+def tables() -> Iterator[dict[str, Apply]]:
+    """A netns per way of sending, each with its nft server; all deleted after the module,
+    whatever failed."""
     if os.geteuid() != 0:
         pytest.skip("needs root for network namespaces")
     made: list[tuple[Any, subprocess.Popen[str]]] = []
     try:
-        for role in ("npdiff", "npfull"):
-            ns = new_netns(role)
+        for how in HOWS:
+            ns = new_netns(f"np{how}")
             cmd = ["ip", "netns", "exec", ns.name, sys.executable, "-c", SERVER]
             server = subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
             )
             made.append((ns, server))
-        yield applier(made[0][1]), applier(made[1][1])
+        yield {how: applier(server) for how, (_ns, server) in zip(HOWS, made, strict=True)}
     finally:
         for ns, server in made:
             server.kill()
@@ -95,9 +106,9 @@ def tables() -> Iterator[tuple[Apply, Apply]]:
 
 
 def applier(server: subprocess.Popen[str]) -> Apply:
-    def apply(script: str, fresh: bool) -> dict[str, Any]:
+    def apply(how: str, old: Layout, new: Layout) -> dict[str, Any]:
         assert server.stdin is not None and server.stdout is not None
-        server.stdin.write(json.dumps({"fresh": fresh, "script": script}) + "\n")
+        server.stdin.write(base64.b64encode(pickle.dumps((how, old, new))).decode() + "\n")
         server.stdin.flush()
         return json.loads(server.stdout.readline())
 
@@ -152,8 +163,24 @@ def focused(draw: Any, name: str) -> dict[str, Any]:
 
 @st.composite
 def next_cluster(draw: Any, before: Cluster) -> Cluster:
-    """A few Pods redrawn (labels, ports, families, node) or removed; each policy kept,
-    redrawn (added when absent) or removed; a namespace relabelled now and then."""
+    """One Pod relabelled (what pycnid sees most), or: a few Pods redrawn (labels, ports,
+    families, node) or removed; each policy kept, redrawn (added when absent) or removed; a
+    namespace relabelled; or all of these at once."""
+    kind = draw(st.sampled_from(("relabel", "relabel", "pods", "policies", "namespace", "all")))
+    if kind == "relabel" and before.pods:
+        k = draw(st.integers(0, len(before.pods) - 1))
+        pod = replace(before.pods[k], labels={**draw(labels_of), "pod": before.pods[k].name})
+        return replace(before, pods=(*before.pods[:k], pod, *before.pods[k + 1 :]))
+    pods = draw(next_pods(before)) if kind in ("pods", "all") else before.pods
+    policies = draw(next_policies(before)) if kind in ("policies", "all") else before.policies
+    namespaces = dict(before.namespaces)
+    if kind in ("namespace", "all"):
+        namespaces[draw(st.sampled_from(NAMESPACES))] = draw(labels_of)
+    return replace(before, pods=pods, policies=policies, namespaces=namespaces)
+
+
+@st.composite
+def next_pods(draw: Any, before: Cluster) -> tuple[Pod, ...]:
     fresh = draw(all_pods())
     changed = draw(st.sets(st.integers(0, 8), max_size=3))
     gone = draw(st.sets(st.integers(0, 8), max_size=1))
@@ -165,30 +192,33 @@ def next_cluster(draw: Any, before: Cluster) -> Cluster:
             pods.append(pod)
         elif old is not None and k not in gone:
             pods.append(old)
+    return tuple(pods)
+
+
+@st.composite
+def next_policies(draw: Any, before: Cluster) -> tuple[Mapping[str, Any], ...]:
     policies = {m["metadata"]["name"]: m for m in before.policies}
     for name in POLICY_NAMES:
-        what = draw(st.sampled_from(("keep", "keep", "keep", "change", "remove")))
+        what = draw(st.sampled_from(("keep", "keep", "change", "remove")))
         if what == "change":
             policies[name] = draw(st.one_of(manifests(name), focused(name)))
         elif what == "remove":
             policies.pop(name, None)
-    namespaces = dict(before.namespaces)
-    relabel = draw(st.sampled_from((None, None, *NAMESPACES)))
-    if relabel is not None:
-        namespaces[relabel] = draw(labels_of)
-    return replace(
-        before, pods=tuple(pods), policies=tuple(policies.values()), namespaces=namespaces
-    )
+    return tuple(policies.values())
 
 
 @st.composite
 def histories(draw: Any) -> list[Layout]:
     cluster = draw(clusters())
+    if draw(st.booleans()):  # policies whose sets a relabel changes
+        cluster = replace(cluster, policies=(draw(focused("p1")), draw(focused("p2"))))
+    addresses = ["192.168.0.1"]
     layouts = []
     for step in range(STEPS):
         if step:
             cluster = draw(next_cluster(cluster))
-        addresses = draw(st.lists(st.sampled_from(NODE_ADDRESSES), unique=True, max_size=3))
+        if draw(st.integers(0, 3)) == 0:  # now and then: the node's addresses
+            addresses = draw(st.lists(st.sampled_from(NODE_ADDRESSES), unique=True, max_size=3))
         layouts.append(calc_layout(inputs_of(cluster), NODE, addresses))
     return layouts
 
@@ -203,14 +233,15 @@ def histories(draw: Any) -> list[Layout]:
 )
 @given(layouts=histories())
 def test_diffs_step_by_step_hold_what_full_renders_hold(
-    tables: tuple[Apply, Apply], layouts: list[Layout]
+    tables: dict[str, Apply], layouts: list[Layout]
 ) -> None:
-    by_diff, whole = tables
-    first = render_full(layouts[0])
-    assert normalise(by_diff(first, True)) == normalise(whole(first, True))
+    listings = {
+        how: normalise(apply("whole", Layout(), layouts[0])) for how, apply in tables.items()
+    }
+    assert listings["sync"] == listings["script"] == listings["whole"]
     for old, new in zip(layouts, layouts[1:], strict=False):
         script = render_diff(old, new)
         assert "flush table" not in script and "flush set" not in script
-        assert normalise(by_diff(script, False)) == normalise(whole(render_full(new), True)), (
-            script
-        )
+        whole = normalise(tables["whole"]("whole", old, new))
+        for how in ("sync", "script"):
+            assert normalise(tables[how](how, old, new)) == whole, (how, script)

@@ -13,7 +13,8 @@ import pytest
 
 from common.metrics import Registry
 from kernel.nft import NftError
-from netpol.diff import NotDiffable, render_diff
+from kernel.nftelem import COUNTER, VERDICT, ElementBatch, SetType
+from netpol.diff import NotDiffable, calc_element_batch, render_diff
 from netpol.evaluate import PodInfo, PolicyInputs
 from netpol.policy import parse_policy
 from netpol.render import Layout, NamedSet, calc_layout
@@ -84,6 +85,36 @@ def test_a_chain_whose_rule_lost_its_set_is_refilled_and_gone_objects_go_last() 
     assert unmapped < gone.index(f"delete chain inet pycni-netpol {chain}")  # no jump to it
 
 
+def test_elements_alone_of_plain_sets_are_a_netlink_batch_deletes_first() -> None:
+    before = layout_of(pod("a", "10.0.0.1", app="web"), pod("b", "10.0.0.2"))
+    after = layout_of(pod("a", "10.0.0.1"), pod("b", "10.0.0.2", app="web"))  # same chain
+    batch = calc_element_batch(before, after)
+    assert batch is not None and (batch.family, batch.table) == ("inet", "pycni-netpol")
+    [name] = {c.set for c in batch.changes}
+    assert name.startswith("pods4-") and batch.changes[0].type == SetType(("ipv4_addr",))
+    assert [(c.verb, c.elements) for c in batch.changes] == [
+        ("delete", (("10.0.0.1", None),)),
+        ("add", (("10.0.0.2", None),)),
+    ]
+    assert calc_element_batch(before, before) is None  # nothing to send
+
+
+def test_a_batch_carries_map_values_and_nothing_that_changes_chains_or_intervals() -> None:
+    only_a = layout_of(pod("a", "10.0.0.1", app="web"), policies=(DENY,))
+    both = layout_of(pod("a", "10.0.0.1", app="web"), pod("b", "10.0.0.2"), policies=(DENY,))
+    assert calc_element_batch(only_a, both) is None  # a new counter: nft's script
+    both.counters = set(only_a.counters)  # (as if b's counter were there already)
+    batch = calc_element_batch(only_a, both)
+    assert batch is not None
+    types = {c.set: c.type for c in batch.changes}
+    assert types["ingress4"] == SetType(("ipv4_addr",), VERDICT)
+    assert types["dropcnt-in4"] == SetType(("ipv4_addr",), COUNTER)
+    assert types["self4"] == SetType(("ipv4_addr", "ipv4_addr"))
+    moved = layout_of(pod("a", "10.0.0.1", app="web"), policies=(DENY,))
+    moved.sets["node4"] = NamedSet("node4", "set", "ipv4_addr", True, ("192.168.0.1",))
+    assert calc_element_batch(only_a, moved) is None  # an interval set: nft's script
+
+
 def test_a_set_that_changed_its_declaration_is_not_diffable() -> None:
     old = layout_of(pod("a", "10.0.0.1"))
     new = layout_of(pod("a", "10.0.0.1"))
@@ -98,6 +129,7 @@ class RecordingNft:
 
     def __init__(self) -> None:
         self.scripts: list[str] = []
+        self.batches: list[ElementBatch] = []
         self.refuse = 0
 
     def run(self, script: str) -> None:
@@ -107,6 +139,9 @@ class RecordingNft:
             raise NftError("Error: Could not process rule: Device or resource busy")
 
     run_apart = run
+
+    def run_elements(self, batch: ElementBatch) -> None:
+        self.batches.append(batch)
 
     def list_json(self, command: str, terse: bool = False) -> dict[str, Any]:
         return {"nftables": []}
@@ -122,8 +157,8 @@ def sync(tmp_path: Path) -> Iterator[tuple[NetpolSync, RecordingNft]]:
     store.close()
 
 
-def add_endpoint(sync: NetpolSync, name: str, ip: str) -> None:
-    endpoint = EndpointRecord("x", name, "eth0", (ip,), {}, "n1")
+def add_endpoint(sync: NetpolSync, name: str, ip: str, **labels: str) -> None:
+    endpoint = EndpointRecord("x", name, "eth0", (ip,), labels, "n1")
     sync.records.apply(KV(endpoint.key, endpoint.to_bytes(), 1, 1))
 
 
@@ -138,6 +173,22 @@ def test_a_pass_without_change_sends_nothing_and_a_change_only_its_diff(
     assert netpol.sync()
     assert "flush table" not in nft.scripts[1] and "10.0.0.2 : jump in-" in nft.scripts[1]
     assert netpol.metrics.syncs.value() == 2
+
+
+def test_a_change_of_elements_alone_is_sent_as_a_batch(
+    sync: tuple[NetpolSync, RecordingNft],
+) -> None:
+    netpol, nft = sync
+    netpol.records.apply(KV(netpol_key("x", "from-web"), encode(FROM_WEB), 1, 1))
+    add_endpoint(netpol, "a", "10.0.0.1", app="web")
+    add_endpoint(netpol, "b", "10.0.0.2")
+    netpol.sync()
+    add_endpoint(netpol, "b", "10.0.0.2", app="web")  # b joins a's peers: one element
+    assert netpol.sync() and len(nft.scripts) == 1
+    [batch] = nft.batches
+    assert [(c.verb, c.set[:6], c.elements) for c in batch.changes] == [
+        ("add", "pods4-", (("10.0.0.2", None),))
+    ]
 
 
 def test_a_refused_diff_is_rendered_whole_in_the_same_pass(
