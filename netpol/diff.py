@@ -102,8 +102,9 @@ def calc_added(old: Layout, new: NamedSet) -> list[str]:
 def calc_element_batch(old: Layout, new: Layout) -> ElementBatch | None:
     """The diff as one netlink batch (``Nft.run_elements``) when it is elements alone, of
     plain sets and maps whose datatypes kernel/nftelem.py encodes; else None (nft's script).
-    libnftables re-reads the elements of every set before an element command (~140 ms beside
-    100k elements); the batch sends only the changed ones."""
+    libnftables first re-reads the table's declarations and its interval sets' elements (a
+    script of a few elements: ~5-20 ms at 1,000 policies x 10k Pods); the batch is the changed
+    elements alone (6 of them: ~0.5 ms)."""
     if (
         old.chains != new.chains
         or old.counters != new.counters

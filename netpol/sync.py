@@ -8,7 +8,7 @@ when anything changed (a record, this node's addresses) renders the node's layou
 (``diff.render_diff``): one transaction that flushes nothing but the chains whose rules
 changed, so a Pod's relabel costs its elements, not the table's. A diff of set and map
 elements alone goes as one netlink batch (``Nft.run_elements``, as the Service proxy's
-updates: libnftables would first re-read every set's elements, ~140 ms beside 100k of them),
+updates: libnftables would first re-read the table's declarations and interval elements),
 any other through the kept libnftables context, a large one (``APART_BYTES``) in a child
 nft. The table is rendered whole (``render.render_full``: flushed and refilled in one
 transaction that never deletes it) at start, every ``resyncInterval`` seconds, and after the
