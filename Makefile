@@ -3,6 +3,7 @@
 #   make demo      one-command demo on a fresh machine (installs what is missing, then cleans up)
 #   make test      the whole pytest suite, after installing what is missing (as root: namespaces)
 #   make long      the long versions of the tests `make test` runs short (marker `long`)
+#   make drills    the fault drills at full size (each: "N tried, N survived, 0 lost")
 #   make fuzz      the generated-input tests at full strength (make fuzz SEED=<n> replays)
 #   make netpol-matrix  NetworkPolicy with real packets: 40 generated policy sets vs the model
 #   make lint      ruff (lint + format check) and mypy over every package (CI runs it first)
@@ -31,7 +32,7 @@ SCRIPTS_DIR    = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_pat
 PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-system-packages" if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else "")')
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
-        deps lint test test-unit long fuzz netpol-matrix demo bench bench-ipam bench-overlay \
+        deps lint test test-unit long drills fuzz netpol-matrix demo bench bench-ipam bench-overlay \
         bench-svc bench-svc-e2e bench-svc-api launchers clean
 
 help:
@@ -108,6 +109,11 @@ test-unit: deps
 # tests/fixtures/scale.py.
 long: deps
 	PYCNI_TEST_SCALE=long $(PYTEST) -m long $(PYTEST_ARGS)
+
+# The fault drills at their long size (each prints "N tried, N survived, 0 lost"; the
+# default suite runs them short). Marker `drill`.
+drills: deps
+	PYCNI_TEST_SCALE=long $(PYTEST) -s -m drill $(PYTEST_ARGS)
 
 # Generated-input tests at full strength (>= 10,000 cases, shrinking on). The seed is printed
 # first; replay a run with `make fuzz SEED=<n>`.

@@ -37,6 +37,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
+from cni.files import write_atomic
 from cni.launcher import PLUGINS, package_root, write_launchers
 from cni.runtime.conflist import conflist_from_bytes
 from cni.spec.errors import CNIError
@@ -155,20 +156,6 @@ def is_ours(path: str) -> bool:
     return isinstance(doc, dict) and MARKER in doc
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def read_or_none(path: str) -> bytes | None:
     try:
         with open(path, "rb") as fh:
@@ -196,7 +183,7 @@ def ensure_conflist(path: str, data: bytes) -> None:
     if read_or_none(path) == data:
         say(f"unchanged {path}")
         return
-    write_atomic(path, data)
+    write_atomic(path, data, 0o644, durable=True)
     say(f"wrote {path}")
 
 

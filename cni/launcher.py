@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
+from cni.files import write_atomic
+
 PLUGINS = ("bridge", "ipam", "svc")
 
 TEMPLATE = """#!{python} -IS
@@ -42,11 +44,7 @@ def write_launchers(dest: str, python: str | None = None, root: str | None = Non
     written = []
     for plugin in PLUGINS:
         path = os.path.join(dest, f"pycni-{plugin}")
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(render_launcher(plugin, python, root))
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
+        write_atomic(path, render_launcher(plugin, python, root).encode(), 0o755)
         written.append(path)
     return written
 

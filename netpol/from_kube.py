@@ -6,7 +6,9 @@ object as it arrives and keeps the result, and ``inputs(node_ips)`` gives the
 namespace and name, its addresses (``status.podIPs``), labels, node and named container ports
 with their protocol; a hostNetwork Pod (its addresses are its node's) and a Pod that has ended
 (Succeeded, Failed) or has no address yet are no peer and are not isolated, as in the
-upstream implementations. A NetworkPolicy is parsed as ``pycni netpol apply`` parses a
+upstream implementations. A Pod without an address is kept all the same (``PodObject``): this
+node's ADD may attach its addresses before kubelet writes them (``attach``, ``wait_pod``; the
+join is ``netpol/attached.py``). A NetworkPolicy is parsed as ``pycni netpol apply`` parses a
 manifest (``netpol/policy.py``): one the API server took but this parser refuses is logged
 once by the reflector and left out. A Namespace gives its labels.
 """
@@ -14,6 +16,7 @@ once by the reflector and left out. A Namespace gives its labels.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -21,22 +24,30 @@ from cni.spec.errors import InvalidConfig
 from kube.fields import section
 from kube.kinds import NAMESPACE, NETWORK_POLICY, POD, Kind
 from kube.source import KubeSource
-from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, pod_infos
+from netpol.attached import AttachedPod, PodObject, calc_pods
+from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
 from netpol.policy import API_VERSION, KIND, NetworkPolicy, parse_policy
 
 ENDED = ("Succeeded", "Failed")
+LOOK_AGAIN = 0.05  # seconds: ``wait_pod``'s longest sleep between looks
 KINDS = (POD, NAMESPACE, NETWORK_POLICY)
 T = TypeVar("T")
 
 
 def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
     """What policies read of a Pod (None: it takes no part)."""
+    found = pod_object(obj)
+    return found.info if found and not found.ended and found.info.ips else None
+
+
+def pod_object(obj: Mapping[str, Any]) -> PodObject | None:
+    """A Pod as kept, with or without addresses (None: hostNetwork, never a Pod of ours)."""
     meta, spec, status = (section(obj, k) for k in ("metadata", "spec", "status"))
     ips = tuple(
         str(i["ip"]) for i in status.get("podIPs") or () if isinstance(i, dict) and i.get("ip")
     )
     ips = ips or ((str(status["podIP"]),) if status.get("podIP") else ())
-    if spec.get("hostNetwork") or status.get("phase") in ENDED or not ips:
+    if spec.get("hostNetwork"):
         return None
     ports = tuple(
         NamedPort(str(p["name"]), str(p.get("protocol") or "TCP"), int(p["containerPort"]))
@@ -45,7 +56,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
         for p in (c.get("ports") or [])
         if isinstance(p, dict) and p.get("name") and p.get("containerPort")
     )
-    return PodInfo(
+    info = PodInfo(
         str(meta["namespace"]),
         str(meta["name"]),
         ips,
@@ -53,6 +64,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
         str(spec.get("nodeName") or ""),
         ports,
     )
+    return PodObject(info, str(meta.get("uid") or ""), status.get("phase") in ENDED)
 
 
 def namespace_labels(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -105,13 +117,17 @@ class Kept(Generic[T]):
 
 
 class PolicyObjects:
-    """The three kinds NetworkPolicy reads, followed through ``source``."""
+    """The three kinds NetworkPolicy reads, followed through ``source``, and this node's
+    attached Pods laid over them (keyed by attachment)."""
 
     def __init__(self, source: KubeSource, on_change: Callable[[], None]) -> None:
         self.source, self.lock = source, threading.Lock()
-        self.pods: Kept[PodInfo | None] = Kept(pod_info, self.lock, on_change)
-        self.namespaces: Kept[dict[str, str]] = Kept(namespace_labels, self.lock, on_change)
-        self.policies: Kept[NetworkPolicy] = Kept(network_policy, self.lock, on_change)
+        self.arrived = threading.Condition()  # notified on every change: ``wait_pod``
+        self.on_change = on_change
+        self.attached: dict[str, AttachedPod] = {}
+        self.pods: Kept[PodObject | None] = Kept(pod_object, self.lock, self.changed)
+        self.namespaces: Kept[dict[str, str]] = Kept(namespace_labels, self.lock, self.changed)
+        self.policies: Kept[NetworkPolicy] = Kept(network_policy, self.lock, self.changed)
         kept: dict[Kind, Kept[Any]] = {
             POD: self.pods,
             NAMESPACE: self.namespaces,
@@ -120,12 +136,53 @@ class PolicyObjects:
         for kind, sink in kept.items():
             source.follow(kind, sink)
 
+    def changed(self) -> None:
+        with self.arrived:
+            self.arrived.notify_all()
+        self.on_change()
+
     def synced(self) -> bool:
         return self.source.synced(KINDS)
 
+    def wait_pod(self, pod: AttachedPod, timeout: float) -> bool:
+        """True once the three kinds were listed whole and the object of ``pod`` is there
+        (False after ``timeout``). A reflector marks its kind listed only after handing the
+        list over, so the wait also looks again every ``LOOK_AGAIN`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while not (self.synced() and self.knows(pod)):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.arrived.wait(min(left, LOOK_AGAIN))
+        return True
+
+    def knows(self, pod: AttachedPod) -> bool:
+        with self.lock:
+            obj = self.pods.items.get(pod.ref)
+        return obj is not None and pod.is_of(obj)
+
+    def attach(self, key: str, pod: AttachedPod) -> None:
+        with self.lock:
+            self.attached[key] = pod
+        self.on_change()
+
+    def attach_all(self, found: Mapping[str, AttachedPod]) -> None:
+        with self.lock:
+            self.attached.update(found)
+        self.on_change()
+
+    def detach(self, key: str) -> bool:
+        """Forget the attachment ``key``; True when there was one."""
+        with self.lock:
+            gone = self.attached.pop(key, None)
+        if gone is not None:
+            self.on_change()
+        return gone is not None
+
     def inputs(self, node_ips: Mapping[str, tuple[str, ...]]) -> PolicyInputs:
         with self.lock:
-            pods = pod_infos(p for p in self.pods.items.values() if p)
+            pods = calc_pods(filter(None, self.pods.items.values()), self.attached.values())
             namespaces = dict(self.namespaces.items)
             policies = tuple(sorted(self.policies.items.values(), key=lambda p: p.ref))
         return PolicyInputs(pods, namespaces, policies, dict(node_ips))

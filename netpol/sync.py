@@ -31,6 +31,15 @@ With pycnid's ``kubernetes`` section the policies, Namespaces and Pods come from
 server (``netpol/from_kube.py``; the store gives the node records only), and nothing is
 programmed before the three kinds were listed whole.
 
+A new Pod is isolated before its ADD returns. In store mode pycni-svc's ADD hands over its
+endpoint record (``settle``). Under the Kubernetes source the API learns a Pod's addresses
+only when kubelet writes them, after the ADD; so pycni-bridge's ADD hands over the Pod it
+attaches and the addresses it assigned (``settle_attached``), laid over the Pod object
+(``netpol/attached.py``) until DEL ``detach``es them; at start they are taken back from
+pycni-ipam's handles of this node. Either way the ADD returns once a pass
+that began after the call ended well (``wait_pass``; ``passed`` is called as soon as the
+kernel holds the render), else TryAgainLater within ``SETTLE`` seconds.
+
 Existing connections are kept (conntrack accepts them before any rule); with ``purge``
 (``existingConnections``), those the model now denies are deleted after each render the
 kernel took (``purge.py``).
@@ -56,6 +65,7 @@ from kernel.nft import Nft, NftError, table_exists
 from kernel.nftelem import ElementBatch
 from kernel.sysctl import read_sysctl
 from kube.source import KubeSource
+from netpol.attached import AttachedPod, read_attached
 from netpol.config import DEFAULT_NETPOL_RESYNC
 from netpol.diff import NotDiffable, calc_element_batch, render_diff
 from netpol.from_kube import PolicyObjects
@@ -75,6 +85,7 @@ POLL = 0.5  # a store without watches (SQLite): how often its revision is looked
 APART_BYTES = 64 * 1024
 SETTLE = 5.0  # seconds an ADD waits for the pass that isolates its Pod
 COUNTERS = 10.0  # seconds between reads of the drop counters when nothing changes
+LOCAL_ADDRESSES = 1.0  # seconds a read of the netns' own addresses is used for
 BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
 KINDS = ("chain", "set", "map", "counter")
 
@@ -122,7 +133,10 @@ class NetpolSync:
         self.node, self.store, self.resync_interval = node, store, resync_interval
         self.node_address = node_address
         self.local_addresses = local_addresses
+        self.local: tuple[str, ...] = ()
+        self.local_due = 0.0  # when the netns' own addresses are read again
         self.records = Records()
+        self.records.bad.attach(registry)
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.kube = PolicyObjects(kube, self.wake.set) if kube is not None else None
@@ -141,6 +155,7 @@ class NetpolSync:
         self.metrics = NetpolMetrics(registry)
         self.passes = threading.Condition()
         self.started = 0  # passes begun
+        self.running = 0  # the pass under way (or the last one)
         self.ok_through = 0  # the last pass that ended with the kernel holding its render
         self.loop = Loop(
             "netpol-sync",
@@ -154,8 +169,22 @@ class NetpolSync:
     def start(self) -> NetpolSync:
         self.nft = Nft()  # made here: in the node netns
         check_bridge_filtering(self.metrics)
+        if self.kube is not None:
+            self.take_back_attachments()
         self.loop.start()
         return self
+
+    def take_back_attachments(self) -> None:
+        """The attachments of this node's Pods, from pycni-ipam's handles (a pycnid started
+        again: kubelet may not have written their addresses yet)."""
+        assert self.kube is not None
+        try:
+            found = read_attached(self.store, self.node)
+        except CNIError as exc:  # the store did not answer: only that window stays open
+            log.warning("netpol: this node's attachments not taken back: %s", exc)
+            return
+        self.kube.attach_all(found)
+        log.info("netpol: %d attachment(s) of this node taken back", len(found))
 
     def stop(self) -> None:
         self.loop.stop()
@@ -168,29 +197,69 @@ class NetpolSync:
         it later), then a pass that began after this call must end well.
         TryAgainLater when it does not within ``timeout`` (the kernel refused, or pycnid is
         overloaded): the ADD fails and the runtime tries again. With the Kubernetes source the
-        endpoint record is not an input (the Pod object is), so there is nothing to wait for."""
+        endpoint record is not an input (the Pod object is): ``settle_attached`` is the wait."""
         if self.kube is not None:
             return
         with self.lock:
             self.records.apply(KV(key, value, 0))
+        self.wait_pass(timeout, f"the Pod of {key}")
+
+    def settle_attached(self, key: str, pod: AttachedPod, timeout: float = SETTLE) -> None:
+        """With the Kubernetes source: return once the kernel holds a render that knows the
+        attachment ``key`` of ``pod`` with the addresses its ADD assigned (pycni-bridge's
+        ADD calls this, before kubelet writes them into the Pod's status). It waits for the
+        Pod object first (labels, node and ports are the API's), then for a pass that began
+        after the attachment was laid over it (``netpol/attached.py``). TryAgainLater naming
+        the Pod when either does not come within ``timeout``; the attachment is then
+        forgotten. Without the Kubernetes source the endpoint record is the input: nothing."""
+        if self.kube is None:
+            return
+        deadline = time.monotonic() + timeout
+        if not self.kube.wait_pod(pod, timeout):
+            raise TryAgainLater(
+                f"NetworkPolicy: Pod {pod.ref} is not known to the API server yet",
+                f"no Pod object {pod.ref}{f' (uid {pod.uid})' if pod.uid else ''} "
+                f"read from the API server within {timeout:g}s",
+            )
+        self.kube.attach(key, pod)
+        try:
+            self.wait_pass(deadline - time.monotonic(), f"Pod {pod.ref}")
+        except TryAgainLater:
+            self.detach(key)
+            raise
+
+    def detach(self, key: str) -> None:
+        """Forget the attachment ``key`` (DEL, or an ADD rolled back); the next pass, woken
+        here, takes its addresses out. Never fails; nothing known is success."""
+        if self.kube is not None:
+            self.kube.detach(key)
+
+    def wait_pass(self, timeout: float, what: str) -> None:
+        """Return once a pass that began after this call ended well; TryAgainLater naming
+        ``what`` when none did within ``timeout``."""
         with self.passes:
             target = self.started + 1
             self.wake.set()
-            if not self.passes.wait_for(lambda: self.ok_through >= target, timeout):
+            if not self.passes.wait_for(lambda: self.ok_through >= target, max(timeout, 0.0)):
                 raise TryAgainLater(
-                    f"NetworkPolicy: the Pod of {key} is not programmed yet",
+                    f"NetworkPolicy: {what} is not programmed yet",
                     f"no NetworkPolicy pass ended well within {timeout:g}s",
                 )
 
     def step(self) -> float:
         with self.passes:
             self.started += 1
-            number = self.started
+            self.running = self.started
         wait = self._step()
-        with self.passes:
-            self.ok_through = number
-            self.passes.notify_all()
+        self.passed()
         return wait
+
+    def passed(self) -> None:
+        """The running pass ended well: the ADDs waiting for it (``wait_pass``) may return.
+        Called as soon as the kernel holds its render, before the counters are read."""
+        with self.passes:
+            self.ok_through = self.running
+            self.passes.notify_all()
 
     def _step(self) -> float:
         self.wake.clear()
@@ -200,8 +269,10 @@ class NetpolSync:
         now = time.monotonic()
         if now >= self.full_due:
             self.layout = None  # a resync: rendered whole even if unchanged
+            self.local_due = 0.0  # and the netns' addresses read again
             self.full_due = now + self.resync_interval
         self.sync()
+        self.passed()
         if time.monotonic() >= self.counters_due:
             self.read_counters()
         wait = max(0.0, min(self.full_due, self.counters_due) - time.monotonic())
@@ -264,7 +335,15 @@ class NetpolSync:
         with self.lock:
             record = next((r for r in self.records.nodes.values() if r.name == self.node), None)
         found = [a for a in (self.node_address, record and record.address) if a]
-        return tuple(dict.fromkeys([*found, *self.local_addresses()]))
+        return tuple(dict.fromkeys([*found, *self.read_local_addresses()]))
+
+    def read_local_addresses(self) -> tuple[str, ...]:
+        """The netns' own addresses, read at most every ``LOCAL_ADDRESSES`` seconds (and at
+        every resync): the netlink dump was ~0.5 ms of every pass, so of every settled ADD."""
+        now = time.monotonic()
+        if now >= self.local_due:
+            self.local, self.local_due = self.local_addresses(), now + LOCAL_ADDRESSES
+        return self.local
 
     def apply(self, layout: Layout, send: Callable[[Nft], None]) -> None:
         """One transaction; refused, what the kernel holds is unknown: the next render is

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable
 
 from cni.spec.errors import CNIError
+from common.skipped import Skipped
 from netpol.evaluate import PolicyInputs
 from netpol.policy import NetworkPolicy
 from netpol.record import NamespaceRecord, calc_node_ips, calc_pods, decode_policy
@@ -33,7 +34,7 @@ class Records:
         self.namespaces: dict[str, NamespaceRecord] = {}
         self.endpoints: dict[str, EndpointRecord] = {}
         self.nodes: dict[str, NodeRecord] = {}
-        self.bad: set[str] = set()
+        self.bad = Skipped("netpol", log)
         self.version = 0  # bumped by every change: the sync renders when it moved
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
@@ -45,17 +46,16 @@ class Records:
             for key in [k for k in table if k.startswith(prefix) and k not in present]:
                 del table[key]
                 self.version += 1
+        self.bad.keep_only(prefix, present)
 
     def apply(self, kv: KV, deleted: bool = False) -> bool:
         before = self.version
         try:
             self._apply(kv, deleted)
-            self.bad.discard(kv.key)
+            self.bad.clear(kv.key)
         except (CNIError, ValueError) as exc:
             self._forget(kv.key)
-            if kv.key not in self.bad:
-                log.warning("netpol: ignoring %s: %s", kv.key, getattr(exc, "msg", exc))
-                self.bad.add(kv.key)
+            self.bad.note(kv.key, getattr(exc, "msg", exc))
         return self.version != before
 
     def _apply(self, kv: KV, deleted: bool) -> None:

@@ -13,6 +13,7 @@ from the affinity index. A record from a newer pycnid keeps the fields this one 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,23 @@ from store.codec import CorruptRecord, decode, encode
 from store.keys import HEARTBEATS, NODES
 
 BACKENDS = ("vxlan", "host-gw")
+MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
+VNI_MAX = 2**24 - 1
+
+
+def validate_mac(text: str) -> str:
+    """A VTEP's MAC: six hex octets, unicast and not zero (a peer's FDB entry is made of it)."""
+    mac = text.lower()
+    if not MAC.fullmatch(mac) or int(mac[:2], 16) & 1 or mac == "00:00:00:00:00:00":
+        raise ValueError(f"vtepMAC {text!r} is not a unicast MAC address")
+    return mac
+
+
+def validate_range(name: str, value: Any, high: int) -> int:
+    number = int(value or 0)
+    if isinstance(value, bool) or not 0 <= number <= high:
+        raise ValueError(f"{name} {value!r} is not 0-{high}")
+    return number
 
 
 def node_key(node: str) -> str:
@@ -63,14 +81,15 @@ class OverlayInfo:
             if not isinstance(data, dict) or data.get("backend") not in BACKENDS:
                 raise ValueError(f"backend must be one of {BACKENDS}")
             vteps = tuple(str(ipaddress.ip_address(v)) for v in data.get("vteps") or ())
+            mac = data.get("vtepMAC") or ""
             return cls(
                 str(data["backend"]),
                 str(ipaddress.ip_address(data["underlay"])),
-                str(data.get("vtepMAC") or ""),
+                validate_mac(mac) if mac else "",
                 vteps,
-                int(data.get("vni") or 0),
-                int(data.get("port") or 0),
-                int(data.get("mtu") or 0),
+                validate_range("vni", data.get("vni"), VNI_MAX),
+                validate_range("port", data.get("port"), 65535),
+                validate_range("mtu", data.get("mtu"), 65535),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptRecord(f"corrupt node record {key}", f"bad overlay: {exc}") from None

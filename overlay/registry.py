@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from common.skipped import Skipped
 from ipam.records import BlockRecord
 from nodes.record import NodeRecord
 from overlay.model import Peer
@@ -32,10 +33,12 @@ class Registry:
     borrowed: dict[str, dict[str, str]] = field(default_factory=dict)  # block key -> {ip: node}
     held6: dict[str, dict[str, str]] = field(default_factory=dict)  # IPv6 block -> {ip: holder}
     pools: dict[str, str] = field(default_factory=dict)  # cluster pool -> CIDR
-    bad: set[str] = field(default_factory=set)  # keys logged as unreadable
+    bad: Skipped = field(default_factory=lambda: Skipped("overlay", log))
 
     def apply(self, kv: KV, deleted: bool = False) -> bool:
         """One put or delete; True when it can change what the overlay programs."""
+        if deleted:
+            self.bad.clear(kv.key)
         try:
             if kv.key.startswith(NODES):
                 return self.apply_node(kv, deleted)
@@ -46,9 +49,7 @@ class Registry:
             if kv.key.startswith(POOLS):
                 return self.apply_pool(kv, deleted)
         except (CorruptRecord, ValueError) as exc:
-            if kv.key not in self.bad:
-                log.warning("overlay: ignoring %s: %s", kv.key, exc)
-                self.bad.add(kv.key)
+            self.bad.note(kv.key, exc)
         return False
 
     def apply_node(self, kv: KV, deleted: bool) -> bool:
@@ -56,7 +57,7 @@ class Registry:
         if deleted:
             return self.nodes.pop(name, None) is not None
         record = NodeRecord.from_bytes(kv.key, kv.value)
-        self.bad.discard(kv.key)
+        self.bad.clear(kv.key)
         before = self.nodes.get(name)
         self.nodes[name] = record
         return before is None or before.overlay != record.overlay
@@ -106,8 +107,11 @@ class Registry:
             self.held6.clear()
         elif prefix == POOLS:
             self.pools.clear()
+        present: set[str] = set()
         for kv in kvs:
+            present.add(kv.key)
             self.apply(kv)
+        self.bad.keep_only(prefix, present)
 
     def hosts_of(self, node: str) -> tuple[str, ...]:
         return tuple(

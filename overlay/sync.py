@@ -68,6 +68,7 @@ class OverlaySync:
         self.publish = publish
         self.masq = masq  # the masquerade table's one writer, pycni-bridge's too
         self.view = Registry()
+        self.view.bad.attach(registry)
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.vteps: tuple[str, ...] = ()

@@ -7,6 +7,8 @@ typed fields. The metrics registry is the daemon's; handlers see it through ``Me
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -17,6 +19,7 @@ from cni.spec.request import Request
 if TYPE_CHECKING:
     from ipam.leases.service import LeaseService
     from masq.table import MasqTable
+    from netpol.attached import AttachedPod
     from nodes.context import NodeContext
     from overlay.device import NodeEnd
     from store.base import Store
@@ -42,9 +45,16 @@ class Plugin(Protocol):
 
 
 class PodIsolation(Protocol):
-    """NetworkPolicy enforcement as pycni-svc's ADD sees it (``netpol/sync.py``)."""
+    """NetworkPolicy enforcement as the ADDs see it (``netpol/sync.py``): pycni-svc's settles
+    its endpoint record (the store's model), pycni-bridge's the addresses it assigned to a
+    Kubernetes Pod (the API server's model, which learns them only after the ADD); DEL and a
+    rolled-back ADD detach them."""
 
     def settle(self, key: str, value: bytes) -> None: ...
+
+    def settle_attached(self, key: str, pod: AttachedPod) -> None: ...
+
+    def detach(self, key: str) -> None: ...
 
 
 class Counter(Protocol):
@@ -77,7 +87,8 @@ class InjectedFault(InternalError):
 
 @dataclass
 class Faults:
-    """Test-only fault hook: fail the step named by CNI_ARGS `PYCNI_FAULT=<step>`.
+    """Test-only fault hook: fail the step named by CNI_ARGS `PYCNI_FAULT=<step>`, or kill
+    pycnid there with `PYCNI_FAULT=kill@<step>` (SIGKILL: a crash mid-request, for the drills).
 
     Active only when pycnid runs with `faultInjection: true`; steps are listed so tests can
     fail each in turn (`steps_seen` records which points a request passed).
@@ -90,8 +101,11 @@ class Faults:
         if not self.enabled:
             return
         self.steps_seen.append(step)
-        if req.env.args.get("PYCNI_FAULT") == step:
+        fault = req.env.args.get("PYCNI_FAULT")
+        if fault == step:
             raise InjectedFault(f"injected fault at step {step!r}")
+        if fault == f"kill@{step}":
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ thing it stops is running (pycnid runs that list in reverse, also after a failed
 6. the Service proxy (``services/proxy/setup.py``), when ``services.proxy`` is true; with a
    ``kubernetes`` section it follows Services and EndpointSlices on the API server.
 7. NetworkPolicy enforcement (``netpol/setup.py``), when ``networkPolicy.enforce`` is true;
-   pycni-svc's ADD waits for it to program the new Pod (``HandlerDeps.netpol``);
+   the ADD waits for it to program the new Pod (``HandlerDeps.netpol``): pycni-svc's with the
+   store's records, pycni-bridge's with the Kubernetes source;
 8. with a ``kubernetes`` section, the one ``KubeSource`` both follow their kinds through
    (``kube/source.py``), started once they asked for them.
 
@@ -207,6 +208,7 @@ def setup_guard(
     if not isinstance(node.store, TrackedStore):
         return
     files = OutageFiles(config.state_dir, life.node_name)
+    files.tighten()
     node.guard = OutageGuard(
         leases,
         files,

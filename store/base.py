@@ -11,7 +11,7 @@ naming the store; ``status()`` raises ``NotAvailable`` (code 50) instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,3 +73,11 @@ class Store(Protocol):
         """Raise NotAvailable (code 50) when the store cannot serve writes now."""
 
     def close(self) -> None: ...
+
+
+def change_counter(store: Store) -> Callable[[], int] | None:
+    """The store's ``data_version`` when it has one (SQLite): a number that changes whenever
+    another writer committed, never for this store object's own txns. None otherwise (etcd:
+    another writer's change is learned from a watch or a lost compare)."""
+    counter = getattr(store, "data_version", None)
+    return counter if callable(counter) else None

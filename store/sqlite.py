@@ -9,20 +9,29 @@ write lock is taken before the compares are read), so a CLI process opening the 
 concurrently is serialised by SQLite itself. WAL with ``synchronous=NORMAL``: a commit survives
 a crash of the daemon (SIGKILL); only a power cut may lose the last commits, together with the
 containers that held those addresses.
+
+File modes: the database is created 0600 before SQLite opens it, in directories created 0700
+(``cni.files``); SQLite gives its ``-wal`` and ``-shm`` files the database file's mode. Files
+an older pycni left readable by others (0644) are tightened when the store opens, with one
+warning naming them.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from cni.files import create_private, make_private_dirs, tighten_modes
 from cni.spec.errors import NotAvailable, TryAgainLater
 from store.base import KV, Compare, Delete, Op, Put, TxnResult
 
+log = logging.getLogger("pycnid.store")
 BUSY_TIMEOUT_MS = 5000
+SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's own files next to the database
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (
     key BLOB PRIMARY KEY,
@@ -56,6 +65,21 @@ def range_clause(prefix: str) -> tuple[str, tuple[bytes, ...]]:
     return "key >= ? AND key < ?", (start, end)
 
 
+def describe_open_failure(path: str, exc: Exception) -> str:
+    """SQLite's reason, with what the directory's filesystem says when that is the cause
+    (SQLite reports a read-only or full filesystem as "unable to open database file")."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fs = os.statvfs(directory)
+    except OSError:
+        return str(exc)
+    if fs.f_flag & os.ST_RDONLY:
+        return f"{exc}: {directory} is on a read-only filesystem"
+    if fs.f_bavail == 0:
+        return f"{exc}: no space left on the filesystem of {directory}"
+    return str(exc)
+
+
 class SqliteStore:
     """``Store`` on a SQLite file (created with its directory when missing)."""
 
@@ -67,8 +91,7 @@ class SqliteStore:
 
     def _open(self) -> sqlite3.Connection:
         try:
-            if os.path.dirname(self.path):
-                os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            prepare_files(self.path)
             conn = sqlite3.connect(
                 self.path,
                 isolation_level=None,
@@ -81,7 +104,8 @@ class SqliteStore:
             conn.executescript(SCHEMA)
             return conn
         except (sqlite3.Error, OSError) as exc:
-            raise TryAgainLater(f"cannot open the IPAM store {self.name}", str(exc)) from None
+            why = describe_open_failure(self.path, exc)
+            raise TryAgainLater(f"cannot open the IPAM store {self.name}", why) from None
 
     @contextmanager
     def _cursor(self) -> Iterator[sqlite3.Connection]:
@@ -142,6 +166,12 @@ class SqliteStore:
         with self._cursor() as conn:
             return _current_revision(conn)
 
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version``: it changes when another connection (the CLI, another
+        process) commits to the file, never for this store's own txns."""
+        with self._cursor() as conn:
+            return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
     def status(self) -> None:
         """Prove the store can take the write lock now (a read-only or broken file cannot)."""
         try:
@@ -156,6 +186,16 @@ class SqliteStore:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def prepare_files(path: str) -> None:
+    """The database's directories (0700 when made here) and file (0600 when made here, so its
+    ``-wal``/``-shm`` are 0600 too); files already there lose group and other permissions."""
+    make_private_dirs(os.path.dirname(path))
+    tightened = tighten_modes([path] + [path + side for side in SIDE_FILES])
+    if tightened:
+        log.warning("IPAM store files were readable by others, now 0600: %s", ", ".join(tightened))
+    create_private(path)
 
 
 def _kv(row: tuple) -> KV:

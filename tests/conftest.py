@@ -22,6 +22,7 @@ pytest_plugins = (
     "tests.fixtures.bridge",
     "tests.fixtures.cluster",
     "tests.fixtures.kubeapi",
+    "tests.fixtures.rootns",  # autouse, session-wide: the root netns is left as it was
 )
 
 IS_ROOT = os.geteuid() == 0
@@ -52,6 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "long: has a long version, sized by tests/fixtures/scale.py (`make long` runs it)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "drill: a fault drill that prints 'N tried, N survived, 0 lost' (`make drills`: long)",
     )
 
 

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from cni.files import write_atomic
 from cni.spec.errors import CNIError, DecodingFailure, InvalidConfig
 from cni.spec.result import canonical, render
 from cni.spec.versions import SUPPORTED
@@ -77,15 +78,7 @@ def write_cached(cache_dir: str, entry: CacheEntry) -> str:
     """Write one entry atomically (temp file + rename), file 0600 in a 0700 directory."""
     path = cache_file(cache_dir, entry.network_name, entry.container_id, entry.ifname)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(entry.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink(tmp)
-        raise
+    write_atomic(path, entry.to_json(), 0o600)
     return path
 
 

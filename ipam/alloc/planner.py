@@ -51,6 +51,8 @@ class Planner(PlanReads):
 
     # -- which pools -----------------------------------------------------------------------
     def pool_sets(self, selection: Selection, fresh: bool = False) -> StateSets:
+        if not fresh:
+            self.cache.sync()  # another writer's pool change counts from this request on
         if selection.mode == "ranges":
             return tuple(
                 tuple(
@@ -83,14 +85,15 @@ class Planner(PlanReads):
         attributes: Mapping[str, str],
     ) -> tuple[HandleRecord, bool]:
         """Lease one address per set to ``handle`` (or find the lease it holds); (record,
-        created). Before answering "exhausted" the pools are re-read from the store once."""
+        created). Before refusing ("exhausted", or a pool setting that forbids it) the pools
+        are re-read from the store once: a refusal never rests on a cached pool record."""
         existing = self.existing_handle(plan, handle)
         if existing is not None:
             return check_reuse(existing, requested), False
         draft = plan.fork()
         try:
             record = self._plan_new(draft, handle, selection, requested, attributes, False)
-        except AddressExhausted:
+        except (AddressExhausted, InvalidConfig):
             draft = plan.fork()
             record = self._plan_new(draft, handle, selection, requested, attributes, True)
         plan.adopt(draft)

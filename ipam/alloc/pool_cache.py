@@ -3,8 +3,12 @@
 Per pool: its record, this node's blocks (found through the affinity index with one
 ``keys_only`` range, then one get per own block), and lazily the CIDRs of every claimed block
 (``keys_only``: only when claiming) and other nodes' blocks (values: only when borrowing).
-Also the list of cluster pool records (re-read after ``list_ttl`` seconds) and the handles
-this node wrote. An optimistic cache: every txn built from it compares the ``mod_revision`` of
+Also the list of pool records and the handles this node wrote. The pool records are re-read
+when another writer may have changed them: ``changes`` is a counter that moves when another
+writer committed (SQLite's ``data_version``: the CLI's ``pycni ipam pool set`` is seen by the
+next ADD, while this node's own ADDs never force a re-read); without one (etcd) the list is
+kept current by the pool watch (``ipam.leases.pool_watch``), and the planner re-reads it before
+any refusal. An optimistic cache: every txn built from it compares the ``mod_revision`` of
 each key it read, so a stale entry can only make a txn fail, never hand out an address twice;
 after a failed txn the compared keys are re-read (``refresh``). Not thread-safe on its own:
 the lease service runs every use under its lock.
@@ -88,12 +92,12 @@ class PoolCache:
         store: Store,
         node: str,
         *,
-        list_ttl: float = 5.0,
+        changes: Callable[[], int] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.node = node
-        self.list_ttl = list_ttl
+        self.changes = changes
         self.monotonic = monotonic
         self.states: dict[str, PoolState] = {}
         self.handles: dict[str, tuple[int, HandleRecord | None]] = {}
@@ -102,7 +106,12 @@ class PoolCache:
         # handle key -> (values a txn whose outcome is unknown may have written, since when)
         self.in_doubt: dict[str, tuple[set[bytes], float]] = {}
         self._pools: dict[str, tuple[int, Pool]] = {}
-        self._records_at: float | None = None
+        self._seen: int | None = None  # ``changes()`` when the records were read (None: never)
+
+    def sync(self) -> None:
+        """Re-read the pool records when another writer committed since they were read."""
+        if self.changes is not None and self._seen is not None and self.changes() != self._seen:
+            self._read_records()
 
     # -- pools -----------------------------------------------------------------------------
     def netconf_state(self, base: Pool, fresh: bool = False) -> PoolState:
@@ -117,11 +126,9 @@ class PoolCache:
         return state
 
     def cluster_pools(self, fresh: bool = False) -> dict[str, Pool]:
-        """Every cluster pool as stored (the list is re-read after ``list_ttl`` seconds)."""
-        now = self.monotonic()
-        if fresh or self._records_at is None or now - self._records_at > self.list_ttl:
+        """Every cluster pool as stored (read on first use, when ``fresh``, and by ``sync``)."""
+        if fresh or self._seen is None:
             self._read_records()
-            self._records_at = now
         return {name: self._pool_of(name) for name in self.records}
 
     def _pool_of(self, name: str) -> Pool:
@@ -148,26 +155,34 @@ class PoolCache:
         return state
 
     def _read_records(self) -> None:
-        records: dict[str, tuple[int, dict]] = {}
+        """Every pool record (one range): the cluster pools' list, and the records of the
+        pools already loaded (a netconf pool's too: ``pool set`` may change it)."""
+        self._seen = self.changes() if self.changes is not None else 0
+        stored: dict[str, tuple[int, dict]] = {}
         self.bad_records = {}
         for kv in self.store.range(POOLS):
             name = kv.key[len(POOLS) :]
             try:
-                record = decode(kv.key, kv.value)
-                if record.get("source") == "netconf":
-                    continue
-                pool_from_record(record)
+                stored[name] = (kv.mod_revision, decode(kv.key, kv.value))
+                if stored[name][1].get("source") != "netconf":
+                    pool_from_record(stored[name][1])
             except CNIError as err:
                 log.warning("ignoring IPAM pool %s: %s", name, err)
                 self.bad_records[name] = err
-                continue
-            records[name] = (kv.mod_revision, record)
-        self.records = records
+        self.records = {
+            name: found
+            for name, found in stored.items()
+            if name not in self.bad_records and found[1].get("source") != "netconf"
+        }
+        self._update_states(stored)
+
+    def _update_states(self, stored: dict[str, tuple[int, dict]]) -> None:
         for name, state in list(self.states.items()):
-            if state.base is None and name not in records:
+            revision, record = stored.get(name, (0, None))
+            if state.base is None and name not in self.records:
                 del self.states[name]
-            elif state.base is None and records[name][0] != state.record_rev:
-                state.set_record(records[name][1], records[name][0])
+            elif revision != state.record_rev and name not in self.bad_records:
+                state.set_record(record, revision)
 
     def _load(self, state: PoolState) -> None:
         """Read the pool record (netconf pools) and this node's blocks."""

@@ -1,20 +1,21 @@
 """Keep this node's cached pool records current by watching ``/pycni/v1/pools/`` in etcd.
 
 Without it the node learns of an operator's ``pycni ipam pool set --disabled`` / ``pool rm`` /
-``pool add`` only when a txn loses its compare on the pool record (or when the pool list is
-re-read after its TTL). With it: the prefix is read once at revision R, then watched from R + 1
-(``EtcdStore.watch``: resumed from the last revision seen after any stream error, a snapshot of
-the whole prefix when that revision was compacted). Each change goes into the ``PoolCache``
-(``note_pool``); a snapshot replaces the cached set. The cache is touched only as a job of the
-lease service's combiner (``leases.run``), so never while a request plans with it; a job plans
-no write, so it costs no txn.
+``pool add`` only when a txn loses its compare on the pool record, or when the planner re-reads
+the pools before a refusal (``Planner.plan_acquire``). With it: the prefix is read once at
+revision R, then watched from R + 1 (``EtcdStore.watch``: resumed from the last revision seen
+after any stream error, a snapshot of the whole prefix when that revision was compacted). Each
+change goes into the ``PoolCache`` (``note_pool``); a snapshot replaces the cached set. The
+cache is touched only as a job of the lease service's combiner (``leases.run``), so never while
+a request plans with it; a job plans no write, so it costs no txn.
 
 Metrics on pycnid's registry: ``pycni_ipam_pool_watch_events_total{kind=put|delete|snapshot}``
 and the gauge ``pycni_ipam_pool_watch_revision`` (the last revision seen). One info line per
 snapshot and per resumed stream (logged with the first update after it).
 
 SQLite has no watch and needs none: its single pycnid is the only writer besides the CLI on
-that node, and what it caches is corrected by the compare of its next txn.
+that node, and the CLI's commit moves SQLite's ``data_version``, which the pool cache checks
+before every plan (``PoolCache.sync``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from ipam.alloc.pool_cache import PoolCache
 from ipam.alloc.selection import RangeSets, RequestedIP, Selection, as_selection
 from ipam.leases.combiner import Combiner
 from ipam.records import DEFAULT_BLOCK_GRACE, HandleId, HandleRecord
-from store.base import Store
+from store.base import Store, change_counter
 from store.keys import HANDLES, handles_prefix
 
 log = logging.getLogger("pycnid.ipam")
@@ -68,7 +68,6 @@ class LeaseService:
         on_conflict: Callable[[], None] | None = None,
         block_grace: float = DEFAULT_BLOCK_GRACE,
         max_batch: int = 16,
-        pool_list_ttl: float = 5.0,
     ) -> None:
         self.store = store
         self.node = node
@@ -78,7 +77,7 @@ class LeaseService:
         self.on_retry: Callable[[], None] = _noop
         self.on_event: Callable[[str, str], None] = _noop
         self.on_latency: Callable[[float], None] = _noop
-        self.cache = PoolCache(store, node, list_ttl=pool_list_ttl)
+        self.cache = PoolCache(store, node, changes=change_counter(store))
         self.doubt = threading.Event()  # set when a txn's outcome became unknown
         self.planner = Planner(self.cache, node, labels or {}, clock)
         self.combiner = Combiner(

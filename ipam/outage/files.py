@@ -11,6 +11,9 @@
 After a restart the addresses a node may still hand out during an outage are the snapshot's
 minus every address an ``add`` entry of the journal names. Crash safety relies on the order the
 reconciler keeps: snapshot first, then the journal shortened.
+
+Both files are 0600 in 0700 directories (``cni.files``); ``tighten()`` takes group and other
+permissions off files an older pycni wrote, once at start.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import os
 from typing import Any
 
+from cni.files import PRIVATE_FILE, make_private_dirs, tighten_modes, write_atomic
 from cni.spec.errors import TryAgainLater
 
 log = logging.getLogger("pycnid.outage")
@@ -34,13 +38,17 @@ def fsync_dir(path: str) -> None:
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
+    write_atomic(path, data, PRIVATE_FILE, durable=True)
+    fsync_dir(os.path.dirname(path))
+
+
+def append_durably(path: str, line: str) -> None:
+    """Append ``line`` and fsync it; the file is created 0600 when missing."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(line)
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))
 
 
 def parse_lines(text: str, path: str) -> tuple[list[dict], bool]:
@@ -77,8 +85,19 @@ class OutageFiles:
 
     def ensure_dir(self) -> None:
         if not os.path.isdir(self.dir):
-            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            make_private_dirs(self.dir)
             fsync_dir(os.path.dirname(self.dir))
+
+    def tighten(self) -> None:
+        """Take group and other permissions off the files (and this module's own directory)
+        an older pycni wrote; one warning naming them."""
+        if not os.path.isdir(self.dir):
+            return
+        tightened = tighten_modes([self.dir, self.journal_path, self.buffer_path])
+        if tightened:
+            log.warning(
+                "IPAM outage files were readable by others, now private: %s", ", ".join(tightened)
+            )
 
     def append(self, entry: dict[str, Any]) -> None:
         """Append one entry durably; TryAgainLater when the disk refuses it."""
@@ -86,10 +105,7 @@ class OutageFiles:
         try:
             self.ensure_dir()
             created = not os.path.exists(self.journal_path)
-            with open(self.journal_path, "a", encoding="utf-8") as fh:
-                fh.write(line)
-                fh.flush()
-                os.fsync(fh.fileno())
+            append_durably(self.journal_path, line)
             if created:
                 fsync_dir(self.dir)
         except OSError as exc:

@@ -41,6 +41,7 @@ from plugins.bridge.config import BridgeConfig, parse_bridge_config
 from plugins.bridge.context import BridgeContext
 from plugins.bridge.delegate import delegate, validate_delegation
 from plugins.bridge.errors import describe, failing
+from plugins.bridge.isolation import calc_attached_pod, parse_pod_identity
 from plugins.bridge.overlay import ensure_neighbour_proxy, ensure_quick_resolve, fit_to_node
 
 log = logging.getLogger("pycnid.bridge")
@@ -208,6 +209,18 @@ def setup_masquerade(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
         ctx.masq.add(st.att.tag, st.cfg.bridge, masq_pairs(st.ips))
 
 
+def settle_netpol(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
+    """With NetworkPolicy enforced: the Pod is isolated before ADD returns, i.e. before its
+    containers start (``settle_attached``: the API server learns its addresses only later)."""
+    if ctx.netpol is None:
+        return
+    pod = calc_attached_pod(st.req.env.args, container_addresses(st.ips))
+    if pod is None:
+        return
+    undo.callback(quietly("forget the Pod's addresses", ctx.netpol.detach, st.att.tag))
+    ctx.netpol.settle_attached(st.att.tag, pod)
+
+
 STEPS: tuple[tuple[str, Callable[[BridgeContext, AddState, ExitStack], None]], ...] = (
     ("ensure-bridge", ensure_bridge),
     ("ipam-add", add_ipam),
@@ -217,6 +230,7 @@ STEPS: tuple[tuple[str, Callable[[BridgeContext, AddState, ExitStack], None]], .
     ("ensure-gateway", ensure_gateway),
     ("ensure-forwarding", ensure_forwarding),
     ("setup-masquerade", setup_masquerade),
+    ("settle-netpol", settle_netpol),
 )
 ADD_STEPS = tuple(name for name, _ in STEPS) + ("finish",)
 
@@ -227,6 +241,8 @@ def run_add(ctx: BridgeContext, req: Request) -> dict:
     netns_fd = validate_pod_netns(req)
     att = Attachment.of(req)
     validate_new_attachment(att)
+    if ctx.netpol is not None:
+        parse_pod_identity(req.env.args)  # a bad Pod name makes nothing
     with node_session() as node, ExitStack() as resources, ExitStack() as undo:
         st = AddState(req, cfg, att, netns_fd, node, resources)
         for name, step in STEPS:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from masq.table import MasqTable
     from overlay.device import NodeEnd
-    from plugins.base import Faults, Plugin
+    from plugins.base import Faults, Plugin, PodIsolation
     from plugins.bridge.node import NodeBridges
 
 
@@ -21,10 +21,12 @@ if TYPE_CHECKING:
 class BridgeContext:
     """The other handlers (IPAM is delegated to in-process; pycnid fills the dict once every
     handler exists), the test fault hook, the masquerade table's writer, the node's bridges,
-    and the node's overlay end (None without an overlay)."""
+    the node's overlay end (None without an overlay), and NetworkPolicy enforcement (None
+    when the node does not enforce it)."""
 
     plugins: dict[str, Plugin]
     faults: Faults
     masq: MasqTable
     bridges: NodeBridges
     overlay: NodeEnd | None
+    netpol: PodIsolation | None = None

@@ -6,9 +6,10 @@ concurrently on worker threads: each thread reuses its node netlink session (the
 session is per request), bridge set-up is serialised per bridge name (and tolerates EEXIST
 from other processes), masquerade changes go through the table's one writer (``masq/table.py``).
 
-- ADD: ``bridge_add`` (named steps, full rollback).
+- ADD: ``bridge_add`` (named steps, full rollback); with NetworkPolicy enforced, its last step
+  settles the Pod's isolation (``isolation.py``).
 - DEL: by derived names only (host veth, masquerade tag), so it needs neither the pod netns
-  nor prevResult, and is idempotent.
+  nor prevResult, and is idempotent; it detaches the Pod's addresses from NetworkPolicy.
 - CHECK: ``bridge_check``. STATUS: forwarded to IPAM. GC: host veths and masquerade elements
   of this network whose attachment is not valid any more, then IPAM GC.
 """
@@ -45,6 +46,7 @@ class BridgePlugin:
             masq=deps.masq,  # the table's one writer, lent by pycnid
             bridges=NodeBridges(),
             overlay=deps.overlay,
+            netpol=deps.netpol,
         )
         # Threads are made by the submitting request thread, so they start in the node netns.
         self.helpers = ThreadPoolExecutor(DEL_HELPERS, thread_name_prefix="pycnid-bridge-del")
@@ -58,6 +60,8 @@ class BridgePlugin:
         the lease (the reference, too, releases the lease before the veth is gone)."""
         att = Attachment.of(req)
         validate_delegation(self.ctx.plugins, req)  # a bad ipam section removes nothing
+        if self.ctx.netpol is not None:
+            self.ctx.netpol.detach(att.tag)  # in memory: cannot fail
         veth_removed = self.helpers.submit(remove_host_veth, att.host_veth)
         errors: list[str] = []
         try:

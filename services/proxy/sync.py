@@ -91,6 +91,7 @@ class ProxySync:
         self.node, self.store, self.resync_interval = node, store, resync_interval
         self.config = config
         self.records = Records()
+        self.records.bad.attach(registry)
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.kube = kube

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cni.spec.errors import CNIError
+from common.skipped import Skipped
 from nodes.record import NodeRecord
 from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
 from services.proxy.model import (
@@ -59,7 +60,7 @@ class Records:
     pools: dict[str, str] = field(default_factory=dict)  # cluster pool key -> CIDR
     settings: ServiceSettings | None = None
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
-    bad: set[str] = field(default_factory=set)
+    bad: Skipped = field(default_factory=lambda: Skipped("proxy", log))
     labelled: dict[LabelKey, Keys] = field(default_factory=dict)  # -> endpoint keys
     selecting: dict[LabelKey, Keys] = field(default_factory=dict)  # -> Service keys
     addresses: dict[str, tuple[IPAddress, ...]] = field(default_factory=dict)  # endpoint key ->
@@ -70,12 +71,10 @@ class Records:
         """One put or delete (an unreadable record is logged once and left out)."""
         try:
             self._apply(kv, deleted)
-            self.bad.discard(kv.key)
+            self.bad.clear(kv.key)
         except (CorruptRecord, ValueError) as exc:
             self._forget(kv.key)
-            if kv.key not in self.bad:
-                log.warning("proxy: ignoring %s: %s", kv.key, exc)
-                self.bad.add(kv.key)
+            self.bad.note(kv.key, exc)
 
     def _apply(self, kv: KV, deleted: bool) -> None:
         if deleted:
@@ -174,6 +173,7 @@ class Records:
         known = [k for table in (self.services, self.endpoints, self.pools) for k in table]
         for key in [k for k in known if k.startswith(prefix) and k not in present]:
             self._forget(key)
+        self.bad.keep_only(prefix, present)
         if prefix == SERVICES_META and SERVICES_META not in present:
             self.settings = None
         if prefix == NODES:

@@ -22,7 +22,13 @@ from .checks import (
 )
 from .load import NETWORK, interleave, netconf, run_all, run_with_incident
 
-pytestmark = [pytest.mark.netns, pytest.mark.etcd, pytest.mark.slow, pytest.mark.long]
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.etcd,
+    pytest.mark.slow,
+    pytest.mark.long,
+    pytest.mark.drill,
+]
 
 ADDS_PER_NODE = sized(100, 300)
 IN_FLIGHT_PER_NODE = 16
@@ -81,3 +87,7 @@ def test_leader_killed_and_restarted_mid_run(make_cluster, cni_bin):
     assert_only_buffers_left(view, NETWORK)
     checks.append(cli_check(cluster, "after DEL of every attachment"))
     assert_cli_checks_clean(checks)
+    print(
+        f"\netcd leader kill drill: {len(adds)} ADDs tried ({len(failed)} code 11, retried), "
+        f"{len(succeeded)} survived (no address twice), {len(adds) - len(succeeded)} lost"
+    )

@@ -168,6 +168,16 @@ class NetpolNode:
         doc = json.loads(out.stdout)
         return {o["chain"]["name"] for o in doc["nftables"] if "chain" in o}
 
+    def drop_counters(self) -> dict[str, int]:
+        """Packets of every per-Pod drop counter of the table (``dropped-in/<ns>/<pod>``,
+        ``dropped-eg/<ns>/<pod>``); a Pod isolated in no direction has none."""
+        out = self.node.run(["nft", "-j", "list", "counters", "table", "inet", TABLE])
+        return {
+            o["counter"]["name"]: int(o["counter"]["packets"])
+            for o in json.loads(out.stdout)["nftables"]
+            if "counter" in o and o["counter"]["name"].startswith("dropped-")
+        }
+
     def probe(self, source: Pod, targets: list[tuple[str, str, int]], timeout: float) -> list:
         cmd = ["ip", "netns", "exec", source.ns.name, sys.executable, "-c", PROBER]
         out = subprocess.run(

@@ -150,3 +150,20 @@ def test_purge_judges_each_flow_after_dnat_and_deletes_only_denied_ones() -> Non
     assert calc_denied(inputs, "n1", flows) == [flows[0]]
     assert calc_denied(inputs, "n2", flows) == []  # neither end is n2's: its node judges
     assert flows[0].delete_args()[:3] == ["-D", "-p", "tcp"]
+
+
+def test_the_netns_addresses_are_read_once_a_second_and_at_a_resync(tmp_path: Path) -> None:
+    reads: list[int] = []
+
+    def local() -> tuple[str, ...]:
+        reads.append(1)
+        return ("10.0.0.1",)
+
+    store = SqliteStore(str(tmp_path / "store.db"))
+    sync = NetpolSync("n1", store, Registry(), node_address="172.31.0.1", local_addresses=local)
+    assert sync.calc_node_addresses() == ("172.31.0.1", "10.0.0.1")
+    assert sync.calc_node_addresses() == ("172.31.0.1", "10.0.0.1") and len(reads) == 1
+    sync.full_due = 0.0  # a resync is due: the pass reads them again
+    sync.step()
+    assert len(reads) == 2
+    store.close()

@@ -201,6 +201,26 @@ def test_a_corrupt_node_record_is_ignored_not_fatal():
     assert [p.name for p in registry.peers("me")] == ["good"]
 
 
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"vtepMAC": "zz:zz:zz:zz:zz:zz"},
+        {"vtepMAC": "01:00:5e:00:00:01"},  # multicast: an FDB entry of it floods
+        {"vtepMAC": "00:00:00:00:00:00"},
+        {"vtepMAC": "66:00:00:00:00"},
+        {"vni": 2**24},
+        {"vni": -1},
+        {"port": 65536},
+        {"mtu": True},
+    ],
+)
+def test_a_node_record_a_peer_could_not_be_programmed_from_is_corrupt(field):
+    overlay = {"backend": "vxlan", "underlay": "172.30.0.2", "vtepMAC": "66:00:00:00:00:01"}
+    value = json.dumps({"name": "x", "overlay": {**overlay, **field}}).encode()
+    with pytest.raises(CorruptRecord, match="bad overlay"):
+        NodeRecord.from_bytes("/pycni/v1/nodes/x", value)
+
+
 # -- codecs and config ---------------------------------------------------------------------
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

@@ -25,7 +25,7 @@ def state(records: Records) -> tuple:
         records.labelled,
         records.selecting,
         +records.vips,
-        records.bad,
+        set(records.bad.keys),
     )
 
 

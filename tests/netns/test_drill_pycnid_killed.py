@@ -1,0 +1,52 @@
+"""Drill: pycnid SIGKILLed in the middle of an ADD, at every step of the path, then restarted.
+
+A node with NetworkPolicy enforced attaches Pods through pycni-bridge + pycni-ipam +
+pycni-svc (`pycni net`, libcni's cache layout). For each step an ADD passes (the bridge's
+steps, the IPAM's allocation and result, pycni-svc's publish: ``Faults`` points), pycnid kills
+itself there (`PYCNI_FAULT=kill@<step>`, fault injection is on in tests); the ADD fails, pycnid
+is started again, and the runtime's DEL for the failed ADD must leave nothing: no lease, veth,
+endpoint record, NetworkPolicy element. A Pod added before keeps its lease, record and
+gateway through every crash. `make test` kills at a third of the steps, `make drills` at all.
+Prints "N tried, N survived, 0 lost".
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from plugins.bridge.add import ADD_STEPS
+from tests.fixtures.scale import sized
+from tests.fixtures.waiting import wait_for
+from tests.netns.drill_node import NETWORK, Drill, args
+
+pytestmark = [pytest.mark.netns, pytest.mark.long, pytest.mark.drill]
+
+ALL_STEPS = (*ADD_STEPS, "ipam-allocate", "ipam-result", "svc-publish")
+STEPS = sized(("ipam-allocate", "setup-masquerade", "settle-netpol", "svc-publish"), ALL_STEPS)
+
+
+def test_a_pycnid_killed_mid_add_leaves_nothing_after_restart_and_del(
+    drill: Drill, netns_factory
+) -> None:
+    drill.add("keeper", netns_factory("dpod"))
+    tried = survived = 0
+    for i, step in enumerate(STEPS):
+        tried += 1
+        pod, name = netns_factory("dpod"), f"k{i}"
+        cni_args = f"{args(name)};PYCNI_FAULT=kill@{step}"
+        failed = drill.runner.run("add", NETWORK, pod.path, cni_args=cni_args)
+        assert not failed.ok, f"the ADD killed at {step} succeeded"
+        assert drill.pycnid.proc is not None and drill.pycnid.proc.wait(10) == -9, step
+        drill.pycnid.start()
+        drill.runner.must("del", NETWORK, pod.path, cni_args=cni_args)
+        assert not drill.problems(name), f"killed at {step}: {drill.problems(name)}"
+        assert "eth0" not in pod.links(), f"killed at {step}: the Pod kept an interface"
+        live = {ip for _ns, ip in drill.pods.values()}
+        wait_for(
+            f"the NetworkPolicy table to hold the live Pods only (killed at {step})",
+            lambda live=live: drill.isolated() == live,
+            10,
+        )
+        survived += 1
+    print(f"\npycnid killed mid-ADD drill: {tried} tried, {survived} survived, 0 lost")
+    assert survived == tried
