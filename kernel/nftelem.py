@@ -9,7 +9,9 @@ datatypes it knows (tests/netns/test_nft_elements.py compares both paths' listin
 sends one batch of NEWSETELEM/DELSETELEM messages: atomic, as one ``nft -f`` script is.
 
 Values are nft text (``10.0.0.1 . tcp . 80``); a type is a tuple of datatype names, one per
-field of a concatenation. Interval sets (start and end elements, merges) are not handled.
+field of a concatenation; a map's data is a verdict, a value or a named counter (an object
+map's reference: NetworkPolicy's drop counters). Interval sets (start and end elements,
+merges) are not handled.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ NLA_F_NESTED = 0x8000
 NFPROTO = {"inet": 1, "ip": 2, "ip6": 10}
 # attribute numbers (linux/netfilter/nf_tables.h)
 LIST_TABLE, LIST_SET, LIST_ELEMENTS, LIST_ELEM = 1, 2, 3, 1
-ELEM_KEY, ELEM_DATA, DATA_VALUE, DATA_VERDICT = 1, 2, 1, 2
+ELEM_KEY, ELEM_DATA, ELEM_OBJREF, DATA_VALUE, DATA_VERDICT = 1, 2, 9, 1, 2
 VERDICT_CODE, VERDICT_CHAIN = 1, 2
 VERDICTS = {"drop": 0, "accept": 1, "continue": -1, "return": -5}
 JUMPS = {"jump": -3, "goto": -4}
 PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1, "icmpv6": 58}
 VERDICT = ("verdict",)
+COUNTER = ("counter",)  # an object map's data: a named counter (``"dropped-in/x/a"``)
+DATATYPES = frozenset({"ipv4_addr", "ipv6_addr", "inet_proto", "inet_service", "host_u32"})
 #: elements per message: the element list is one attribute, whose length is 16 bits
 CHUNK = 256
 
@@ -47,7 +51,8 @@ class ElementError(Exception):
 
 @dataclass(frozen=True)
 class SetType:
-    """A set's key datatypes and a map's data datatypes (``VERDICT``; None: a set)."""
+    """A set's key datatypes and a map's data datatypes (``VERDICT``, ``COUNTER``; None: a
+    set)."""
 
     key: tuple[str, ...]
     data: tuple[str, ...] | None = None
@@ -130,13 +135,18 @@ def encode_element(set_type: SetType, key: str, data: str | None) -> bytes:
     if data is not None:
         if set_type.data is None:
             raise ElementError(f"{key!r}: a set's element has no data ({data!r})")
-        value = (
-            encode_verdict(data)
-            if set_type.data == VERDICT
-            else _attr(DATA_VALUE, encode_value(set_type.data, data))
-        )
-        parts.append(_nest(ELEM_DATA, value))
+        parts.append(encode_data(set_type.data, data))
     return _nest(LIST_ELEM, *parts)
+
+
+def encode_data(types: tuple[str, ...], text: str) -> bytes:
+    """A map element's data: a verdict, a counter's name (an object reference, as nft
+    quotes it or not) or a value."""
+    if types == VERDICT:
+        return _nest(ELEM_DATA, encode_verdict(text))
+    if types == COUNTER:
+        return _attr(ELEM_OBJREF, text.strip('"').encode() + b"\0")
+    return _nest(ELEM_DATA, _attr(DATA_VALUE, encode_value(types, text)))
 
 
 def calc_messages(

@@ -12,6 +12,7 @@ both against every Pod).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 from collections import defaultdict
@@ -79,9 +80,18 @@ class Members:
         return self.named.get((name, protocol, family), ())
 
 
-def addresses(pod: PodInfo, family: int) -> list[str]:
-    ips = (ipaddress.ip_address(ip.split("/")[0]) for ip in pod.ips)
-    return [str(ip) for ip in ips if ip.version == family]
+def addresses(pod: PodInfo, family: int) -> tuple[str, ...]:
+    """A Pod's ``family`` addresses, canonical (``fd00::0:1`` → ``fd00::1``), prefix cut."""
+    return split_families(pod.ips)[family]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def split_families(ips: tuple[str, ...]) -> dict[int, tuple[str, ...]]:
+    """Parsed once per distinct address list, not once per peer that asks: ``ipaddress``
+    parsing was two thirds of a layout at 1,000 policies × 10,000 Pods (each Pod asked for
+    by every peer and named port that looks at its namespace)."""
+    parsed = [ipaddress.ip_address(ip.split("/")[0]) for ip in ips]
+    return {f: tuple(str(ip) for ip in parsed if ip.version == f) for f in (4, 6)}
 
 
 def to_int(address: str) -> int:

@@ -6,8 +6,9 @@ every TCP, UDP and SCTP conntrack entry with an end among this node's Pods is ju
 model (``evaluate.evaluate`` on the original source, the reply source, the backend after
 DNAT, and its port) and deleted when denied: the next packet of that flow is then a new
 connection the table judges. An entry the model allows is left alone, so a change towards
-"allow" never cuts anything. One ``conntrack -L`` per render: its cost follows the node's
-connection count (element diffs, with the Pods whose allowed set shrank, are the next step).
+"allow" never cuts anything. One ``conntrack -L`` per pass that changed the table: its cost
+follows the node's connection count (a purge limited to the Pods whose allowed set shrank is
+not done yet).
 The ``conntrack`` tool runs in pycnid's netns (the proxy's ``conntrack.py`` does the same).
 """
 

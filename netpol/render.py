@@ -14,8 +14,9 @@ enforced where the Pod is (egress on the source's node, ingress on the destinati
       daddr vmap @ingress4/6                      a local Pod isolated for ingress → in-<shape>
     in-<shape> / eg-<shape>: one chain per distinct list of isolating policies, shared by
       the Pods it applies to; per policy rule and family, set lookups only: the peers
-      (``peers4-<h>``: Pod addresses and ipBlocks as intervals), the ports (``ports-<h>``:
-      protocol . port ranges) and the named ports (``named4-<h>``: daddr . protocol . port,
+      (``pods4-<h>``: the addresses of the Pods its selectors pick, a plain set;
+      ``blocks4-<h>``: its ipBlocks as intervals), the ports (``ports-<h>``: protocol . port
+      ranges) and the named ports (``named4-<h>``: daddr . protocol . port,
       resolved as ``evaluate.port_matches`` resolves them), each set named by its content so
       rules of many chains share it; a match ``return``s: the packet goes on to the other
       end's chain. No match: the Pod's
@@ -24,7 +25,8 @@ enforced where the Pod is (egress on the source's node, ingress on the destinati
 A new connection is looked up against the rules of the policies isolating its two ends only,
 whatever the number of policies in the cluster; an established packet is accepted by the
 first rule. ``render_full`` is one transaction that recreates the contents without deleting
-the table (flush, then refill), so a packet sees the old rules or the new, never none.
+the table (flush, then refill), so a packet sees the old rules or the new, never none;
+``diff.py`` turns the table holding one ``Layout`` into the next without the flush.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
-from netpol.members import Members, addresses, to_int, to_text
+from netpol.members import Members, addresses, to_text
 from netpol.policy import NetworkPolicy, Rule
 
 TABLE = "pycni-netpol"
@@ -185,21 +187,42 @@ def calc_rule(
         terms += [named[f] for f in FAMILIES if f in named]
         return [f"{t} return" for t in terms]
     rules: list[str] = []
-    key = digest([policy.namespace, [p.to_dict() for p in rule.peers]])
     for family in FAMILIES:
-        name = f"peers{family}-{key}"
-        if not _ensure_set(
-            layout,
-            name,
-            ADDR[family],
-            True,
-            functools.partial(calc_peer_elements, members, policy, rule, family),
-        ):
-            continue
-        match = f"{IP[family]} {peer} @{name}"
         terms = port_terms[family] if rule.ports else [""]
-        rules += [f"{match} {t} return".replace("  ", " ") for t in terms]
+        rules += [
+            f"{IP[family]} {peer} @{name} {t} return".replace("  ", " ")
+            for name in calc_peer_sets(layout, members, policy, rule, family)
+            for t in terms
+        ]
     return rules
+
+
+def calc_peer_sets(
+    layout: Layout, members: Members, policy: NetworkPolicy, rule: Rule, family: int
+) -> list[str]:
+    """The sets of a rule's peers in ``family`` that are not empty: the addresses of the Pods
+    its selectors pick (``pods4-<h>``: a plain set, so a Pod's change is elements a netlink
+    batch can carry; named by the selectors and, for those without a namespaceSelector, the
+    policy's namespace: rules of many namespaces share it) and its ipBlocks (``blocks4-<h>``:
+    intervals, named by the blocks alone, so their elements never change)."""
+    selectors = [  # a peer without a namespaceSelector picks in the policy's namespace only
+        [policy.namespace if p.namespace_selector is None else None, p.to_dict()]
+        for p in rule.peers
+        if p.ip_block is None
+    ]
+    blocks = [p.to_dict() for p in rule.peers if p.ip_block is not None]
+    found = []
+    if selectors:
+        name = f"pods{family}-{digest(selectors)}"
+        calc = functools.partial(calc_pod_elements, members, policy, rule, family)
+        if _ensure_set(layout, name, ADDR[family], False, calc):
+            found.append(name)
+    if blocks:
+        name = f"blocks{family}-{digest(blocks)}"
+        calc = functools.partial(calc_block_elements, rule, family)
+        if _ensure_set(layout, name, ADDR[family], True, calc):
+            found.append(name)
+    return found
 
 
 def calc_port_terms(layout: Layout, members: Members, rule: Rule) -> tuple[str, dict[int, str]]:
@@ -227,12 +250,18 @@ def calc_port_terms(layout: Layout, members: Members, rule: Rule) -> tuple[str, 
     return ports, named
 
 
-def calc_peer_elements(
+def calc_pod_elements(
     members: Members, policy: NetworkPolicy, rule: Rule, family: int
 ) -> list[str]:
+    """The ``family`` addresses of the Pods a rule's selector peers pick, each once."""
+    found = (members.peer_addresses(policy, peer, family) for peer in rule.peers)
+    return list(dict.fromkeys(ip for ips in found for ip in ips))
+
+
+def calc_block_elements(rule: Rule, family: int) -> list[str]:
     return [
         to_text(low, family) if low == high else f"{to_text(low, family)}-{to_text(high, family)}"
-        for low, high in calc_peer_members(members, policy, rule, family)
+        for low, high in calc_block_members(rule, family)
     ]
 
 
@@ -263,18 +292,10 @@ def digest(content: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def calc_peer_members(
-    members: Members, policy: NetworkPolicy, rule: Rule, family: int
-) -> list[tuple[int, int]]:
-    """The addresses a rule's peers match in ``family``: the Pods their selectors pick and
-    the ipBlocks (CIDR minus excepts), as disjoint, merged intervals of integers (sorting
-    integers: ``ipaddress.collapse_addresses`` over 2,000 Pods per set took most of a
-    render at 1,000 policies)."""
-    found = [
-        (n, n)
-        for peer in rule.peers
-        for n in map(to_int, members.peer_addresses(policy, peer, family))
-    ]
+def calc_block_members(rule: Rule, family: int) -> list[tuple[int, int]]:
+    """The addresses a rule's ipBlocks (CIDR minus excepts) hold in ``family``, as disjoint,
+    merged intervals of integers: what an interval set takes."""
+    found = []
     for peer in rule.peers:
         block = peer.ip_block
         if block is not None and block.cidr.version == family:

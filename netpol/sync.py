@@ -3,14 +3,21 @@
 ``NetpolSync.start()`` returns at once; a loop thread (``common/loop.py``) then, on every pass,
 reads the prefixes ``view.PREFIXES`` (policies, namespaces, endpoints, node records) and
 watches them from the revision read (etcd; SQLite is re-read when its revision moved), and
-when anything changed (a record, this node's addresses) or every ``resyncInterval`` seconds,
-renders the node's table whole (``render.py``) and applies it through one kept libnftables
-context (``kernel/nft.py``) as one transaction that never deletes the table: a packet meets
-the old rules or the new ones, never an empty table. Nothing is programmed before the first
-complete read. This first version renders the table whole on every change; per-element diffs
-(as the Service proxy's ``ServiceTable``) are the next step.
+when anything changed (a record, this node's addresses) renders the node's layout
+(``render.calc_layout``) and sends the kernel what differs from the layout it committed last
+(``diff.render_diff``): one transaction that flushes nothing but the chains whose rules
+changed, so a Pod's relabel costs its elements, not the table's. A diff of set and map
+elements alone goes as one netlink batch (``Nft.run_elements``, as the Service proxy's
+updates: libnftables would first re-read the table's declarations and interval elements),
+any other through the kept libnftables context, a large one (``APART_BYTES``) in a child
+nft. The table is rendered whole (``render.render_full``: flushed and refilled in one
+transaction that never deletes it) at start, every ``resyncInterval`` seconds, and after the
+kernel refused a transaction (the committed layout is then dropped: a refused diff is logged,
+counted and followed by a full render in the same pass). Either way a packet meets the old
+rules or the new ones, never an empty table. A pass that changes nothing sends nothing.
+Nothing is programmed before the first complete read.
 
-The objects a render made are remembered, so the next one deletes those it no longer needs;
+The objects a render made are remembered, so a full render deletes those it no longer needs;
 at start, and after a refused transaction, they are listed from the kernel (names only).
 
 Same-node traffic between Pods of one bridge reaches the inet forward hook only when bridged
@@ -55,10 +62,12 @@ from cni.spec.errors import CNIError, TryAgainLater
 from common.loop import Errors, Loop
 from common.metrics import Registry
 from kernel.nft import Nft, NftError, table_exists
+from kernel.nftelem import ElementBatch
 from kernel.sysctl import read_sysctl
 from kube.source import KubeSource
 from netpol.attached import AttachedPod, read_attached
 from netpol.config import DEFAULT_NETPOL_RESYNC
+from netpol.diff import NotDiffable, calc_element_batch, render_diff
 from netpol.from_kube import PolicyObjects
 from netpol.purge import purge_denied
 from netpol.render import TABLE, Layout, Object, calc_layout, render_full
@@ -140,7 +149,7 @@ class NetpolSync:
         )
         self.nft: Nft | None = None
         self.objects: frozenset[Object] | None = None  # None: to be listed from the kernel
-        self.rendered: str | None = None  # the script the kernel holds
+        self.layout: Layout | None = None  # what the kernel holds; None: render it whole
         self.full_due = 0.0
         self.counters_due = 0.0
         self.metrics = NetpolMetrics(registry)
@@ -259,7 +268,7 @@ class NetpolSync:
             return POLL  # nothing programmed before the three kinds were listed whole
         now = time.monotonic()
         if now >= self.full_due:
-            self.rendered = None  # a resync: applied again even if unchanged
+            self.layout = None  # a resync: rendered whole even if unchanged
             self.local_due = 0.0  # and the netns' addresses read again
             self.full_due = now + self.resync_interval
         self.sync()
@@ -270,7 +279,8 @@ class NetpolSync:
         return wait if self.watched.can_watch else min(wait, POLL)
 
     def sync(self) -> bool:
-        """Render the table; apply it when it differs from what the kernel holds (True)."""
+        """Render the table; apply what differs from what the kernel holds (True): the diff
+        from the committed layout, or the table whole when there is none."""
         started = time.perf_counter()
         addresses = self.calc_node_addresses()
         with self.lock:
@@ -278,11 +288,9 @@ class NetpolSync:
         if self.kube is not None:
             inputs = self.kube.inputs(inputs.node_ips)
         layout = calc_layout(inputs, self.node, addresses)
-        stale = self.known_objects() - layout.objects
-        plain = render_full(layout)
-        if plain == self.rendered and not stale:
+        how = self.apply_layout(layout)
+        if how is None:
             return False
-        self.apply(render_full(layout, stale) if stale else plain, layout, plain)
         if self.purge:
             node_ips = {**inputs.node_ips, self.node: addresses}  # the kernel exempts these
             self.metrics.purged.inc(purge_denied(replace(inputs, node_ips=node_ips), self.node))
@@ -291,7 +299,8 @@ class NetpolSync:
         for direction, count in layout.isolated.items():
             self.metrics.isolated.set(count, direction=direction.lower())
         log.info(
-            "netpol: table rendered: %d policies, %d/%d local Pods isolated (in/eg), %.1f ms",
+            "netpol: table %s: %d policies, %d/%d local Pods isolated (in/eg), %.1f ms",
+            how,
             len(inputs.policies),
             layout.isolated["Ingress"],
             layout.isolated["Egress"],
@@ -299,6 +308,27 @@ class NetpolSync:
         )
         self.counters_due = 0.0
         return True
+
+    def apply_layout(self, layout: Layout) -> str | None:
+        """Bring the kernel to ``layout``: 'updated' (a diff), 'rendered' (whole), None
+        (nothing differed). A refused diff is logged and counted, and the table rendered whole
+        in the same pass (the layout the kernel holds is then listed again)."""
+        if self.layout is not None:
+            try:
+                script = render_diff(self.layout, layout)
+                if not script:
+                    return None
+                batch = calc_element_batch(self.layout, layout)
+                self.apply(layout, lambda nft: send_update(nft, script, batch))
+                return "updated"
+            except NotDiffable as exc:
+                log.info("netpol: rendering the table whole: %s", exc)
+            except NftError as exc:
+                log.warning("netpol: update refused, rendering the table whole: %s", exc)
+        stale = self.known_objects() - layout.objects
+        script = render_full(layout, stale)
+        self.apply(layout, lambda nft: send_script(nft, script))
+        return "rendered"
 
     def calc_node_addresses(self) -> tuple[str, ...]:
         """This node's addresses: its record's (or the configured one) and the netns' own."""
@@ -315,16 +345,18 @@ class NetpolSync:
             self.local, self.local_due = self.local_addresses(), now + LOCAL_ADDRESSES
         return self.local
 
-    def apply(self, script: str, layout: Layout, plain: str) -> None:
+    def apply(self, layout: Layout, send: Callable[[Nft], None]) -> None:
+        """One transaction; refused, what the kernel holds is unknown: the next render is
+        whole, its stale objects listed."""
         if self.nft is None:
             return
         try:
-            (self.nft.run_apart if len(script) >= APART_BYTES else self.nft.run)(script)
+            send(self.nft)
         except NftError as exc:
-            self.objects, self.rendered = None, None  # unknown: listed again next pass
+            self.objects, self.layout = None, None
             self.metrics.failures.inc()
             raise NftError(f"NetworkPolicy table refused: {exc}") from None
-        self.objects, self.rendered = layout.objects, plain
+        self.objects, self.layout = layout.objects, layout
         self.metrics.syncs.inc()
 
     def known_objects(self) -> frozenset[Object]:
@@ -346,7 +378,7 @@ class NetpolSync:
     def read_counters(self) -> None:
         """The drop counters, summed by direction (``dropped-in/…``, ``dropped-eg/…``)."""
         self.counters_due = time.monotonic() + COUNTERS
-        if self.nft is None or self.rendered is None:
+        if self.nft is None or self.layout is None:
             return
         doc = self.nft.list_json(f"list table inet {TABLE}", terse=True)  # no elements
         sums = {"ingress": 0, "egress": 0}
@@ -359,6 +391,20 @@ class NetpolSync:
                     sums[direction] += int(counter.get("packets", 0))
         for direction, packets in sums.items():
             self.metrics.dropped.set(packets, direction=direction)
+
+
+def send_script(nft: Nft, script: str) -> None:
+    """A small script in the kept context, a large one (``APART_BYTES``) in a child nft."""
+    (nft.run_apart if len(script) >= APART_BYTES else nft.run)(script)
+
+
+def send_update(nft: Nft, script: str, batch: ElementBatch | None) -> None:
+    """A diff: as a netlink batch when it is one (``diff.calc_element_batch``: the same
+    transaction without libnftables' re-read of every set's elements), else its script."""
+    if batch is not None:
+        nft.run_elements(batch)
+    else:
+        send_script(nft, script)
 
 
 def check_bridge_filtering(

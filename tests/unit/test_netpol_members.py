@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, _ip, peer_matches
-from netpol.members import Members
+from netpol.members import Members, addresses, split_families
 from netpol.policy import NetworkPolicy, Peer
 from netpol.selector import LabelSelector, Requirement
 
@@ -88,3 +88,13 @@ def test_named_ports_resolve_where_the_pod_does(
         if "." in ip
     }
     assert set(Members(inputs).named_port(name, protocol, 4)) == expected
+
+
+def test_a_pods_addresses_are_parsed_once_per_address_list_and_canonical() -> None:
+    ips = ("10.9.0.7/24", "fd09:0::0:7")
+    first, again = (PodInfo("x", n, ips, {}, "n1") for n in ("a", "b"))
+    before = split_families.cache_info()
+    assert addresses(first, 4) == ("10.9.0.7",) and addresses(first, 6) == ("fd09::7",)
+    assert addresses(again, 6) == ("fd09::7",)
+    after = split_families.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 2)

@@ -8,7 +8,13 @@ from __future__ import annotations
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
 from netpol.members import Members, to_int
 from netpol.policy import NetworkPolicy, parse_policy
-from netpol.render import calc_layout, calc_peer_members, render_full, shape_name
+from netpol.render import (
+    calc_block_members,
+    calc_layout,
+    calc_pod_elements,
+    render_full,
+    shape_name,
+)
 
 NODE = "n1"
 
@@ -76,14 +82,18 @@ def test_peers_are_pods_their_selectors_pick_remote_ones_included_and_ipblocks()
             }
         ],
     )
-    members = calc_peer_members(Members(inputs(p)), p, p.ingress[0], 4)
+    assert calc_pod_elements(Members(inputs(p)), p, p.ingress[0], 4) == ["10.0.1.2"]
+    members = calc_block_members(p.ingress[0], 4)
 
     def held(address: str) -> bool:
         return any(low <= to_int(address) <= high for low, high in members)
 
-    assert all(held(a) for a in ("10.0.1.2", "192.168.0.0", "192.168.0.9", "192.168.255.255"))
-    assert not any(held(a) for a in ("192.168.1.0", "192.168.1.7", "10.0.0.2", "192.169.0.0"))
+    assert all(held(a) for a in ("192.168.0.0", "192.168.0.9", "192.168.255.255"))
+    assert not any(held(a) for a in ("192.168.1.0", "192.168.1.7", "10.0.1.2", "192.169.0.0"))
     assert members == sorted(members)  # disjoint, merged: what an interval set takes
+    [chain] = calc_layout(inputs(p), NODE).chains.values()
+    pods, blocks = (r.split("@")[1].split()[0] for r in chain[:2])
+    assert pods.startswith("pods4-") and blocks.startswith("blocks4-")  # one rule each
 
 
 def test_named_ports_resolve_with_their_protocol_numeric_ones_as_intervals() -> None:
@@ -113,13 +123,13 @@ def test_named_ports_resolve_with_their_protocol_numeric_ones_as_intervals() -> 
 
 def test_full_render_flushes_and_refills_without_deleting_the_table() -> None:
     layout = calc_layout(inputs(policy("x", "deny")), NODE)
-    script = render_full(layout, [("chain", "in-gone"), ("set", "peers4-gone")])
+    script = render_full(layout, [("chain", "in-gone"), ("set", "pods4-gone")])
     lines = script.splitlines()
     assert lines[:2] == ["add table inet pycni-netpol", "flush table inet pycni-netpol"]
     assert "delete table" not in script
     deletes = [i for i, line in enumerate(lines) if line.startswith("delete ")]
     flushes = [i for i, line in enumerate(lines) if line.startswith("flush map")]
-    assert lines[deletes[0]] == "delete set inet pycni-netpol peers4-gone"  # before its chain
+    assert lines[deletes[0]] == "delete set inet pycni-netpol pods4-gone"  # before its chain
     assert max(flushes) < min(deletes)
     assert render_full(layout) == render_full(layout)
 
