@@ -8,7 +8,8 @@ DNAT, and its port) and deleted when denied: the next packet of that flow is the
 connection the table judges. An entry the model allows is left alone, so a change towards
 "allow" never cuts anything. One ``conntrack -L`` per pass that changed the table: its cost
 follows the node's connection count (a purge limited to the Pods whose allowed set shrank is
-not done yet).
+not done yet); one ``conntrack -D`` per connection shape, after the pass's waiting ADDs were
+released (``sync.py``), so a long purge never holds an ADD.
 The ``conntrack`` tool runs in pycnid's netns (the proxy's ``conntrack.py`` does the same).
 """
 
@@ -35,9 +36,14 @@ class Flow:
     backend_port: int
 
     def delete_args(self) -> list[str]:
+        """``conntrack -D`` of every entry of this flow's connection shape: same ends, same
+        destination port and backend, any source port. The verdict does not depend on the
+        source port, so one process deletes all of a client's connections of that shape (a
+        busy client holds many)."""
         return [
             "-D", "-p", self.protocol, "--orig-src", self.src, "--orig-dst", self.dst,
-            "--sport", str(self.sport), "--dport", str(self.dport),
+            "--dport", str(self.dport), "--reply-src", self.backend,
+            "--reply-port-src", str(self.backend_port),
         ]  # fmt: skip
 
 
@@ -101,10 +107,11 @@ def calc_denied(inputs: PolicyInputs, node: str, flows: list[Flow]) -> list[Flow
 
 
 def purge_denied(inputs: PolicyInputs, node: str) -> int:
-    """Delete the denied flows' entries; how many."""
+    """Delete the denied flows' entries, one ``conntrack -D`` per connection shape; how
+    many flows."""
     denied = calc_denied(inputs, node, parse_flows(run_conntrack(["-L"], "netpol")))
-    for flow in denied:
-        run_conntrack(flow.delete_args(), "netpol")
+    for args in dict.fromkeys(tuple(flow.delete_args()) for flow in denied):
+        run_conntrack(list(args), "netpol")
     if denied:
         log.info("netpol: purged %d connection(s) the policies now deny", len(denied))
     return len(denied)

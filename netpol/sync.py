@@ -68,6 +68,7 @@ from kube.source import KubeSource
 from netpol.attached import AttachedPod, read_attached
 from netpol.config import DEFAULT_NETPOL_RESYNC
 from netpol.diff import NotDiffable, calc_element_batch, render_diff
+from netpol.evaluate import PolicyInputs
 from netpol.from_kube import PolicyObjects
 from netpol.purge import purge_denied
 from netpol.render import TABLE, Layout, Object, calc_layout, render_full
@@ -130,6 +131,7 @@ class NetpolSync:
         kube: KubeSource | None = None,
     ) -> None:
         self.purge = purge
+        self.to_purge: PolicyInputs | None = None  # what the next purge judges by
         self.node, self.store, self.resync_interval = node, store, resync_interval
         self.node_address = node_address
         self.local_addresses = local_addresses
@@ -273,6 +275,7 @@ class NetpolSync:
             self.full_due = now + self.resync_interval
         self.sync()
         self.passed()
+        self.run_purge()
         if time.monotonic() >= self.counters_due:
             self.read_counters()
         wait = max(0.0, min(self.full_due, self.counters_due) - time.monotonic())
@@ -291,9 +294,9 @@ class NetpolSync:
         how = self.apply_layout(layout)
         if how is None:
             return False
-        if self.purge:
+        if self.purge:  # run once the pass's waiting ADDs were released (``_step``)
             node_ips = {**inputs.node_ips, self.node: addresses}  # the kernel exempts these
-            self.metrics.purged.inc(purge_denied(replace(inputs, node_ips=node_ips), self.node))
+            self.to_purge = replace(inputs, node_ips=node_ips)
         self.metrics.seconds.observe(time.perf_counter() - started)
         self.metrics.policies.set(len(inputs.policies))
         for direction, count in layout.isolated.items():
@@ -308,6 +311,12 @@ class NetpolSync:
         )
         self.counters_due = 0.0
         return True
+
+    def run_purge(self) -> None:
+        """The conntrack entries the inputs of the last applied pass deny (``purge.py``)."""
+        inputs, self.to_purge = self.to_purge, None
+        if inputs is not None:
+            self.metrics.purged.inc(purge_denied(inputs, self.node))
 
     def apply_layout(self, layout: Layout) -> str | None:
         """Bring the kernel to ``layout``: 'updated' (a diff), 'rendered' (whole), None
