@@ -94,7 +94,9 @@ def assert_service_shown(out: str) -> None:
 
 def interrupted_demo(when, sig: int) -> tuple[int, str]:
     """Run the demo and send it ``sig`` at the first output line ``when`` accepts; its exit
-    code and whole output."""
+    code and whole output. SIGINT goes to the demo's whole process group, as a terminal's
+    Ctrl-C does: bash, waiting on a foreground command, acts on a SIGINT only when that
+    command got it too (it would otherwise take the command for handling it, and go on)."""
     lines = []
     with subprocess.Popen(
         ["bash", f"{REPO}/scripts/demo.sh"],
@@ -102,12 +104,16 @@ def interrupted_demo(when, sig: int) -> tuple[int, str]:
         stderr=subprocess.STDOUT,
         text=True,
         stdin=subprocess.DEVNULL,
+        start_new_session=True,
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
             if when(line):
-                proc.send_signal(sig)
+                if sig == signal.SIGINT:
+                    os.killpg(proc.pid, sig)
+                else:
+                    proc.send_signal(sig)
         proc.wait(timeout=60)
     return proc.returncode, "".join(lines)
 
