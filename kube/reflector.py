@@ -142,6 +142,7 @@ class Reflector(Generic[T]):
         self.synced = False
         self.up = False
         self.failure = Failure(Backoff(FIRST_PAUSE, MAX_PAUSE))
+        self.jitter = random.Random()  # its own: nodes' reflectors must not move in step
         self.forbidden: set[str] = set()  # verbs refused, logged once each
         self.bad: set[str] = set()  # keys of objects that could not be read
         self.stream: Stream | None = None
@@ -189,7 +190,7 @@ class Reflector(Generic[T]):
 
     def pause(self) -> float:
         """The backoff of a failing stretch, jittered (50-100%)."""
-        return self.failure.backoff.next() * (0.5 + random.random() / 2)
+        return self.failure.backoff.next() * (0.5 + self.jitter.random() / 2)
 
     def relist(self) -> None:
         items: dict[str, T] = {}
@@ -230,7 +231,7 @@ class Reflector(Generic[T]):
 
     def watch(self) -> None:
         remaining = max(1.0, self.relist_due - time.monotonic())
-        timeout = int(min(self.config.watch_timeout * random.uniform(0.8, 1.0), remaining))
+        timeout = int(min(self.config.watch_timeout * self.jitter.uniform(0.8, 1.0), remaining))
         params = {
             "watch": "true",
             "resourceVersion": self.rv or "0",

@@ -36,6 +36,11 @@ def _noop() -> None:
     return None
 
 
+#: The retries' own random source (not the random module's shared one, which a test
+#: framework may reseed or watch).
+JITTER = random.Random()
+
+
 @dataclass(frozen=True)
 class Retry:
     """``attempts`` in all. Before the n-th retry (n = 1, 2 ...) a pause of at most ``base``,
@@ -57,9 +62,10 @@ class Retry:
             return 0.0
         return min(self.cap, self.base * step if self.linear else self.base * 2 ** (step - 1))
 
-    def pause(self, retry: int, rand: Callable[[float, float], float] = random.uniform) -> float:
+    def pause(self, retry: int, rand: Callable[[float, float], float] | None = None) -> float:
         bound = self.bound(retry)
-        return rand(0.0, bound) if self.jitter and bound > 0 else bound
+        uniform = rand or JITTER.uniform
+        return uniform(0.0, bound) if self.jitter and bound > 0 else bound
 
 
 def run_cas(
