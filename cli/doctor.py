@@ -1,0 +1,54 @@
+"""`pycni doctor`: parsing and printing only; the checks and repairs are ``doctor/``."""
+
+from __future__ import annotations
+
+import click
+
+from cli.command import Env, command_options
+
+
+@click.command(name="doctor")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="fix what is found: delete unexplained veths, nft elements and stale tables, "
+    "apply IPAM check's fixes, and release leases whose attachment has no host veth (safe: "
+    "with no interface on the node no traffic uses the address)",
+)
+@click.option(
+    "--network",
+    "networks",
+    multiple=True,
+    metavar="NAME",
+    help="a network pycni-bridge serves with pycni-ipam on this node (repeatable) "
+    "[default: those of the CNI config directory]",
+)
+@click.option(
+    "--cni-conf-dir",
+    default=None,
+    metavar="DIR",
+    help="the CNI config directory [default: $NETCONFPATH, else /etc/cni/net.d]",
+)
+@command_options
+def command(env: Env, repair: bool, networks: tuple[str, ...], cni_conf_dir: str | None) -> int:
+    """Everything pycni owns on this node that nothing explains; run it in the node's netns.
+    Exit 0 clean (or all repaired), 2 when something is found (or left unrepaired)."""
+    from doctor.read import default_conf_dir, read_bridge_networks
+    from doctor.run import exit_status, run_doctor, to_document
+    from kernel.nft import Nft
+
+    names = list(networks) or read_bridge_networks(cni_conf_dir or default_conf_dir())
+    node = env.config().node_name
+    outcomes = run_doctor(env.store(), Nft(), node, names, repair)
+    env.emit(to_document(node, names, outcomes), render_doctor)
+    return exit_status(outcomes)
+
+
+def render_doctor(doc: dict) -> str:
+    if doc["clean"]:
+        return f"node {doc['node']}: nothing pycni left behind"
+    lines = [f"node {doc['node']}: {len(doc['findings'])} finding(s)"]
+    for f in doc["findings"]:
+        state = {None: "", True: " [repaired]", False: f" [NOT repaired: {f.get('error')}]"}
+        lines.append(f"  {f['kind']:<15} {f['object']}: {f['why']}{state[f['repaired']]}")
+    return "\n".join(lines)

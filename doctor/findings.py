@@ -1,0 +1,81 @@
+"""What the doctor reads and what it reports (plain data, no I/O).
+
+``NodeFacts`` is one look at the node (its kernel and the store's records of it); the checks
+(``doctor/checks.py``) turn it into ``Finding``s; ``doctor/repair.py`` repairs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ipam.ops.check import Finding as IpamProblem
+from ipam.records import HandleRecord
+from masq.rules import Element
+from store.base import KV
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One pycni-ipam handle of an attachment, as read (its key and revision kept for the
+    release's compare)."""
+
+    kv: KV
+    record: HandleRecord
+
+
+@dataclass(frozen=True)
+class Veth:
+    name: str
+    tag: str  # the attachment tag of its pycni alias
+
+
+@dataclass(frozen=True)
+class NftElement:
+    """One element of a set or map of a pycni table, keyed by a Pod address."""
+
+    family: str
+    table: str
+    set: str
+    key: str  # in nft syntax
+    address: str
+
+
+@dataclass(frozen=True)
+class NftTable:
+    family: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.family} {self.name}"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    node: str
+    networks: frozenset[str]  # the networks pycni-bridge serves with pycni-ipam here
+    ipam_problems: tuple[IpamProblem, ...] = ()
+    leases: tuple[Lease, ...] = ()  # every attachment handle in the store, any node
+    veths: tuple[Veth, ...] = ()
+    masq: tuple[Element, ...] = ()
+    masq_legacy: bool = False
+    netpol: tuple[NftElement, ...] = ()
+    tables: tuple[NftTable, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing nothing explains: ``kind`` says which check, ``object`` what it is, ``why``
+    why it is unexplained; ``target`` is what its repair acts on."""
+
+    kind: str
+    object: str
+    why: str
+    target: Any = field(default=None, compare=False)
+
+    def to_dict(self, repaired: bool | None = None, error: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "object": self.object, "why": self.why}
+        out["repaired"] = repaired
+        if error:
+            out["error"] = error
+        return out

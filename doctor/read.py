@@ -1,0 +1,139 @@
+"""Reading the node for the doctor (mechanism, no policy): the store's handles, IPAM check's
+problems, the labelled host veths, the elements of pycni's tables, the tables, and which
+networks pycni-bridge serves with pycni-ipam (from the CNI config directory).
+
+Everything is read in the calling thread's netns (the node's: run `pycni doctor` there, as
+pycnid runs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from cni.runtime.conflist import LEGACY_EXTENSIONS, LIST_EXTENSIONS, conf_files
+from common.attachment import tag_of_alias
+from doctor.findings import Lease, NftElement, NftTable, NodeFacts, Veth
+from ipam.ops.check import find_problems
+from ipam.ops.repair import read_snapshot
+from ipam.records import HandleRecord
+from kernel import link
+from kernel.nft import Nft, table_exists
+from kernel.session import node_session
+from masq import rules as masq_rules
+from masq.rules import Element
+from netpol import render as netpol_render
+from store.base import Store
+from store.keys import BUFFER_NETWORK, HANDLES, VTEP_NETWORK
+
+NOT_ATTACHMENTS = (BUFFER_NETWORK, VTEP_NETWORK)  # handles of the node itself, no Pod
+#: the NetworkPolicy sets and maps keyed by a local Pod's address (netpol/render.py)
+NETPOL_SETS = tuple(
+    f"{name}{family}"
+    for family in netpol_render.FAMILIES
+    for name in ("self", "ingress", "egress", "dropcnt-in", "dropcnt-eg")
+)
+
+
+def read_facts(store: Store, nft: Nft, node: str, networks: Iterable[str]) -> NodeFacts:
+    masq, legacy = read_masq(nft)
+    return NodeFacts(
+        node=node,
+        networks=frozenset(networks),
+        ipam_problems=tuple(find_problems(read_snapshot(store))),
+        leases=tuple(read_leases(store)),
+        veths=tuple(read_veths()),
+        masq=tuple(masq),
+        masq_legacy=legacy,
+        netpol=tuple(read_netpol(nft)),
+        tables=tuple(read_tables(nft)),
+    )
+
+
+def read_leases(store: Store) -> list[Lease]:
+    """Every attachment's handle; one that does not decode is IPAM check's to report."""
+    out = []
+    for kv in store.range(HANDLES):
+        try:
+            record = HandleRecord.from_bytes(kv.key, kv.value)
+        except ValueError:
+            continue
+        if record.handle.network not in NOT_ATTACHMENTS:
+            out.append(Lease(kv, record))
+    return out
+
+
+def read_veths() -> list[Veth]:
+    with node_session() as ipr:
+        links = link.list_links(ipr)
+    return [
+        Veth(found.name, tag)
+        for found in links
+        if found.kind == "veth" and (tag := tag_of_alias(found.alias))
+    ]
+
+
+def read_masq(nft: Nft) -> tuple[list[Element], bool]:
+    """The masquerade table's elements and whether its sets are in the first layout."""
+    if not table_exists(nft, masq_rules.FAMILY, masq_rules.TABLE):
+        return [], False
+    doc = nft.list_json(f"list table {masq_rules.FAMILY} {masq_rules.TABLE}")
+    return masq_rules.parse_elements(doc), masq_rules.is_legacy(doc)
+
+
+def read_netpol(nft: Nft) -> list[NftElement]:
+    if not table_exists(nft, "inet", netpol_render.TABLE):
+        return []
+    doc = nft.list_json(f"list table inet {netpol_render.TABLE}")
+    out = []
+    for item in doc.get("nftables", []):
+        found = item.get("set") or item.get("map")
+        if found and found.get("name") in NETPOL_SETS:
+            out += [netpol_element(found["name"], elem) for elem in found.get("elem", [])]
+    return out
+
+
+def netpol_element(set_name: str, elem: Any) -> NftElement:
+    """A set element (``a . a``) or a map element (``[key, value]``), by its key."""
+    value = elem[0] if isinstance(elem, list) else elem
+    key = masq_rules.key_text(value)
+    return NftElement("inet", netpol_render.TABLE, set_name, key, key.split(" . ")[0])
+
+
+def read_tables(nft: Nft) -> list[NftTable]:
+    doc = nft.list_json("list tables")
+    tables = (item["table"] for item in doc.get("nftables", []) if "table" in item)
+    return [NftTable(t["family"], t["name"]) for t in tables]
+
+
+def read_bridge_networks(conf_dir: str) -> list[str]:
+    """Networks of the CNI config directory whose pycni-bridge leases from pycni-ipam; a file
+    that does not read as JSON is not one."""
+    names = []
+    for path in conf_files(conf_dir, LIST_EXTENSIONS + LEGACY_EXTENSIONS):
+        try:
+            with open(path, "rb") as fh:
+                conf = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if isinstance(conf, dict) and any(map(is_bridge_with_ipam, plugins_of(conf))):
+            names.append(str(conf.get("name", "")))
+    return names
+
+
+def plugins_of(conf: dict[str, Any]) -> list[Any]:
+    plugins = conf.get("plugins")
+    return plugins if isinstance(plugins, list) else [conf]
+
+
+def is_bridge_with_ipam(plugin: Any) -> bool:
+    if not isinstance(plugin, dict) or plugin.get("type") != "pycni-bridge":
+        return False
+    ipam = plugin.get("ipam")
+    return isinstance(ipam, dict) and ipam.get("type") == "pycni-ipam"
+
+
+def default_conf_dir() -> str:
+    return os.environ.get("NETCONFPATH") or "/etc/cni/net.d"

@@ -1,0 +1,49 @@
+"""One doctor run: read the node, find what nothing explains, repair it when asked, and say so
+as one document (``to_document``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from doctor.checks import find_all
+from doctor.findings import Finding
+from doctor.read import read_facts
+from doctor.repair import REPAIRS
+from kernel.nft import Nft
+from store.base import Store
+
+
+@dataclass(frozen=True)
+class Outcome:
+    finding: Finding
+    repaired: bool | None  # None: not asked to repair
+    error: str = ""
+
+
+def run_doctor(
+    store: Store, nft: Nft, node: str, networks: list[str], repair: bool
+) -> list[Outcome]:
+    findings = find_all(read_facts(store, nft, node, networks))
+    if not repair:
+        return [Outcome(finding, None) for finding in findings]
+    return [repair_one(store, nft, finding) for finding in findings]
+
+
+def repair_one(store: Store, nft: Nft, finding: Finding) -> Outcome:
+    error = REPAIRS[finding.kind](store, nft, finding)
+    return Outcome(finding, error is None, error or "")
+
+
+def to_document(node: str, networks: list[str], outcomes: list[Outcome]) -> dict[str, Any]:
+    return {
+        "node": node,
+        "networks": sorted(networks),
+        "clean": not outcomes,
+        "findings": [o.finding.to_dict(o.repaired, o.error) for o in outcomes],
+    }
+
+
+def exit_status(outcomes: list[Outcome]) -> int:
+    """0: nothing found, or everything found repaired; 2: something found and left."""
+    return 2 if any(o.repaired is not True for o in outcomes) else 0

@@ -1,0 +1,88 @@
+"""`pycni doctor` on a real node namespace: clean with a live Pod; one of each residue made by
+hand is found and named, `--repair` removes it, a second run is clean, and the live Pod keeps
+its connectivity throughout. Everything is made inside the test's namespaces (pycni's tables
+there, never the root namespace's)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from common.attachment import Attachment
+from tests.fixtures.bridge import GATEWAY, NETWORK, bridge_conf, ip_of, pycni_ipam
+from tests.fixtures.doctor import assert_doctor_clean, run_doctor
+
+pytestmark = pytest.mark.netns
+FREE = "10.22.0.200"  # inside the network's subnet, never handed out by these tests
+GONE = "10.22.0.201"
+
+
+def config_of(pycnid) -> str:
+    return os.path.join(pycnid.workdir, "pycnid.json")
+
+
+def test_a_node_with_a_live_pod_is_clean(bridge_node, pycnid, netns_factory):
+    pod = netns_factory("pod")
+    bridge_node.add(bridge_conf(pycni_ipam()), pod)
+    code, doc = run_doctor(bridge_node.node, config_of(pycnid))
+    assert (code, doc["findings"], doc["networks"]) == (0, [], [NETWORK])
+
+
+def make_residue(bridge_node, netns_factory) -> dict[str, str]:
+    """One of each: a tagged veth with no lease, a lease whose veth is gone, a masquerade and
+    a NetworkPolicy element for addresses no lease holds, a stale table. Returns kind -> the
+    object the doctor must name."""
+    node = bridge_node.node
+    node.run("ip link add vethdoc0 type veth peer name vethdoc1")
+    node.run(["ip", "link", "set", "vethdoc0", "alias", f"pycni:{NETWORK}/cgone/eth0"])
+    cid, _ = bridge_node.add(bridge_conf(pycni_ipam()), netns_factory("pod"))
+    node.run(["ip", "link", "del", Attachment(NETWORK, cid, "eth0").host_veth])
+    script = (
+        f'add element inet pycni-masq masq4 {{ "pycni0" . {FREE} '
+        f'comment "{NETWORK}/cfree/eth0" }}\n'
+        "add table inet pycni-netpol\n"
+        "add set inet pycni-netpol self4 { type ipv4_addr . ipv4_addr; }\n"
+        f"add element inet pycni-netpol self4 {{ {GONE} . {GONE} }}\n"
+        "add table inet pycni-doctor-old\n"
+    )
+    node.run(["nft", "-f", "-"], input=script)
+    return {
+        "veth": "vethdoc0",
+        "lease": f"{NETWORK}/{cid}/eth0",
+        "masq-element": FREE,
+        "netpol-element": GONE,
+        "table": "inet pycni-doctor-old",
+    }
+
+
+def test_residue_is_found_repaired_and_gone(bridge_node, pycnid, netns_factory):
+    live = netns_factory("pod")
+    _, result = bridge_node.add(bridge_conf(pycni_ipam()), live)
+    config = config_of(pycnid)
+    expected = make_residue(bridge_node, netns_factory)
+    assert live.ping(GATEWAY)
+
+    code, doc = run_doctor(bridge_node.node, config)
+    assert code == 2
+    named = {(f["kind"], f["object"]) for f in doc["findings"]}
+    for kind, obj in expected.items():
+        assert any(k == kind and obj in o for k, o in named), (kind, obj, named)
+    live_ip = re.compile(rf"\b{re.escape(ip_of(result))}\b(?!\.)")
+    assert not any(live_ip.search(o) for _, o in named), named  # the live Pod is explained
+
+    code, doc = run_doctor(bridge_node.node, config, "--repair")
+    assert code == 0 and all(f["repaired"] for f in doc["findings"]), doc
+    assert live.ping(GATEWAY)
+    assert_doctor_clean(bridge_node.node, config)
+    assert bridge_node.node.run("ip link show vethdoc1", check=False).returncode != 0
+    assert live.ping(GATEWAY)
+
+
+def test_another_network_is_not_judged(bridge_node, pycnid, netns_factory):
+    """A veth of a network the doctor was not told pycni-ipam serves (another IPAM's) is no
+    residue, nor is its masquerade element."""
+    bridge_node.add(bridge_conf(pycni_ipam(), name="other"), netns_factory("pod"))
+    code, doc = run_doctor(bridge_node.node, config_of(pycnid))
+    assert (code, doc["findings"]) == (0, [])
