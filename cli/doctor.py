@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from cli.command import Env, command_options
+from cli.open_store import load_config
 
 
 @click.command(name="doctor")
@@ -39,7 +40,9 @@ def command(env: Env, repair: bool, networks: tuple[str, ...], cni_conf_dir: str
 
     names = list(networks) or read_bridge_networks(cni_conf_dir or default_conf_dir())
     node = env.config().node_name
-    outcomes = run_doctor(env.store(), Nft(), node, names, repair)
+    overlay = load_config(env.opts, sections=True).overlay
+    device = overlay.device_name if overlay is not None else None
+    outcomes = run_doctor(env.store(), Nft(), node, names, device, repair)
     env.emit(to_document(node, names, outcomes), render_doctor)
     return exit_status(outcomes)
 

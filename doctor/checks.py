@@ -149,7 +149,7 @@ def find_stale_tables(facts: NodeFacts) -> list[Finding]:
     return found
 
 
-CHECKS: tuple[Callable[[NodeFacts], list[Finding]], ...] = (
+NODE_CHECKS: tuple[Callable[[NodeFacts], list[Finding]], ...] = (
     find_ipam_problems,
     find_veths_without_lease,
     find_leases_without_veth,
@@ -157,7 +157,3 @@ CHECKS: tuple[Callable[[NodeFacts], list[Finding]], ...] = (
     find_netpol_elements,
     find_stale_tables,
 )
-
-
-def find_all(facts: NodeFacts) -> list[Finding]:
-    return [finding for check in CHECKS for finding in check(facts)]

@@ -11,7 +11,10 @@ from typing import Any
 
 from ipam.ops.check import Finding as IpamProblem
 from ipam.records import HandleRecord
+from kernel.neigh import Fdb, Neigh
+from kernel.route import Route
 from masq.rules import Element
+from nodes.record import OverlayInfo
 from store.base import KV
 
 
@@ -51,6 +54,19 @@ class NftTable:
 
 
 @dataclass(frozen=True)
+class Peers:
+    """What the store says of the other nodes (their records and blocks) and what this node's
+    kernel holds for them with pycni's marks (``overlay/dataplane.py`` says which)."""
+
+    recorded: frozenset[str] = frozenset()  # every node with a record, decodable or not
+    overlays: tuple[OverlayInfo, ...] = ()  # of the records that decode
+    blocks: tuple[tuple[str, str], ...] = ()  # (CIDR, owning node)
+    routes: tuple[Route, ...] = ()  # protocol 77, main table
+    neighs: tuple[Neigh, ...] = ()  # protocol 77 on the VXLAN device
+    fdbs: tuple[Fdb, ...] = ()  # on the VXLAN device, with a destination
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     node: str
     networks: frozenset[str]  # the networks pycni-bridge serves with pycni-ipam here
@@ -61,6 +77,7 @@ class NodeFacts:
     masq_legacy: bool = False
     netpol: tuple[NftElement, ...] = ()
     tables: tuple[NftTable, ...] = ()
+    peers: Peers = field(default_factory=Peers)
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,21 @@ from typing import Any
 
 from cni.runtime.conflist import LEGACY_EXTENSIONS, LIST_EXTENSIONS, conf_files
 from common.attachment import tag_of_alias
-from doctor.findings import Lease, NftElement, NftTable, NodeFacts, Veth
+from doctor.findings import Lease, NftElement, NftTable, NodeFacts, Peers, Veth
 from ipam.ops.check import find_problems
+from ipam.ops.inspect import Snapshot
 from ipam.ops.repair import read_snapshot
 from ipam.records import HandleRecord
-from kernel import link
+from kernel import link, neigh, route
 from kernel.nft import Nft, table_exists
+from kernel.route import RTPROT_PYCNI
 from kernel.session import node_session
 from masq import rules as masq_rules
 from masq.rules import Element
 from netpol import render as netpol_render
-from store.base import Store
-from store.keys import BUFFER_NETWORK, HANDLES, VTEP_NETWORK
+from nodes.record import NodeRecord, OverlayInfo
+from store.base import KV, Store
+from store.keys import BUFFER_NETWORK, HANDLES, NODES, VTEP_NETWORK
 
 NOT_ATTACHMENTS = (BUFFER_NETWORK, VTEP_NETWORK)  # handles of the node itself, no Pod
 #: the NetworkPolicy sets and maps keyed by a local Pod's address (netpol/render.py)
@@ -37,19 +40,53 @@ NETPOL_SETS = tuple(
 )
 
 
-def read_facts(store: Store, nft: Nft, node: str, networks: Iterable[str]) -> NodeFacts:
+def read_facts(
+    store: Store, nft: Nft, node: str, networks: Iterable[str], device: str | None
+) -> NodeFacts:
+    """One look at the node; ``device``: the overlay's VXLAN device (None: no overlay)."""
     masq, legacy = read_masq(nft)
+    snapshot = read_snapshot(store)
     return NodeFacts(
         node=node,
         networks=frozenset(networks),
-        ipam_problems=tuple(find_problems(read_snapshot(store))),
+        ipam_problems=tuple(find_problems(snapshot)),
         leases=tuple(read_leases(store)),
         veths=tuple(read_veths()),
         masq=tuple(masq),
         masq_legacy=legacy,
         netpol=tuple(read_netpol(nft)),
         tables=tuple(read_tables(nft)),
+        peers=read_peers(store, snapshot, device),
     )
+
+
+def read_peers(store: Store, snapshot: Snapshot, device: str | None) -> Peers:
+    records = list(store.range(NODES))
+    blocks = tuple((b.cidr, b.affinity) for b in snapshot.blocks.values())
+    with node_session() as ipr:
+        found = link.get_link(ipr, device) if device else None
+        index = found.index if found is not None and found.kind == "vxlan" else None
+        return Peers(
+            recorded=frozenset(kv.key[len(NODES) :] for kv in records),
+            overlays=tuple(read_overlays(records)),
+            blocks=blocks,
+            routes=tuple(route.list_proto_routes(ipr, RTPROT_PYCNI)),
+            neighs=tuple(neigh.list_neighs(ipr, index, RTPROT_PYCNI) if index else ()),
+            fdbs=tuple(neigh.list_fdb(ipr, index) if index else ()),
+        )
+
+
+def read_overlays(records: Iterable[KV]) -> list[OverlayInfo]:
+    """The overlay fields of the node records that decode (a corrupt one names no VTEP)."""
+    out = []
+    for kv in records:
+        try:
+            overlay = NodeRecord.from_bytes(kv.key, kv.value).overlay
+        except ValueError:
+            continue
+        if overlay is not None:
+            out.append(overlay)
+    return out
 
 
 def read_leases(store: Store) -> list[Lease]:

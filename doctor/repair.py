@@ -6,6 +6,8 @@
 - lease: released as the reaper releases a dead node's (``nodes/reclaim.py``): the attachment
   has no interface on this node, so no traffic uses the address;
 - masquerade and NetworkPolicy elements: deleted in one nft transaction each;
+- overlay routes, FDB entries and neighbours: deleted (in that order, as the overlay removes a
+  peer's);
 - a stale table: deleted; the masquerade table in the first layout: rewritten as pycnid does
   on its first read, keeping the elements of live attachments.
 """
@@ -17,7 +19,8 @@ from collections.abc import Callable
 
 from doctor.findings import Finding, Lease, NftElement, NftTable, Veth
 from ipam.ops.repair import apply_fix
-from kernel import link
+from kernel import link, neigh, route
+from kernel.neigh import Fdb, Neigh
 from kernel.nft import NO_SUCH, Nft, NftError
 from kernel.session import node_session
 from masq import rules as masq_rules
@@ -72,6 +75,26 @@ def repair_masq_layout(store: Store, nft: Nft, finding: Finding) -> str | None:
     return run_nft(nft, masq_rules.render_migration(kept))
 
 
+def repair_overlay_route(store: Store, nft: Nft, finding: Finding) -> str | None:
+    with node_session() as ipr:
+        route.delete_route(ipr, finding.target)  # False: already gone
+    return None
+
+
+def repair_overlay_fdb(store: Store, nft: Nft, finding: Finding) -> str | None:
+    entry: Fdb = finding.target
+    with node_session() as ipr:
+        neigh.delete_fdb(ipr, entry.ifindex, entry.mac, entry.dst)
+    return None
+
+
+def repair_overlay_neigh(store: Store, nft: Nft, finding: Finding) -> str | None:
+    entry: Neigh = finding.target
+    with node_session() as ipr:
+        neigh.delete_neigh(ipr, entry.ifindex, entry.ip)
+    return None
+
+
 def run_nft(nft: Nft, script: str) -> str | None:
     try:
         nft.run(script)
@@ -88,4 +111,7 @@ REPAIRS: dict[str, Repair] = {
     "netpol-element": repair_netpol_element,
     "table": repair_table,
     "masq-layout": repair_masq_layout,
+    "overlay-route": repair_overlay_route,
+    "overlay-fdb": repair_overlay_fdb,
+    "overlay-neigh": repair_overlay_neigh,
 }

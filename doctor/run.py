@@ -6,12 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from doctor.checks import find_all
-from doctor.findings import Finding
+from doctor.checks import NODE_CHECKS
+from doctor.findings import Finding, NodeFacts
+from doctor.peers import find_overlay_fdb, find_overlay_neighbours, find_overlay_routes
 from doctor.read import read_facts
 from doctor.repair import REPAIRS
 from kernel.nft import Nft
 from store.base import Store
+
+# every check, in the order its findings are printed (a repair takes them in that order too:
+# routes before FDB entries before neighbours, as overlay/dataplane.py removes them)
+CHECKS = (*NODE_CHECKS, find_overlay_routes, find_overlay_fdb, find_overlay_neighbours)
 
 
 @dataclass(frozen=True)
@@ -21,10 +26,14 @@ class Outcome:
     error: str = ""
 
 
+def find_all(facts: NodeFacts) -> list[Finding]:
+    return [finding for check in CHECKS for finding in check(facts)]
+
+
 def run_doctor(
-    store: Store, nft: Nft, node: str, networks: list[str], repair: bool
+    store: Store, nft: Nft, node: str, networks: list[str], device: str | None, repair: bool
 ) -> list[Outcome]:
-    findings = find_all(read_facts(store, nft, node, networks))
+    findings = find_all(read_facts(store, nft, node, networks, device))
     if not repair:
         return [Outcome(finding, None) for finding in findings]
     return [repair_one(store, nft, finding) for finding in findings]

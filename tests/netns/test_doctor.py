@@ -5,6 +5,7 @@ there, never the root namespace's)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -19,8 +20,27 @@ FREE = "10.22.0.200"  # inside the network's subnet, never handed out by these t
 GONE = "10.22.0.201"
 
 
+DEPARTED_VTEP, DEPARTED_MAC = "10.99.255.1", "66:00:00:00:00:01"
+
+
 def config_of(pycnid) -> str:
-    return os.path.join(pycnid.workdir, "pycnid.json")
+    """pycnid's config with an overlay section (its VXLAN device ``pycni.1``) for the doctor:
+    pycnid itself runs without one (the overlay's entries are made by hand here)."""
+    path = os.path.join(pycnid.workdir, "doctor.json")
+    with open(path, "w") as fh:
+        json.dump({**pycnid.config, "overlay": {"backend": "vxlan"}}, fh)
+    return path
+
+
+def make_departed_peer(node) -> None:
+    """What the overlay programs for a vxlan peer (overlay/model.py), for a node with no record."""
+    node.run("ip link add pycni.1 type vxlan id 1 dstport 4789 nolearning")
+    node.run("ip link set pycni.1 up")
+    node.run(f"ip route add 10.99.0.0/26 via {DEPARTED_VTEP} dev pycni.1 onlink proto 77")
+    node.run(
+        f"ip neigh add {DEPARTED_VTEP} lladdr {DEPARTED_MAC} dev pycni.1 nud permanent proto 77"
+    )
+    node.run(f"bridge fdb append {DEPARTED_MAC} dev pycni.1 dst 192.0.2.1")
 
 
 def test_a_node_with_a_live_pod_is_clean(bridge_node, pycnid, netns_factory):
@@ -32,8 +52,8 @@ def test_a_node_with_a_live_pod_is_clean(bridge_node, pycnid, netns_factory):
 
 def make_residue(bridge_node, netns_factory) -> dict[str, str]:
     """One of each: a tagged veth with no lease, a lease whose veth is gone, a masquerade and
-    a NetworkPolicy element for addresses no lease holds, a stale table. Returns kind -> the
-    object the doctor must name."""
+    a NetworkPolicy element for addresses no lease holds, a stale table, a departed peer's
+    route, neighbour and FDB entry. Returns kind -> the object the doctor must name."""
     node = bridge_node.node
     node.run("ip link add vethdoc0 type veth peer name vethdoc1")
     node.run(["ip", "link", "set", "vethdoc0", "alias", f"pycni:{NETWORK}/cgone/eth0"])
@@ -48,12 +68,16 @@ def make_residue(bridge_node, netns_factory) -> dict[str, str]:
         "add table inet pycni-doctor-old\n"
     )
     node.run(["nft", "-f", "-"], input=script)
+    make_departed_peer(node)
     return {
         "veth": "vethdoc0",
         "lease": f"{NETWORK}/{cid}/eth0",
         "masq-element": FREE,
         "netpol-element": GONE,
         "table": "inet pycni-doctor-old",
+        "overlay-route": "10.99.0.0/26",
+        "overlay-neigh": DEPARTED_VTEP,
+        "overlay-fdb": DEPARTED_MAC,
     }
 
 

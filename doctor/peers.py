@@ -1,0 +1,55 @@
+"""What counts as unexplained in the overlay's entries (pure policy over ``NodeFacts``).
+
+The overlay (``overlay/model.py``) programs, per remote node, routes to its blocks and to the
+addresses it holds in other nodes' blocks, and on VXLAN a permanent neighbour per VTEP address
+and an FDB entry for its VTEP MAC; on this node, host routes for its own borrowed addresses.
+An entry is explained by a node record and the store's blocks and leases: a route to a block a
+recorded node owns or to a leased address, a neighbour for a recorded node's VTEP address, an
+FDB entry for a recorded node's VTEP MAC. What a departed node left is none of these.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from doctor.checks import leased_addresses
+from doctor.findings import Finding, NodeFacts
+
+
+def explained_routes(facts: NodeFacts) -> set[str]:
+    recorded = facts.peers.recorded
+    blocks = {str(ipaddress.ip_network(c)) for c, owner in facts.peers.blocks if owner in recorded}
+    hosts = {str(ipaddress.ip_network(ip)) for ip in leased_addresses(facts)}
+    return blocks | hosts
+
+
+def find_overlay_routes(facts: NodeFacts) -> list[Finding]:
+    explained = explained_routes(facts)
+    return [
+        Finding(
+            "overlay-route",
+            f"{r.dst} via {r.gw or '-'} proto 77",
+            "route to no block of a recorded node and no leased address",
+            r,
+        )
+        for r in facts.peers.routes
+        if str(r.dst) not in explained
+    ]
+
+
+def find_overlay_neighbours(facts: NodeFacts) -> list[Finding]:
+    vteps = {ipaddress.ip_address(v) for info in facts.peers.overlays for v in info.vteps}
+    return [
+        Finding("overlay-neigh", f"{n.ip} lladdr {n.mac}", "no recorded node has this VTEP", n)
+        for n in facts.peers.neighs
+        if n.ip not in vteps
+    ]
+
+
+def find_overlay_fdb(facts: NodeFacts) -> list[Finding]:
+    macs = {info.vtep_mac.lower() for info in facts.peers.overlays}
+    return [
+        Finding("overlay-fdb", f"{f.mac} dst {f.dst}", "no recorded node has this VTEP MAC", f)
+        for f in facts.peers.fdbs
+        if f.mac not in macs
+    ]
