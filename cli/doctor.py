@@ -35,15 +35,18 @@ def command(env: Env, repair: bool, networks: tuple[str, ...], cni_conf_dir: str
     """Everything pycni owns on this node that nothing explains; run it in the node's netns.
     Exit 0 clean (or all repaired), 2 when something is found (or left unrepaired)."""
     from doctor.read import default_conf_dir, read_bridge_networks
-    from doctor.run import exit_status, run_doctor, to_document
+    from doctor.run import Scope, exit_status, run_doctor, to_document
     from kernel.nft import Nft
 
-    names = list(networks) or read_bridge_networks(cni_conf_dir or default_conf_dir())
-    node = env.config().node_name
-    overlay = load_config(env.opts, sections=True).overlay
-    device = overlay.device_name if overlay is not None else None
-    outcomes = run_doctor(env.store(), Nft(), node, names, device, repair)
-    env.emit(to_document(node, names, outcomes), render_doctor)
+    config = load_config(env.opts, sections=True)
+    scope = Scope(
+        node=config.node_name,
+        networks=networks or tuple(read_bridge_networks(cni_conf_dir or default_conf_dir())),
+        device=config.overlay.device_name if config.overlay is not None else None,
+        endpoints_in_store=config.kube is None,
+    )
+    outcomes = run_doctor(env.store(), Nft(), scope, repair)
+    env.emit(to_document(scope, outcomes), render_doctor)
     return exit_status(outcomes)
 
 

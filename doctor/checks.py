@@ -6,7 +6,8 @@ An attachment is explained by its lease (pycni-ipam's handle of this node) and i
 residue, but only in the networks where pycni-bridge leases from pycni-ipam (``facts.networks``)
 — under another IPAM a veth has no handle, under another plugin a handle has no pycni veth.
 An nft element keyed by a Pod address is explained by a lease of that address; a masquerade
-element also by its attachment's veth (another IPAM's address). A ``pycni-*`` table is
+element also by its attachment's veth (another IPAM's address); a Service backend by an
+endpoint record naming its address. A ``pycni-*`` table is
 explained by being one the current code makes (``CURRENT_TABLES``).
 """
 
@@ -137,6 +138,22 @@ def find_netpol_elements(facts: NodeFacts) -> list[Finding]:
     ]
 
 
+def find_service_backends(facts: NodeFacts) -> list[Finding]:
+    """Backends no endpoint record names (judged only when the store holds the endpoints)."""
+    if facts.endpoint_ips is None:
+        return []
+    return [
+        Finding(
+            "svc-backend",
+            f"{elem.family} {elem.table} {elem.set} {{ {elem.key} }}",
+            f"Service backend {elem.address}, which no endpoint record names",
+            elem,
+        )
+        for elem in facts.backends
+        if elem.address not in facts.endpoint_ips
+    ]
+
+
 def find_stale_tables(facts: NodeFacts) -> list[Finding]:
     found = [
         Finding("table", str(t), "a pycni table the current code does not make", t)
@@ -155,5 +172,6 @@ NODE_CHECKS: tuple[Callable[[NodeFacts], list[Finding]], ...] = (
     find_leases_without_veth,
     find_masq_elements,
     find_netpol_elements,
+    find_service_backends,
     find_stale_tables,
 )

@@ -78,6 +78,8 @@ class NodeFacts:
     netpol: tuple[NftElement, ...] = ()
     tables: tuple[NftTable, ...] = ()
     peers: Peers = field(default_factory=Peers)
+    backends: tuple[NftElement, ...] = ()  # the Service proxy's backends maps
+    endpoint_ips: frozenset[str] | None = None  # None: endpoints come from the API server
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ pycnid runs).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Iterable
@@ -28,8 +29,10 @@ from masq import rules as masq_rules
 from masq.rules import Element
 from netpol import render as netpol_render
 from nodes.record import NodeRecord, OverlayInfo
+from services.proxy import render as proxy_render
+from services.record import EndpointRecord
 from store.base import KV, Store
-from store.keys import BUFFER_NETWORK, HANDLES, NODES, VTEP_NETWORK
+from store.keys import BUFFER_NETWORK, ENDPOINTS, HANDLES, NODES, VTEP_NETWORK
 
 NOT_ATTACHMENTS = (BUFFER_NETWORK, VTEP_NETWORK)  # handles of the node itself, no Pod
 #: the NetworkPolicy sets and maps keyed by a local Pod's address (netpol/render.py)
@@ -41,9 +44,16 @@ NETPOL_SETS = tuple(
 
 
 def read_facts(
-    store: Store, nft: Nft, node: str, networks: Iterable[str], device: str | None
+    store: Store,
+    nft: Nft,
+    node: str,
+    networks: Iterable[str],
+    device: str | None,
+    endpoints_in_store: bool = True,
 ) -> NodeFacts:
-    """One look at the node; ``device``: the overlay's VXLAN device (None: no overlay)."""
+    """One look at the node; ``device``: the overlay's VXLAN device (None: no overlay);
+    ``endpoints_in_store``: the Service proxy reads its endpoints from the store (not from the
+    API server)."""
     masq, legacy = read_masq(nft)
     snapshot = read_snapshot(store)
     return NodeFacts(
@@ -57,7 +67,41 @@ def read_facts(
         netpol=tuple(read_netpol(nft)),
         tables=tuple(read_tables(nft)),
         peers=read_peers(store, snapshot, device),
+        backends=tuple(read_backends(nft)),
+        endpoint_ips=read_endpoint_ips(store) if endpoints_in_store else None,
     )
+
+
+def read_backends(nft: Nft) -> list[NftElement]:
+    """The elements of the proxy's backends maps: (entry . protocol . port . index) ->
+    backend address . port, in both families' tables."""
+    out = []
+    for family in proxy_render.FAMILY.values():
+        if not table_exists(nft, family, proxy_render.TABLE):
+            continue
+        doc = nft.list_json(f"list table {family} {proxy_render.TABLE}")
+        for item in doc.get("nftables", []):
+            found = item.get("map")
+            if found and found.get("name") in proxy_render.BACKENDS_MAPS:
+                out += [backend_element(family, found["name"], e) for e in found.get("elem", [])]
+    return out
+
+
+def backend_element(family: str, map_name: str, elem: Any) -> NftElement:
+    key, value = elem
+    address = masq_rules.key_text(value).split(" . ")[0]
+    return NftElement(family, proxy_render.TABLE, map_name, masq_rules.key_text(key), address)
+
+
+def read_endpoint_ips(store: Store) -> frozenset[str]:
+    """Every address an endpoint record names; one that does not decode names none."""
+    out: set[str] = set()
+    for kv in store.range(ENDPOINTS):
+        try:
+            out.update(EndpointRecord.from_bytes(kv.key, kv.value).ips)
+        except ValueError:
+            continue
+    return frozenset(str(ipaddress.ip_address(ip)) for ip in out)
 
 
 def read_peers(store: Store, snapshot: Snapshot, device: str | None) -> Peers:

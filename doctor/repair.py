@@ -8,6 +8,7 @@
 - masquerade and NetworkPolicy elements: deleted in one nft transaction each;
 - overlay routes, FDB entries and neighbours: deleted (in that order, as the overlay removes a
   peer's);
+- a Service backend: not repaired here, pycnid's proxy rewrites it (``repair_service_backend``);
 - a stale table: deleted; the masquerade table in the first layout: rewritten as pycnid does
   on its first read, keeping the elements of live attachments.
 """
@@ -95,6 +96,14 @@ def repair_overlay_neigh(store: Store, nft: Nft, finding: Finding) -> str | None
     return None
 
 
+def repair_service_backend(store: Store, nft: Nft, finding: Finding) -> str | None:
+    return (
+        "left to pycnid's proxy, which rewrites its table from the records at every full "
+        "render (services.resyncInterval): deleting one backend would leave a hole in its "
+        "Service's dispatch (numgen mod N)"
+    )
+
+
 def run_nft(nft: Nft, script: str) -> str | None:
     try:
         nft.run(script)
@@ -109,6 +118,7 @@ REPAIRS: dict[str, Repair] = {
     "lease": repair_lease,
     "masq-element": repair_masq_element,
     "netpol-element": repair_netpol_element,
+    "svc-backend": repair_service_backend,
     "table": repair_table,
     "masq-layout": repair_masq_layout,
     "overlay-route": repair_overlay_route,

@@ -30,10 +30,21 @@ def find_all(facts: NodeFacts) -> list[Finding]:
     return [finding for check in CHECKS for finding in check(facts)]
 
 
-def run_doctor(
-    store: Store, nft: Nft, node: str, networks: list[str], device: str | None, repair: bool
-) -> list[Outcome]:
-    findings = find_all(read_facts(store, nft, node, networks, device))
+@dataclass(frozen=True)
+class Scope:
+    """What the doctor judges on this node, from the CLI and pycnid's config."""
+
+    node: str
+    networks: tuple[str, ...]  # where pycni-bridge leases from pycni-ipam
+    device: str | None  # the overlay's VXLAN device; None: no overlay
+    endpoints_in_store: bool  # False: the proxy's endpoints come from the API server
+
+
+def run_doctor(store: Store, nft: Nft, scope: Scope, repair: bool) -> list[Outcome]:
+    facts = read_facts(
+        store, nft, scope.node, scope.networks, scope.device, scope.endpoints_in_store
+    )
+    findings = find_all(facts)
     if not repair:
         return [Outcome(finding, None) for finding in findings]
     return [repair_one(store, nft, finding) for finding in findings]
@@ -44,10 +55,10 @@ def repair_one(store: Store, nft: Nft, finding: Finding) -> Outcome:
     return Outcome(finding, error is None, error or "")
 
 
-def to_document(node: str, networks: list[str], outcomes: list[Outcome]) -> dict[str, Any]:
+def to_document(scope: Scope, outcomes: list[Outcome]) -> dict[str, Any]:
     return {
-        "node": node,
-        "networks": sorted(networks),
+        "node": scope.node,
+        "networks": sorted(scope.networks),
         "clean": not outcomes,
         "findings": [o.finding.to_dict(o.repaired, o.error) for o in outcomes],
     }
