@@ -1,4 +1,8 @@
-"""`pycni doctor`: parsing and printing only; the checks and repairs are ``doctor/``."""
+"""`pycni doctor`: parsing and printing only; the checks and repairs are ``doctor/``.
+
+Exit status 2 means "found something", so a usage error exits 1 (click's own is 2), as every
+other error does: a script can tell a typo from residue.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,16 @@ from cli.command import Env, command_options
 from cli.open_store import load_config
 
 
-@click.command(name="doctor")
+class DoctorCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            exc.exit_code = 1
+            raise
+
+
+@click.command(name="doctor", cls=DoctorCommand)
 @click.option(
     "--repair",
     is_flag=True,
