@@ -22,6 +22,7 @@ pytest_plugins = (
     "tests.fixtures.bridge",
     "tests.fixtures.cluster",
     "tests.fixtures.kubeapi",
+    "tests.fixtures.doctor",
 )
 
 IS_ROOT = os.geteuid() == 0

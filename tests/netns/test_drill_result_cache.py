@@ -26,6 +26,7 @@ from store.keys import ENDPOINTS, HANDLES, netpol_key
 from store.sqlite import SqliteStore
 from tests.fixtures.cnirun import Runner, cache_entry_path, pod_ipv4, write_network
 from tests.fixtures.daemon import Pycnid, daemon_config
+from tests.fixtures.doctor import assert_doctor_clean
 from tests.fixtures.netns import Netns
 from tests.fixtures.scale import sized
 from tests.fixtures.waiting import wait_for
@@ -195,3 +196,8 @@ def test_del_cleans_up_whatever_the_cache_holds(drill: Drill, netns_factory) -> 
         assert not os.listdir(os.path.join(drill.runner.cache_dir, "results"))
     print(f"\nresult cache drill: {tried} tried, {survived} survived, {tried - survived} lost")
     assert survived == tried == ROUNDS * len(MUTATIONS)
+    config = os.path.join(drill.pycnid.workdir, "pycnid.json")
+    doc = assert_doctor_clean(
+        drill.node, config, "--cni-conf-dir", drill.runner.conf_dir, networks=()
+    )
+    assert doc["networks"] == [NETWORK]  # read from the conflist: judged, and clean
