@@ -10,6 +10,7 @@ import click
 
 from cli.command import Env, command_options
 from cli.open_store import load_config
+from doctor.run import DEFAULT_GRACE
 
 
 class DoctorCommand(click.Command):
@@ -43,8 +44,19 @@ class DoctorCommand(click.Command):
     metavar="DIR",
     help="the CNI config directory [default: $NETCONFPATH, else /etc/cni/net.d]",
 )
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_GRACE,
+    show_default=True,
+    metavar="SECONDS",
+    help="a lease younger than this is not judged (an ADD takes its lease before it makes "
+    "the host veth)",
+)
 @command_options
-def command(env: Env, repair: bool, networks: tuple[str, ...], cni_conf_dir: str | None) -> int:
+def command(
+    env: Env, repair: bool, networks: tuple[str, ...], cni_conf_dir: str | None, grace: float
+) -> int:
     """Everything pycni owns on this node that nothing explains; run it in the node's netns.
     Exit 0 clean (or all repaired), 2 when something is found (or left unrepaired)."""
     from doctor.read import default_conf_dir, read_bridge_networks
@@ -57,6 +69,7 @@ def command(env: Env, repair: bool, networks: tuple[str, ...], cni_conf_dir: str
         networks=networks or tuple(read_bridge_networks(cni_conf_dir or default_conf_dir())),
         device=config.overlay.device_name if config.overlay is not None else None,
         endpoints_in_store=config.kube is None,
+        grace=grace,
     )
     outcomes = run_doctor(env.store(), Nft(), scope, repair)
     env.emit(to_document(scope, outcomes), render_doctor)

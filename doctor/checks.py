@@ -55,6 +55,7 @@ def is_lease_unexplained(facts: NodeFacts, lease: Lease, tags: set[str]) -> bool
     return (
         lease.record.node == facts.node
         and lease.record.handle.network in facts.networks
+        and lease.record.created_at <= facts.young_after
         and attachment_tag(lease) not in tags
     )
 

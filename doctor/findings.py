@@ -79,6 +79,9 @@ class NodeFacts:
     tables: tuple[NftTable, ...] = ()
     peers: Peers = field(default_factory=Peers)
     backends: tuple[NftElement, ...] = ()  # the Service proxy's backends maps
+    #: leases created after this unix time are not judged: an ADD takes its lease before it
+    #: makes the host veth (plugins/bridge/add.py), so a young lease may be an ADD in flight
+    young_after: float = float("inf")
     endpoint_ips: frozenset[str] | None = None  # None: endpoints come from the API server
 
 

@@ -50,6 +50,7 @@ def read_facts(
     networks: Iterable[str],
     device: str | None,
     endpoints_in_store: bool = True,
+    young_after: float = float("inf"),
 ) -> NodeFacts:
     """One look at the node; ``device``: the overlay's VXLAN device (None: no overlay);
     ``endpoints_in_store``: the Service proxy reads its endpoints from the store (not from the
@@ -69,6 +70,7 @@ def read_facts(
         peers=read_peers(store, snapshot, device),
         backends=tuple(read_backends(nft)),
         endpoint_ips=read_endpoint_ips(store) if endpoints_in_store else None,
+        young_after=young_after,
     )
 
 

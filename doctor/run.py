@@ -3,20 +3,27 @@ as one document (``to_document``)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from pyroute2.netlink.exceptions import NetlinkError
+
+from cni.spec.errors import CNIError, IOFailure
 from doctor.checks import NODE_CHECKS
 from doctor.findings import Finding, NodeFacts
 from doctor.peers import find_overlay_fdb, find_overlay_neighbours, find_overlay_routes
 from doctor.read import read_facts
 from doctor.repair import REPAIRS
-from kernel.nft import Nft
+from kernel.nft import Nft, NftError
 from store.base import Store
 
 # every check, in the order its findings are printed (a repair takes them in that order too:
 # routes before FDB entries before neighbours, as overlay/dataplane.py removes them)
 CHECKS = (*NODE_CHECKS, find_overlay_routes, find_overlay_fdb, find_overlay_neighbours)
+#: what reading or changing the kernel raises (netlink, nft, the netns)
+MECHANISM_ERRORS = (NetlinkError, OSError, NftError)
+DEFAULT_GRACE = 60.0
 
 
 @dataclass(frozen=True)
@@ -38,12 +45,26 @@ class Scope:
     networks: tuple[str, ...]  # where pycni-bridge leases from pycni-ipam
     device: str | None  # the overlay's VXLAN device; None: no overlay
     endpoints_in_store: bool  # False: the proxy's endpoints come from the API server
+    grace: float = DEFAULT_GRACE  # seconds a new lease may wait for its host veth
 
 
 def run_doctor(store: Store, nft: Nft, scope: Scope, repair: bool) -> list[Outcome]:
-    facts = read_facts(
-        store, nft, scope.node, scope.networks, scope.device, scope.endpoints_in_store
-    )
+    try:
+        young_after = time.time() - scope.grace
+        facts = read_facts(
+            store,
+            nft,
+            scope.node,
+            scope.networks,
+            scope.device,
+            scope.endpoints_in_store,
+            young_after,
+        )
+    except MECHANISM_ERRORS as exc:
+        raise IOFailure(
+            "could not read this node's interfaces, routes or nftables",
+            f"{type(exc).__name__}: {exc} (run it as root in the node's network namespace)",
+        ) from None
     findings = find_all(facts)
     if not repair:
         return [Outcome(finding, None) for finding in findings]
@@ -51,7 +72,11 @@ def run_doctor(store: Store, nft: Nft, scope: Scope, repair: bool) -> list[Outco
 
 
 def repair_one(store: Store, nft: Nft, finding: Finding) -> Outcome:
-    error = REPAIRS[finding.kind](store, nft, finding)
+    """One repair; one that fails is reported with why, and the others still run."""
+    try:
+        error = REPAIRS[finding.kind](store, nft, finding)
+    except (*MECHANISM_ERRORS, CNIError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
     return Outcome(finding, error is None, error or "")
 
 

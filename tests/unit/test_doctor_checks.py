@@ -68,6 +68,14 @@ def test_a_veth_without_a_lease_and_a_lease_without_a_veth():
     assert kinds(facts) == [("lease", f"{NET}/c2/eth0"), ("veth", veth("gone").name)]
 
 
+def test_a_lease_younger_than_the_grace_is_not_judged():
+    young = lease("c2", "10.22.0.3")
+    young = replace(young, record=replace(young.record, created_at=100.0))
+    facts = replace(LIVE, leases=(*LIVE.leases, young), masq=(masq("10.22.0.3", "c2"),))
+    assert kinds(replace(facts, young_after=99.0)) == []  # an ADD may be making its veth
+    assert [k for k, _ in kinds(replace(facts, young_after=100.0))] == ["lease", "masq-element"]
+
+
 def test_elements_of_a_lease_that_repair_releases_are_unexplained_in_the_same_run():
     facts = replace(
         LIVE,
