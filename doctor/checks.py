@@ -13,6 +13,7 @@ explained by being one the current code makes (``CURRENT_TABLES``).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterable
 
 from common.attachment import Attachment, tag_in_network
@@ -64,7 +65,7 @@ def leased_addresses(facts: NodeFacts) -> frozenset[str]:
     """The addresses of the leases that stay: a repair releases the unexplained ones."""
     tags = {veth.tag for veth in facts.veths}
     return frozenset(
-        ip.ip
+        str(ipaddress.ip_address(ip.ip))
         for lease in facts.leases
         if not is_lease_unexplained(facts, lease, tags)
         for ip in lease.record.ips
@@ -107,6 +108,8 @@ def find_leases_without_veth(facts: NodeFacts) -> list[Finding]:
 
 
 def find_masq_elements(facts: NodeFacts) -> list[Finding]:
+    """In the first layout (keyed by the address alone) the table is judged whole
+    (``masq-layout``): its rewrite keeps only live attachments' elements."""
     leased, live = leased_addresses(facts), live_tags(facts)
     return [
         Finding(
@@ -117,7 +120,7 @@ def find_masq_elements(facts: NodeFacts) -> list[Finding]:
             elem,
         )
         for elem in facts.masq
-        if masq_address(elem.key) not in leased and elem.tag not in live
+        if not facts.masq_legacy and masq_address(elem.key) not in leased and elem.tag not in live
     ]
 
 

@@ -43,10 +43,13 @@ def make_departed_peer(node) -> None:
     node.run(f"bridge fdb append {DEPARTED_MAC} dev pycni.1 dst 192.0.2.1")
 
 
-def test_a_node_with_a_live_pod_is_clean(bridge_node, pycnid, netns_factory):
-    pod = netns_factory("pod")
-    bridge_node.add(bridge_conf(pycni_ipam()), pod)
-    code, doc = run_doctor(bridge_node.node, config_of(pycnid))
+def test_a_node_with_live_pods_is_clean(bridge_node, pycnid, netns_factory):
+    """A live Pod is explained; so is one of a network the doctor was not told pycni-ipam
+    serves (another IPAM's, as far as it knows), veth, masquerade elements and all."""
+    bridge_node.add(bridge_conf(pycni_ipam()), netns_factory("pod"))
+    other = bridge_conf(pycni_ipam("10.23.0.0/24"), name="other", bridge="pycni9")
+    bridge_node.add(other, netns_factory("pod"))
+    code, doc = run_doctor(bridge_node.node, config_of(pycnid), "--grace=0")
     assert (code, doc["findings"], doc["networks"]) == (0, [], [NETWORK])
 
 
@@ -105,11 +108,3 @@ def test_residue_is_found_repaired_and_gone(bridge_node, pycnid, netns_factory):
     assert_doctor_clean(bridge_node.node, config, "--grace=0")
     assert bridge_node.node.run("ip link show vethdoc1", check=False).returncode != 0
     assert live.ping(GATEWAY)
-
-
-def test_another_network_is_not_judged(bridge_node, pycnid, netns_factory):
-    """A veth of a network the doctor was not told pycni-ipam serves (another IPAM's) is no
-    residue, nor is its masquerade element."""
-    bridge_node.add(bridge_conf(pycni_ipam(), name="other"), netns_factory("pod"))
-    code, doc = run_doctor(bridge_node.node, config_of(pycnid))
-    assert (code, doc["findings"]) == (0, [])
