@@ -68,6 +68,9 @@ def make_residue(bridge_node, netns_factory) -> dict[str, str]:
         "add table inet pycni-netpol\n"
         "add set inet pycni-netpol self4 { type ipv4_addr . ipv4_addr; }\n"
         f"add element inet pycni-netpol self4 {{ {GONE} . {GONE} }}\n"
+        "add chain inet pycni-netpol in-x\n"
+        "add map inet pycni-netpol ingress4 { type ipv4_addr : verdict; }\n"
+        f"add element inet pycni-netpol ingress4 {{ {GONE} : goto in-x }}\n"
         "add table inet pycni-doctor-old\n"
     )
     node.run(["nft", "-f", "-"], input=script)
@@ -99,6 +102,7 @@ def test_residue_is_found_repaired_and_gone(bridge_node, pycnid, netns_factory):
     named = {(f["kind"], f["object"]) for f in doc["findings"]}
     for kind, obj in expected.items():
         assert any(k == kind and obj in o for k, o in named), (kind, obj, named)
+    assert f"inet pycni-netpol ingress4 {{ {GONE} }}" in {o for _, o in named}  # a vmap's
     live_ip = re.compile(rf"\b{re.escape(ip_of(result))}\b(?!\.)")
     assert not any(live_ip.search(o) for _, o in named), named  # the live Pod is explained
 
