@@ -7,8 +7,8 @@ residue, but only in the networks where pycni-bridge leases from pycni-ipam (``f
 — under another IPAM a veth has no handle, under another plugin a handle has no pycni veth.
 An nft element keyed by a Pod address is explained by a lease of that address; a masquerade
 element also by its attachment's veth (another IPAM's address); a Service backend by an
-endpoint record naming its address. A ``pycni-*`` table is
-explained by being one the current code makes (``CURRENT_TABLES``).
+endpoint record naming its address. A ``pycni-*`` table is explained by being one the current
+code makes (``CURRENT_TABLES``). The overlay's entries are ``doctor/peers.py``'s.
 """
 
 from __future__ import annotations
