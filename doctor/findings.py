@@ -64,6 +64,7 @@ class Peers:
     routes: tuple[Route, ...] = ()  # protocol 77, main table
     neighs: tuple[Neigh, ...] = ()  # protocol 77 on the VXLAN device
     fdbs: tuple[Fdb, ...] = ()  # on the VXLAN device, with a destination
+    accepted: tuple[NftElement, ...] = ()  # the underlays VXLAN is accepted from (firewall)
 
 
 @dataclass(frozen=True)

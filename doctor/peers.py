@@ -3,9 +3,11 @@
 The overlay (``overlay/model.py``) programs, per remote node, routes to its blocks and to the
 addresses it holds in other nodes' blocks, and on VXLAN a permanent neighbour per VTEP address
 and an FDB entry for its VTEP MAC; on this node, host routes for its own borrowed addresses.
-An entry is explained by a node record and the store's blocks and leases: a route to a block a
-recorded node owns or to a leased address, a neighbour for a recorded node's VTEP address, an
-FDB entry for a recorded node's VTEP MAC. What a departed node left is none of these.
+The firewall (``overlay/firewall.py``) accepts VXLAN from the underlay addresses in its peers
+sets. An entry is explained by a node record and the store's blocks and leases: a route to a
+block a recorded node owns or to a leased address, a neighbour for a recorded node's VTEP
+address, an FDB entry for a recorded node's VTEP MAC, a peers element for a recorded node's
+underlay. What a departed node left is none of these.
 """
 
 from __future__ import annotations
@@ -52,4 +54,18 @@ def find_overlay_fdb(facts: NodeFacts) -> list[Finding]:
         Finding("overlay-fdb", f"{f.mac} dst {f.dst}", "no recorded node has this VTEP MAC", f)
         for f in facts.peers.fdbs
         if f.mac not in macs
+    ]
+
+
+def find_overlay_firewall(facts: NodeFacts) -> list[Finding]:
+    underlays = {ipaddress.ip_address(info.underlay) for info in facts.peers.overlays}
+    return [
+        Finding(
+            "overlay-peer",
+            f"{elem.family} {elem.table} {elem.set} {{ {elem.key} }}",
+            "VXLAN accepted from an underlay address no node record names",
+            elem,
+        )
+        for elem in facts.peers.accepted
+        if ipaddress.ip_address(elem.address) not in underlays
     ]

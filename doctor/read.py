@@ -29,12 +29,14 @@ from masq import rules as masq_rules
 from masq.rules import Element
 from netpol import render as netpol_render
 from nodes.record import NodeRecord, OverlayInfo
+from overlay import firewall as overlay_firewall
 from services.proxy import render as proxy_render
 from services.record import EndpointRecord
 from store.base import KV, Store
 from store.keys import BUFFER_NETWORK, ENDPOINTS, HANDLES, NODES, VTEP_NETWORK
 
 NOT_ATTACHMENTS = (BUFFER_NETWORK, VTEP_NETWORK)  # handles of the node itself, no Pod
+PEER_SETS = ("peers4", "peers6")  # overlay/firewall.py
 #: the NetworkPolicy sets and maps keyed by a local Pod's address (netpol/render.py)
 NETPOL_SETS = tuple(
     f"{name}{family}"
@@ -67,7 +69,7 @@ def read_facts(
         masq_legacy=legacy,
         netpol=tuple(read_netpol(nft)),
         tables=tuple(read_tables(nft)),
-        peers=read_peers(store, snapshot, device),
+        peers=read_peers(store, nft, snapshot, device),
         backends=tuple(read_backends(nft)),
         endpoint_ips=read_endpoint_ips(store) if endpoints_in_store else None,
         young_after=young_after,
@@ -106,7 +108,7 @@ def read_endpoint_ips(store: Store) -> frozenset[str]:
     return frozenset(str(ipaddress.ip_address(ip)) for ip in out)
 
 
-def read_peers(store: Store, snapshot: Snapshot, device: str | None) -> Peers:
+def read_peers(store: Store, nft: Nft, snapshot: Snapshot, device: str | None) -> Peers:
     records = list(store.range(NODES))
     blocks = tuple((b.cidr, b.affinity) for b in snapshot.blocks.values())
     with node_session() as ipr:
@@ -119,7 +121,23 @@ def read_peers(store: Store, snapshot: Snapshot, device: str | None) -> Peers:
             routes=tuple(route.list_proto_routes(ipr, RTPROT_PYCNI)),
             neighs=tuple(neigh.list_neighs(ipr, index, RTPROT_PYCNI) if index else ()),
             fdbs=tuple(neigh.list_fdb(ipr, index) if index else ()),
+            accepted=tuple(read_overlay_peers(nft)),
         )
+
+
+def read_overlay_peers(nft: Nft) -> list[NftElement]:
+    """The elements of the overlay firewall's peers sets (underlay addresses)."""
+    family, table = overlay_firewall.FAMILY, overlay_firewall.TABLE
+    if not table_exists(nft, family, table):
+        return []
+    doc = nft.list_json(f"list table {family} {table}")
+    sets = (item.get("set") for item in doc.get("nftables", []))
+    return [
+        NftElement(family, table, found["name"], key, key)
+        for found in sets
+        if found and found.get("name") in PEER_SETS
+        for key in map(masq_rules.key_text, found.get("elem", []))
+    ]
 
 
 def read_overlays(records: Iterable[KV]) -> list[OverlayInfo]:

@@ -5,7 +5,7 @@
 - veth: deleted (its peer in the Pod's netns goes with it);
 - lease: released as the reaper releases a dead node's (``nodes/reclaim.py``): the attachment
   has no interface on this node, so no traffic uses the address;
-- masquerade and NetworkPolicy elements: deleted in one nft transaction each;
+- masquerade, NetworkPolicy and overlay firewall elements: deleted, one nft transaction each;
 - overlay routes, FDB entries and neighbours: deleted (in that order, as the overlay removes a
   peer's);
 - a Service backend: not repaired here, pycnid's proxy rewrites it (``repair_service_backend``);
@@ -59,7 +59,7 @@ def repair_masq_element(store: Store, nft: Nft, finding: Finding) -> str | None:
     return run_nft(nft, masq_rules.render_delete([finding.target]))
 
 
-def repair_netpol_element(store: Store, nft: Nft, finding: Finding) -> str | None:
+def repair_nft_element(store: Store, nft: Nft, finding: Finding) -> str | None:
     elem: NftElement = finding.target
     return run_nft(nft, f"delete element {elem.family} {elem.table} {elem.set} {{ {elem.key} }}\n")
 
@@ -117,7 +117,8 @@ REPAIRS: dict[str, Repair] = {
     "veth": repair_veth,
     "lease": repair_lease,
     "masq-element": repair_masq_element,
-    "netpol-element": repair_netpol_element,
+    "netpol-element": repair_nft_element,
+    "overlay-peer": repair_nft_element,
     "svc-backend": repair_service_backend,
     "table": repair_table,
     "masq-layout": repair_masq_layout,

@@ -12,7 +12,12 @@ from pyroute2.netlink.exceptions import NetlinkError
 from cni.spec.errors import CNIError, IOFailure
 from doctor.checks import NODE_CHECKS
 from doctor.findings import Finding, NodeFacts
-from doctor.peers import find_overlay_fdb, find_overlay_neighbours, find_overlay_routes
+from doctor.peers import (
+    find_overlay_fdb,
+    find_overlay_firewall,
+    find_overlay_neighbours,
+    find_overlay_routes,
+)
 from doctor.read import read_facts
 from doctor.repair import REPAIRS
 from kernel.nft import Nft, NftError
@@ -20,7 +25,13 @@ from store.base import Store
 
 # every check, in the order its findings are printed (a repair takes them in that order too:
 # routes before FDB entries before neighbours, as overlay/dataplane.py removes them)
-CHECKS = (*NODE_CHECKS, find_overlay_routes, find_overlay_fdb, find_overlay_neighbours)
+CHECKS = (
+    *NODE_CHECKS,
+    find_overlay_routes,
+    find_overlay_fdb,
+    find_overlay_neighbours,
+    find_overlay_firewall,
+)
 #: what reading or changing the kernel raises (netlink, nft, the netns)
 MECHANISM_ERRORS = (NetlinkError, OSError, NftError)
 DEFAULT_GRACE = 60.0

@@ -41,6 +41,12 @@ def make_departed_peer(node) -> None:
         f"ip neigh add {DEPARTED_VTEP} lladdr {DEPARTED_MAC} dev pycni.1 nud permanent proto 77"
     )
     node.run(f"bridge fdb append {DEPARTED_MAC} dev pycni.1 dst 192.0.2.1")
+    firewall = (
+        "add table inet pycni-overlay\n"
+        "add set inet pycni-overlay peers4 { type ipv4_addr; }\n"
+        "add element inet pycni-overlay peers4 { 192.0.2.1 }\n"
+    )
+    node.run(["nft", "-f", "-"], input=firewall)
 
 
 def test_a_node_with_live_pods_is_clean(bridge_node, pycnid, netns_factory):
@@ -56,7 +62,8 @@ def test_a_node_with_live_pods_is_clean(bridge_node, pycnid, netns_factory):
 def make_residue(bridge_node, netns_factory) -> dict[str, str]:
     """One of each: a tagged veth with no lease, a lease whose veth is gone, a masquerade and
     a NetworkPolicy element for addresses no lease holds, a stale table, a departed peer's
-    route, neighbour and FDB entry. Returns kind -> the object the doctor must name."""
+    route, neighbour, FDB entry and firewall element. Returns kind -> the object the doctor
+    must name."""
     node = bridge_node.node
     node.run("ip link add vethdoc0 type veth peer name vethdoc1")
     node.run(["ip", "link", "set", "vethdoc0", "alias", f"pycni:{NETWORK}/cgone/eth0"])
@@ -84,6 +91,7 @@ def make_residue(bridge_node, netns_factory) -> dict[str, str]:
         "overlay-route": "10.99.0.0/26",
         "overlay-neigh": DEPARTED_VTEP,
         "overlay-fdb": DEPARTED_MAC,
+        "overlay-peer": "peers4 { 192.0.2.1 }",
     }
 
 

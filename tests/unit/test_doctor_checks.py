@@ -135,9 +135,14 @@ def test_a_departed_nodes_overlay_entries():
             Fdb(5, "66:00:00:00:00:02", ipaddress.ip_address("192.0.2.2")),
             Fdb(5, "66:00:00:00:00:01", ipaddress.ip_address("192.0.2.1")),
         ),
+        accepted=(
+            NftElement("inet", "pycni-overlay", "peers4", "192.0.2.2", "192.0.2.2"),
+            NftElement("inet", "pycni-overlay", "peers4", "192.0.2.1", "192.0.2.1"),
+        ),
     )
     assert kinds(replace(LIVE, peers=peers)) == [
         ("overlay-fdb", "66:00:00:00:00:01 dst 192.0.2.1"),
         ("overlay-neigh", "10.99.0.1 lladdr 66:00:00:00:00:01"),
+        ("overlay-peer", "inet pycni-overlay peers4 { 192.0.2.1 }"),
         ("overlay-route", "10.99.0.0/26 via 10.99.0.1 proto 77"),
     ]
