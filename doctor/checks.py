@@ -72,6 +72,17 @@ def leased_addresses(facts: NodeFacts) -> frozenset[str]:
     )
 
 
+def released_addresses(facts: NodeFacts) -> frozenset[str]:
+    """The addresses of the leases a repair releases."""
+    tags = {veth.tag for veth in facts.veths}
+    return frozenset(
+        str(ipaddress.ip_address(ip.ip))
+        for lease in facts.leases
+        if is_lease_unexplained(facts, lease, tags)
+        for ip in lease.record.ips
+    )
+
+
 def live_tags(facts: NodeFacts) -> set[str]:
     """The tags of the host veths that stay: a repair deletes the unexplained ones."""
     leased = {attachment_tag(lease) for lease in node_leases(facts)}

@@ -11,6 +11,7 @@ from typing import Any
 
 from ipam.ops.check import Finding as IpamProblem
 from ipam.records import HandleRecord
+from kernel.ndproxy import Proxy
 from kernel.neigh import Fdb, Neigh
 from kernel.route import Route
 from masq.rules import Element
@@ -61,10 +62,12 @@ class Peers:
     recorded: frozenset[str] = frozenset()  # every node with a record, decodable or not
     overlays: tuple[OverlayInfo, ...] = ()  # of the records that decode
     blocks: tuple[tuple[str, str], ...] = ()  # (CIDR, owning node)
+    allocated: frozenset[str] = frozenset()  # every address a block hands to some handle
     routes: tuple[Route, ...] = ()  # protocol 77, main table
     neighs: tuple[Neigh, ...] = ()  # protocol 77 on the VXLAN device
     fdbs: tuple[Fdb, ...] = ()  # on the VXLAN device, with a destination
     accepted: tuple[NftElement, ...] = ()  # the underlays VXLAN is accepted from (firewall)
+    proxies: tuple[Proxy, ...] = ()  # IPv6 proxy entries with protocol 77, on the bridges
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from ipam.ops.check import find_problems
 from ipam.ops.inspect import Snapshot
 from ipam.ops.repair import read_snapshot
 from ipam.records import HandleRecord
-from kernel import link, neigh, route
+from kernel import link, ndproxy, neigh, route
 from kernel.nft import Nft, table_exists
 from kernel.route import RTPROT_PYCNI
 from kernel.session import node_session
@@ -111,6 +111,9 @@ def read_endpoint_ips(store: Store) -> frozenset[str]:
 def read_peers(store: Store, nft: Nft, snapshot: Snapshot, device: str | None) -> Peers:
     records = list(store.range(NODES))
     blocks = tuple((b.cidr, b.affinity) for b in snapshot.blocks.values())
+    allocated = frozenset(
+        str(ipaddress.ip_address(ip)) for b in snapshot.blocks.values() for ip in b.allocations
+    )
     with node_session() as ipr:
         found = link.get_link(ipr, device) if device else None
         index = found.index if found is not None and found.kind == "vxlan" else None
@@ -118,10 +121,12 @@ def read_peers(store: Store, nft: Nft, snapshot: Snapshot, device: str | None) -
             recorded=frozenset(kv.key[len(NODES) :] for kv in records),
             overlays=tuple(read_overlays(records)),
             blocks=blocks,
+            allocated=allocated,
             routes=tuple(route.list_proto_routes(ipr, RTPROT_PYCNI)),
             neighs=tuple(neigh.list_neighs(ipr, index, RTPROT_PYCNI) if index else ()),
             fdbs=tuple(neigh.list_fdb(ipr, index) if index else ()),
             accepted=tuple(read_overlay_peers(nft)),
+            proxies=tuple(ndproxy.list_proxies(ipr, proto=RTPROT_PYCNI)),
         )
 
 

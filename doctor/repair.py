@@ -6,8 +6,8 @@
 - lease: released as the reaper releases a dead node's (``nodes/reclaim.py``): the attachment
   has no interface on this node, so no traffic uses the address;
 - masquerade, NetworkPolicy and overlay firewall elements: deleted, one nft transaction each;
-- overlay routes, FDB entries and neighbours: deleted (in that order, as the overlay removes a
-  peer's);
+- overlay routes, FDB entries, neighbours and IPv6 proxy entries: deleted (in that order, as
+  the overlay removes a peer's);
 - a Service backend: not repaired here, pycnid's proxy rewrites it (``repair_service_backend``);
 - a stale table: deleted; the masquerade table in the first layout: rewritten as pycnid does
   on its first read, keeping the elements of live attachments.
@@ -20,7 +20,8 @@ from collections.abc import Callable
 
 from doctor.findings import Finding, Lease, NftElement, NftTable, Veth
 from ipam.ops.repair import apply_fix
-from kernel import link, neigh, route
+from kernel import link, ndproxy, neigh, route
+from kernel.ndproxy import Proxy
 from kernel.neigh import Fdb, Neigh
 from kernel.nft import NO_SUCH, Nft, NftError
 from kernel.session import node_session
@@ -104,6 +105,13 @@ def repair_service_backend(store: Store, nft: Nft, finding: Finding) -> str | No
     )
 
 
+def repair_overlay_proxy(store: Store, nft: Nft, finding: Finding) -> str | None:
+    entry: Proxy = finding.target
+    with node_session() as ipr:
+        ndproxy.delete_proxy(ipr, entry.ifindex, entry.ip)
+    return None
+
+
 def run_nft(nft: Nft, script: str) -> str | None:
     try:
         nft.run(script)
@@ -125,4 +133,5 @@ REPAIRS: dict[str, Repair] = {
     "overlay-route": repair_overlay_route,
     "overlay-fdb": repair_overlay_fdb,
     "overlay-neigh": repair_overlay_neigh,
+    "overlay-proxy": repair_overlay_proxy,
 }

@@ -16,6 +16,7 @@ from doctor.peers import (
     find_overlay_fdb,
     find_overlay_firewall,
     find_overlay_neighbours,
+    find_overlay_proxies,
     find_overlay_routes,
 )
 from doctor.read import read_facts
@@ -30,6 +31,7 @@ CHECKS = (
     find_overlay_routes,
     find_overlay_fdb,
     find_overlay_neighbours,
+    find_overlay_proxies,
     find_overlay_firewall,
 )
 #: what reading or changing the kernel raises (netlink, nft, the netns)

@@ -11,6 +11,7 @@ from doctor.checks import CURRENT_TABLES
 from doctor.findings import Lease, NftElement, NftTable, NodeFacts, Peers, Veth
 from doctor.run import find_all
 from ipam.records import HandleId, HandleRecord, LeasedIP
+from kernel.ndproxy import Proxy
 from kernel.neigh import Fdb, Neigh
 from kernel.route import Route
 from masq.rules import Element
@@ -122,10 +123,11 @@ def test_a_departed_nodes_overlay_entries():
         recorded=frozenset({"node2"}),
         overlays=(stays,),
         blocks=(("10.99.1.0/26", "node2"), ("10.99.0.0/26", "gone")),
+        allocated=frozenset({"fd00:99:1::5", "10.22.0.2"}),
         routes=(
             Route(ipaddress.ip_network("10.99.1.0/26"), ipaddress.ip_address("10.99.1.1")),
             Route(ipaddress.ip_network("10.99.0.0/26"), ipaddress.ip_address("10.99.0.1")),
-            Route(ipaddress.ip_network("10.22.0.2/32")),  # a leased address: a host route
+            Route(ipaddress.ip_network("10.22.0.2/32")),  # an allocated address: a host route
         ),
         neighs=(
             Neigh(5, ipaddress.ip_address("10.99.1.1"), "66:00:00:00:00:02", 77),
@@ -134,6 +136,10 @@ def test_a_departed_nodes_overlay_entries():
         fdbs=(
             Fdb(5, "66:00:00:00:00:02", ipaddress.ip_address("192.0.2.2")),
             Fdb(5, "66:00:00:00:00:01", ipaddress.ip_address("192.0.2.1")),
+        ),
+        proxies=(
+            Proxy(3, "fd00:99:1::5", 77),  # allocated in node2's block
+            Proxy(3, "fd00:99::7", 77),
         ),
         accepted=(
             NftElement("inet", "pycni-overlay", "peers4", "192.0.2.2", "192.0.2.2"),
@@ -144,5 +150,6 @@ def test_a_departed_nodes_overlay_entries():
         ("overlay-fdb", "66:00:00:00:00:01 dst 192.0.2.1"),
         ("overlay-neigh", "10.99.0.1 lladdr 66:00:00:00:00:01"),
         ("overlay-peer", "inet pycni-overlay peers4 { 192.0.2.1 }"),
+        ("overlay-proxy", "proxy fd00:99::7 dev #3"),
         ("overlay-route", "10.99.0.0/26 via 10.99.0.1 proto 77"),
     ]
