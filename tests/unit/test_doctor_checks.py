@@ -1,14 +1,17 @@
 """The doctor's policy, pure: what counts as unexplained on a node (``doctor/checks.py``,
-``doctor/peers.py``), over hand-made ``NodeFacts``."""
+``doctor/peers.py``), over hand-made ``NodeFacts``; and which networks it judges, from a CNI
+config directory."""
 
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import replace
 
 from common.attachment import Attachment
 from doctor.checks import CURRENT_TABLES
 from doctor.findings import Lease, NftElement, NftTable, NodeFacts, Peers, Veth
+from doctor.read import read_bridge_networks
 from doctor.run import find_all
 from ipam.records import HandleId, HandleRecord, LeasedIP
 from kernel.ndproxy import Proxy
@@ -153,3 +156,18 @@ def test_a_departed_nodes_overlay_entries():
         ("overlay-proxy", "proxy fd00:99::7 dev #3"),
         ("overlay-route", "10.99.0.0/26 via 10.99.0.1 proto 77"),
     ]
+
+
+def test_the_networks_judged_are_those_where_pycni_bridge_leases_from_pycni_ipam(tmp_path):
+    bridge = {"type": "pycni-bridge", "ipam": {"type": "pycni-ipam"}}
+    files = {
+        "10-a.conflist": {"name": "a", "plugins": [bridge, {"type": "portmap"}]},
+        "20-b.conflist": {"name": "b", "plugins": [{**bridge, "ipam": {"type": "host-local"}}]},
+        "30-c.conf": {"name": "c", **bridge},
+        "40-d.conflist": {"name": "d", "plugins": ["junk", {"type": "pycni-bridge"}]},
+    }
+    for name, conf in files.items():
+        (tmp_path / name).write_text(json.dumps(conf))
+    (tmp_path / "50-e.conflist").write_text("{not json")
+    assert read_bridge_networks(str(tmp_path)) == ["a", "c"]
+    assert read_bridge_networks(str(tmp_path / "missing")) == []
