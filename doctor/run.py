@@ -36,7 +36,6 @@ CHECKS = (
 )
 #: what reading or changing the kernel raises (netlink, nft, the netns)
 MECHANISM_ERRORS = (NetlinkError, OSError, NftError)
-DEFAULT_GRACE = 60.0
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class Scope:
     networks: tuple[str, ...]  # where pycni-bridge leases from pycni-ipam
     device: str | None  # the overlay's VXLAN device; None: no overlay
     endpoints_in_store: bool  # False: the proxy's endpoints come from the API server
-    grace: float = DEFAULT_GRACE  # seconds a new lease may wait for its host veth
+    grace: float  # seconds a new lease may wait for its host veth
 
 
 def run_doctor(store: Store, nft: Nft, scope: Scope, repair: bool) -> list[Outcome]:
