@@ -13,26 +13,18 @@ code makes (``CURRENT_TABLES``). The overlay's entries are ``doctor/peers.py``'s
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import re
 from collections.abc import Callable, Iterable
 
 from common.attachment import Attachment, tag_in_network
-from doctor.findings import Finding, Lease, NodeFacts
+from doctor.findings import CURRENT_TABLES, TABLE_PREFIX, Finding, Lease, NodeFacts, TableGraph
 from masq import rules as masq_rules
 from netpol import render as netpol_render
+from netpol.evaluate import PolicyInputs
 from overlay import firewall as overlay_firewall
 from services.proxy import render as proxy_render
-
-TABLE_PREFIX = "pycni-"
-#: (family, name) of every table the current code makes, from the owners' constants
-CURRENT_TABLES = frozenset(
-    {
-        (masq_rules.FAMILY, masq_rules.TABLE),
-        ("inet", netpol_render.TABLE),
-        (overlay_firewall.FAMILY, overlay_firewall.TABLE),
-        *((family, proxy_render.TABLE) for family in proxy_render.FAMILY.values()),
-    }
-)
 
 
 def attachment_tag(lease: Lease) -> str:
@@ -181,6 +173,46 @@ def find_stale_tables(facts: NodeFacts) -> list[Finding]:
     return found
 
 
+def find_unused_objects(facts: NodeFacts) -> list[Finding]:
+    """Chains, sets and maps of pycni's tables that the code does not declare statically and
+    nothing reaches from a base chain: shape and affinity objects a restart left (issue 9
+    names them; the proxy's full render deletes them)."""
+    static = static_objects()
+    return [
+        Finding("nft-object", str(o), "not static, and nothing reaches it from a base chain", o)
+        for graph in facts.graphs
+        for o in graph.objects
+        if (o.kind, o.family, o.table, o.name) not in static and o.ref not in reachable(graph)
+    ]
+
+
+ADDED = re.compile(r"^add (chain|set|map) (\S+) (\S+) (\S+)", re.M)
+
+
+@functools.cache
+def static_objects() -> frozenset[tuple[str, ...]]:
+    """(kind, family, table, name) of what each owner declares whatever its data, read from
+    the owners' own renders of an empty state."""
+    scripts = (
+        masq_rules.render_table(),
+        netpol_render.render_full(netpol_render.calc_layout(PolicyInputs(), "")),
+        overlay_firewall.render_table("192.0.2.1", 4789, ()),
+        *(proxy_render.render_skeleton(family) for family in proxy_render.FAMILY),
+    )
+    return frozenset(match for script in scripts for match in ADDED.findall(script))
+
+
+def reachable(graph: TableGraph) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph.base)
+    while todo:
+        ref = todo.pop()
+        if ref not in seen:
+            seen.add(ref)
+            todo.extend(graph.refs.get(ref, ()))
+    return seen
+
+
 NODE_CHECKS: tuple[Callable[[NodeFacts], list[Finding]], ...] = (
     find_ipam_problems,
     find_veths_without_lease,
@@ -189,4 +221,5 @@ NODE_CHECKS: tuple[Callable[[NodeFacts], list[Finding]], ...] = (
     find_netpol_elements,
     find_service_backends,
     find_stale_tables,
+    find_unused_objects,
 )

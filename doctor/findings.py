@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +15,24 @@ from ipam.records import HandleRecord
 from kernel.ndproxy import Proxy
 from kernel.neigh import Fdb, Neigh
 from kernel.route import Route
+from masq import rules as masq_rules
 from masq.rules import Element
+from netpol import render as netpol_render
 from nodes.record import OverlayInfo
+from overlay import firewall as overlay_firewall
+from services.proxy import render as proxy_render
 from store.base import KV
+
+TABLE_PREFIX = "pycni-"
+#: (family, name) of every table the current code makes, from the owners' constants
+CURRENT_TABLES = frozenset(
+    {
+        (masq_rules.FAMILY, masq_rules.TABLE),
+        ("inet", netpol_render.TABLE),
+        (overlay_firewall.FAMILY, overlay_firewall.TABLE),
+        *((family, proxy_render.TABLE) for family in proxy_render.FAMILY.values()),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,33 @@ class NftTable:
 
 
 @dataclass(frozen=True)
+class NftObject:
+    """A chain, set or map of a table; ``ref`` names it as references do."""
+
+    family: str
+    table: str
+    kind: str  # chain | set | map
+    name: str
+
+    @property
+    def ref(self) -> str:
+        return f"chain:{self.name}" if self.kind == "chain" else f"set:{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.family} {self.table} {self.name}"
+
+
+@dataclass(frozen=True)
+class TableGraph:
+    """One table's chains, sets and maps, which of them hook into the kernel (base chains),
+    and what each references: rules' jump/goto targets and @sets, maps' verdict targets."""
+
+    objects: tuple[NftObject, ...]
+    base: frozenset[str]  # refs of base chains
+    refs: Mapping[str, frozenset[str]]
+
+
+@dataclass(frozen=True)
 class Peers:
     """What the store says of the other nodes (their records and blocks) and what this node's
     kernel holds for them with pycni's marks (``overlay/dataplane.py`` says which)."""
@@ -87,6 +130,7 @@ class NodeFacts:
     #: makes the host veth (plugins/bridge/add.py), so a young lease may be an ADD in flight
     young_after: float = float("inf")
     endpoint_ips: frozenset[str] | None = None  # None: endpoints come from the API server
+    graphs: tuple[TableGraph, ...] = ()  # of the current pycni tables the kernel holds
 
 
 @dataclass(frozen=True)

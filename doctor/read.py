@@ -16,7 +16,17 @@ from typing import Any
 
 from cni.runtime.conflist import LEGACY_EXTENSIONS, LIST_EXTENSIONS, conf_files
 from common.attachment import tag_of_alias
-from doctor.findings import Lease, NftElement, NftTable, NodeFacts, Peers, Veth
+from doctor.findings import (
+    CURRENT_TABLES,
+    Lease,
+    NftElement,
+    NftObject,
+    NftTable,
+    NodeFacts,
+    Peers,
+    TableGraph,
+    Veth,
+)
 from ipam.ops.check import find_problems
 from ipam.ops.inspect import Snapshot
 from ipam.ops.repair import read_snapshot
@@ -73,7 +83,54 @@ def read_facts(
         backends=tuple(read_backends(nft)),
         endpoint_ips=read_endpoint_ips(store) if endpoints_in_store else None,
         young_after=young_after,
+        graphs=tuple(read_graphs(nft)),
     )
+
+
+def read_graphs(nft: Nft) -> list[TableGraph]:
+    """The object graph of every table the current code makes that the kernel holds."""
+    return [
+        table_graph(family, name, nft.list_json(f"list table {family} {name}"))
+        for family, name in sorted(CURRENT_TABLES)
+        if table_exists(nft, family, name)
+    ]
+
+
+def table_graph(family: str, table: str, doc: dict) -> TableGraph:
+    objects: list[NftObject] = []
+    base: set[str] = set()
+    refs: dict[str, frozenset[str]] = {}
+    for item in doc.get("nftables", []):
+        kind = next((k for k in ("chain", "set", "map", "rule") if k in item), None)
+        body = item.get(kind) if kind else None
+        if kind is None or not body:
+            continue
+        if kind == "rule":
+            key = f"chain:{body['chain']}"
+            refs[key] = refs.get(key, frozenset()) | references(body.get("expr"))
+            continue
+        found = NftObject(family, table, kind, body["name"])
+        objects.append(found)
+        if kind == "chain" and "hook" in body:
+            base.add(found.ref)
+        refs[found.ref] = refs.get(found.ref, frozenset()) | references(body.get("elem"))
+    return TableGraph(tuple(objects), frozenset(base), refs)
+
+
+def references(value: Any) -> frozenset[str]:
+    """Every chain (jump/goto target) and set (``@name``) a JSON expression names."""
+    if isinstance(value, str):
+        return frozenset({f"set:{value[1:]}"}) if value.startswith("@") else frozenset()
+    if isinstance(value, list):
+        return frozenset().union(*map(references, value))
+    if not isinstance(value, dict):
+        return frozenset()
+    out = frozenset().union(*map(references, value.values()))
+    for verdict in ("jump", "goto"):
+        target = value.get(verdict)
+        if isinstance(target, dict) and "target" in target:
+            out |= {f"chain:{target['target']}"}
+    return out
 
 
 def read_backends(nft: Nft) -> list[NftElement]:

@@ -9,8 +9,8 @@
 - overlay routes, FDB entries, neighbours and IPv6 proxy entries: deleted (in that order, as
   the overlay removes a peer's);
 - a Service backend: not repaired here, pycnid's proxy rewrites it (``repair_service_backend``);
-- a stale table: deleted; the masquerade table in the first layout: rewritten as pycnid does
-  on its first read, keeping the elements of live attachments.
+- a stale table, or a chain, set or map nothing reaches: deleted; the masquerade table in the
+  first layout: rewritten as pycnid does on its first read, keeping live attachments' elements.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from doctor.findings import Finding, Lease, NftElement, NftTable, Veth
+from doctor.findings import Finding, Lease, NftElement, NftObject, NftTable, Veth
 from ipam.ops.repair import apply_fix
 from kernel import link, ndproxy, neigh, route
 from kernel.ndproxy import Proxy
@@ -68,6 +68,11 @@ def repair_nft_element(store: Store, nft: Nft, finding: Finding) -> str | None:
 def repair_table(store: Store, nft: Nft, finding: Finding) -> str | None:
     table: NftTable = finding.target
     return run_nft(nft, f"table {table} {{}}\ndelete table {table}\n")
+
+
+def repair_nft_object(store: Store, nft: Nft, finding: Finding) -> str | None:
+    o: NftObject = finding.target
+    return run_nft(nft, f"delete {o.kind} {o.family} {o.table} {o.name}\n")
 
 
 def repair_masq_layout(store: Store, nft: Nft, finding: Finding) -> str | None:
@@ -129,6 +134,7 @@ REPAIRS: dict[str, Repair] = {
     "overlay-peer": repair_nft_element,
     "svc-backend": repair_service_backend,
     "table": repair_table,
+    "nft-object": repair_nft_object,
     "masq-layout": repair_masq_layout,
     "overlay-route": repair_overlay_route,
     "overlay-fdb": repair_overlay_fdb,

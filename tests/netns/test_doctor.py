@@ -61,7 +61,8 @@ def test_a_node_with_live_pods_is_clean(bridge_node, pycnid, netns_factory):
 
 def make_residue(bridge_node, netns_factory) -> dict[str, str]:
     """One of each: a tagged veth with no lease, a lease whose veth is gone, a masquerade and
-    a NetworkPolicy element for addresses no lease holds, a stale table, a departed peer's
+    a NetworkPolicy element for addresses no lease holds (and a shape chain only that element
+    names), a stale table, a departed peer's
     route, neighbour, FDB entry and firewall element. Returns kind -> the object the doctor
     must name."""
     node = bridge_node.node
@@ -88,6 +89,7 @@ def make_residue(bridge_node, netns_factory) -> dict[str, str]:
         "masq-element": FREE,
         "netpol-element": GONE,
         "table": "inet pycni-doctor-old",
+        "nft-object": "chain inet pycni-netpol in-x",  # no base chain reaches it
         "overlay-route": "10.99.0.0/26",
         "overlay-neigh": DEPARTED_VTEP,
         "overlay-fdb": DEPARTED_MAC,

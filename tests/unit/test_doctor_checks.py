@@ -9,8 +9,17 @@ import json
 from dataclasses import replace
 
 from common.attachment import Attachment
-from doctor.checks import CURRENT_TABLES
-from doctor.findings import Lease, NftElement, NftTable, NodeFacts, Peers, Veth
+from doctor.findings import (
+    CURRENT_TABLES,
+    Lease,
+    NftElement,
+    NftObject,
+    NftTable,
+    NodeFacts,
+    Peers,
+    TableGraph,
+    Veth,
+)
 from doctor.read import read_bridge_networks
 from doctor.run import find_all
 from ipam.records import HandleId, HandleRecord, LeasedIP
@@ -171,3 +180,32 @@ def test_the_networks_judged_are_those_where_pycni_bridge_leases_from_pycni_ipam
     (tmp_path / "50-e.conflist").write_text("{not json")
     assert read_bridge_networks(str(tmp_path)) == ["a", "c"]
     assert read_bridge_networks(str(tmp_path / "missing")) == []
+
+
+def obj(kind: str, name: str) -> NftObject:
+    return NftObject("ip", "pycni-svc", kind, name)
+
+
+def test_objects_nothing_reaches_from_a_base_chain_and_not_static_are_unexplained():
+    """A shape chain a restart left (no element of a reachable map names it) and the set only
+    it used; a static map nothing references now (the backends maps without a shape) is not."""
+    graph = TableGraph(
+        objects=(
+            obj("chain", "nat-prerouting"),
+            obj("map", "service-ips"),
+            obj("chain", "lb-2"),
+            obj("chain", "lb-5"),
+            obj("set", "clients-x"),
+            obj("map", "backends-tcp"),
+        ),
+        base=frozenset({"chain:nat-prerouting"}),
+        refs={
+            "chain:nat-prerouting": frozenset({"set:service-ips"}),
+            "set:service-ips": frozenset({"chain:lb-2"}),
+            "chain:lb-5": frozenset({"set:clients-x"}),
+        },
+    )
+    assert kinds(replace(LIVE, graphs=(graph,))) == [
+        ("nft-object", "chain ip pycni-svc lb-5"),
+        ("nft-object", "set ip pycni-svc clients-x"),
+    ]
