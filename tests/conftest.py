@@ -23,6 +23,7 @@ pytest_plugins = (
     "tests.fixtures.cluster",
     "tests.fixtures.kubeapi",
     "tests.fixtures.rootns",  # autouse, session-wide: the root netns is left as it was
+    "tests.fixtures.doctor",
 )
 
 IS_ROOT = os.geteuid() == 0

@@ -80,7 +80,7 @@ def gc_conf(valid: list[tuple[str, str]] | None) -> dict:
     return conf
 
 
-def test_gc_removes_what_is_not_valid_and_keeps_the_rest(bridge_node, netns_factory):
+def test_gc_removes_what_is_not_valid_and_keeps_the_rest(bridge_node, netns_factory, doctor_clean):
     conf = bridge_conf(pycni_ipam())
     pods = [netns_factory("pod") for _ in range(3)]
     added = [bridge_node.add(conf, pod) for pod in pods]

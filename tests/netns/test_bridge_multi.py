@@ -17,6 +17,7 @@ from tests.fixtures.bridge import (
     masq_elements,  # noqa: F401
     pycni_ipam,
 )
+from tests.fixtures.doctor import run_doctor
 
 pytestmark = pytest.mark.netns
 UPLINK_NODE, UPLINK_OUTSIDE = "192.168.77.1", "192.168.77.2"
@@ -120,7 +121,8 @@ def test_a_node_with_the_address_keyed_table_keeps_working(
 ):
     """pycnid upgraded on a node whose table has the address-keyed layout: the next ADD
     succeeds, live Pods' elements are rekeyed by their bridge (CHECK passes, still
-    masqueraded) and a gone attachment's element is dropped."""
+    masqueraded) and a gone attachment's element is dropped; `pycni doctor` reports the old
+    layout meanwhile."""
     conf_a = bridge_conf(pycni_ipam(), name="neta")
     pod_a, pod_b = netns_factory("pod"), netns_factory("pod")
     cid_a, res_a = bridge_node.add(conf_a, pod_a)
@@ -129,6 +131,8 @@ def test_a_node_with_the_address_keyed_table_keeps_working(
     node.run("nft delete table inet pycni-masq")
     legacy = LEGACY_TABLE.replace("IP", ip_of(res_a)).replace("TAG", f"neta/{cid_a}/eth0")
     node.run(["nft", "-f", "-"], input=legacy)
+    code, doc = run_doctor(node, os.path.join(pycnid.workdir, "pycnid.json"), networks=("neta",))
+    assert (code, [f["kind"] for f in doc["findings"]]) == (2, ["masq-layout"]), doc
     pycnid.start()
     bridge_node.add(bridge_conf(pycni_ipam(), name="netb", bridge="pycni1"), pod_b)
     sets = {

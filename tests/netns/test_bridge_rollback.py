@@ -21,7 +21,7 @@ def test_every_step_has_a_fault_point():
     assert {"ipam-add", "setup-veth", "setup-pod", "setup-masquerade"} <= set(ADD_STEPS)
 
 
-def test_a_fault_at_every_step_leaves_nothing_behind(bridge_node, netns_factory):
+def test_a_fault_at_every_step_leaves_nothing_behind(bridge_node, netns_factory, doctor_clean):
     conf = bridge_conf(pycni_ipam(), hairpinMode=True, isDefaultGateway=True, mtu=1400)
     pod = netns_factory("pod")
     cid = new_cid()

@@ -6,15 +6,18 @@ steps, the IPAM's allocation and result, pycni-svc's publish: ``Faults`` points)
 itself there (`PYCNI_FAULT=kill@<step>`, fault injection is on in tests); the ADD fails, pycnid
 is started again, and the runtime's DEL for the failed ADD must leave nothing: no lease, veth,
 endpoint record, NetworkPolicy element. A Pod added before keeps its lease, record and
-gateway through every crash. `make test` kills at a third of the steps, `make drills` at all.
+gateway through every crash, and `pycni doctor` finds the node clean at the end. `make test` kills at a third of the steps, `make drills` at all.
 Prints "N tried, N survived, 0 lost".
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from plugins.bridge.add import ADD_STEPS
+from tests.fixtures.doctor import assert_doctor_clean
 from tests.fixtures.scale import sized
 from tests.fixtures.waiting import wait_for
 from tests.netns.drill_node import NETWORK, Drill, args
@@ -50,3 +53,8 @@ def test_a_pycnid_killed_mid_add_leaves_nothing_after_restart_and_del(
         survived += 1
     print(f"\npycnid killed mid-ADD drill: {tried} tried, {survived} survived, 0 lost")
     assert survived == tried
+    config = os.path.join(drill.pycnid.workdir, "pycnid.json")
+    doc = assert_doctor_clean(
+        drill.node, config, "--cni-conf-dir", drill.runner.conf_dir, networks=()
+    )
+    assert doc["networks"] == [NETWORK]  # read from the conflist: judged, and clean

@@ -17,9 +17,10 @@ import pathlib
 
 import pytest
 
+from tests.fixtures.doctor import assert_doctor_clean
 from tests.fixtures.scale import sized
 from tests.fixtures.waiting import wait_for
-from tests.netns.drill_node import Drill
+from tests.netns.drill_node import NETWORK, Drill
 
 pytestmark = [pytest.mark.netns, pytest.mark.long, pytest.mark.drill]
 
@@ -72,3 +73,8 @@ def test_del_cleans_up_whatever_the_cache_holds(drill: Drill, netns_factory) -> 
         assert not os.listdir(os.path.join(drill.runner.cache_dir, "results"))
     print(f"\nresult cache drill: {tried} tried, {survived} survived, {tried - survived} lost")
     assert survived == tried == ROUNDS * len(MUTATIONS)
+    config = os.path.join(drill.pycnid.workdir, "pycnid.json")
+    doc = assert_doctor_clean(
+        drill.node, config, "--cni-conf-dir", drill.runner.conf_dir, networks=()
+    )
+    assert doc["networks"] == [NETWORK]  # read from the conflist: judged, and clean

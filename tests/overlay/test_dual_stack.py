@@ -1,16 +1,19 @@
 """Dual-stack pools across nodes: a pool of a second family added after the nodes started gets
 each node a VTEP of that family, and Pods reach each other by their IPv6 addresses too (node
 routes per IPv6 block through the IPv6 VTEPs, the bridge answering solicitations for remote
-Pods' addresses)."""
+Pods' addresses), and `pycni doctor` finds all of it explained."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from tests.fixtures.bridge import ip_of
+from tests.fixtures.doctor import assert_doctor_clean
 from tests.fixtures.waiting import wait_for
 
-from .pods import OverlayCluster, pod_conf
+from .pods import NETWORK, OverlayCluster, pod_conf
 
 pytestmark = pytest.mark.etcd
 
@@ -34,3 +37,6 @@ def test_dual_stack_pods_reach_each_other_over_ipv6_too(overlay_cluster):
     wait_for("IPv6 across nodes", lambda: pods[0].ns.ping(six[1], timeout=1), 10, 0.2)
     wait_for("IPv6 back", lambda: pods[1].ns.ping(six[0], timeout=1), 10, 0.2)
     wait_for("IPv4 across nodes", lambda: pods[0].ns.ping(pods[1].ip, timeout=1), 10, 0.2)
+    node = cluster.nodes[0]  # its IPv6 routes, neighbours and ND proxy entries are explained
+    config = os.path.join(node.daemon.workdir, "pycnid.json")
+    assert_doctor_clean(node.host.ns, config, networks=(NETWORK,))

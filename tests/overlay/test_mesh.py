@@ -1,6 +1,7 @@
 """Full mesh across nodes: every Pod reaches every Pod on another node by its Pod IP, by ping
 and by a TCP transfer, for both backends; every node holds exactly its peers' entries; a Pod
-holding a borrowed address is reachable from every node, by a host route that goes with it.
+holding a borrowed address is reachable from every node, by a host route that goes with it,
+and `pycni doctor` finds every entry of a live overlay explained.
 
 One cluster per backend for the module (three nodes, two Pods each): the tests add Pods
 (the borrower goes again) and change nothing else."""
@@ -8,13 +9,15 @@ One cluster per backend for the module (three nodes, two Pods each): the tests a
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 
+from tests.fixtures.doctor import assert_doctor_clean
 from tests.fixtures.waiting import wait_for
 
 from .kernel import Registry, read_routes, wait_converged
-from .pods import OverlayCluster, Pod, pod_conf, tcp_transfer
+from .pods import NETWORK, OverlayCluster, Pod, pod_conf, tcp_transfer
 
 pytestmark = pytest.mark.etcd
 TRANSFER = 4 << 20
@@ -95,6 +98,9 @@ def test_a_pod_on_a_borrowed_address_is_reachable_from_every_node(mesh):
         wait_ping(src, pod)
     for node in mesh.nodes[:2]:
         assert node.host.ns.ping(pod.ip), f"{node.name} -> {pod.ip}"
+    for node in (mesh.nodes[0], mesh.nodes[2]):  # a peer's host route and the holder's
+        config = os.path.join(node.daemon.workdir, "pycnid.json")
+        assert_doctor_clean(node.host.ns, config, networks=(NETWORK, SMALL["name"]))
     mesh.del_pod(pod, SMALL)
     wait_converged(mesh.cluster.etcd, mesh.nodes, bridge="pycni1")
     assert host_routes(mesh, pod.ip) == {"node1": set(), "node2": set(), "node3": set()}

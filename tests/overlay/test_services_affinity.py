@@ -5,20 +5,23 @@ port, IPv4 and IPv6, until the affinity's timeout expires (its entry leaves the 
 ``clients-`` set; the next connection picks afresh). Three backends (one on node1, two on
 node2): with an entry-point-keyed sticky state each other entry would hit X only by chance
 (1 in 3), so two rounds pass by chance once in 6,561 runs. Waits are for the proxy to follow
-a store change or for the kernel's timeout, never timed assertions."""
+a store change or for the kernel's timeout, never timed assertions. `pycni doctor` finds every
+object of the proxy's tables explained (affinity chains, clients sets, slot maps)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
 
 from services.record import EndpointRecord
 from tests.fixtures.bridge import ip_of
+from tests.fixtures.doctor import assert_doctor_clean
 from tests.fixtures.echo import PEER_SERVER
 from tests.fixtures.waiting import wait_for
 
-from .pods import python_in
+from .pods import NETWORK, python_in
 from .svc_policy_helpers import backends_of, connect, route_service_cidrs, svc
 from .test_services_policy import dual_stack_conf
 
@@ -124,3 +127,6 @@ def test_a_client_keeps_its_backend_across_clusterip_nodeport_and_external_ip(st
             assert answered == {first}, (name, first, answered)
         chosen.add(first)
     assert chosen <= mine
+    if family == 6:  # both families' tables, with affinity chains, sets and slot maps
+        config = os.path.join(n1.daemon.workdir, "pycnid.json")
+        assert_doctor_clean(n1.host.ns, config, networks=(NETWORK,))

@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("services.proxy",),
     ("services.ops", "netpol", "overlay"),
     ("netpol.ops",),
+    ("doctor",),
     ("plugins",),
     ("plugins.ipam", "plugins.svc"),
     ("plugins.bridge",),

@@ -1,0 +1,1 @@
+"""`pycni doctor`: what pycni left on this node that nothing explains, and its repair."""
