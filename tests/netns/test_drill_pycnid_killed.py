@@ -6,7 +6,8 @@ steps, the IPAM's allocation and result, pycni-svc's publish: ``Faults`` points)
 itself there (`PYCNI_FAULT=kill@<step>`, fault injection is on in tests); the ADD fails, pycnid
 is started again, and the runtime's DEL for the failed ADD must leave nothing: no lease, veth,
 endpoint record, NetworkPolicy element. A Pod added before keeps its lease, record and
-gateway through every crash, and `pycni doctor` finds the node clean at the end. `make test` kills at a third of the steps, `make drills` at all.
+gateway through every crash, and `pycni doctor` finds the node clean at the end. `make test`
+kills at a third of the steps, `make drills` at all.
 Prints "N tried, N survived, 0 lost".
 """
 
