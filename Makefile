@@ -23,6 +23,11 @@ SYSTEMD_DIR   ?= /etc/systemd/system
 PIP_FLAGS     ?=
 PYTEST_ARGS   ?=
 PYTEST        ?= $(PYTHON) -m pytest -q -p no:cacheprovider --durations=15
+# make test's worker processes (pytest-xdist): a module's tests stay on one worker (its
+# module-scoped clusters are built once); most tests wait on namespaces, daemons and
+# timeouts, so two workers on two cores halve the wall time. PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= 2
+PARALLEL       = $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
 CONFLIST      := 10-pycni.conflist
 # where pip puts the package and console scripts for this interpreter (final paths, no DESTDIR)
@@ -99,7 +104,7 @@ lint: deps
 	$(PYTHON) -m mypy
 
 test: deps
-	$(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
 
 test-unit: deps
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
