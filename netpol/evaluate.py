@@ -72,6 +72,14 @@ class PolicyInputs:
         return {**self.namespaces.get(namespace, {}), NAME_LABEL: namespace}
 
     @functools.cached_property
+    def policies_in(self) -> dict[str, tuple[NetworkPolicy, ...]]:
+        """The policies by namespace (a policy selects Pods of its own namespace only)."""
+        found: dict[str, list[NetworkPolicy]] = {}
+        for policy in self.policies:
+            found.setdefault(policy.namespace, []).append(policy)
+        return {ns: tuple(found_ns) for ns, found_ns in found.items()}
+
+    @functools.cached_property
     def by_address(self) -> dict[IPAddress, PodInfo]:
         return {_ip(ip): pod for pod in self.pods for ip in pod.ips}
 
@@ -134,7 +142,8 @@ def selects(policy: NetworkPolicy, pod: PodInfo) -> bool:
 
 def policies_of(inputs: PolicyInputs, pod: PodInfo, direction: str) -> list[NetworkPolicy]:
     """The policies isolating ``pod`` in ``direction``, by namespace/name."""
-    found = [p for p in inputs.policies if p.isolates(direction) and selects(p, pod)]
+    mine = inputs.policies_in.get(pod.namespace, ())
+    found = [p for p in mine if p.isolates(direction) and selects(p, pod)]
     return sorted(found, key=lambda p: p.ref)
 
 

@@ -17,7 +17,7 @@ import ipaddress
 import socket
 from collections import defaultdict
 
-from netpol.evaluate import PodInfo, PolicyInputs
+from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
 from netpol.policy import NetworkPolicy, Peer
 from netpol.selector import LabelSelector
 
@@ -69,15 +69,28 @@ class Members:
         if self.named is None:
             named: dict[tuple[str, str, int], list[str]] = defaultdict(list)
             for pod in self.inputs.pods:
-                for port in pod.ports:
-                    if pod.resolve(port.name, port.protocol) != port.port:
-                        continue  # a name given twice: the first one counts, as in resolve
-                    for f in (4, 6):
-                        for ip in addresses(pod, f):
-                            element = f"{ip} . {port.protocol.lower()} . {port.port}"
-                            named[(port.name, port.protocol, f)].append(element)
+                if pod.ports:
+                    for key, element in calc_named_elements(pod.ports, pod.ips):
+                        named[key].append(element)
             self.named = {k: tuple(v) for k, v in named.items()}
         return self.named.get((name, protocol, family), ())
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def calc_named_elements(
+    ports: tuple[NamedPort, ...], ips: tuple[str, ...]
+) -> tuple[tuple[tuple[str, str, int], str], ...]:
+    """One Pod's ``(name, protocol, family) -> address . protocol . port`` pairs, once per
+    distinct ports and addresses (every pass asks again for all Pods; a name given twice:
+    the first one counts, as in ``PodInfo.resolve``)."""
+    pod = PodInfo("", "", ips, ports=ports)
+    return tuple(
+        ((port.name, port.protocol, f), f"{ip} . {port.protocol.lower()} . {port.port}")
+        for port in ports
+        if pod.resolve(port.name, port.protocol) == port.port
+        for f in (4, 6)
+        for ip in addresses(pod, f)
+    )
 
 
 def addresses(pod: PodInfo, family: int) -> tuple[str, ...]:

@@ -15,9 +15,9 @@ from collections.abc import Iterable
 
 from cni.spec.errors import CNIError
 from common.skipped import Skipped
-from netpol.evaluate import PolicyInputs
+from netpol.evaluate import PodInfo, PolicyInputs, pod_infos
 from netpol.policy import NetworkPolicy
-from netpol.record import NamespaceRecord, calc_node_ips, calc_pods, decode_policy
+from netpol.record import NamespaceRecord, calc_node_ips, calc_pod, decode_policy
 from nodes.record import NodeRecord
 from services.record import EndpointRecord
 from store.base import KV
@@ -36,6 +36,7 @@ class Records:
         self.nodes: dict[str, NodeRecord] = {}
         self.bad = Skipped("netpol", log)
         self.version = 0  # bumped by every change: the sync renders when it moved
+        self.pods = PodCache()
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
         present: set[str] = set()
@@ -88,8 +89,47 @@ class Records:
 
     def inputs(self) -> PolicyInputs:
         return PolicyInputs(
-            calc_pods(self.endpoints.values()),
+            self.pods.refresh(self.endpoints),
             {n.name: dict(n.labels) for n in self.namespaces.values()},
             tuple(sorted(self.policies.values(), key=lambda p: p.ref)),
             calc_node_ips(self.nodes.values()),
         )
+
+
+Group = tuple[str, str]  # a Pod: namespace, name
+
+
+class PodCache:
+    """The Pods of the endpoint records, each recomputed only when one of its records changed
+    (a pass at 10,000 Pods spent 0.5 s turning every record into a ``PodInfo`` again). A
+    Pod's records are taken in key order, as ``netpol/record.py`` reads them from the store."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, EndpointRecord] = {}
+        self.keys: dict[Group, set[str]] = {}
+        self.infos: dict[Group, PodInfo] = {}
+        self.sorted: tuple[PodInfo, ...] = ()
+
+    def refresh(self, endpoints: dict[str, EndpointRecord]) -> tuple[PodInfo, ...]:
+        stale: set[Group] = set()
+        for key in endpoints.keys() | self.seen.keys():
+            old, new = self.seen.get(key), endpoints.get(key)
+            if old is new:
+                continue
+            if old is not None:
+                stale.add((old.namespace, old.pod))
+                self.keys[(old.namespace, old.pod)].discard(key)
+            if new is not None:
+                stale.add((new.namespace, new.pod))
+                self.keys.setdefault((new.namespace, new.pod), set()).add(key)
+        for group in stale:
+            keys = self.keys.get(group)
+            if keys:
+                self.infos[group] = calc_pod([endpoints[k] for k in sorted(keys)])
+            else:
+                self.keys.pop(group, None)
+                self.infos.pop(group, None)
+        if stale or len(self.sorted) != len(self.infos):
+            self.sorted = pod_infos(self.infos.values())
+        self.seen = dict(endpoints)
+        return self.sorted

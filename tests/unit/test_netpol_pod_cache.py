@@ -1,0 +1,74 @@
+"""netpol/view.PodCache under generated histories of endpoint records (several interfaces per
+Pod, relabels, moves between Pods, deletes, repeated refreshes): after every step its Pods
+equal what ``netpol/record.calc_pods`` computes afresh from the same records in key order,
+and the policies-by-namespace index gives ``policies_of`` the same answer as a full scan."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from netpol.evaluate import PolicyInputs, policies_of, selects
+from netpol.policy import parse_policy
+from netpol.record import calc_pods
+from netpol.view import PodCache
+from services.record import EndpointRecord
+from tests.fuzz.budget import cases
+
+KEYS = st.tuples(st.sampled_from("xy"), st.sampled_from("abc"), st.sampled_from(["eth0", "net1"]))
+RECORDS = st.builds(
+    lambda key, ip, app, port: EndpointRecord(
+        key[0], key[1], key[2], (f"10.0.0.{ip}",), {"app": app}, "n1", {"http": port}
+    ),
+    KEYS,
+    st.integers(1, 9),
+    st.sampled_from(["web", "db"]),
+    st.integers(80, 82),
+)
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), RECORDS),
+        st.tuples(st.just("delete"), KEYS),
+        st.tuples(st.just("refresh"), st.none()),
+    ),
+    max_size=25,
+)
+
+
+@cases(200)
+@given(steps=STEPS)
+def test_the_cache_equals_a_fresh_computation_after_every_step(steps):
+    cache, endpoints = PodCache(), {}
+    for op, arg in steps:
+        if op == "put":
+            endpoints[arg.key] = arg
+        elif op == "delete":
+            endpoints.pop(EndpointRecord(*arg, ()).key, None)
+        fresh = calc_pods([endpoints[k] for k in sorted(endpoints)])
+        assert cache.refresh(endpoints) == fresh
+
+
+@cases(100)
+@given(
+    namespaces=st.lists(st.sampled_from("xyz"), max_size=6),
+    pod_ns=st.sampled_from("xyz"),
+    app=st.sampled_from(["web", "db"]),
+)
+def test_policies_by_namespace_give_what_a_full_scan_gives(namespaces, pod_ns, app):
+    policies = tuple(
+        parse_policy(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"namespace": ns, "name": f"p{i}"},
+                "spec": {"podSelector": {"matchLabels": {"app": "web"}} if i % 2 else {}},
+            }
+        )
+        for i, ns in enumerate(namespaces)
+    )
+    inputs = PolicyInputs(policies=policies)
+    pod = calc_pods([EndpointRecord(pod_ns, "a", "eth0", ("10.0.0.1",), {"app": app}, "n1")])[0]
+    scan = sorted(
+        (p for p in policies if p.isolates("Ingress") and selects(p, pod)), key=lambda p: p.ref
+    )
+    assert policies_of(inputs, pod, "Ingress") == scan
