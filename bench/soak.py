@@ -159,7 +159,7 @@ def soak_for(
 ) -> None:
     """The churn for ``--minutes`` (its threads put in ``threads``), then the figures."""
     sampler = figures.Sampler(soak.built.nodes, args.sample_every)
-    soak.tally.started = sampler.started = time.monotonic()
+    soak.tally = churn.Tally(started=sampler.started)  # the stable Pods' ADDs are not counted
     threads += start_workers(soak, args)
     threads.append(threading.Thread(target=sampler.run, args=(soak.stop,), daemon=True))
     threads[-1].start()

@@ -32,6 +32,9 @@ SVC_CIDR = "10.96.0.0/16"
 KEEP = 3  # churned Services (and policies) alive at once: the oldest goes past that
 SETTLED = 2.0  # seconds a Pod lives before traffic is sent to it (peers' routes follow within a
 # second of the registry change: tests/overlay/test_churn.py)
+# hairpin mode, as the README's conflist and tests/overlay/svc_helpers.py set it: with
+# br_netfilter loaded a Pod reaching its own Service through the ClusterIP needs it
+POD_CONF = pod_conf(hairpinMode=True)
 CONNECT = """
 import socket, sys
 with socket.create_connection(({ip!r}, 80), timeout=3) as s:
@@ -104,7 +107,7 @@ def add_pod(soak: Soak, node: ClusterNode, labels: dict[str, str], ns: str) -> L
     pod_ns = new_netns(f"{node.name}s")
     soak.built.cluster.underlay.hosts.append(Host(pod_ns, ""))  # removed with the underlay
     cid, started = new_cid(), time.monotonic()
-    res = soak.built.runner(node).run("ADD", pod_conf(), cid, pod_ns.path)
+    res = soak.built.runner(node).run("ADD", POD_CONF, cid, pod_ns.path)
     if res.code != 0:
         soak.tally.error("ADD", res.stdout + res.stderr)
         drop_namespace(soak, pod_ns)
@@ -120,7 +123,7 @@ def add_pod(soak: Soak, node: ClusterNode, labels: dict[str, str], ns: str) -> L
 def del_pod(soak: Soak, pod: LivePod) -> None:
     """Endpoint record out, DEL, the namespace gone (a failed DEL is counted)."""
     soak.built.cluster.etcd.call("/v3/kv/deleterange", {"key": b64(pod.record.key)})
-    res = soak.built.runner(pod.node).run("DEL", pod_conf(), pod.container_id, pod.ns.path)
+    res = soak.built.runner(pod.node).run("DEL", POD_CONF, pod.container_id, pod.ns.path)
     if res.code != 0:
         soak.tally.error("DEL", res.stdout + res.stderr)
     else:
