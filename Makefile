@@ -43,7 +43,7 @@ PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-syst
         bench-svc bench-svc-e2e bench-svc-api bench-netpol soak launchers clean
 
 help:
-	@sed -n '2,16p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,15p' Makefile | sed 's/^# \{0,1\}//'
 
 # --- install -----------------------------------------------------------------------------
 
