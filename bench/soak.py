@@ -168,6 +168,7 @@ def soak_for(
     while time.monotonic() < deadline:
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     stop_workers(soak, threads)
+    sampler.sample()
     report["daemons"] = sampler.summary()
     report.update(figures.tally_summary(soak.tally))
     report["doctor"] = doctor_all(soak)

@@ -72,10 +72,11 @@ class Sampler:
                     series.setdefault(node.name, Series()).points.append((at, float(value)))
 
     def run(self, stop: threading.Event) -> None:
+        """Samples until ``stop``; the caller takes the last once the churn has drained, so
+        the first and the last sample both see no request in flight."""
         while not stop.is_set():
             self.sample()
             stop.wait(self.every)
-        self.sample()
 
     def summary(self) -> dict:
         return {
