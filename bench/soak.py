@@ -205,7 +205,13 @@ def render(report: dict, sections: list[tuple[str, list[Line]]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_sandboxed("soak", parse_args(argv), run, render)
+    """Ctrl-C ends the run as SIGTERM does (everything removed on the way out), without a
+    traceback: 130."""
+    try:
+        return run_sandboxed("soak", parse_args(argv), run, render)
+    except KeyboardInterrupt:
+        print("bench.soak: interrupted, everything it made removed", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
