@@ -32,6 +32,7 @@ class Series:
             "end": values[-1] if values else None,
             "per_hour": calc_slope(self.points) * 3600.0 if len(self.points) > 1 else None,
             "samples": len(values),
+            "points": [[round(t, 1), v] for t, v in self.points],  # for a plot of the run
         }
 
 
