@@ -213,9 +213,17 @@ def ping_once(soak: Soak) -> None:
         return
     try:
         if dst in soak.live or dst in soak.stable:
-            record_probe(soak, "ping", src.ns.ping(dst.ip, timeout=2), f"{src.ip} -> {dst.ip}")
+            ok = src.ns.ping(dst.ip, timeout=2)
+            record_probe(soak, "ping", ok, "" if ok else ping_miss(src, dst))
     finally:
         dst.busy.release()
+
+
+def ping_miss(src: LivePod, dst: LivePod) -> str:
+    """What a missed ping reports: the pair, and whether a second ping is answered (one lost
+    packet, or a Pod not reachable)."""
+    again = "answered" if src.ns.ping(dst.ip, timeout=2) else "not answered either"
+    return f"{src.ip} ({src.node.name}) -> {dst.ip} ({dst.node.name}), a second ping {again}"
 
 
 def connect_once(soak: Soak) -> None:
