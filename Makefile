@@ -8,6 +8,8 @@
 #   make netpol-matrix  NetworkPolicy with real packets: 40 generated policy sets vs the model
 #   make lint      ruff (lint + format check) and mypy over every package (CI runs it first)
 #   make install   pip install . + plugin launchers, example conflist, daemon config, systemd unit
+#   make soak      the whole product under churn on three nodes for 10 minutes: pycnid RSS/fds,
+#                  ADD p99 a minute, errors, pycni doctor (make soak SOAK_ARGS="--minutes 3")
 #   make bench     side-by-side benchmarks against the reference bridge + host-local
 #                  (also: make bench-ipam, make bench-overlay, make bench-svc,
 #                  make bench-svc-e2e, make bench-svc-api, make bench-netpol)
@@ -38,10 +40,10 @@ PIP_SYSTEM     = $(shell $(PYTHON) -c 'import os, sysconfig; print("--break-syst
 
 .PHONY: help install install-python install-launchers install-conf install-unit uninstall \
         deps lint test test-unit long drills fuzz netpol-matrix demo bench bench-ipam bench-overlay \
-        bench-svc bench-svc-e2e bench-svc-api bench-netpol launchers clean
+        bench-svc bench-svc-e2e bench-svc-api bench-netpol soak launchers clean
 
 help:
-	@sed -n '2,14p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,15p' Makefile | sed 's/^# \{0,1\}//'
 
 # --- install -----------------------------------------------------------------------------
 
@@ -171,6 +173,12 @@ bench-svc-api:
 # etcd), Pod label change, ADD cost, first packet (vs a linear ruleset), pycnid's VmRSS
 bench-netpol:
 	$(PYTHON) -m bench.netpol $(BENCH_NETPOL_ARGS)
+
+# Three vxlan nodes with the Service proxy and NetworkPolicy under Pod churn, Service and policy
+# changes and cross-node traffic: pycnid VmRSS and open fds (start, end, slope per hour), ADD
+# p99 a minute, every error (exit 1 on any) and pycni doctor on every node at the end
+soak:
+	$(PYTHON) -m bench.soak $(SOAK_ARGS)
 
 launchers:
 	$(PYTHON) -m cni.launcher build/bin

@@ -105,7 +105,7 @@ def run_sandboxed(
 ) -> int:
     """A bench's main: root check, report header, ``measure(args, box, cni_bin, report)`` in
     a Sandbox with pycni's launchers written (it returns the table's sections), the report
-    saved as ``name`` and printed."""
+    saved as ``name`` and printed. The exit status: the report's ``exit`` (0 if unset)."""
     if os.geteuid() != 0:
         sys.exit("bench: needs root (it makes network namespaces)")
     started = time.monotonic()
@@ -116,7 +116,7 @@ def run_sandboxed(
     path = finish_report(report, started, args.results_dir, name)
     print(render(report, sections))
     print(f"results: {os.path.relpath(path, REPO)}  ({report['seconds']:.0f} s)")
-    return 0
+    return int(report.get("exit", 0))
 
 
 def median(values: list[float]) -> float:

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from tests.fixtures.netns import is_ours
+
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.etcd]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,13 +62,3 @@ def test_bench_netpol_prints_every_figure_and_leaves_nothing_behind(tmp_path):
         assert not os.path.exists(path), path
     for pid in [*remote["pids"], *node["pids"]]:
         assert not is_ours(pid), pid
-
-
-def is_ours(pid: int) -> bool:
-    """Whether ``pid`` is still a pycnid or etcd (a pid may be reused by then)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmdline = fh.read()
-    except OSError:
-        return False
-    return b"pycnid" in cmdline or b"etcd" in cmdline
