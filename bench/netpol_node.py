@@ -47,7 +47,8 @@ from . import netpol_records as records
 from .common import REFERENCE_BIN, Sandbox, median, percentile, vm_rss_kib
 
 IPAM = {"type": "pycni-ipam", "ranges": [[{"subnet": "10.30.0.0/24"}]]}
-RENDERED = re.compile(r"netpol: table rendered: (\d+) policies")
+#: A pass that applied the table, whole or as a difference (``netpol/sync.py``'s log line).
+RENDERED = re.compile(r"netpol: table (?:rendered|updated): (\d+) policies")
 FP_NS = "fp"
 FP_PORT = 8080
 SERVER = f"""

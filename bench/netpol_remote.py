@@ -16,7 +16,6 @@ same kept libnftables poller.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from tests.fixtures.cluster import Cluster
 from . import netpol_records as records
 from . import svc_e2e_kernel as kernel
 from .common import REPO, python_env
+from .netpol_node import RENDERED
 from .overlay_topo import QUIET_DAEMON
 from .svc_e2e import CIDR, write_bulk_from
 from .svc_e2e_load import METRICS, services_metric, wait_metric
@@ -41,7 +41,6 @@ DAEMON: dict[str, Any] = {
     "services": {"proxy": True, "resyncInterval": 3600},
     "networkPolicy": {"enforce": True, "resyncInterval": 3600},
 }
-RENDERED = re.compile(r"netpol: table rendered: (\d+) policies")
 
 
 def start_cluster() -> Cluster:
