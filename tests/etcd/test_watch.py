@@ -114,7 +114,9 @@ def test_watch_fails_over_between_members_without_gaps(etcd_cluster, open_store)
         assert not victim.endpoint.endswith(watch.endpoint)
         victim.start()
     assert [key for _, key, _ in rec.events()] == written
-    assert watch.restarts == 2
+    # one restart per kill at least; a busy machine may add a retry on a member still coming
+    # up (the events above show no gap either way), never a re-list
+    assert watch.restarts >= 2 and watch.relists == 0
 
 
 def test_compaction_while_the_watched_member_was_down_relists(etcd_cluster, open_store):
