@@ -187,6 +187,7 @@ class NetpolNode:
         return json.loads(out.stdout)
 
     def probe_matrix(self, cells: list[Cell], timeout: float = 1.0) -> dict[Cell, bool]:
+        self.forget_udp_flows()
         by_source: dict[str, list[Cell]] = {}
         for cell in cells:
             by_source.setdefault(cell[0], []).append(cell)
@@ -226,6 +227,13 @@ class NetpolNode:
             ).allowed
             for src, dst, proto, port, family in cells
         }
+
+    def forget_udp_flows(self) -> None:
+        """Delete the node's UDP conntrack entries: a probe's socket takes a random source
+        port, and one that an earlier allowed probe of the same pair used within conntrack's
+        30 s is that flow again, accepted as established (existing flows are kept by
+        design), not judged as the new connection the cell is about."""
+        self.node.run(["conntrack", "-D", "-p", "udp"], check=False)
 
     def check_matrix(
         self, policies: tuple[NetworkPolicy, ...], families: tuple[int, ...] = (4,)

@@ -141,7 +141,11 @@ class Upstream:
             )
 
     def probe(self, cells: list[Cell], timeout: float) -> dict[Cell, bool]:
-        """Every cell at once: one prober per source Pod, a thread per target."""
+        """Every cell at once: one prober per source Pod, a thread per target; the nodes'
+        UDP conntrack entries deleted first (an earlier allowed probe's flow, its random
+        source port drawn again, would be accepted as established: see netpol_cluster)."""
+        for node in self.cluster.nodes:
+            node.host.ns.run(["conntrack", "-D", "-p", "udp"], check=False)
         by_source: dict[e2e.Ref, list[Cell]] = {}
         for cell in cells:
             by_source.setdefault(cell[0], []).append(cell)
