@@ -16,6 +16,7 @@ from store.base import Put
 from store.codec import encode
 from store.keys import ENDPOINTS, HANDLES, netpol_key
 from store.sqlite import SqliteStore
+from tests.fixtures.bridge import node_veths
 from tests.fixtures.cnirun import Runner, cache_entry_path, pod_ipv4, write_network
 from tests.fixtures.daemon import Pycnid, daemon_config
 from tests.fixtures.netns import Netns
@@ -85,8 +86,7 @@ class Drill:
         return out.stdout
 
     def veths(self) -> int:
-        out = self.node.run(["ip", "-o", "link", "show", "master", "drillbr0"], check=False)
-        return len(out.stdout.splitlines())
+        return len(node_veths(self.node, NETWORK))
 
     def isolated(self) -> set[str]:
         """The addresses the NetworkPolicy table isolates (its ``self4`` set)."""

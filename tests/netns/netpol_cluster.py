@@ -187,7 +187,7 @@ class NetpolNode:
         return json.loads(out.stdout)
 
     def probe_matrix(self, cells: list[Cell], timeout: float = 1.0) -> dict[Cell, bool]:
-        self.forget_udp_flows()
+        forget_udp_flows(self.node)
         by_source: dict[str, list[Cell]] = {}
         for cell in cells:
             by_source.setdefault(cell[0], []).append(cell)
@@ -228,13 +228,6 @@ class NetpolNode:
             for src, dst, proto, port, family in cells
         }
 
-    def forget_udp_flows(self) -> None:
-        """Delete the node's UDP conntrack entries: a probe's socket takes a random source
-        port, and one that an earlier allowed probe of the same pair used within conntrack's
-        30 s is that flow again, accepted as established (existing flows are kept by
-        design), not judged as the new connection the cell is about."""
-        self.node.run(["conntrack", "-D", "-p", "udp"], check=False)
-
     def check_matrix(
         self, policies: tuple[NetworkPolicy, ...], families: tuple[int, ...] = (4,)
     ) -> dict[Cell, bool]:
@@ -260,6 +253,14 @@ class NetpolNode:
         self.pycnid.stop()
         self.node.delete()
         shutil.rmtree(self.pycnid.workdir, ignore_errors=True)
+
+
+def forget_udp_flows(node: Netns) -> None:
+    """Delete the node's UDP conntrack entries: a probe's socket takes a random source port,
+    and one that an earlier allowed probe of the same pair used within conntrack's 30 s is
+    that flow again, accepted as established (existing flows are kept by design), not judged
+    as the new connection the cell is about."""
+    node.run(["conntrack", "-D", "-p", "udp"], check=False)
 
 
 def make_node(cni_bin: str, cni_path: str) -> NetpolNode:

@@ -21,7 +21,7 @@ import pytest
 
 from store.keys import HANDLES
 from store.sqlite import SqliteStore
-from tests.fixtures.bridge import bridge_conf, new_cid
+from tests.fixtures.bridge import NETWORK, bridge_conf, new_cid, node_veths
 from tests.fixtures.daemon import Pycnid, daemon_config
 from tests.fixtures.netns import Netns
 from tests.fixtures.plugins import run_plugin
@@ -78,8 +78,7 @@ class Node:
             shutil.rmtree(copy, ignore_errors=True)
 
     def veths(self) -> int:
-        out = self.ns.run(["ip", "-o", "link", "show", "master", "fullbr0"], check=False)
-        return len(out.stdout.splitlines())
+        return len(node_veths(self.ns, NETWORK))
 
 
 def small_state_dir(node: Netns, read_only: bool = False) -> tuple[Pycnid, str]:

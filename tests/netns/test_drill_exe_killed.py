@@ -21,7 +21,7 @@ import pytest
 
 from store.keys import HANDLES
 from store.sqlite import SqliteStore
-from tests.fixtures.bridge import bridge_conf, new_cid
+from tests.fixtures.bridge import NETWORK, bridge_conf, new_cid, node_veths
 from tests.fixtures.plugins import run_plugin
 from tests.fixtures.scale import sized
 
@@ -73,8 +73,7 @@ def test_del_after_a_killed_add_leaves_nothing(node, pycnid, cni_bin, cni_path, 
         )  # fmt: skip
 
     def veths() -> int:
-        out = node.run(["ip", "-o", "link", "show", "master", "killbr0"], check=False)
-        return len(out.stdout.splitlines())
+        return len(node_veths(node, NETWORK))
 
     keeper = netns_factory("kpod")
     assert run("ADD", new_cid(), keeper.path).code == 0

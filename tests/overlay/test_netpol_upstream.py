@@ -31,7 +31,7 @@ from tests.fixtures import netpol_e2e as e2e
 from tests.fixtures.cluster import ClusterNode
 from tests.fixtures.scale import sized
 from tests.fixtures.waiting import wait_for
-from tests.netns.netpol_cluster import PROBER
+from tests.netns.netpol_cluster import PROBER, forget_udp_flows
 
 from .pods import OverlayCluster, Pod, python_in
 
@@ -142,10 +142,9 @@ class Upstream:
 
     def probe(self, cells: list[Cell], timeout: float) -> dict[Cell, bool]:
         """Every cell at once: one prober per source Pod, a thread per target; the nodes'
-        UDP conntrack entries deleted first (an earlier allowed probe's flow, its random
-        source port drawn again, would be accepted as established: see netpol_cluster)."""
+        UDP conntrack entries deleted first (``forget_udp_flows``)."""
         for node in self.cluster.nodes:
-            node.host.ns.run(["conntrack", "-D", "-p", "udp"], check=False)
+            forget_udp_flows(node.host.ns)
         by_source: dict[e2e.Ref, list[Cell]] = {}
         for cell in cells:
             by_source.setdefault(cell[0], []).append(cell)
