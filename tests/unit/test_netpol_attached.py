@@ -12,6 +12,8 @@ from types import SimpleNamespace
 from typing import cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cni.spec.errors import InvalidConfig, TryAgainLater
 from common.metrics import Registry
@@ -30,6 +32,7 @@ from store.base import Put
 from store.keys import handle_key
 from store.sqlite import SqliteStore
 from tests.fixtures.kubeapi import pod
+from tests.fuzz.budget import cases
 
 
 def obj(name: str, ips: tuple[str, ...] = (), uid: str = "u1", ended: bool = False) -> PodObject:
@@ -189,3 +192,50 @@ def test_a_restarted_pycnid_takes_its_attachments_back_from_the_ipam_handles(
     sync.take_back_attachments()
     assert sync.kube.attached == {"podnet/c1/eth0": AttachedPod("x", "a", ("10.22.0.2",), "u1")}
     sync.store.close()
+
+
+def is_dns_label(text: str, limit: int = 63) -> bool:
+    """RFC 1123 label, written out (not the parser's regular expression)."""
+    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+    return 0 < len(text) <= limit and set(text) <= allowed and text[0] != "-" and text[-1] != "-"
+
+
+def is_dns_subdomain(text: str) -> bool:
+    return 0 < len(text) <= 253 and all(is_dns_label(p, 253) for p in text.split("."))
+
+
+NAME_TEXT = st.one_of(
+    st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,8}[a-z0-9])?", fullmatch=True),
+    st.text(max_size=12),
+    st.sampled_from(["", "x\n", "-a", "a-", "a..b", "A", "a/b", "a" * 64, "b" * 254]),
+)
+
+
+@cases(300)
+@given(
+    namespace=st.none() | NAME_TEXT,
+    name=st.none() | NAME_TEXT,
+    extra=st.dictionaries(st.sampled_from(["K8S_POD_UID", "IgnoreUnknown"]), st.text(max_size=5)),
+)
+def test_any_pod_names_give_the_pod_none_or_code_7_naming_the_key(namespace, name, extra):
+    args = dict(extra)
+    if namespace is not None:
+        args["K8S_POD_NAMESPACE"] = namespace
+    if name is not None:
+        args["K8S_POD_NAME"] = name
+    try:
+        found = parse_pod_identity(args)
+    except InvalidConfig as exc:
+        assert exc.code == 7
+        bad_ns = namespace is None or not is_dns_label(namespace)
+        key = "K8S_POD_NAMESPACE" if bad_ns else "K8S_POD_NAME"
+        assert key in exc.msg
+        assert not (namespace is None and name is None)
+        assert bad_ns or name is None or not is_dns_subdomain(name)
+        return
+    if namespace is None and name is None:
+        assert found is None
+    else:
+        assert namespace is not None and name is not None
+        assert is_dns_label(namespace) and is_dns_subdomain(name)
+        assert found == (namespace, name)
