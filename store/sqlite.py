@@ -141,6 +141,24 @@ class SqliteStore:
             rows = conn.execute(sql, params).fetchall()
         return [_kv(row) for row in rows]
 
+    def changes_since(self, prefix: str, revision: int) -> tuple[list[KV], list[str]]:
+        """One snapshot of ``prefix``: its keys written after ``revision`` (with their values)
+        and every key it holds now, so a reader that knew it at ``revision`` learns the puts
+        and the deletes without reading every value again."""
+        where, params = range_clause(prefix)
+        columns = "key, value, mod_revision, create_revision"
+        with self._cursor() as conn:
+            conn.execute("BEGIN")  # one read transaction: both queries see one commit
+            try:
+                changed = conn.execute(
+                    f"SELECT {columns} FROM kv WHERE {where} AND mod_revision > ? ORDER BY key",
+                    (*params, revision),
+                ).fetchall()
+                keys = conn.execute(f"SELECT key FROM kv WHERE {where}", params).fetchall()
+            finally:
+                conn.execute("COMMIT")
+        return [_kv(row) for row in changed], [bytes(row[0]).decode() for row in keys]
+
     def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> TxnResult:
         with self._cursor() as conn:
             conn.execute("BEGIN IMMEDIATE")

@@ -1,6 +1,9 @@
 """A view kept current from store prefixes: read each prefix once, then watch it from the
-revision read (etcd); a store without watches (SQLite) is re-read by ``ensure`` whenever its
-revision moved (every ``ensure`` if it has none), so its owner polls ``ensure`` instead.
+revision read (etcd); a store without watches (SQLite) is looked at by ``ensure`` whenever its
+revision moved (every ``ensure`` if it has none), so its owner polls ``ensure`` instead. Once
+read whole, such a store that can tell what changed since a revision (``SqliteStore
+.changes_since``) gives only the keys written since and the keys deleted: a Pod's ADD then
+costs its own records, not a re-read of 10,000 (2 s measured at 10k endpoints + 1k policies).
 
 Both of pycnid's syncs (overlay peers, Service proxy) keep their in-memory view this way. The
 view has ``replace_all(kvs, prefix)`` (a snapshot of one prefix: after a read, or a watch that
@@ -35,6 +38,16 @@ class PagedLister(Protocol):
     def range_pages(self, prefix: str) -> tuple[Iterable[KV], int]: ...
 
 
+class ChangeReader(Protocol):
+    """A store without watches that tells the writes since a revision (``SqliteStore``)."""
+
+    def changes_since(self, prefix: str, revision: int) -> tuple[list[KV], list[str]]: ...
+
+
+def can_read_changes(store: object) -> TypeGuard[ChangeReader]:
+    return callable(getattr(store, "changes_since", None))
+
+
 def can_watch(store: Store) -> TypeGuard[WatchingStore]:
     return callable(getattr(store, "watch", None))
 
@@ -57,6 +70,7 @@ class WatchedPrefixes:
         self.loaded: set[str] = set()
         self.watches: list[Watch] = []
         self.read_at: int | None = None  # without watches: the store revision last read
+        self.keys: dict[str, set[str]] = {}  # without watches: each prefix's keys last read
 
     @property
     def can_watch(self) -> bool:
@@ -69,12 +83,14 @@ class WatchedPrefixes:
         revision = None if watching is not None else self._revision()
         if watching is None and revision is not None and revision == self.read_at:
             return
+        if watching is None and self.read_changes(revision):
+            return
         for prefix in self.prefixes:
             if prefix in self.loaded:
                 continue
             kvs: Iterable[KV]
             if watching is None:
-                kvs, read = self.store.range(prefix), 0
+                kvs, read = self.noting_keys(prefix, self.store.range(prefix)), 0
             elif can_page(watching):  # the view takes it page by page, under the lock
                 kvs, read = watching.range_pages(prefix)
             else:
@@ -85,6 +101,35 @@ class WatchedPrefixes:
                 self.watches.append(watching.watch(prefix, read + 1, self.on_update_of(prefix)))
                 self.loaded.add(prefix)
         self.read_at = revision  # after a whole read; a txn in between: read again next call
+
+    def read_changes(self, revision: int | None) -> bool:
+        """Bring the view from ``read_at`` to ``revision`` with the keys written and deleted
+        since (True); False when the store cannot tell (a whole read is due)."""
+        after = self.read_at
+        if revision is None or after is None or revision < after:
+            return False
+        if not can_read_changes(self.store) or set(self.keys) != set(self.prefixes):
+            return False
+        for prefix in self.prefixes:
+            changed, keys = self.store.changes_since(prefix, after)
+            now = set(keys)
+            gone = self.keys[prefix] - now
+            with self.lock:
+                for kv in changed:
+                    self.view.apply(kv, False)
+                for key in sorted(gone):
+                    self.view.apply(KV(key, b"", 0), True)
+            self.keys[prefix] = now
+        self.read_at = revision  # a txn after ``revision``: applied now and again next call
+        return True
+
+    def noting_keys(self, prefix: str, kvs: Iterable[KV]) -> Iterable[KV]:
+        """``kvs`` as they come, their keys kept as the prefix's (``read_changes``)."""
+        keys: set[str] = set()
+        for kv in kvs:
+            keys.add(kv.key)
+            yield kv
+        self.keys[prefix] = keys
 
     def _revision(self) -> int | None:
         revision = getattr(self.store, "revision", None)

@@ -1,7 +1,10 @@
-"""WatchedPrefixes over a store without watches (SQLite): generated runs of txns and
-``ensure`` calls keep the view equal to the store's prefixes after every ``ensure``, and the
-store is read again exactly when its revision moved (a txn that changes nothing, such as the
-delete of an absent key, does not move it) (store/watched.py)."""
+"""WatchedPrefixes over a store without watches (SQLite): generated runs of txns (by pycnid's
+connection and by another one to the same file, as the CLI writes) and ``ensure`` calls keep
+the view equal to the store's prefixes after every ``ensure``. The store is read whole once;
+after that it is asked what changed exactly when its revision moved (a txn that changes
+nothing, such as the delete of an absent key, does not move it), and the view gets only those
+puts and deletes; a store that cannot tell what changed is read whole again
+(store/watched.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ PREFIXES = ("/a/", "/b/")
 KEYS = st.sampled_from([f"{p}{k}" for p in PREFIXES for k in "xyz"] + ["/c/x"])
 STEPS = st.lists(
     st.one_of(
-        st.tuples(st.just("put"), KEYS, st.binary(max_size=3)),
-        st.tuples(st.just("delete"), KEYS, st.just(b"")),
+        st.tuples(st.sampled_from(["put", "put by another"]), KEYS, st.binary(max_size=3)),
+        st.tuples(st.sampled_from(["delete", "delete by another"]), KEYS, st.just(b"")),
         st.tuples(st.just("ensure"), st.just(""), st.just(b"")),
     ),
     max_size=12,
@@ -28,27 +31,43 @@ STEPS = st.lists(
 
 
 class View:
-    """The view a sync keeps: key -> value, fed by snapshots (no watch: only those)."""
+    """The view a sync keeps: key -> value, fed by snapshots and single puts and deletes."""
 
     def __init__(self) -> None:
         self.kvs: dict[str, bytes] = {}
+        self.applied = 0
 
     def replace_all(self, kvs, prefix: str) -> None:
         self.kvs = {k: v for k, v in self.kvs.items() if not k.startswith(prefix)}
         self.kvs.update({kv.key: kv.value for kv in kvs})
 
     def apply(self, kv, deleted: bool = False) -> None:
-        raise AssertionError("a store without watches delivers no events")
+        self.applied += 1
+        if deleted:
+            assert kv.key in self.kvs, f"a delete of {kv.key}, which the view does not hold"
+            del self.kvs[kv.key]
+        else:
+            self.kvs[kv.key] = kv.value
 
 
 class CountingStore(SqliteStore):
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        self.reads = 0
+        self.reads = self.asked = 0
 
     def range(self, prefix: str, **kw):
         self.reads += 1
         return super().range(prefix, **kw)
+
+    def changes_since(self, prefix: str, revision: int):
+        self.asked += 1
+        return super().changes_since(prefix, revision)
+
+
+class WholeStore(CountingStore):
+    """A store without watches that cannot tell what changed: read whole every time."""
+
+    changes_since = None  # type: ignore[assignment]
 
 
 def contents(store: SqliteStore) -> dict[str, bytes]:
@@ -56,21 +75,30 @@ def contents(store: SqliteStore) -> dict[str, bytes]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(STEPS)
-def test_ensure_reads_again_exactly_when_the_store_moved(steps):
+@given(STEPS, st.booleans())
+def test_ensure_reads_what_changed_exactly_when_the_store_moved(steps, tells):
     with tempfile.TemporaryDirectory() as tmp:
-        store, view = CountingStore(f"{tmp}/s.db"), View()
+        path = f"{tmp}/s.db"
+        store, view = (CountingStore if tells else WholeStore)(path), View()
+        other = SqliteStore(path)
         watched = WatchedPrefixes(store, PREFIXES, view, threading.Lock(), lambda _c: None)
         assert not watched.can_watch
         watched.ensure()
+        assert (store.reads, view.applied) == (len(PREFIXES), 0)
         read_at = store.revision()
         for verb, key, value in steps:
             if verb == "ensure":
-                reads, moved = store.reads, store.revision() != read_at
+                reads, asked, moved = store.reads, store.asked, store.revision() != read_at
                 watched.ensure()
-                assert store.reads - reads == (len(PREFIXES) if moved else 0)
+                whole, changes = (0, len(PREFIXES)) if tells else (len(PREFIXES), 0)
+                assert store.reads - reads == (whole if moved else 0)
+                assert store.asked - asked == (changes if moved else 0)
                 assert view.kvs == contents(store)
                 read_at = store.revision()
             else:
-                store.txn([], [Put(key, value) if verb == "put" else Delete(key)])
+                writer = other if verb.endswith("by another") else store
+                writer.txn([], [Put(key, value) if verb.startswith("put") else Delete(key)])
+        if not tells:
+            assert view.applied == 0
+        other.close()
         store.close()
