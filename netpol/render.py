@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
-from netpol.members import Members, addresses, to_text
+from netpol.members import Grouping, Members, addresses, to_text
 from netpol.policy import NetworkPolicy, Rule
 
 TABLE = "pycni-netpol"
@@ -92,9 +92,15 @@ class Layout:
         )
 
 
-def calc_layout(inputs: PolicyInputs, node: str, node_ips: Iterable[str] = ()) -> Layout:
+def calc_layout(
+    inputs: PolicyInputs,
+    node: str,
+    node_ips: Iterable[str] = (),
+    grouping: Grouping | None = None,
+) -> Layout:
+    """``grouping``: the Pods' grouping kept from the previous pass (``members.Grouping``)."""
     layout = Layout()
-    members = Members(inputs)
+    members = Members(inputs, grouping)
     local = [p for p in inputs.pods if p.node == node]
     node_addresses = [ipaddress.ip_address(a.split("/")[0]) for a in node_ips]
     for family in FAMILIES:

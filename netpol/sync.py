@@ -70,6 +70,7 @@ from netpol.config import DEFAULT_NETPOL_RESYNC
 from netpol.diff import NotDiffable, calc_element_batch, render_diff
 from netpol.evaluate import PolicyInputs
 from netpol.from_kube import PolicyObjects
+from netpol.members import Grouping
 from netpol.purge import purge_denied
 from netpol.render import TABLE, Layout, Object, calc_layout, render_full
 from netpol.view import PREFIXES, Records
@@ -152,6 +153,7 @@ class NetpolSync:
         self.nft: Nft | None = None
         self.objects: frozenset[Object] | None = None  # None: to be listed from the kernel
         self.layout: Layout | None = None  # what the kernel holds; None: render it whole
+        self.grouping = Grouping()  # the Pods grouped by namespace, kept between passes
         self.full_due = 0.0
         self.counters_due = 0.0
         self.metrics = NetpolMetrics(registry)
@@ -290,7 +292,7 @@ class NetpolSync:
             inputs = self.records.inputs()
         if self.kube is not None:
             inputs = self.kube.inputs(inputs.node_ips)
-        layout = calc_layout(inputs, self.node, addresses)
+        layout = calc_layout(inputs, self.node, addresses, self.grouping)
         how = self.apply_layout(layout)
         if how is None:
             return False

@@ -1,6 +1,8 @@
 """netpol/members.py's index answers what netpol.evaluate answers: for generated namespaces,
 Pods and peers, the addresses a peer picks are exactly the Pods ``peer_matches`` accepts, and
-a named port resolves where ``PodInfo.resolve`` does."""
+a named port resolves where ``PodInfo.resolve`` does. A ``Grouping`` kept over generated
+passes (Pods kept as the same objects, replaced, added, removed; namespace labels changed)
+answers exactly what one made for each pass's inputs answers."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, _ip, peer_matches
-from netpol.members import Members, addresses, split_families
+from netpol.members import Grouping, Members, addresses, split_families
 from netpol.policy import NetworkPolicy, Peer
 from netpol.selector import LabelSelector, Requirement
 
@@ -98,3 +100,44 @@ def test_a_pods_addresses_are_parsed_once_per_address_list_and_canonical() -> No
     assert addresses(again, 6) == ("fd09::7",)
     after = split_families.cache_info()
     assert (after.misses - before.misses, after.hits - before.hits) == (1, 2)
+
+
+@st.composite
+def passes(draw: st.DrawFn) -> list[PolicyInputs]:
+    """Successive inputs as ``view.PodCache`` hands them over: a Pod that did not change is
+    the same object; the whole tuple is the same object when no Pod changed."""
+    found: list[PolicyInputs] = []
+    for _ in range(draw(st.integers(1, 4))):
+        drawn = draw(cluster())
+        if found and draw(st.booleans()):  # no Pod changed: the same tuple
+            found.append(PolicyInputs(found[-1].pods, drawn.namespaces))
+            continue
+        before = found[-1].pods if found else ()
+        kept = [
+            before[i] if i < len(before) and draw(st.booleans()) else pod
+            for i, pod in enumerate(drawn.pods)
+        ]
+        found.append(PolicyInputs(tuple(kept), drawn.namespaces))
+    return found
+
+
+@settings(max_examples=150, deadline=None)
+@given(passes(), st.lists(peer, min_size=1, max_size=3), st.sampled_from(NAMESPACES))
+def test_a_grouping_kept_between_passes_answers_as_a_fresh_one(
+    inputs_seq: list[PolicyInputs], peers: list[Peer], namespace: str
+) -> None:
+    grouping = Grouping()
+    policy = NetworkPolicy(namespace, "p")
+    for inputs in inputs_seq:
+        kept, fresh = Members(inputs, grouping), Members(inputs)
+        for picked in peers:
+            for family in (4, 6):
+                assert kept.peer_addresses(policy, picked, family) == fresh.peer_addresses(
+                    policy, picked, family
+                )
+        for name in ("http", "dns"):
+            for protocol in ("TCP", "UDP"):
+                for family in (4, 6):
+                    assert kept.named_port(name, protocol, family) == fresh.named_port(
+                        name, protocol, family
+                    )
