@@ -1,6 +1,6 @@
 """What the kernel holds survives others and pycnid itself: a pycni route, neighbour, FDB
-entry or the VXLAN device deleted by hand is back within about a second (the netlink
-monitor; the resync is 30 s away); a pycnid restart loses at most one reply of a continuous
+entry or the VXLAN device deleted by hand is back well before the 30 s resync (the netlink
+monitor; ``kernel.BOUND``); a pycnid restart loses at most one reply of a continuous
 ping between Pods of two nodes and changes no entry (nothing deleted and re-added, the
 device's index kept); at start pycnid removes what carries its marks for nodes that do not
 exist, and leaves foreign routes, neighbours and FDB entries alone.
@@ -19,11 +19,10 @@ import pytest
 
 from tests.fixtures.waiting import wait_for
 
-from .kernel import VXLAN_DEVICE, ifindex, ip_json, read_state, wait_converged
+from .kernel import BOUND, VXLAN_DEVICE, ifindex, ip_json, read_state, wait_converged
 from .pods import METRICS, OverlayCluster, Pod, wait_synced
 
 pytestmark = pytest.mark.etcd
-BOUND = 1.5
 
 
 @pytest.fixture(scope="module")
