@@ -1,9 +1,9 @@
 """Nodes joining, leaving and coming back: every peer has the entries of a node that joins,
 and loses those of one that leaves (a graceful stop with ``leaveOnStop``, or `pycni node rm`),
 as soon as the watch brings the registry change; a crashed node keeps its entries on its
-peers, even once its heartbeat has expired (a lost heartbeat removes nothing); a node that comes back with
-a new underlay address and a new VTEP MAC leaves nothing of its old self on any peer — the
-FDB entries and neighbours flannel leaves stale.
+peers, even once its heartbeat has expired (a lost heartbeat removes nothing); a node that
+comes back with a new underlay address and a new VTEP MAC leaves nothing of its old self on
+any peer — the FDB entries and neighbours flannel leaves stale.
 
 The waits (``kernel.BOUND``) are well inside the 30 s resync, so only the watch can have
 converged the peers; the one second the overlay promises is `make bench-overlay`'s figure.
