@@ -1,6 +1,7 @@
 """netpol/view.PodCache under generated histories of endpoint records (several interfaces per
 Pod, relabels, moves between Pods, deletes, repeated refreshes): after every step its Pods
 equal what ``netpol/record.calc_pods`` computes afresh from the same records in key order,
+whether it looks at every key or is told the keys touched since (as ``Records`` tells it),
 and the policies-by-namespace index gives ``policies_of`` the same answer as a full scan."""
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from hypothesis import strategies as st
 from netpol.evaluate import PolicyInputs, policies_of, selects
 from netpol.policy import parse_policy
 from netpol.record import calc_pods
-from netpol.view import PodCache
+from netpol.view import PodCache, Records
 from services.record import EndpointRecord
+from store.base import KV
+from store.keys import ENDPOINTS
 from tests.fuzz.budget import cases
 
 KEYS = st.tuples(st.sampled_from("xy"), st.sampled_from("abc"), st.sampled_from(["eth0", "net1"]))
@@ -36,16 +39,20 @@ STEPS = st.lists(
 
 
 @cases(200)
-@given(steps=STEPS)
-def test_the_cache_equals_a_fresh_computation_after_every_step(steps):
-    cache, endpoints = PodCache(), {}
+@given(steps=STEPS, told=st.booleans())
+def test_the_cache_equals_a_fresh_computation_after_every_step(steps, told):
+    cache, endpoints, touched = PodCache(), {}, set()
     for op, arg in steps:
         if op == "put":
             endpoints[arg.key] = arg
+            touched.add(arg.key)
         elif op == "delete":
-            endpoints.pop(EndpointRecord(*arg, ()).key, None)
+            key = EndpointRecord(*arg, ()).key
+            endpoints.pop(key, None)
+            touched.add(key)
         fresh = calc_pods([endpoints[k] for k in sorted(endpoints)])
-        assert cache.refresh(endpoints) == fresh
+        assert cache.refresh(endpoints, touched if told else None) == fresh
+        touched = set()
 
 
 @cases(100)
@@ -72,3 +79,31 @@ def test_policies_by_namespace_give_what_a_full_scan_gives(namespaces, pod_ns, a
         (p for p in policies if p.isolates("Ingress") and selects(p, pod)), key=lambda p: p.ref
     )
     assert policies_of(inputs, pod, "Ingress") == scan
+
+
+@cases(100)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("put"), RECORDS),
+            st.tuples(st.just("delete"), KEYS),
+            st.tuples(st.just("snapshot"), st.lists(RECORDS, max_size=4)),
+            st.tuples(st.just("inputs"), st.none()),
+        ),
+        max_size=20,
+    )
+)
+def test_records_tell_the_cache_every_endpoint_they_touched(steps):
+    """Records' puts, deletes and snapshots (``replace_all``) between calls of ``inputs()``:
+    its Pods are those of the records it holds, as computed afresh."""
+    records = Records()
+    for op, arg in [*steps, ("inputs", None)]:
+        if op == "put":
+            records.apply(KV(arg.key, arg.to_bytes(), 1))
+        elif op == "delete":
+            records.apply(KV(EndpointRecord(*arg, ()).key, b"", 1), deleted=True)
+        elif op == "snapshot":
+            records.replace_all([KV(r.key, r.to_bytes(), 1) for r in arg], ENDPOINTS)
+        else:
+            held = records.endpoints
+            assert records.inputs().pods == calc_pods([held[k] for k in sorted(held)])
