@@ -10,6 +10,7 @@ record is logged once and left out; the others still apply.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Iterable
 
@@ -104,6 +105,9 @@ class Records:
 Group = tuple[str, str]  # a Pod: namespace, name
 
 
+RESORT = 64  # more Pods changed in one pass than this: sort them all again
+
+
 class PodCache:
     """The Pods of the endpoint records, each recomputed only when one of its records changed
     (a pass at 10,000 Pods spent 0.5 s turning every record into a ``PodInfo`` again). A
@@ -114,6 +118,8 @@ class PodCache:
         self.keys: dict[Group, set[str]] = {}
         self.infos: dict[Group, PodInfo] = {}
         self.sorted: tuple[PodInfo, ...] = ()
+        self.order: list[PodInfo] = []  # ``sorted`` as a list, and its refs
+        self.refs: list[str] = []
 
     def refresh(
         self, endpoints: dict[str, EndpointRecord], touched: Iterable[str] | None = None
@@ -134,13 +140,33 @@ class PodCache:
                 self.seen[key] = new
             else:
                 del self.seen[key]
+        replaced = []
         for group in stale:
             keys = self.keys.get(group)
+            old_info = self.infos.get(group)
             if keys:
                 self.infos[group] = calc_pod([endpoints[k] for k in sorted(keys)])
             else:
                 self.keys.pop(group, None)
                 self.infos.pop(group, None)
-        if stale or len(self.sorted) != len(self.infos):
-            self.sorted = pod_infos(self.infos.values())
+            replaced.append((old_info, self.infos.get(group)))
+        if stale:
+            self.resort(replaced)
         return self.sorted
+
+    def resort(self, replaced: list[tuple[PodInfo | None, PodInfo | None]]) -> None:
+        """``sorted`` with the (old, new) Pods replaced: moved in place when they are few
+        (sorting 10,000 Pods by ref was tens of ms of every pass), else sorted again."""
+        if len(replaced) > RESORT:
+            self.order = list(pod_infos(self.infos.values()))
+            self.refs = [p.ref for p in self.order]
+        else:
+            for old, new in replaced:
+                if old is not None:
+                    at = bisect.bisect_left(self.refs, old.ref)
+                    del self.order[at], self.refs[at]
+                if new is not None:
+                    at = bisect.bisect_left(self.refs, new.ref)
+                    self.order.insert(at, new)
+                    self.refs.insert(at, new.ref)
+        self.sorted = tuple(self.order)

@@ -15,7 +15,7 @@ arrives) and ``apply(kv, deleted)``; changes are made under ``lock`` and then
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from typing import TYPE_CHECKING, Protocol, TypeGuard
 
 from store.base import KV, Store
@@ -41,7 +41,9 @@ class PagedLister(Protocol):
 class ChangeReader(Protocol):
     """A store without watches that tells the writes since a revision (``SqliteStore``)."""
 
-    def changes_since(self, prefix: str, revision: int) -> tuple[list[KV], list[str]]: ...
+    def changes_since(
+        self, prefix: str, revision: int, known: Set[str]
+    ) -> tuple[list[KV], set[str] | None]: ...
 
 
 def can_read_changes(store: object) -> TypeGuard[ChangeReader]:
@@ -111,9 +113,10 @@ class WatchedPrefixes:
         if not can_read_changes(self.store) or set(self.keys) != set(self.prefixes):
             return False
         for prefix in self.prefixes:
-            changed, keys = self.store.changes_since(prefix, after)
-            now = set(keys)
-            gone = self.keys[prefix] - now
+            known = self.keys[prefix]
+            changed, keys = self.store.changes_since(prefix, after, known)
+            now = keys if keys is not None else known | {kv.key for kv in changed}
+            gone = known - now
             with self.lock:
                 for kv in changed:
                     self.view.apply(kv, False)

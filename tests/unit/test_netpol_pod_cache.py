@@ -9,6 +9,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from netpol import view
 from netpol.evaluate import PolicyInputs, policies_of, selects
 from netpol.policy import parse_policy
 from netpol.record import calc_pods
@@ -39,8 +40,17 @@ STEPS = st.lists(
 
 
 @cases(200)
-@given(steps=STEPS, told=st.booleans())
-def test_the_cache_equals_a_fresh_computation_after_every_step(steps, told):
+@given(steps=STEPS, told=st.booleans(), resort=st.sampled_from([0, view.RESORT]))
+def test_the_cache_equals_a_fresh_computation_after_every_step(steps, told, resort):
+    """``resort``: how many changed Pods are moved in place (0: every change sorts again)."""
+    kept, view.RESORT = view.RESORT, resort
+    try:
+        check_cache(steps, told)
+    finally:
+        view.RESORT = kept
+
+
+def check_cache(steps, told):
     cache, endpoints, touched = PodCache(), {}, set()
     for op, arg in steps:
         if op == "put":

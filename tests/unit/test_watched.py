@@ -59,9 +59,9 @@ class CountingStore(SqliteStore):
         self.reads += 1
         return super().range(prefix, **kw)
 
-    def changes_since(self, prefix: str, revision: int):
+    def changes_since(self, prefix: str, revision: int, known):
         self.asked += 1
-        return super().changes_since(prefix, revision)
+        return super().changes_since(prefix, revision, known)
 
 
 class WholeStore(CountingStore):
