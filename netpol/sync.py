@@ -2,7 +2,8 @@
 
 ``NetpolSync.start()`` returns at once; a loop thread (``common/loop.py``) then, on every pass,
 reads the prefixes ``view.PREFIXES`` (policies, namespaces, endpoints, node records) and
-watches them from the revision read (etcd; SQLite is re-read when its revision moved), and
+watches them from the revision read (etcd; SQLite is asked what changed when its revision
+moved, ``store/watched.py``), and
 when anything changed (a record, this node's addresses) renders the node's layout
 (``render.calc_layout``) and sends the kernel what differs from the layout it committed last
 (``diff.render_diff``): one transaction that flushes nothing but the chains whose rules

@@ -5,7 +5,7 @@
 1. leases this node's VTEP addresses (vxlan; retried until a pool can give one) and publishes
    the node record's overlay fields (``Liveness.update``);
 2. reads the four registry prefixes (``registry.PREFIXES``) and watches each from the
-   revision it read (etcd; SQLite is re-read on every pass) — a watch event wakes the loop;
+   revision it read (etcd; SQLite: what changed, each pass) — a watch event wakes the loop;
 3. reconciles: desired entries (``model.calc_desired``) against what the kernel holds with
    pycni's marks (``dataplane``), the difference applied, the VXLAN firewall table rendered.
 

@@ -3,7 +3,7 @@
 ``ProxySync.start()`` returns at once; a loop thread (``common/loop.py``) then, on every pass:
 
 1. reads the prefixes ``view.PREFIXES`` (services, endpoints, pools, service settings, node
-   records) and watches each from the revision it read (etcd; SQLite is re-read each pass);
+   records) and watches each from the revision it read (etcd; SQLite: what changed since);
 2. takes the Services the changes touched (``Records.take_dirty``: a Service record, or an
    endpoint its selector picks), builds only their views (``view.calc_service_views``) and
    applies ``ServiceTable.plan`` (``table.py``) through one kept libnftables context: their

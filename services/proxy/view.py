@@ -164,7 +164,7 @@ class Records:
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
         """A snapshot of one prefix replaces what was known under it; a record that did not
-        change dirties nothing (SQLite re-reads every prefix each pass). ``kvs`` is consumed
+        change dirties nothing (a whole read at start or after a lost watch). ``kvs`` is consumed
         once, as it comes (etcd's pages), and the keys it lacks are forgotten after."""
         present: set[str] = set()
         for kv in kvs:
