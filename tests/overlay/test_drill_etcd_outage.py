@@ -217,7 +217,9 @@ def assert_changes_carry_traffic(drill: DrillCluster, svc: Attempts) -> None:
     assert not reaches(denied.ns, web1.ip, 8080), "the denied pair let in"
 
 
-def report(drill: DrillCluster, churn: Churn, programmed: dict[str, dict]) -> None:
+def report(
+    drill: DrillCluster, churn: Churn, changes: tuple[Attempts, ...], programmed: dict[str, dict]
+) -> None:
     tried, survived = churn.pods(), churn.pods(ok=True)
     marks = drill.marks
     print(f"\netcd outage: {tried} tried, {survived} survived, {tried - survived} lost")
@@ -235,6 +237,8 @@ def report(drill: DrillCluster, churn: Churn, programmed: dict[str, dict]) -> No
             cells = [f"{p} {w.lost}/{w.tried} lost, {w.lost_per_second:.2f}/s"
                      for p, w in phases.items()]  # fmt: skip
         print(f"  {kind}: {'; '.join(cells)}")
+    refused = ", ".join(f"`pycni {' '.join(a.argv[:2])}` {len(a.refused())}" for a in changes)
+    print(f"  attempts refused during the outage (exit 1, naming etcd): {refused}")
     for what, times in programmed.items():
         after = {k: t - marks["etcd back"] for k, t in times.items()}
         nodes = {k: s for k, s in after.items() if k not in ("returned", "stored")}
@@ -277,6 +281,6 @@ def test_etcd_member_lost_then_whole_etcd_down_under_churn_and_changes(
     finally:
         churn.stop()
         drill.close()
-    report(drill, churn, programmed)
+    report(drill, churn, (svc, pol), programmed)
     assert_traffic(drill)
     assert churn.pods(ok=True) == churn.pods()
