@@ -95,7 +95,8 @@ def lose_leader(drill: DrillCluster, churn: Churn) -> None:
     churn.phase = "member lost"
     churn.start()
     loss = ("svc", "create", f"{NS}/loss", "--port", "82/TCP:8080", "--selector", "app=web")
-    made = Attempts(drill.cluster.nodes[0], (*loss, "--output", "json")).start()
+    shown = ("svc", "show", f"{NS}/loss", "--output", "json")
+    made = Attempts(drill.cluster.nodes[0], (*loss, "--output", "json"), landed=shown).start()
     made.wait()
     first_seen(drill.cluster.nodes, lambda n: in_service_ips(n, vip_of(made)))
     calls = len(churn.log)
@@ -110,7 +111,8 @@ def outage(drill: DrillCluster, churn: Churn) -> tuple[Attempts, Attempts]:
     drill.mark("outage")
     churn.phase = "outage"
     n1 = drill.cluster.nodes[0]
-    svc = Attempts(n1, (*METRICS_SVC, "--output", "json")).start()
+    shown = ("svc", "show", f"{NS}/metrics", "--output", "json")
+    svc = Attempts(n1, (*METRICS_SVC, "--output", "json"), landed=shown).start()
     pol = Attempts(n1, ("netpol", "apply", "-f", drill.manifest(METRICS_POLICY))).start()
     time.sleep(OUTAGE)  # the outage itself: what the drill is about, not a wait for a state
     drill.mark("return")
