@@ -226,7 +226,11 @@ class Planner(PlanReads):
 
     # -- DEL -------------------------------------------------------------------------------
     def plan_release(self, plan: Plan, handle: HandleId) -> HandleRecord | None:
-        """Free every address ``handle`` holds and delete it; None when it holds nothing."""
+        """Free every address ``handle`` holds and delete it; None when it holds nothing.
+
+        A block that does not show the address as the handle's is compared all the same: the
+        cache may not know a txn whose reply was lost (an in-doubt ADD rolled back), and the
+        handle must not go while its address stays held in the store."""
         key = handle.key
         revision, record = self.current_handle(plan, key)
         if record is None:
@@ -235,6 +239,7 @@ class Planner(PlanReads):
         for ip in record.ips:
             block_rev, block = self.block_for_write(plan, ip.pool, ip.block)
             if block is None or block.allocations.get(ip.ip) != str(handle):
+                plan.compare(block_key(ip.pool, ip.block), block_rev)
                 continue
             block = block.without(ip.ip, released_at=now)
             state = self.cache.states.get(ip.pool)

@@ -1,6 +1,7 @@
 """Overlay clusters: ``overlay_cluster(backend, nodes=3)`` builds node namespaces on an underlay
 bridge (tests/fixtures/cluster.py), each with a pycnid running the overlay, one pool with
-per-block gateways, and Pods added through the pycni-bridge executable.
+per-block gateways, and Pods added through the pycni-bridge executable; ``etcd_members=3``
+runs etcd as three members (one per control-plane namespace) instead of one.
 
 ``module_overlay`` is the same builder with the module's lifetime: a cluster takes seconds to
 build, so tests that do not disturb each other (or put back what they changed) share one."""
@@ -23,10 +24,11 @@ Builder = Callable[..., OverlayCluster]
 
 @contextlib.contextmanager
 def overlay_builder(
-    cni_bin: str, cni_path: str, clusters: Callable[[], Cluster]
+    cni_bin: str, cni_path: str, clusters: Callable[[int], Cluster]
 ) -> Iterator[Builder]:
-    """``make(backend, nodes, cidr, block_size, mtu, daemon=None, **overlay)``: a cluster of
-    ``clusters()`` with the overlay on every node and the pool ``pods``."""
+    """``make(backend, nodes, cidr, block_size, mtu, daemon=None, etcd_members=1, **overlay)``:
+    a cluster of ``clusters(etcd_members)`` with the overlay on every node and the pool
+    ``pods``."""
     made: list[OverlayCluster] = []
 
     def make(
@@ -36,10 +38,17 @@ def overlay_builder(
         block_size: int = 26,
         mtu: int = 1500,
         daemon: dict | None = None,
+        etcd_members: int = 1,
         **overlay: object,
     ) -> OverlayCluster:
         built = OverlayCluster(
-            clusters(), cni_bin, cni_path, backend, dict(overlay), mtu, daemon=dict(daemon or {})
+            clusters(etcd_members),
+            cni_bin,
+            cni_path,
+            backend,
+            dict(overlay),
+            mtu,
+            daemon=dict(daemon or {}),
         )
         made.append(built)
         for _ in range(nodes):
@@ -57,7 +66,9 @@ def overlay_builder(
 
 @pytest.fixture
 def overlay_cluster(make_cluster, cni_bin, cni_path) -> Iterator[Builder]:
-    with overlay_builder(cni_bin, cni_path, lambda: make_cluster(nodes=0)) as make:
+    with overlay_builder(
+        cni_bin, cni_path, lambda members: make_cluster(nodes=0, etcd_members=members)
+    ) as make:
         yield make
 
 
@@ -69,8 +80,8 @@ def module_overlay(cni_bin, cni_path) -> Iterator[Builder]:
     require_etcd()
     with contextlib.ExitStack() as stack:
 
-        def cluster() -> Cluster:
-            made = stack.enter_context(contextlib.closing(Cluster.create()))
+        def cluster(etcd_members: int) -> Cluster:
+            made = stack.enter_context(contextlib.closing(Cluster.create(etcd_members)))
             made.etcd.start()
             return made
 

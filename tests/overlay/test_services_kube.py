@@ -53,8 +53,8 @@ def kube(cni_bin, cni_path, tmp_path_factory) -> Iterator[tuple]:
     apis: list[FakeKubeAPI] = []
     with contextlib.ExitStack() as stack:
 
-        def cluster() -> Cluster:
-            made = stack.enter_context(contextlib.closing(Cluster.create()))
+        def cluster(etcd_members: int) -> Cluster:
+            made = stack.enter_context(contextlib.closing(Cluster.create(etcd_members)))
             made.etcd.start()
             cp0 = made.etcd.hosts[0]
             api = FakeKubeAPI(netns=cp0.ns.name, host=cp0.address, port=6443, tls=True)

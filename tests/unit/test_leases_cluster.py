@@ -359,6 +359,26 @@ def test_a_failed_add_whose_txn_landed_is_rolled_back(tmp_path, clock):
         store.close()
 
 
+def test_rolling_back_a_lease_in_a_cached_block_frees_its_address(tmp_path, clock):
+    """The node's cache knew the block before the lost reply, so it does not show the
+    in-doubt allocation: the rollback must not delete the handle and leave its address held
+    by a handle that no longer exists (seen in the three-node etcd outage drill)."""
+    store = FlakyStore(str(tmp_path / "flaky.db"))
+    try:
+        put_pool(store, "p", "10.79.0.0/24")
+        leases = node(store, "node1", clock)
+        first, _ = leases.acquire(h("first"), by_name("p"))  # the block is now in the cache
+        store.lose_reply = True
+        with pytest.raises(TryAgainLater):
+            leases.acquire(h("lost"), by_name("p"))
+        assert leases.resolve_in_doubt() == [h("lost")]
+        held = {ip: who for b in blocks(store, "p").values() for ip, who in b.allocations.items()}
+        assert held == {first.ips[0].ip: str(h("first"))}
+        assert leases.lookup(h("lost")) is None
+    finally:
+        store.close()
+
+
 def test_housekeeping_rolls_back_in_doubt_leases_by_itself(tmp_path, clock):
     from ipam.leases.housekeeping import Housekeeping
 
