@@ -83,7 +83,7 @@ def calc_gone(old: NamedSet, new: Layout) -> list[str]:
     """What ``old`` held and the same set in ``new`` does not (a set gone from ``new`` is
     deleted whole); a map's by key: its value may have changed."""
     kept = new.sets.get(old.name)
-    if kept is None:
+    if kept is None or kept.elements == old.elements:  # most sets of a pass: unchanged
         return []
     if old.kind == "map":
         entries = _entries(kept)
@@ -95,6 +95,8 @@ def calc_gone(old: NamedSet, new: Layout) -> list[str]:
 def calc_added(old: Layout, new: NamedSet) -> list[str]:
     """What ``new`` holds and the same set in ``old`` did not (all of a new set's)."""
     before = old.sets.get(new.name)
+    if before is not None and before.elements == new.elements:
+        return []
     held = set(before.elements) if before is not None else set()
     return [e for e in new.elements if e not in held]
 

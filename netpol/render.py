@@ -380,7 +380,7 @@ def render_base_rules() -> list[str]:
 def _add_set(
     layout: Layout, name: str, type_: str, elements: Iterable[object], interval: bool
 ) -> None:
-    layout.sets[name] = NamedSet(name, "set", type_, interval, tuple(str(e) for e in elements))
+    layout.sets[name] = NamedSet(name, "set", type_, interval, tuple(map(str, elements)))
 
 
 def _append(layout: Layout, name: str, element: str) -> None:
