@@ -33,6 +33,8 @@ ETCD_FIXTURES = frozenset(
         "etcd_shared",
         "etcd_cluster",
         "etcd_tls",
+        "etcd_auth",
+        "make_etcd_auth",
         "open_etcd_store",
         "shared_etcd_store",
         "etcd_for_stores",
