@@ -30,26 +30,20 @@ import grpc
 from pyetcd import Endpoint, MultiEndpointEtcd3Client, etcdrpc
 from pyetcd.exceptions import NoServerAvailableError
 
-from cni.spec.errors import CNIError, InternalError, InvalidConfig, TryAgainLater
+from cni.spec.errors import CNIError, InvalidConfig, TryAgainLater
 from store.deadline import bound
-from store.etcd_auth import Credentials, TokenInterceptor, is_stale_token
+from store.etcd_auth import Credentials, TokenInterceptor
+from store.etcd_errors import (
+    REFUSED,
+    RETRYABLE,
+    describe_rpc_error,
+    stale,
+    translate_rpc_error,
+)
 from store.etcd_tls import check_files, diagnose_handshake, may_be_handshake
-from store.keys import ROLE_RANGE
 
 T = TypeVar("T")
 log = logging.getLogger("pycnid.store.etcd")
-
-#: gRPC codes after which another member may succeed (a member without quorum answers
-#: UNKNOWN "context deadline exceeded" to a linearizable read).
-RETRYABLE = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-    }
-)
 
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -312,7 +306,7 @@ class Connection:
     ) -> None:
         """Renew a refused token, raise what no member can fix, or fail the member over."""
         attempts.last_error = f"{endpoint.netloc}: {describe_rpc_error(exc)}"
-        if self.credentials is not None and not attempts.renewed and is_stale_token(exc):
+        if self.credentials is not None and not attempts.renewed and stale(exc, token):
             log.info("etcd at %s refused pycnid's token; authenticating again", self.label)
             self.refused(token)
             attempts.renewed = True  # once per call: a second refusal is the answer
@@ -365,44 +359,9 @@ class Connection:
             endpoint.close()
 
 
-REFUSED = "TLS refused by "  # how ``diagnose`` marks a refusal it named
-
-
 @dataclass
 class Attempts:
     """One call's tries so far: the last error seen, whether its token was renewed."""
 
     last_error: str = "no member answered"
     renewed: bool = False
-
-
-def describe_rpc_error(exc: grpc.RpcError) -> str:
-    code = exc.code() if hasattr(exc, "code") else None
-    details = exc.details() if hasattr(exc, "details") else str(exc)
-    return f"{code.name if code else 'ERROR'} {details}"
-
-
-def translate_rpc_error(
-    exc: grpc.RpcError, label: str, what: str, user: str = "pycnid"
-) -> CNIError:
-    """A gRPC error no other member can fix, as the CNI error that says what to do."""
-    code, detail = exc.code(), describe_rpc_error(exc)
-    if code == grpc.StatusCode.PERMISSION_DENIED:
-        return InvalidConfig(
-            f"etcd at {label}: permission denied to {user} for the {what}"
-            f" (its role needs readwrite on {ROLE_RANGE})",
-            detail,
-        )
-    if "user name is empty" in detail:
-        return InvalidConfig(
-            f"etcd at {label} requires user authentication for the {what}:"
-            " set store.username and store.passwordFile",
-            detail,
-        )
-    if code == grpc.StatusCode.UNAUTHENTICATED or is_stale_token(exc):
-        return InvalidConfig(f"etcd at {label} refused the credentials of {user}", detail)
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return TryAgainLater(f"etcd at {label} is out of space or overloaded", detail)
-    if code in RETRYABLE:
-        return TryAgainLater(f"etcd at {label} is unreachable ({what} not served)", detail)
-    return InternalError(f"etcd at {label} rejected the {what}", detail)

@@ -28,7 +28,8 @@ from pyetcd.exceptions import NoServerAvailableError
 from cni.spec.errors import CNIError
 from common.loop import Backoff, Errors, Loop
 from store.base import KV, Store
-from store.etcd_conn import RETRYABLE, Connection, describe_rpc_error
+from store.etcd_conn import Connection
+from store.etcd_errors import RETRYABLE, describe_rpc_error
 
 log = logging.getLogger("pycnid.store.etcd")
 
