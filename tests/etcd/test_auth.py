@@ -2,7 +2,8 @@
 reader whose roles cover pycni's prefix and nothing else), the store opened as pycnid opens it
 (the daemon config's ``store`` section): the writer leases, releases, watches and keeps leases;
 a wrong password, a reader writing, a key outside the prefix are code 7 naming the cause; a token
-etcd forgets (its TTL passed, or the member restarted) is renewed without the caller noticing."""
+etcd forgets (its TTL passed, or the member restarted) is renewed without the caller noticing,
+and so is the token pycnid lacks when the cluster enables authentication after it started."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from store.base import PREFIX, Compare, Put
 from store.etcd import EtcdStore
 from store.etcd_watch import WatchUpdate
 from store.keys import HANDLES, handle_key
+from tests.fixtures.etcd import AuthEtcd, enable_auth, turn_on_auth
 from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.etcd
@@ -158,3 +160,15 @@ def test_a_restarted_member_forgets_tokens_and_pycni_authenticates_again(etcd_au
     credentials = store.conn.credentials
     assert credentials is not None and credentials.authentications >= 2
     wait_for("the watch to resume", lambda: ("put", f"{HANDLES}after") in events.seen, 15)
+
+
+def test_authentication_enabled_while_pycni_runs_is_followed(etcd_tls, opened, caplog):
+    users = enable_auth(etcd_tls, etcd_tls.workdir, enable=False)
+    store = opened(AuthEtcd(etcd_tls, users).store_config(users.writer))
+    put(store, f"{HANDLES}open")  # no token: etcd has authentication disabled
+    assert "has authentication disabled: store.username 'pycni-node' is not used" in caplog.text
+    credentials = store.conn.credentials
+    assert credentials is not None and credentials.token == ""
+    turn_on_auth(etcd_tls)
+    put(store, f"{HANDLES}closed")  # refused without a token, then authenticated
+    assert credentials.token and credentials.authentications == 1
