@@ -186,11 +186,13 @@ def read_file(what: str, path: str | None) -> bytes | None:
 
 
 def build_credentials(opts: EtcdOptions) -> grpc.ChannelCredentials:
-    read_file("ca", opts.ca), read_file("key", opts.key), read_file("cert", opts.cert)  # readable
-    check_files(opts)  # and they make a pair
-    return grpc.ssl_channel_credentials(
-        read_file("ca", opts.ca), read_file("key", opts.key), read_file("cert", opts.cert)
+    ca, key, cert = (
+        read_file("ca", opts.ca),
+        read_file("key", opts.key),
+        read_file("cert", opts.cert),
     )
+    check_files(opts)  # they parse, and the key is the certificate's
+    return grpc.ssl_channel_credentials(ca, key, cert)
 
 
 def build_endpoints(opts: EtcdOptions) -> list[Endpoint]:
