@@ -34,6 +34,7 @@ ETCD_FIXTURES = frozenset(
         "etcd_cluster",
         "etcd_tls",
         "etcd_auth",
+        "etcd_auth_cluster",
         "make_etcd_auth",
         "open_etcd_store",
         "shared_etcd_store",
