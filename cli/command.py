@@ -2,7 +2,8 @@
 and the one error exit.
 
 ``command_options`` adds ``--config``, ``--etcd-endpoints``, ``--store-path``, ``--etcd-ca``,
-``--etcd-cert``, ``--etcd-key`` and ``--output`` to a command and hands it an ``Env``. Any
+``--etcd-cert``, ``--etcd-key``, ``--etcd-username``, ``--etcd-password-file`` and ``--output``
+to a command and hands it an ``Env``. Any
 ``CNIError`` (bad input, store unreachable, conflicts) becomes one message on stderr and exit
 status 1, naming the store when the store is the problem; never a traceback.
 """
@@ -155,6 +156,13 @@ def command_options(
     @click.option("--etcd-ca", default=None, metavar="FILE", help="etcd CA certificate")
     @click.option("--etcd-cert", default=None, metavar="FILE", help="etcd client certificate")
     @click.option("--etcd-key", default=None, metavar="FILE", help="etcd client key")
+    @click.option("--etcd-username", default=None, metavar="NAME", help="etcd user")
+    @click.option(
+        "--etcd-password-file",
+        default=None,
+        metavar="FILE",
+        help="the etcd user's password, in a file only its owner may read",
+    )
     @click.option(
         "--output",
         "-o",
@@ -171,11 +179,22 @@ def command_options(
         etcd_ca: str | None,
         etcd_cert: str | None,
         etcd_key: str | None,
+        etcd_username: str | None,
+        etcd_password_file: str | None,
         output: str,
         **kwargs: Any,
     ) -> None:
         env = Env(
-            StoreOptions(config_path, etcd_endpoints, store_path, etcd_ca, etcd_cert, etcd_key),
+            StoreOptions(
+                config_path,
+                etcd_endpoints,
+                store_path,
+                etcd_ca,
+                etcd_cert,
+                etcd_key,
+                etcd_username,
+                etcd_password_file,
+            ),
             output,
         )
         run(env, lambda: fn(env, **kwargs))

@@ -1,7 +1,8 @@
 """Which store `pycni ipam` talks to: the daemon config's, or one named on the command line.
 
 Order: ``--store-path`` (a SQLite file), else ``--etcd-endpoints`` (TLS files from
-``--etcd-ca/--etcd-cert/--etcd-key`` or the daemon config), else the store of the daemon
+``--etcd-ca/--etcd-cert/--etcd-key``, the etcd user from ``--etcd-username`` and
+``--etcd-password-file``, each else the daemon config's), else the store of the daemon
 config ``--config`` (default /etc/pycni/pycnid.json; when that default file is absent, the
 built-in defaults: SQLite at /var/lib/pycni/store.db). A SQLite file is never created here:
 an operator tool pointed at the wrong path must say so, not show an empty cluster. The daemon
@@ -12,7 +13,7 @@ errors.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cni.spec.errors import InvalidConfig
 from pycnid.config import (
@@ -33,6 +34,8 @@ class StoreOptions:
     etcd_ca: str | None = None
     etcd_cert: str | None = None
     etcd_key: str | None = None
+    etcd_username: str | None = None
+    etcd_password_file: str | None = None  # the password is only ever read from a file
 
 
 def load_config(opts: StoreOptions, sections: bool = False) -> DaemonConfig:
@@ -52,25 +55,30 @@ def calc_store_config(opts: StoreOptions, config: DaemonConfig) -> StoreConfig:
         if not endpoints:
             raise InvalidConfig("invalid --etcd-endpoints", "expected http(s)://host:port,...")
         base = config.store if config.store.type == "etcd" else StoreConfig(type="etcd")
-        return StoreConfig(
-            type="etcd",
-            endpoints=endpoints,
-            ca=opts.etcd_ca or base.ca,
-            cert=opts.etcd_cert or base.cert,
-            key=opts.etcd_key or base.key,
-            options=dict(base.options),
+        return over_etcd(opts, replace(base, endpoints=endpoints))
+    if config.store.type == "etcd":
+        return over_etcd(opts, config.store)
+    return config.store
+
+
+def over_etcd(opts: StoreOptions, store: StoreConfig) -> StoreConfig:
+    """The command line's etcd credentials over the config's (code 7 when only half a user)."""
+    chosen = replace(
+        store,
+        type="etcd",
+        ca=opts.etcd_ca or store.ca,
+        cert=opts.etcd_cert or store.cert,
+        key=opts.etcd_key or store.key,
+        username=opts.etcd_username or store.username,
+        password_file=opts.etcd_password_file or store.password_file,
+        options=dict(store.options),
+    )
+    if bool(chosen.username) != bool(chosen.password_file):
+        raise InvalidConfig(
+            "invalid --etcd-username/--etcd-password-file",
+            "etcd user authentication needs both a user name and a password file",
         )
-    store = config.store
-    if store.type == "etcd" and (opts.etcd_ca or opts.etcd_cert or opts.etcd_key):
-        return StoreConfig(
-            type="etcd",
-            endpoints=store.endpoints,
-            ca=opts.etcd_ca or store.ca,
-            cert=opts.etcd_cert or store.cert,
-            key=opts.etcd_key or store.key,
-            options=dict(store.options),
-        )
-    return store
+    return chosen
 
 
 def describe_store(config: StoreConfig) -> str:

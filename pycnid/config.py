@@ -47,7 +47,7 @@ DEFAULT_WORKERS = 16
 MAX_WORKERS = 1024
 DEFAULT_RECEIVE_TIMEOUT = 10.0  # seconds a request may take to arrive whole on the socket
 MAX_RECEIVE_TIMEOUT = 3600.0
-STORE_KEYS = ("type", "path", "endpoints", "ca", "cert", "key")  # the rest: store options
+STORE_KEYS = ("type", "path", "endpoints", "ca", "cert", "key", "username", "passwordFile")
 
 
 @dataclass(frozen=True)
@@ -161,14 +161,34 @@ def parse_store(store: dict[str, Any], state_dir: str) -> StoreConfig:
         ca=optional_text(store, "ca", "store.ca"),
         cert=optional_text(store, "cert", "store.cert"),
         key=optional_text(store, "key", "store.key"),
-        options={k: v for k, v in store.items() if k not in STORE_KEYS},
+        username=nonempty_text(store, "username", "store.username"),
+        password_file=nonempty_text(store, "passwordFile", "store.passwordFile"),
+        options={k: v for k, v in store.items() if k not in STORE_KEYS},  # the rest: options
     )
     if config.type == "etcd" and not config.endpoints:
         raise InvalidConfig(
             "invalid daemon config key 'store.endpoints'",
             "an etcd store needs at least one endpoint",
         )
+    validate_store_user(config)
     return config
+
+
+def validate_store_user(config: StoreConfig) -> None:
+    """``username`` and ``passwordFile`` together, and only for etcd (code 7 naming the key)."""
+    if config.username is None and config.password_file is None:
+        return
+    if config.type != "etcd":
+        key = "username" if config.username is not None else "passwordFile"
+        raise InvalidConfig(
+            f"invalid daemon config key 'store.{key}'", "only an etcd store has users"
+        )
+    if config.username is None or config.password_file is None:
+        missing = "passwordFile" if config.username is not None else "username"
+        raise InvalidConfig(
+            f"invalid daemon config key 'store.{missing}'",
+            "etcd user authentication needs both 'username' and 'passwordFile'",
+        )
 
 
 def text(data: dict[str, Any], key: str, default: str, name: str = "") -> str:
@@ -184,6 +204,14 @@ def optional_text(data: dict[str, Any], key: str, name: str = "") -> str | None:
         raise InvalidConfig(
             f"invalid daemon config key '{name or key}'", f"expected a string, got {value!r}"
         )
+    return value
+
+
+def nonempty_text(data: dict[str, Any], key: str, name: str) -> str | None:
+    """A non-empty string key, None when missing or null; anything else is code 7 naming it."""
+    value = optional_text(data, key, name)
+    if value == "":
+        raise InvalidConfig(f"invalid daemon config key '{name}'", "expected a non-empty string")
     return value
 
 

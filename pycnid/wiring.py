@@ -3,7 +3,9 @@
 ``wire_node`` runs once, in this order, and puts each stop on the shutdown list as soon as the
 thing it stops is running (pycnid runs that list in reverse, also after a failed start-up):
 
-1. the store (``store.close``);
+1. the store (``store.close``), and for etcd the check that its credentials may read and write
+   pycni's prefix: a refused password, permission or certificate fails the start (pycnid exits 1
+   naming it); etcd not answering does not (pycnid serves from the outage buffer meanwhile);
 2. ``setup_node``: the node announces itself (liveness, ``nodes/liveness.py``) and, for a
    store with leases (etcd), starts the periodic reaper and wraps the store in a
    ``TrackedStore`` for the lease service;
@@ -37,6 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cni.spec.errors import TryAgainLater
 from common.metrics import Registry
 from ipam.leases.housekeeping import Housekeeping
 from ipam.leases.metrics import IpamMetrics, start_ipam_metrics
@@ -105,6 +108,7 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
     """Open the store and start the node's loops on it (the order is the module's doc)."""
     store = open_store(config.store)
     life.on_shutdown.append(store.close)
+    check_store_access(store)
     options = config.ipam
     node = setup_node(life, config, store)  # liveness, reaper; node.store is tracked
     leases = LeaseService(
@@ -155,6 +159,18 @@ def wire_node(config: DaemonConfig, life: Lifecycle) -> WiredNode:
         netpol=netpol,
     )
     return WiredNode(deps, ipam_metrics, housekeeping, watch)
+
+
+def check_store_access(store: Store) -> None:
+    """A store that can tell (etcd) says now whether pycnid's credentials are refused; an
+    InvalidConfig propagates (a failed start), an unanswered check is only logged."""
+    check = getattr(store, "check_access", None)
+    if check is None:
+        return
+    try:
+        check()
+    except TryAgainLater as exc:
+        log.warning("store access not checked at start: %s", exc)
 
 
 def open_source(config: DaemonConfig, registry: Registry) -> KubeSource | None:

@@ -9,7 +9,9 @@ keepalive loop (``keep_lease``), resumable watches (``watch``) and ``compact``.
 
 Daemon config: ``{"type": "etcd", "endpoints": ["https://10.0.0.1:2379", ...], "ca": ..., "cert":
 ..., "key": ..., "callTimeout": 1.0, "requestTimeout": 2.5, "statusTimeout": 0.8,
-"endpointRetry": 1.0, "tlsServerName": null}``.
+"endpointRetry": 1.0, "tlsServerName": null, "username": ..., "passwordFile": ...}``. With a
+``username`` every call carries an etcd auth token (``etcd_auth``); pycni's keys are all under
+``/pycni/v1/``, so its role needs readwrite on that prefix and nothing else.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from pyetcd import etcdrpc
 
-from cni.spec.errors import InternalError, NotAvailable, TryAgainLater
-from store.base import KV, Compare, Delete, Op, Put, TxnResult
+from cni.spec.errors import InternalError, InvalidConfig, NotAvailable, TryAgainLater
+from store.base import KV, PREFIX, Compare, Delete, Op, Put, TxnResult
 from store.etcd_conn import Connection, Stubs, parse_options
 from store.etcd_lease import LeaseKeeper
 from store.etcd_watch import Watch, WatchUpdate, calc_range, to_kv
+from store.keys import ACCESS_PROBE, ROLE_RANGE
 
 if TYPE_CHECKING:
     from store.config import StoreConfig
@@ -44,8 +47,10 @@ class EtcdStore:
         cert: str | None = None,
         key: str | None = None,
         options: Mapping[str, Any] | None = None,
+        username: str | None = None,
+        password_file: str | None = None,
     ) -> None:
-        self.options = parse_options(endpoints, ca, cert, key, options)
+        self.options = parse_options(endpoints, ca, cert, key, options, username, password_file)
         self.conn = Connection(self.options)
         self.name = f"etcd:{self.conn.label}"
         self._lock = threading.Lock()
@@ -60,6 +65,8 @@ class EtcdStore:
             cert=config.cert,
             key=config.key,
             options=config.options,
+            username=config.username,
+            password_file=config.password_file,
         )
 
     # -- the Store protocol -------------------------------------------------------------------
@@ -114,11 +121,13 @@ class EtcdStore:
         request = etcdrpc.TxnRequest(
             compare=[render_compare(c) for c in compares], success=[render_op(op) for op in ops]
         )
-        response = self.conn.call(lambda s, t: s.kv.Txn(request, t), what="txn")
+        what = describe_txn(compares, ops)
+        response = self.conn.call(lambda s, t: s.kv.Txn(request, t), what=what)
         return TxnResult(response.succeeded, response.header.revision)
 
     def revision(self) -> int:
-        request = etcdrpc.RangeRequest(key=b"\0", count_only=True)
+        # one key of pycni's own: a role limited to pycni's prefix may read it
+        request = etcdrpc.RangeRequest(key=PREFIX.encode(), count_only=True)
         return self.conn.call(lambda s, t: s.kv.Range(request, t), what="revision").header.revision
 
     def status(self) -> None:
@@ -134,6 +143,8 @@ class EtcdStore:
             )
         except TryAgainLater as exc:
             raise NotAvailable(f"etcd at {self.conn.label} is unreachable", exc.details) from None
+        except InvalidConfig as exc:  # refused credentials: not ready either, and why
+            raise NotAvailable(exc.msg, exc.details) from None
         if response.alarms:
             names = sorted({etcdrpc.AlarmType.Name(a.alarm) for a in response.alarms})
             raise NotAvailable(
@@ -150,6 +161,20 @@ class EtcdStore:
         for keeper in keepers:
             keeper.stop(revoke=True)
         self.conn.close()
+
+    def check_access(self) -> None:
+        """pycnid's start-up check: the credentials authenticate and may read and write
+        pycni's prefix (InvalidConfig naming the refusal; TryAgainLater when no member answers).
+
+        One txn whose compare never holds (a version is never below 0), so its put is never
+        applied but etcd checks the permission for it all the same."""
+        key = ACCESS_PROBE.encode()
+        never = etcdrpc.Compare(
+            key=key, target=etcdrpc.Compare.VERSION, result=etcdrpc.Compare.LESS, version=0
+        )
+        write = etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key, value=b""))
+        request = etcdrpc.TxnRequest(compare=[never], success=[write])
+        self.conn.call(lambda s, t: s.kv.Txn(request, t), what=f"write under {ROLE_RANGE}")
 
     # -- beyond the protocol: compaction, leases, watches -------------------------------------
 
@@ -196,6 +221,16 @@ class EtcdStore:
         with self._lock:
             self._watches.append(watch)
         return watch.start()
+
+
+def describe_txn(compares: Sequence[Compare], ops: Sequence[Op]) -> str:
+    """``txn writing /pycni/v1/blocks/p/10.0.0.0-26 (+2 more keys)``: what a refusal names."""
+    keys = [op.key for op in ops] or [c.key for c in compares]
+    verb = "writing" if ops else "reading"
+    if not keys:
+        return "txn"
+    more = f" (+{len(keys) - 1} more keys)" if len(keys) > 1 else ""
+    return f"txn {verb} {keys[0]}{more}"
 
 
 def render_compare(compare: Compare) -> etcdrpc.Compare:

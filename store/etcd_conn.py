@@ -1,12 +1,15 @@
-"""One connection to an etcd cluster: every endpoint, fast failover, short deadlines, mTLS.
+"""One connection to an etcd cluster: every endpoint, fast failover, short deadlines, mTLS,
+user authentication.
 
 Built on etcd-sdk-python (``pyetcd``): its ``Endpoint`` (one gRPC channel per member, failure
 tracking with ``time_retry``) and ``MultiEndpointEtcd3Client`` (use the current member, else the
 next one not recently failed), plus the generated stubs in ``pyetcd.etcdrpc``. What pyetcd does
 not give lives here: a per-call timeout *and* an overall deadline across
 members, a short ``time_retry`` (its default keeps a member "failed" for 300 s), gRPC reconnect
-backoff capped at 1 s (gRPC's default grows to 120 s), and every gRPC error turned into a CNI
-error naming the endpoints.
+backoff capped at 1 s (gRPC's default grows to 120 s), a token that is renewed when etcd refuses
+it (``etcd_auth``), and every gRPC error turned into a CNI error naming the endpoints: a refused
+password, permission or certificate (``etcd_tls`` names which) is code 7, since retrying cannot
+fix it; a member that does not answer is code 11.
 
 A retried write is safe because every pycni write compares revisions: if the first attempt was
 applied before its member died, the retry's compares fail and the caller re-reads, exactly as
@@ -27,23 +30,20 @@ import grpc
 from pyetcd import Endpoint, MultiEndpointEtcd3Client, etcdrpc
 from pyetcd.exceptions import NoServerAvailableError
 
-from cni.spec.errors import CNIError, InternalError, InvalidConfig, TryAgainLater
+from cni.spec.errors import CNIError, InvalidConfig, TryAgainLater
 from store.deadline import bound
+from store.etcd_auth import Credentials, TokenInterceptor
+from store.etcd_errors import (
+    REFUSED,
+    RETRYABLE,
+    describe_rpc_error,
+    stale,
+    translate_rpc_error,
+)
+from store.etcd_tls import check_files, diagnose_handshake, may_be_handshake
 
 T = TypeVar("T")
 log = logging.getLogger("pycnid.store.etcd")
-
-#: gRPC codes after which another member may succeed (a member without quorum answers
-#: UNKNOWN "context deadline exceeded" to a linearizable read).
-RETRYABLE = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-    }
-)
 
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -69,6 +69,8 @@ class EtcdOptions:
     status_timeout: float = 0.8  # STATUS must answer fast
     endpoint_retry: float = 1.0  # a failed member is skipped this long
     server_name: str | None = None  # TLS name to verify instead of the endpoint's host
+    username: str | None = None  # etcd user authentication, with the password in a file
+    password_file: str | None = None
 
 
 OPTION_KEYS = {
@@ -85,6 +87,8 @@ def parse_options(
     cert: str | None,
     key: str | None,
     extra: Mapping[str, Any] | None,
+    username: str | None = None,
+    password_file: str | None = None,
 ) -> EtcdOptions:
     """Validate the daemon config's etcd settings (InvalidConfig naming the bad key)."""
     timeouts = {
@@ -93,8 +97,18 @@ def parse_options(
         if name in (extra or {})
     }
     server_name = (extra or {}).get("tlsServerName")
-    opts = EtcdOptions(tuple(endpoints), ca, cert, key, server_name=server_name, **timeouts)
+    opts = EtcdOptions(
+        tuple(endpoints),
+        ca,
+        cert,
+        key,
+        server_name=server_name,
+        username=username,
+        password_file=password_file,
+        **timeouts,
+    )
     validate_endpoints(opts)
+    validate_user(opts)
     return opts
 
 
@@ -127,6 +141,15 @@ def validate_endpoints(opts: EtcdOptions) -> None:
         raise InvalidConfig(
             "invalid daemon config key 'store.endpoints'",
             "TLS files are set but the endpoints are http://, use https://",
+        )
+
+
+def validate_user(opts: EtcdOptions) -> None:
+    if bool(opts.username) != bool(opts.password_file):
+        missing = "passwordFile" if opts.username else "username"
+        raise InvalidConfig(
+            f"invalid daemon config key 'store.{missing}'",
+            "etcd user authentication needs both 'username' and 'passwordFile'",
         )
 
 
@@ -163,9 +186,13 @@ def read_file(what: str, path: str | None) -> bytes | None:
 
 
 def build_credentials(opts: EtcdOptions) -> grpc.ChannelCredentials:
-    return grpc.ssl_channel_credentials(
-        read_file("ca", opts.ca), read_file("key", opts.key), read_file("cert", opts.cert)
+    ca, key, cert = (
+        read_file("ca", opts.ca),
+        read_file("key", opts.key),
+        read_file("cert", opts.cert),
     )
+    check_files(opts)  # they parse, and the key is the certificate's
+    return grpc.ssl_channel_credentials(ca, key, cert)
 
 
 def build_endpoints(opts: EtcdOptions) -> list[Endpoint]:
@@ -191,9 +218,13 @@ def build_endpoints(opts: EtcdOptions) -> list[Endpoint]:
 
 
 class Stubs:
-    """The gRPC stubs bound to one member's channel."""
+    """The gRPC stubs bound to one member's channel; with ``credentials`` every call but
+    ``auth``'s carries the current token."""
 
-    def __init__(self, channel: grpc.Channel) -> None:
+    def __init__(self, channel: grpc.Channel, credentials: Credentials | None = None) -> None:
+        self.auth = etcdrpc.AuthStub(channel)
+        if credentials is not None:
+            channel = grpc.intercept_channel(channel, TokenInterceptor(credentials))
         self.kv = etcdrpc.KVStub(channel)
         self.lease = etcdrpc.LeaseStub(channel)
         self.maintenance = etcdrpc.MaintenanceStub(channel)
@@ -206,6 +237,11 @@ class Connection:
     def __init__(self, opts: EtcdOptions) -> None:
         self.opts = opts
         self.label = ",".join(opts.endpoints)
+        self.credentials = (
+            Credentials(opts.username, opts.password_file, self.label)
+            if opts.username and opts.password_file
+            else None
+        )
         self._client = MultiEndpointEtcd3Client(build_endpoints(opts), failover=True)
         self._stubs: dict[str, Stubs] = {}
         self._lock = threading.Lock()
@@ -220,39 +256,95 @@ class Connection:
             endpoint = self._client.endpoint_in_use
             stubs = self._stubs.get(endpoint.netloc)
             if stubs is None:
-                stubs = self._stubs[endpoint.netloc] = Stubs(channel)
+                stubs = self._stubs[endpoint.netloc] = Stubs(channel, self.credentials)
             return endpoint, stubs
+
+    def authorize(self, stubs: Stubs, timeout: float) -> str | None:
+        """The token the next call on ``stubs`` carries (authenticating on its member first
+        when there is none); None without a user."""
+        if self.credentials is None:
+            return None
+        return self.credentials.ensure(stubs.auth, timeout)
+
+    def refused(self, token: str | None) -> None:
+        """etcd refused ``token``: the next call authenticates again."""
+        if self.credentials is not None:
+            self.credentials.refused(token)
 
     def call(
         self, rpc: Callable[[Stubs, float], T], budget: float | None = None, what: str = "request"
     ) -> T:
-        """``rpc(stubs, timeout)`` on a healthy member, failing over until ``budget`` is spent."""
+        """``rpc(stubs, timeout)`` on a healthy member, failing over until ``budget`` is spent;
+        a refused token is renewed once per call."""
         # a CNI request's cap on each store call (store.deadline), if any
         deadline = time.monotonic() + bound(budget or self.opts.request_timeout)
-        last_error = "no member answered"
+        attempts = Attempts()
         while (remaining := deadline - time.monotonic()) > 0:
             try:
                 endpoint, stubs = self.pick()
             except NoServerAvailableError:
                 time.sleep(min(self.wait_for_retry(), remaining))
                 continue
+            timeout, token = min(self.opts.call_timeout, remaining), None
             try:
-                return rpc(stubs, min(self.opts.call_timeout, remaining))
+                token = self.authorize(stubs, timeout)
+                return rpc(stubs, timeout)
             except grpc.RpcError as exc:
-                last_error = f"{endpoint.netloc}: {describe_rpc_error(exc)}"
-                if exc.code() not in RETRYABLE:
-                    raise translate_rpc_error(exc, self.label, what) from None
-                log.debug("etcd %s failed, trying another member: %s", what, last_error)
-                endpoint.fail()
+                self.on_rpc_error(exc, endpoint, token, what, attempts)
             except ValueError as exc:  # gRPC refuses calls on a channel closed under us
-                last_error = f"{endpoint.netloc}: {exc}"
+                attempts.last_error = f"{endpoint.netloc}: {exc}"
                 if self._closed:
                     raise TryAgainLater(f"etcd store {self.label} is closed") from None
                 endpoint.fail()
-        raise TryAgainLater(
+        raise self.exhausted(attempts.last_error, what)
+
+    def on_rpc_error(
+        self,
+        exc: grpc.RpcError,
+        endpoint: Endpoint,
+        token: str | None,
+        what: str,
+        attempts: Attempts,
+    ) -> None:
+        """Renew a refused token, raise what no member can fix, or fail the member over."""
+        attempts.last_error = f"{endpoint.netloc}: {describe_rpc_error(exc)}"
+        if self.credentials is not None and not attempts.renewed and stale(exc, token):
+            log.info("etcd at %s refused pycnid's token; authenticating again", self.label)
+            self.refused(token)
+            attempts.renewed = True  # once per call: a second refusal is the answer
+            return
+        if exc.code() not in RETRYABLE:
+            raise translate_rpc_error(exc, self.label, what, self.user) from None
+        log.debug("etcd %s failed, trying another member: %s", what, attempts.last_error)
+        if endpoint.secure and may_be_handshake(attempts.last_error):
+            attempts.last_error = self.diagnose(endpoint, attempts.last_error)
+        endpoint.fail()
+
+    def exhausted(self, last_error: str, what: str) -> CNIError:
+        """No member served the call: code 7 when the last one refused pycnid's certificate
+        (``diagnose``), else code 11."""
+        if last_error.startswith(REFUSED):
+            return InvalidConfig(
+                f"etcd at {self.label}: TLS handshake refused ({what} not served)",
+                last_error.removeprefix(REFUSED),
+            )
+        return TryAgainLater(
             f"etcd at {self.label} is unreachable or without quorum ({what} not served)",
             last_error,
         )
+
+    @property
+    def user(self) -> str:
+        """Who etcd sees: the user, else the client certificate's name."""
+        if self.credentials is not None:
+            return f"user {self.credentials.username!r}"
+        return "pycnid (no store.username)"
+
+    def diagnose(self, endpoint: Endpoint, error: str) -> str:
+        """``error``, or why the member refused pycnid's TLS credentials (``REFUSED`` ...)."""
+        _, host, port = parse_endpoint(f"https://{endpoint.netloc}")
+        why = diagnose_handshake(self.opts, host, port, self.opts.call_timeout)
+        return f"{REFUSED}{endpoint.netloc}: {why}" if why else error
 
     def wait_for_retry(self) -> float:
         """Seconds until the first failed member may be tried again (at least 10 ms)."""
@@ -269,19 +361,9 @@ class Connection:
             endpoint.close()
 
 
-def describe_rpc_error(exc: grpc.RpcError) -> str:
-    code = exc.code() if hasattr(exc, "code") else None
-    details = exc.details() if hasattr(exc, "details") else str(exc)
-    return f"{code.name if code else 'ERROR'} {details}"
+@dataclass
+class Attempts:
+    """One call's tries so far: the last error seen, whether its token was renewed."""
 
-
-def translate_rpc_error(exc: grpc.RpcError, label: str, what: str) -> CNIError:
-    """A gRPC error no other member can fix, as the CNI error that says what to do."""
-    code, detail = exc.code(), describe_rpc_error(exc)
-    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-        return InvalidConfig(f"etcd at {label} refused pycnid's credentials", detail)
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return TryAgainLater(f"etcd at {label} is out of space or overloaded", detail)
-    if code in RETRYABLE:
-        return TryAgainLater(f"etcd at {label} is unreachable ({what} not served)", detail)
-    return InternalError(f"etcd at {label} rejected the {what}", detail)
+    last_error: str = "no member answered"
+    renewed: bool = False

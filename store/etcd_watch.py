@@ -3,7 +3,10 @@
 pyetcd's watcher raises on any stream error and is not resumed, so this runs its
 own watch stream on the shared connection: after any error (member killed, no leader, network)
 it re-creates the watch on a healthy member from ``last_revision + 1``; if that revision was
-compacted meanwhile, it lists the whole prefix and hands the owner a snapshot instead.
+compacted meanwhile, it lists the whole prefix and hands the owner a snapshot instead. With etcd
+user authentication the stream carries the connection's token; etcd checks it when the watch is
+created and cancels a watch created with a token it no longer knows ("invalid auth token"): the
+token is then forgotten, and the next stream authenticates again.
 
 The callback runs on the watch thread, one ``WatchUpdate`` at a time, in revision order.
 """
@@ -25,7 +28,8 @@ from pyetcd.exceptions import NoServerAvailableError
 from cni.spec.errors import CNIError
 from common.loop import Backoff, Errors, Loop
 from store.base import KV, Store
-from store.etcd_conn import RETRYABLE, Connection, describe_rpc_error
+from store.etcd_conn import Connection
+from store.etcd_errors import RETRYABLE, describe_rpc_error
 
 log = logging.getLogger("pycnid.store.etcd")
 
@@ -65,6 +69,10 @@ class WatchingStore(Store, Lister, Protocol):
 
 class Compacted(Exception):
     pass
+
+
+class TokenRefused(RuntimeError):
+    """etcd canceled the watch for its token: authenticate again before the next stream."""
 
 
 def calc_range(prefix: str) -> tuple[bytes, bytes]:
@@ -172,9 +180,14 @@ class Watch:
             self.loop.wait(self._conn.wait_for_retry())
             return
         self.endpoint = endpoint.netloc
+        token = None
         try:
+            token = self._conn.authorize(stubs, self._conn.opts.call_timeout)
             for response in self.open_stream(stubs):
                 self.handle(response)
+        except TokenRefused:
+            self._conn.refused(token)
+            raise
         except grpc.RpcError as exc:
             if not self.loop.stopping and exc.code() in RETRYABLE:
                 endpoint.fail()
@@ -200,7 +213,9 @@ class Watch:
         if response.compact_revision:
             raise Compacted(response.compact_revision)
         if response.canceled:
-            raise RuntimeError(f"watch canceled by etcd: {response.cancel_reason or 'no reason'}")
+            reason = response.cancel_reason or "no reason"
+            error = TokenRefused if "invalid auth token" in reason else RuntimeError
+            raise error(f"watch canceled by etcd: {reason}")
         if response.created:
             if not self.next_revision:
                 self.next_revision = response.header.revision + 1

@@ -12,6 +12,7 @@ owners' (``ipam.records``, ``nodes.record``, ``services.record``, ``netpol.recor
     /pycni/v1/handles/_vtep/<node>/<device>.v4   a node's VTEP address (a handle like any other)
     /pycni/v1/reaper/suspects/<node>             a node the reaper saw without heartbeat
     /pycni/v1/meta/pools                         bumped by every pool add and rm
+    /pycni/v1/meta/access-probe                  never written: pycnid's start-up write check
     /pycni/v1/services/<ns>/<name>               Services (``services.record``)
     /pycni/v1/endpoints/<ns>/<pod>/<ifname>      a Pod's attachment as a Service endpoint
     /pycni/v1/serviceips/<ip>, nodeports/<proto>/<port>  index: "ns/name" holds it
@@ -43,6 +44,8 @@ NODES = f"{PREFIX}nodes/"
 HEARTBEATS = f"{PREFIX}heartbeats/"
 SUSPECTS = f"{PREFIX}reaper/suspects/"
 POOLS_MARKER = f"{PREFIX}meta/pools"
+ACCESS_PROBE = f"{PREFIX}meta/access-probe"  # store.etcd.check_access: permission, no write
+ROLE_RANGE = PREFIX  # what pycnid's etcd role must cover (readwrite on every key under it)
 SERVICES = f"{PREFIX}services/"
 ENDPOINTS = f"{PREFIX}endpoints/"
 SERVICE_IPS = f"{PREFIX}serviceips/"  # written and deleted in the same txn as their Service

@@ -35,6 +35,8 @@ STORE = st.fixed_dictionaries(
         "ca": VALUES,
         "cert": VALUES,
         "key": VALUES,
+        "username": st.text(max_size=6) | VALUES,
+        "passwordFile": st.text(max_size=6) | VALUES,
         "requestTimeout": VALUES,
     },
 )
