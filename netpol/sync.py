@@ -33,11 +33,14 @@ server (``netpol/from_kube.py``; the store gives the node records only), and not
 programmed before the three kinds were listed whole.
 
 A new Pod is isolated before its ADD returns. In store mode pycni-svc's ADD hands over its
-endpoint record (``settle``). Under the Kubernetes source the API learns a Pod's addresses
+endpoint record (``settle``); when the kernel already holds the chain of the Pod's policies
+(another Pod of the node with the same ones), its map entries are added at once as one netlink
+batch and the ADD returns (``isolate.py``: pinned until a pass that read them commits), else
+it waits for a pass as below. Under the Kubernetes source the API learns a Pod's addresses
 only when kubelet writes them, after the ADD; so pycni-bridge's ADD hands over the Pod it
 attaches and the addresses it assigned (``settle_attached``), laid over the Pod object
 (``netpol/attached.py``) until DEL ``detach``es them; at start they are taken back from
-pycni-ipam's handles of this node. Either way the ADD returns once a pass
+pycni-ipam's handles of this node. Otherwise the ADD returns once a pass
 that began after the call ended well (``wait_pass``; ``passed`` is called as soon as the
 kernel holds the render), else TryAgainLater within ``SETTLE`` seconds.
 
@@ -46,7 +49,7 @@ Existing connections are kept (conntrack accepts them before any rule); with ``p
 kernel took (``purge.py``).
 
 Metrics: ``pycni_netpol_sync_seconds``, ``_syncs_total``, ``_sync_failures_total``,
-``_conntrack_purged_total``,
+``_conntrack_purged_total``, ``_settled_at_once_total``,
 ``_isolated_pods{direction}``, ``_active_policies``, ``_dropped_packets{direction}`` (the
 per-Pod drop counters of the table, read after each pass and every ``COUNTERS`` seconds).
 """
@@ -69,9 +72,11 @@ from kube.source import KubeSource
 from netpol.attached import AttachedPod, read_attached
 from netpol.config import DEFAULT_NETPOL_RESYNC
 from netpol.diff import NotDiffable, calc_element_batch, render_diff
-from netpol.evaluate import PolicyInputs
+from netpol.evaluate import PodInfo, PolicyInputs
 from netpol.from_kube import PolicyObjects
+from netpol.isolate import Pin, calc_pins, with_pins
 from netpol.members import Grouping
+from netpol.policy import NetworkPolicy
 from netpol.purge import purge_denied
 from netpol.render import TABLE, Layout, Object, calc_layout, render_full
 from netpol.view import PREFIXES, Records
@@ -114,6 +119,11 @@ class NetpolMetrics:
             "pycni_netpol_conntrack_purged_total",
             "established connections deleted because the policies now deny them (purge)",
         )
+        self.at_once = registry.counter(
+            "pycni_netpol_settled_at_once_total",
+            "ADDs that isolated their Pod with its own map entries (or found nothing to "
+            "isolate) without waiting for a pass",
+        )
         self.bridge = registry.gauge(
             "pycni_netpol_bridge_filtering",
             "1 when bridged frames reach the inet forward hook (the sysctl is 1), else 0",
@@ -154,6 +164,9 @@ class NetpolSync:
         self.nft: Nft | None = None
         self.objects: frozenset[Object] | None = None  # None: to be listed from the kernel
         self.layout: Layout | None = None  # what the kernel holds; None: render it whole
+        self.kernel = threading.Lock()  # the layout the kernel holds, and sending to it
+        self.pins: list[tuple[int, Pin]] = []  # (generation, element) added by ``settle``
+        self.generation = 0  # of the records: bumped by each ``settle``
         self.grouping = Grouping()  # the Pods grouped by namespace, kept between passes
         self.full_due = 0.0
         self.counters_due = 0.0
@@ -207,7 +220,42 @@ class NetpolSync:
             return
         with self.lock:
             self.records.apply(KV(key, value, 0))
+            pod = self.records.pod_of(key)
+            isolating = self.records.isolating(pod) if pod is not None else {}
+            self.generation += 1
+            generation = self.generation
+        if pod is not None and self.isolate_now(pod, isolating, generation):
+            self.wake.set()  # the pass adds the rest: counters, peer sets
+            return
         self.wait_pass(timeout, f"the Pod of {key}")
+
+    def isolate_now(
+        self, pod: PodInfo, isolating: dict[str, list[NetworkPolicy]], generation: int
+    ) -> bool:
+        """Isolate ``pod`` with its map entries alone, against the layout the kernel holds
+        (``isolate.py``); False when that is not possible (no complete pass yet, a chain the
+        kernel lacks, the kernel refused): the ADD then waits for a pass."""
+        with self.kernel:
+            held = self.layout
+            if held is None or self.nft is None:
+                return False
+            pins = calc_pins(held, pod, isolating)
+            layout = with_pins(held, pins) if pins is not None else None
+            if pins is None or layout is None:
+                return False
+            batch = calc_element_batch(held, layout)
+            if batch is None and layout.sets != held.sets:
+                return False  # not a batch the encoder takes: a pass renders it
+            try:
+                if batch is not None:
+                    self.nft.run_elements(batch)
+            except NftError as exc:
+                log.warning("netpol: Pod %s not isolated at once: %s", pod.ref, exc)
+                return False
+            self.layout = layout
+            self.pins += [(generation, pin) for pin in pins]
+        self.metrics.at_once.inc()
+        return True
 
     def settle_attached(self, key: str, pod: AttachedPod, timeout: float = SETTLE) -> None:
         """With the Kubernetes source: return once the kernel holds a render that knows the
@@ -255,7 +303,11 @@ class NetpolSync:
         with self.passes:
             self.started += 1
             self.running = self.started
-        wait = self._step()
+        try:
+            wait = self._step()
+        except PinsAhead:
+            self.wake.set()  # read the inputs again at once; this pass did not end well
+            return 0.0
         self.passed()
         return wait
 
@@ -273,7 +325,8 @@ class NetpolSync:
             return POLL  # nothing programmed before the three kinds were listed whole
         now = time.monotonic()
         if now >= self.full_due:
-            self.layout = None  # a resync: rendered whole even if unchanged
+            with self.kernel:
+                self.layout = None  # a resync: rendered whole even if unchanged
             self.local_due = 0.0  # and the netns' addresses read again
             self.full_due = now + self.resync_interval
         self.sync()
@@ -291,10 +344,13 @@ class NetpolSync:
         addresses = self.calc_node_addresses()
         with self.lock:
             inputs = self.records.inputs()
+            generation = self.generation
         if self.kube is not None:
             inputs = self.kube.inputs(inputs.node_ips)
         layout = calc_layout(inputs, self.node, addresses, self.grouping)
-        how = self.apply_layout(layout)
+        with self.kernel:
+            how = self.apply_layout(self.with_later_pins(layout, generation))
+            self.pins = [(g, pin) for g, pin in self.pins if g > generation]
         if how is None:
             return False
         if self.purge:  # run once the pass's waiting ADDs were released (``_step``)
@@ -314,6 +370,18 @@ class NetpolSync:
         )
         self.counters_due = 0.0
         return True
+
+    def with_later_pins(self, layout: Layout, generation: int) -> Layout:
+        """``layout`` (from inputs read at ``generation``) with the entries ``settle`` pinned
+        since: the Pods they isolate are not in its inputs, and must stay isolated.
+        PinsAhead when one names a chain this layout no longer has."""
+        later = [pin for g, pin in self.pins if g > generation]
+        if not later:
+            return layout
+        merged = with_pins(layout, later)
+        if merged is None:
+            raise PinsAhead(f"{len(later)} pinned element(s) name what this layout lacks")
+        return merged
 
     def run_purge(self) -> None:
         """The conntrack entries the inputs of the last applied pass deny (``purge.py``)."""
@@ -403,6 +471,11 @@ class NetpolSync:
                     sums[direction] += int(counter.get("packets", 0))
         for direction, packets in sums.items():
             self.metrics.dropped.set(packets, direction=direction)
+
+
+class PinsAhead(Exception):
+    """A pass's layout cannot carry what ``settle`` pinned since its inputs were read: it is
+    not sent, and the next pass reads the inputs again (they hold those Pods then)."""
 
 
 def send_script(nft: Nft, script: str) -> None:

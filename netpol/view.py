@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from cni.spec.errors import CNIError
 from common.skipped import Skipped
-from netpol.evaluate import PodInfo, PolicyInputs, pod_infos
+from netpol.evaluate import PodInfo, PolicyInputs, pod_infos, policies_of
 from netpol.policy import NetworkPolicy
 from netpol.record import NamespaceRecord, calc_node_ips, calc_pod, decode_policy
 from nodes.record import NodeRecord
@@ -39,6 +39,7 @@ class Records:
         self.version = 0  # bumped by every change: the sync renders when it moved
         self.pods = PodCache()
         self.touched: set[str] = set()  # endpoint keys put or deleted since the last inputs()
+        self.policy_inputs: PolicyInputs | None = None  # the policies alone, for ``isolating``
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
         present: set[str] = set()
@@ -48,8 +49,7 @@ class Records:
         for table in self._tables():
             for key in [k for k in table if k.startswith(prefix) and k not in present]:
                 del table[key]
-                self.touched.add(key)
-                self.version += 1
+                self._touch(key)
         self.bad.keep_only(prefix, present)
 
     def apply(self, kv: KV, deleted: bool = False) -> bool:
@@ -68,8 +68,7 @@ class Records:
         table, value = self._parse(kv)
         if table.get(kv.key) != value:
             table[kv.key] = value
-            self.touched.add(kv.key)
-            self.version += 1
+            self._touch(kv.key)
         return None
 
     def _parse(self, kv: KV) -> tuple[dict, object]:
@@ -86,11 +85,30 @@ class Records:
     def _forget(self, key: str) -> None:
         for table in self._tables():
             if table.pop(key, None) is not None:
-                self.touched.add(key)
-                self.version += 1
+                self._touch(key)
+
+    def _touch(self, key: str) -> None:
+        """``key`` was put or deleted: a change for the next pass."""
+        self.touched.add(key)
+        if key.startswith(NETPOLS):
+            self.policy_inputs = None
+        self.version += 1
 
     def _tables(self) -> tuple[dict, ...]:
         return (self.policies, self.namespaces, self.endpoints, self.nodes)
+
+    def pod_of(self, key: str) -> PodInfo | None:
+        """The Pod of the endpoint record ``key`` alone (None: not held, e.g. unreadable)."""
+        record = self.endpoints.get(key)
+        return calc_pod([record]) if record is not None else None
+
+    def isolating(self, pod: PodInfo) -> dict[str, list[NetworkPolicy]]:
+        """Direction -> the policies isolating ``pod`` there, sorted as a pass sorts them."""
+        if self.policy_inputs is None:
+            self.policy_inputs = PolicyInputs(
+                policies=tuple(sorted(self.policies.values(), key=lambda p: p.ref))
+            )
+        return {d: policies_of(self.policy_inputs, pod, d) for d in ("Ingress", "Egress")}
 
     def inputs(self) -> PolicyInputs:
         touched, self.touched = self.touched, set()

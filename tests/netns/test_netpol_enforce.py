@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -243,54 +244,79 @@ def test_policy_changes_under_traffic_open_no_window(npnode: NetpolNode) -> None
     print(f"policy swaps under traffic: {swaps}; results {results}")
 
 
-def test_a_new_pod_is_isolated_before_its_add_returns(npnode: NetpolNode) -> None:
-    """pycni-bridge then pycni-svc, as in a conflist: when pycni-svc's ADD returns, the
-    kernel already sends the new Pod's traffic to its policies' chain."""
-    npnode.set_policies(DENY_INGRESS_X)
-    pod = new_netns("nppod")
-    cid = new_cid()
+@contextmanager
+def attached(npnode: NetpolNode, name: str) -> Iterator[tuple[str, float]]:
+    """Pod ``x/<name>`` added as a conflist does (pycni-bridge, then pycni-svc with its
+    labels); yields its IPv4 address and how long pycni-svc's ADD took, then DELs it."""
+    pod, cid = new_netns("nppod"), new_cid()
     common: dict[str, Any] = {
         "container_id": cid,
         "cni_path": npnode.cni_path,
         "socket": npnode.pycnid.socket,
+        "netns": pod.path,
+        "args": f"K8S_POD_NAMESPACE=x;K8S_POD_NAME={name}",
     }
-    args = "K8S_POD_NAMESPACE=x;K8S_POD_NAME=d"
+    bridge = bridge_conf(IPAM, isDefaultGateway=True)
     try:
-        added = run_plugin(
-            npnode.exe("pycni-bridge"),
-            "ADD",
-            bridge_conf(IPAM, isDefaultGateway=True),
-            netns=pod.path,
-            args=args,
-            **common,
-        )
+        added = run_plugin(npnode.exe("pycni-bridge"), "ADD", bridge, **common)
         assert added.code == 0, added.stderr
         svc_conf = {
             "cniVersion": "1.0.0",
             "name": "podnet",
             "type": "pycni-svc",
-            "args": {"cni": {"labels": [{"key": "pod", "value": "d"}]}},
+            "args": {"cni": {"labels": [{"key": "pod", "value": name}]}},
             "prevResult": added.json,
         }
         started = time.monotonic()
-        svc = run_plugin(
-            npnode.exe("pycni-svc"), "ADD", svc_conf, netns=pod.path, args=args, **common
-        )
+        svc = run_plugin(npnode.exe("pycni-svc"), "ADD", svc_conf, **common)
         took = time.monotonic() - started
-        assert svc.code == 0, svc.stderr
-        ingress = npnode.node.run(["nft", "-j", "list", "map", "inet", "pycni-netpol", "ingress4"])
-        elements = json.loads(ingress.stdout)["nftables"][1]["map"].get("elem", [])
-        assert ip_of(added.json) in json.dumps(elements), elements
-        print(f"pycni-svc ADD with the Pod programmed: {took * 1e3:.0f} ms")
-        for plugin, conf in (("pycni-svc", svc_conf), ("pycni-bridge", bridge_conf(IPAM))):
-            assert (
-                run_plugin(
-                    npnode.exe(plugin), "DEL", conf, netns=pod.path, args=args, **common
-                ).code
-                == 0
-            )
+        assert svc.code == 0, svc.stdout
+        yield ip_of(added.json), took
+        for plugin, conf in (("pycni-svc", svc_conf), ("pycni-bridge", bridge)):
+            assert run_plugin(npnode.exe(plugin), "DEL", conf, **common).code == 0
     finally:
         pod.delete()
+
+
+def ingress_entries(npnode: NetpolNode) -> str:
+    listed = npnode.node.run(["nft", "-j", "list", "map", "inet", "pycni-netpol", "ingress4"])
+    return json.dumps(json.loads(listed.stdout)["nftables"][1]["map"].get("elem", []))
+
+
+@pytest.mark.parametrize("name", ["d", "e"])
+def test_a_new_pod_is_isolated_before_its_add_returns(npnode: NetpolNode, name: str) -> None:
+    """When pycni-svc's ADD returns, the kernel already sends the new Pod's traffic to its
+    policies' chain; x/a already has those policies, so the ADD adds the Pod's map entries
+    at once instead of waiting for a pass (``netpol/isolate.py``, counted in
+    ``pycni_netpol_settled_at_once_total``)."""
+    npnode.set_policies(DENY_INGRESS_X)
+    at_once = scrape(npnode.node).get("pycni_netpol_settled_at_once_total", 0)
+    with attached(npnode, name) as (ip, took):
+        assert ip in ingress_entries(npnode)
+        assert scrape(npnode.node)["pycni_netpol_settled_at_once_total"] == at_once + 1
+        print(f"pycni-svc ADD with the Pod programmed: {took * 1e3:.0f} ms")
+
+
+def test_pods_added_together_are_each_isolated_when_their_add_returns(
+    npnode: NetpolNode,
+) -> None:
+    """Six ADDs at once: passes run between and during them (each ADD's record wakes one), so
+    some pass reads its inputs before a Pod that an ADD then isolated at once; that pass must
+    keep the Pod's entries (pins), and every ADD finds its Pod in the map when it returns."""
+    npnode.set_policies(DENY_INGRESS_X)
+    missing: list[str] = []
+
+    def add(name: str) -> None:
+        with attached(npnode, name) as (ip, _took):
+            if ip not in ingress_entries(npnode):
+                missing.append(f"x/{name} {ip}")
+            time.sleep(0.3)  # held while the others come and go: passes run meanwhile
+            if ip not in ingress_entries(npnode):
+                missing.append(f"x/{name} {ip} (later)")
+
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(add, [f"t{i}" for i in range(6)]))  # an ADD's failure raises here
+    assert not missing, missing
 
 
 def test_existing_connections_are_purged_on_request(npnode: NetpolNode) -> None:

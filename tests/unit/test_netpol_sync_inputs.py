@@ -11,18 +11,21 @@ import pytest
 
 from cni.spec.errors import InvalidConfig, TryAgainLater
 from common.metrics import Registry
+from kernel.nft import Nft
 from kube.api import Api
 from kube.config import KubeConfig
 from kube.source import KubeSource
+from netpol import sync as netpol_sync
 from netpol.config import NetpolConfig, parse_netpol_config
 from netpol.evaluate import PodInfo, PolicyInputs
 from netpol.policy import parse_policy
 from netpol.purge import calc_denied, parse_flows
+from netpol.render import Layout
 from netpol.sync import BRIDGE_SYSCTLS, NetpolSync, check_bridge_filtering
 from netpol.view import Records
 from nodes.record import NodeRecord, node_key
 from services.record import EndpointRecord
-from store.base import KV
+from store.base import KV, Put
 from store.codec import encode
 from store.keys import NETPOLS, namespace_key, netpol_key
 from store.sqlite import SqliteStore
@@ -166,4 +169,68 @@ def test_the_netns_addresses_are_read_once_a_second_and_at_a_resync(tmp_path: Pa
     sync.full_due = 0.0  # a resync is due: the pass reads them again
     sync.step()
     assert len(reads) == 2
+    store.close()
+
+
+class FakeNft:
+    """The kernel side of a NetpolSync that takes every transaction (no netns needed)."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def list_json(self, command: str, terse: bool = False) -> dict:
+        return {"nftables": []}
+
+    def run(self, script: str) -> None:
+        self.sent.append(script)
+
+    run_apart = run
+
+    def run_elements(self, batch: object) -> None:
+        self.sent.append(batch)
+
+
+def test_a_pod_isolated_at_once_stays_isolated_through_a_pass_that_read_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x/b's ADD comes while a pass computes its layout from inputs read before x/b: the ADD
+    isolates x/b at once (x/a made the chain of its policy), and the pass commits its layout
+    with x/b's entries laid over it (pins), not without them; a later pass reads x/b itself
+    and the pins go."""
+    store = SqliteStore(str(tmp_path / "store.db"))
+    deny = parse_policy(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"namespace": "x", "name": "deny"},
+            "spec": {"podSelector": {}},
+        }
+    )
+    store.txn([], [Put(netpol_key("x", "deny"), encode(deny.to_dict()))])
+    sync = NetpolSync("n1", store, Registry(), local_addresses=lambda: ())
+    sync.nft = cast(Nft, FakeNft())
+    a = EndpointRecord("x", "a", "eth0", ("10.0.0.2",), {}, "n1")
+    b = EndpointRecord("x", "b", "eth0", ("10.0.0.3",), {}, "n1")
+    store.txn([], [Put(a.key, a.to_bytes())])  # pycni-svc writes the record, then settles
+    timer = threading.Timer(0.05, sync.step)  # x/a: the first Pod of its policies, a pass
+    timer.start()
+    sync.settle(a.key, a.to_bytes(), timeout=5)
+    timer.join()
+    assert sync.metrics.at_once.value() == 0
+    real = netpol_sync.calc_layout
+
+    def layout_while_b_comes(*args: object, **kw: object) -> Layout:
+        store.txn([], [Put(b.key, b.to_bytes())])
+        sync.settle(b.key, b.to_bytes(), timeout=0.01)  # at once, or TryAgainLater
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(netpol_sync, "calc_layout", layout_while_b_comes)
+    sync.step()
+    monkeypatch.setattr(netpol_sync, "calc_layout", real)
+    assert sync.metrics.at_once.value() == 1
+    assert sync.layout is not None
+    assert "10.0.0.3 : jump " in " ".join(sync.layout.sets["ingress4"].elements)
+    assert sync.pins
+    sync.step()
+    assert not sync.pins and "10.0.0.3 : jump " in " ".join(sync.layout.sets["ingress4"].elements)
     store.close()
