@@ -181,6 +181,8 @@ class FakeNft:
     def list_json(self, command: str, terse: bool = False) -> dict:
         return {"nftables": []}
 
+    list_json_apart = list_json
+
     def run(self, script: str) -> None:
         self.sent.append(script)
 
