@@ -1,4 +1,4 @@
-"""`make bench-netpol`: NetworkPolicy's figures (issue 17), each next to an anchor measured in
+"""`make bench-netpol`: NetworkPolicy's figures, each next to an anchor measured in
 the same run on the same machine.
 
     python3 -m bench.netpol [--policies 1000] [--pods 10000] [--local 100] [--runs 3]
@@ -57,7 +57,7 @@ from .common import (
 from .svc import run_worker
 
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
-#: Issue 17's goals.
+#: The goals each figure is judged against.
 GOALS = {
     "full_s": 1.0,
     "change_p50_ms": 10,

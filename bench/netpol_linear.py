@@ -1,5 +1,5 @@
 """The anchor of the first-packet figure: the store's policies as a linear ruleset (the
-iptables shape Romana measured, NETPOL-NOTES §2.1: +51 µs at 200 policies), loaded with nft.
+shape of iptables-based policy engines: one rule after another), loaded with nft.
 
 ``table inet pycni-bench-linear``, one base chain at the forward hook (priority filter + 10,
 pycni-netpol's): established packets accepted first, then one rule per (policy, ingress rule,

@@ -175,8 +175,8 @@ def find_stale_tables(facts: NodeFacts) -> list[Finding]:
 
 def find_unused_objects(facts: NodeFacts) -> list[Finding]:
     """Chains, sets and maps of pycni's tables that the code does not declare statically and
-    nothing reaches from a base chain: shape and affinity objects a restart left (issue 9
-    names them; the proxy's full render deletes them)."""
+    nothing reaches from a base chain: shape and affinity objects a restart of an older pycni
+    left (the proxy's full render deletes them)."""
     static = static_objects()
     return [
         Finding("nft-object", str(o), "not static, and nothing reaches it from a base chain", o)

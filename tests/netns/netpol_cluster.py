@@ -1,4 +1,4 @@
-"""One node of the upstream NetworkPolicy e2e shape (test/e2e/network/netpol, NETPOL-NOTES §3.1):
+"""One node of the upstream NetworkPolicy e2e shape (kubernetes test/e2e/network/netpol):
 namespaces x, y, z with Pods a, b, c each, dual-stack (10.22.0.0/24, fd22::/64), attached by
 pycni-bridge to a real pycnid that enforces NetworkPolicy; every Pod serves TCP 80 and 81 and
 UDP 80 on both families (echo). Namespace and Pod

@@ -1,6 +1,6 @@
 """Generated NetworkPolicy sets on the conformance node, every matrix against the model.
 
-Like cyclonus (NETPOL-NOTES §3.2) on a small scale: each case is 1-3 policies drawn from the
+Like the cyclonus conformance generator on a small scale: each case is 1-3 policies drawn from the
 shapes v1 allows (selectors with every operator, namespace AND pod peers, ipBlocks with
 excepts over the Pods' own addresses, numeric, ranged, named and protocol-only ports, each
 policyTypes combination, empty and allow-all rules), applied through the store, and the full
@@ -8,7 +8,7 @@ matrix (9 x 9 Pods x 3 ports, IPv4 and IPv6) probed with real connects must equa
 ``netpol.evaluate``. The default suite runs ``PYCNI_NETPOL_CASES`` (2) cases; ``make
 netpol-matrix`` runs 40. The seed is printed; ``PYCNI_NETPOL_SEED=<n>`` replays a run.
 
-The tracer is checked against the same packets (NETPOL-NOTES §4.7): for every cell, what
+The tracer is checked against the same packets: for every cell, what
 ``pycni netpol trace`` answers (``netpol.ops.trace.trace`` on the node's store, the code
 behind ``--output json``) must be what the packet got; and a batch of cells probed alone
 (distinct sources, distinct destinations, so each Pod's counter counts one cell at most) must

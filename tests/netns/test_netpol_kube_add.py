@@ -1,4 +1,4 @@
-"""A new Pod is isolated before its ADD returns, under the Kubernetes source (issue 17, item 3).
+"""A new Pod is isolated before its ADD returns, under the Kubernetes source.
 
 kubelet writes a Pod's ``status.podIPs`` only after the CNI ADD returned, so the API server
 does not know a new Pod's address when its containers start. One node: pycnid in a node netns

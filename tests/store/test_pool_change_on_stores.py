@@ -1,6 +1,6 @@
 """A pool change made by another writer (the CLI's ``pycni ipam pool set``) counts from the
 very next ADD, on every store, with no wait: an ADD refused for the old setting is served under
-the new one, and one the new setting forbids is refused (issue 18: a 5 s pool-list timer kept
+the new one, and one the new setting forbids is refused (a 5 s pool-list timer once kept
 refusing for about 7 s).
 
 The operator writes through a store object of its own, as the CLI does (on SQLite a second
