@@ -106,9 +106,7 @@ class Nft:
             if self._json_ctx is not None:
                 self._json_ctx.set_terse_output(terse)
             rc, out, err = self._call(self._json_ctx, command, json_output=True, terse=terse)
-        if rc != 0:
-            raise NftError(err.strip() or f"nft exited {rc}")
-        return json.loads(out) if out.strip() else {"nftables": []}
+        return _listing(rc, out, err)
 
     def list_json_apart(self, command: str, terse: bool = False) -> dict[str, Any]:
         """``list_json`` in a child ``nft -j``, beside this context rather than in it: a
@@ -118,10 +116,7 @@ class Nft:
         if shutil.which(NFT_BINARY) is None:
             return self.list_json(command, terse)
         self._guard()
-        rc, out, err = self._call(None, command, json_output=True, terse=terse)
-        if rc != 0:
-            raise NftError(err.strip() or f"nft exited {rc}")
-        return json.loads(out) if out.strip() else {"nftables": []}
+        return _listing(*self._call(None, command, json_output=True, terse=terse))
 
     def _guard(self) -> None:
         if thread_netns_inode() != self._home:
@@ -141,6 +136,13 @@ class Nft:
             argv, stdin = [NFT_BINARY, "-f", "-"], script
         proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=TIMEOUT)
         return proc.returncode, proc.stdout, proc.stderr
+
+
+def _listing(rc: int, out: str, err: str) -> dict[str, Any]:
+    """A `list ...` command's answer as its JSON document; NftError with nft's message."""
+    if rc != 0:
+        raise NftError(err.strip() or f"nft exited {rc}")
+    return json.loads(out) if out.strip() else {"nftables": []}
 
 
 def _library_contexts() -> tuple[Any, Any]:
