@@ -39,7 +39,7 @@ class Records:
         self.version = 0  # bumped by every change: the sync renders when it moved
         self.pods = PodCache()
         self.touched: set[str] = set()  # endpoint keys put or deleted since the last inputs()
-        self.policy_inputs: PolicyInputs | None = None  # the policies alone, for ``isolating``
+        self.by_policy: PolicyInputs | None = None  # the policies alone, sorted; None: stale
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
         present: set[str] = set()
@@ -91,7 +91,7 @@ class Records:
         """``key`` was put or deleted: a change for the next pass."""
         self.touched.add(key)
         if key.startswith(NETPOLS):
-            self.policy_inputs = None
+            self.by_policy = None
         self.version += 1
 
     def _tables(self) -> tuple[dict, ...]:
@@ -102,20 +102,26 @@ class Records:
         record = self.endpoints.get(key)
         return calc_pod([record]) if record is not None else None
 
-    def isolating(self, pod: PodInfo) -> dict[str, list[NetworkPolicy]]:
-        """Direction -> the policies isolating ``pod`` there, sorted as a pass sorts them."""
-        if self.policy_inputs is None:
-            self.policy_inputs = PolicyInputs(
+    def policy_inputs(self) -> PolicyInputs:
+        """The policies alone, sorted by ref: sorted again only after a policy changed, and
+        shared by every pass and every ``isolating`` until then."""
+        if self.by_policy is None:
+            self.by_policy = PolicyInputs(
                 policies=tuple(sorted(self.policies.values(), key=lambda p: p.ref))
             )
-        return {d: policies_of(self.policy_inputs, pod, d) for d in ("Ingress", "Egress")}
+        return self.by_policy
+
+    def isolating(self, pod: PodInfo) -> dict[str, list[NetworkPolicy]]:
+        """Direction -> the policies isolating ``pod`` there, sorted as a pass sorts them."""
+        policies = self.policy_inputs()
+        return {d: policies_of(policies, pod, d) for d in ("Ingress", "Egress")}
 
     def inputs(self) -> PolicyInputs:
         touched, self.touched = self.touched, set()
         return PolicyInputs(
             self.pods.refresh(self.endpoints, touched),
             {n.name: dict(n.labels) for n in self.namespaces.values()},
-            tuple(sorted(self.policies.values(), key=lambda p: p.ref)),
+            self.policy_inputs().policies,
             calc_node_ips(self.nodes.values()),
         )
 

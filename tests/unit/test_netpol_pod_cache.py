@@ -2,7 +2,8 @@
 Pod, relabels, moves between Pods, deletes, repeated refreshes): after every step its Pods
 equal what ``netpol/record.calc_pods`` computes afresh from the same records in key order,
 whether it looks at every key or is told the keys touched since (as ``Records`` tells it),
-and the policies-by-namespace index gives ``policies_of`` the same answer as a full scan."""
+and the policies-by-namespace index gives ``policies_of`` the same answer as a full scan; the
+policies ``Records`` sorts once per change are, after every step, its policies sorted by ref."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from netpol.record import calc_pods
 from netpol.view import PodCache, Records
 from services.record import EndpointRecord
 from store.base import KV
-from store.keys import ENDPOINTS
+from store.codec import encode
+from store.keys import ENDPOINTS, NETPOLS, netpol_key
 from tests.fuzz.budget import cases
 
 KEYS = st.tuples(st.sampled_from("xy"), st.sampled_from("abc"), st.sampled_from(["eth0", "net1"]))
@@ -117,3 +119,41 @@ def test_records_tell_the_cache_every_endpoint_they_touched(steps):
         else:
             held = records.endpoints
             assert records.inputs().pods == calc_pods([held[k] for k in sorted(held)])
+
+
+POLICY_NAMES = st.tuples(st.sampled_from("xy"), st.sampled_from("pqr"))
+
+
+def policy_kv(namespace: str, name: str, app: str) -> KV:
+    manifest = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"podSelector": {"matchLabels": {"app": app}}},
+    }
+    return KV(netpol_key(namespace, name), encode(parse_policy(manifest).to_dict()), 1)
+
+
+@cases(100)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("put"), POLICY_NAMES, st.sampled_from(["web", "db"])),
+            st.tuples(st.just("delete"), POLICY_NAMES, st.none()),
+            st.tuples(st.just("snapshot"), st.lists(POLICY_NAMES, max_size=3), st.none()),
+        ),
+        max_size=15,
+    )
+)
+def test_the_sorted_policies_follow_every_put_delete_and_snapshot(steps):
+    records = Records()
+    for op, arg, app in steps:
+        if op == "put":
+            records.apply(policy_kv(*arg, app))
+        elif op == "delete":
+            records.apply(KV(netpol_key(*arg), b"", 1), deleted=True)
+        else:
+            records.replace_all([policy_kv(ns, n, "web") for ns, n in arg], NETPOLS)
+        held = tuple(sorted(records.policies.values(), key=lambda p: p.ref))
+        assert records.inputs().policies == held
+        assert records.policy_inputs().policies == held
