@@ -161,10 +161,10 @@ class SqliteStore:
                         (*params, revision),
                     )
                 ]
-                held = known | {kv.key for kv in changed}
+                held = len(known) + sum(kv.key not in known for kv in changed)
                 count = conn.execute(f"SELECT COUNT(*) FROM kv WHERE {where}", params).fetchone()
                 keys = None
-                if count[0] != len(held):
+                if count[0] != held:
                     rows = conn.execute(f"SELECT key FROM kv WHERE {where}", params)
                     keys = {bytes(row[0]).decode() for row in rows}
             finally:
