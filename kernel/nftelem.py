@@ -16,10 +16,11 @@ merges) are not handled.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 NETLINK_NETFILTER = 12
@@ -29,6 +30,8 @@ NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
 NLMSG_ERROR = 2
 SOL_NETLINK, NETLINK_CAP_ACK = 270, 10
+SO_SNDBUFFORCE = 32  # socket(7); the socket module does not name it
+SEND_SLACK = 64 * 1024  # the kernel counts each skb's overhead against the buffer too
 NLA_F_NESTED = 0x8000
 NFPROTO = {"inet": 1, "ip": 2, "ip6": 10}
 # attribute numbers (linux/netfilter/nf_tables.h)
@@ -40,9 +43,12 @@ JUMPS = {"jump": -3, "goto": -4}
 PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1, "icmpv6": 58}
 VERDICT = ("verdict",)
 COUNTER = ("counter",)  # an object map's data: a named counter (``"dropped-in/x/a"``)
-DATATYPES = frozenset({"ipv4_addr", "ipv6_addr", "inet_proto", "inet_service", "host_u32"})
+#: each datatype's width in bytes (a field of a concatenation takes a multiple of 4)
+WIDTH = {"ipv4_addr": 4, "ipv6_addr": 16, "inet_proto": 1, "inet_service": 2, "host_u32": 4}
+DATATYPES = frozenset(WIDTH)
 #: elements per message: the element list is one attribute, whose length is 16 bits
 CHUNK = 256
+VERBS = ("add", "delete", "flush")
 
 
 class ElementError(Exception):
@@ -60,7 +66,8 @@ class SetType:
 
 @dataclass(frozen=True)
 class ElementChange:
-    """``verb`` (add | delete) these elements (key text, data text or None) of one set."""
+    """``verb`` (add | delete) these elements (key text, data text or None) of one set, or
+    ``flush`` it (every element; ``elements`` empty)."""
 
     verb: str
     set: str
@@ -80,18 +87,34 @@ class ElementBatch:
 def encode_field(datatype: str, text: str) -> bytes:
     """One field's bytes, as libnftables stores them (network order but the host-order
     ``host_u32``: numgen's value, an integer in host order)."""
-    if datatype == "ipv4_addr":
-        return socket.inet_pton(socket.AF_INET, text)
-    if datatype == "ipv6_addr":
-        return socket.inet_pton(socket.AF_INET6, text)
+    return _field_encoder(datatype)(text)
+
+
+@functools.cache
+def _field_encoder(datatype: str, padded: bool = False) -> Callable[[str], bytes]:
+    """``encode_field`` for one datatype, looked up once per set type rather than per element
+    (a full render writes ~85k of them); ``padded``: as a field of a concatenation. Numbers
+    are packed once per distinct text (protocols, ports and numgen's indexes repeat)."""
+    if datatype in ("ipv4_addr", "ipv6_addr"):
+        return functools.partial(
+            socket.inet_pton, socket.AF_INET if datatype == "ipv4_addr" else socket.AF_INET6
+        )
     if datatype == "inet_proto":
-        number = PROTOCOLS.get(text)
-        return bytes([number if number is not None else _number(text, 0xFF)])
+        pad = b"\0\0\0" if padded else b""
+        return functools.lru_cache(maxsize=256)(lambda text: bytes([_protocol(text)]) + pad)
     if datatype == "inet_service":
-        return struct.pack(">H", _number(text, 0xFFFF))
+        port = struct.Struct(">Hxx" if padded else ">H")
+        return functools.lru_cache(maxsize=8192)(lambda text: port.pack(_number(text, 0xFFFF)))
     if datatype == "host_u32":
-        return struct.pack("=I", _number(text, 0xFFFFFFFF))
+        return functools.lru_cache(maxsize=8192)(
+            lambda text: struct.pack("=I", _number(text, 0xFFFFFFFF))
+        )
     raise ElementError(f"no encoding for datatype {datatype}")
+
+
+def _protocol(text: str) -> int:
+    number = PROTOCOLS.get(text)
+    return number if number is not None else _number(text, 0xFF)
 
 
 def _number(text: str, limit: int) -> int:
@@ -103,12 +126,30 @@ def _number(text: str, limit: int) -> int:
 def encode_value(types: Sequence[str], text: str) -> bytes:
     """A key or data value: one field alone, or a concatenation whose fields each take a
     multiple of 4 bytes (nftables registers are 32 bits wide)."""
-    fields = text.split(" . ")
-    if len(fields) != len(types):
-        raise ElementError(f"{text!r} does not have the {len(types)} fields of {types}")
+    return _value_encoder(tuple(types))(text)
+
+
+@functools.cache
+def _value_encoder(types: tuple[str, ...]) -> Callable[[str], bytes]:
     if len(types) == 1:
-        return encode_field(types[0], fields[0])
-    return b"".join(_padded(encode_field(t, f)) for t, f in zip(types, fields, strict=True))
+        alone = _field_encoder(types[0])
+
+        def encode_alone(text: str) -> bytes:
+            if " . " in text:
+                raise ElementError(f"{text!r} does not have the 1 field of {types}")
+            return alone(text)
+
+        return encode_alone
+    fields = tuple(_field_encoder(t, padded=True) for t in types)
+
+    def encode(text: str) -> bytes:
+        parts = text.split(" . ")
+        if len(parts) != len(fields):
+            raise ElementError(f"{text!r} does not have the {len(types)} fields of {types}")
+        # lengths checked above; a strict zip cost 1 µs more an element (Python 3.11)
+        return b"".join([f(p) for f, p in zip(fields, parts, strict=False)])
+
+    return encode
 
 
 def _padded(data: bytes) -> bytes:
@@ -131,44 +172,103 @@ def encode_verdict(text: str) -> bytes:
 
 def encode_element(set_type: SetType, key: str, data: str | None) -> bytes:
     """One NFTA_LIST_ELEM: its key, and a map's data (a delete may leave the data out)."""
-    parts = [_nest(ELEM_KEY, _attr(DATA_VALUE, encode_value(set_type.key, key)))]
-    if data is not None:
-        if set_type.data is None:
-            raise ElementError(f"{key!r}: a set's element has no data ({data!r})")
-        parts.append(encode_data(set_type.data, data))
-    return _nest(LIST_ELEM, *parts)
+    return _element_encoder(set_type)(key, data)
+
+
+@functools.cache
+def _element_encoder(set_type: SetType) -> Callable[[str, str | None], bytes]:
+    """``encode_element`` for one set type: every datatype has a fixed width, so the key's
+    attribute headers are the same for every element and are packed once; a map's data
+    is packed once per distinct value when it is a verdict or a counter (a few hundred
+    chains), with fixed headers when it is a value."""
+    key_of = _value_encoder(set_type.key)
+    key_head, key_pad = _value_head(ELEM_KEY, set_type.key)
+    data_of = _data_encoder(set_type.data) if set_type.data is not None else None
+    head = struct.Struct("=HH")
+    elem = LIST_ELEM | NLA_F_NESTED
+
+    def encode(key: str, data: str | None) -> bytes:
+        body = key_head + key_of(key) + key_pad
+        if data is not None:
+            if data_of is None:
+                raise ElementError(f"{key!r}: a set's element has no data ({data!r})")
+            body += data_of(data)
+        return head.pack(4 + len(body), elem) + body
+
+    return encode
+
+
+def _value_head(kind: int, types: tuple[str, ...]) -> tuple[bytes, bytes]:
+    """The two attribute headers (``kind`` nesting NFTA_DATA_VALUE) before a value of
+    ``types``, and the padding after it (a lone 1- or 2-byte field's)."""
+    width = sum(-(-WIDTH[t] // 4) * 4 for t in types) if len(types) > 1 else WIDTH[types[0]]
+    pad = b"\0" * (-width % 4)
+    inner = struct.pack("=HH", 4 + width, DATA_VALUE)
+    return struct.pack("=HH", 4 + len(inner) + width + len(pad), kind | NLA_F_NESTED) + inner, pad
 
 
 def encode_data(types: tuple[str, ...], text: str) -> bytes:
     """A map element's data: a verdict, a counter's name (an object reference, as nft
     quotes it or not) or a value."""
+    return _data_encoder(types)(text)
+
+
+@functools.cache
+def _data_encoder(types: tuple[str, ...]) -> Callable[[str], bytes]:
     if types == VERDICT:
-        return _nest(ELEM_DATA, encode_verdict(text))
+        return functools.lru_cache(maxsize=4096)(
+            lambda text: _nest(ELEM_DATA, encode_verdict(text))
+        )
     if types == COUNTER:
-        return _attr(ELEM_OBJREF, text.strip('"').encode() + b"\0")
-    return _nest(ELEM_DATA, _attr(DATA_VALUE, encode_value(types, text)))
+        return functools.lru_cache(maxsize=4096)(
+            lambda text: _attr(ELEM_OBJREF, text.strip('"').encode() + b"\0")
+        )
+    value_of, (head, pad) = _value_encoder(types), _value_head(ELEM_DATA, types)
+    return lambda text: head + value_of(text) + pad
+
+
+def render_script(batch: ElementBatch) -> str:
+    """The same changes as one nft script (what the batch stands for: tests, golden files,
+    a plan shown whole), each set's elements sorted by key."""
+    t = f"{batch.family} {batch.table}"
+    out = []
+    for change in batch.changes:
+        kind = "set" if change.type.data is None else "map"
+        if change.verb == "flush":
+            out.append(f"flush {kind} {t} {change.set}\n")
+        elif change.elements:
+            items = ", ".join(
+                k if v is None or change.verb == "delete" else f"{k} : {v}"
+                for k, v in sorted(change.elements)
+            )
+            out.append(f"{change.verb} element {t} {change.set} {{ {items} }}\n")
+    return "".join(out)
 
 
 def calc_messages(
     family: str, table: str, changes: Iterable[ElementChange]
 ) -> list[tuple[int, bytes]]:
     """The batch's messages, (NFT_MSG_* type, body without the netlink header): one per
-    CHUNK elements of a set."""
+    CHUNK elements of a set; a flush is one DELSETELEM naming no element (the kernel then
+    deletes them all)."""
     head = struct.pack("=BBH", NFPROTO[family], 0, 0)
     names = _attr(LIST_TABLE, table.encode() + b"\0")
     out = []
     for change in changes:
-        if change.verb not in ("add", "delete"):
+        if change.verb not in VERBS:
             raise ElementError(f"no such element verb: {change.verb}")
+        named = head + names + _attr(LIST_SET, change.set.encode() + b"\0")
+        if change.verb == "flush":
+            out.append((NFT_MSG_DELSETELEM, named))
+            continue
         add = change.verb == "add"
         if add and change.type.data is not None and any(v is None for _, v in change.elements):
             raise ElementError(f"an element of map {change.set} without data")
         kind = NFT_MSG_NEWSETELEM if add else NFT_MSG_DELSETELEM
-        elements = [encode_element(change.type, k, v if add else None) for k, v in change.elements]
+        encode = _element_encoder(change.type)
+        elements = [encode(k, v if add else None) for k, v in change.elements]
         for i in range(0, len(elements), CHUNK):
-            body = names + _attr(LIST_SET, change.set.encode() + b"\0")
-            body += _nest(LIST_ELEMENTS, *elements[i : i + CHUNK])
-            out.append((kind, head + body))
+            out.append((kind, named + _nest(LIST_ELEMENTS, *elements[i : i + CHUNK])))
     return out
 
 
@@ -192,42 +292,57 @@ class ElementSocket:
         self._seq = 0
 
     def commit(self, messages: Sequence[tuple[int, bytes]]) -> None:
-        """Send BEGIN, ``messages`` (each acked), END; the kernel handles the batch within
-        the send, so every answer is queued when it returns. ElementError on a refusal."""
+        """Send BEGIN, ``messages``, END as one datagram; the kernel handles the batch within
+        the send, so its answers are queued when it returns: an error for each refused
+        message, and an ack for the last (asked for the last only: a full render's ~340
+        acks would overflow the receive buffer). ElementError on a refusal."""
         if not messages:
             return
         first = self._seq + 1
         self._seq += len(messages) + 2
         batch = [_header(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, first, _batch_body())]
-        flags = NLM_F_REQUEST | NLM_F_ACK
         for i, (kind, body) in enumerate(messages):
-            extra = NLM_F_CREATE if kind == NFT_MSG_NEWSETELEM else 0
+            flags = NLM_F_REQUEST | (NLM_F_CREATE if kind == NFT_MSG_NEWSETELEM else 0)
+            flags |= NLM_F_ACK if i == len(messages) - 1 else 0
             type_ = (NFNL_SUBSYS_NFTABLES << 8) | kind
-            batch.append(_header(type_, flags | extra, first + 1 + i, body))
+            batch.append(_header(type_, flags, first + 1 + i, body))
         batch.append(
             _header(NFNL_MSG_BATCH_END, NLM_F_REQUEST, first + len(messages) + 1, _batch_body())
         )
-        self._sock.sendall(b"".join(batch))
-        self._read_acks(first, len(messages))
+        data = b"".join(batch)
+        self._ensure_send_buffer(len(data))
+        self._sock.sendall(data)
+        self._read_answers(first, len(messages))
 
-    def _read_acks(self, first: int, count: int) -> None:
-        acked, failed = 0, []
+    def _ensure_send_buffer(self, size: int) -> None:
+        """A datagram larger than the socket's send buffer is refused (EMSGSIZE): a full
+        render's batch is several MiB. As libnftables does, the buffer is forced (root: it
+        ignores ``net.core.wmem_max``), else asked for within that limit."""
+        if size + SEND_SLACK <= self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF):
+            return
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size + SEND_SLACK)
+        except PermissionError:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size + SEND_SLACK)
+
+    def _read_answers(self, first: int, count: int) -> None:
+        last, answered, failed = first + count, False, []
         while True:
             try:
                 data = self._sock.recv(65536, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 break
             for seq, code in _errors(data):
-                if not first <= seq <= first + count:
+                if not first <= seq <= last:
                     continue  # an earlier batch's, left when its send failed
-                acked += seq > first
+                answered |= seq == last
                 if code:
                     failed.append((seq - first - 1, code))
         if failed:  # index -1: the commit itself (answered on BEGIN's sequence number)
             index, code = min(failed)
             raise ElementError(f"{os.strerror(code)} (message {index} of the batch)")
-        if acked < count:
-            raise ElementError(f"{count - acked} of {count} messages unanswered")
+        if not answered:
+            raise ElementError(f"the batch of {count} messages was not answered")
 
     def close(self) -> None:
         self._sock.close()

@@ -1,8 +1,10 @@
 """kernel/nftelem.py's encoding, without a kernel: every field of a concatenation takes a
 multiple of 4 bytes and reads back as what was given, a lone field keeps its own width,
 numgen's index is in host order, the messages stay within a 16-bit attribute however many
-elements, and what nft would refuse (a bad address, a port over 65535, a set element with
-data) is an ElementError. tests/netns/test_nft_elements.py checks the bytes against nft's."""
+elements, an element is the attributes the netlink rules build one by one, a flush names no
+element, a batch renders as the script it stands for, and what nft would refuse (a bad
+address, a port over 65535, a set element with data) is an ElementError.
+tests/netns/test_nft_elements.py checks the bytes against nft's."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from kernel.nftelem import (
     CHUNK,
     PROTOCOLS,
     VERDICT,
+    ElementBatch,
     ElementChange,
     ElementError,
     SetType,
@@ -26,6 +29,7 @@ from kernel.nftelem import (
     encode_field,
     encode_value,
     encode_verdict,
+    render_script,
 )
 
 WIDTH = {"ipv4_addr": 4, "ipv6_addr": 16, "inet_proto": 1, "inet_service": 2, "host_u32": 4}
@@ -126,3 +130,80 @@ def test_a_map_add_without_data_is_refused_and_a_delete_needs_none():
         "ip", "t", [ElementChange("delete", "m", kind, (("10.0.0.1", "drop"),))]
     )
     assert socket.inet_aton("10.0.0.1") in msg and b"drop" not in msg
+
+
+def reference_element(set_type: SetType, key: str, data: str | None) -> bytes:
+    """NFTA_LIST_ELEM as the netlink attribute rules build it, one attribute at a time: a
+    (length, type) header, the payload, padding to 4 bytes; nested ones flagged 0x8000."""
+
+    def attr(kind: int, payload: bytes) -> bytes:
+        return struct.pack("=HH", 4 + len(payload), kind) + payload + b"\0" * (-len(payload) % 4)
+
+    def nest(kind: int, *parts: bytes) -> bytes:
+        return attr(kind | 0x8000, b"".join(parts))
+
+    def value(types: tuple[str, ...], text: str) -> bytes:
+        fields = [encode_field(t, f) for t, f in zip(types, text.split(" . "), strict=True)]
+        if len(fields) == 1:
+            return fields[0]
+        return b"".join(f + b"\0" * (-len(f) % 4) for f in fields)
+
+    parts = [nest(1, attr(1, value(set_type.key, key)))]  # ELEM_KEY { DATA_VALUE }
+    if data is not None and set_type.data == VERDICT:
+        parts.append(nest(2, encode_verdict(data)))  # ELEM_DATA { DATA_VERDICT }
+    elif data is not None:
+        parts.append(nest(2, attr(1, value(set_type.data, data))))  # ELEM_DATA { DATA_VALUE }
+    return nest(1, *parts)
+
+
+@st.composite
+def typed_element(draw) -> tuple[SetType, str, str | None]:
+    key_types, key = draw(typed_value())
+    kind = draw(st.sampled_from(("set", "verdict", "value")))
+    if kind == "set":
+        return SetType(key_types), key, None
+    if kind == "verdict":
+        chain = draw(st.from_regex(r"[a-z][a-z0-9-]{0,30}", fullmatch=True))
+        verdict = draw(st.sampled_from(("drop", "accept", f"goto {chain}", f"jump {chain}")))
+        return SetType(key_types, VERDICT), key, verdict
+    data_types, data = draw(typed_value())
+    return SetType(key_types, data_types), key, data
+
+
+@given(typed_element())
+def test_an_element_is_encoded_as_its_attributes_built_one_by_one(element):
+    """The encoders packed once per set type (the headers of fixed-width values, a verdict's
+    attribute per distinct verdict) write what the attributes built one by one give."""
+    set_type, key, data = element
+    assert encode_element(set_type, key, data) == reference_element(set_type, key, data)
+    assert encode_element(set_type, key, data) == reference_element(set_type, key, data)
+
+
+def test_a_flush_names_its_set_and_no_element():
+    kind = SetType(("ipv4_addr",), VERDICT)
+    ((msg_type, body),) = calc_messages("ip", "t", [ElementChange("flush", "m", kind, ())])
+    assert msg_type == 14  # NFT_MSG_DELSETELEM
+    assert body.endswith(struct.pack("=HH", 6, 2) + b"m\0\0\0")  # NFTA_SET_ELEM_LIST_SET last
+    with pytest.raises(ElementError):
+        calc_messages("ip", "t", [ElementChange("replace", "m", kind, ())])
+
+
+def test_a_batch_renders_as_the_nft_script_it_stands_for():
+    hairpin, verdicts = SetType(("ipv4_addr", "ipv4_addr")), SetType(("inet_service",), VERDICT)
+    batch = ElementBatch(
+        "ip",
+        "t",
+        (
+            ElementChange("flush", "h", hairpin, ()),
+            ElementChange("flush", "m", verdicts, ()),
+            ElementChange("delete", "m", verdicts, (("80", "drop"),)),
+            ElementChange("add", "m", verdicts, (("443", "goto b"), ("22", "drop"))),
+            ElementChange("add", "h", hairpin, ()),
+        ),
+    )
+    assert render_script(batch) == (
+        "flush set ip t h\n"
+        "flush map ip t m\n"
+        "delete element ip t m { 80 }\n"
+        "add element ip t m { 22 : drop, 443 : goto b }\n"
+    )
