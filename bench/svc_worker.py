@@ -68,18 +68,9 @@ def measure_pass(
     due collection comes after, in pycnid as here): (plan, Python seconds, nft seconds)."""
     with paused_gc():
         plan, render = timed(sync_pycni, records, table if committed else None)
-        _, apply = timed(run_for_bench, nft, plan)
+        _, apply = timed(run_plan, nft, plan)
         _, commit = timed(table.commit, plan)
     return plan, render + commit, apply
-
-
-def run_for_bench(nft: Nft, plan: TablePlan) -> None:
-    """pycnid's ``run_plan`` (an element-only update as one netlink batch), but a full render
-    in the kept context as before: the worker is a fresh process, its heap is not pycnid's."""
-    if plan.full:
-        nft.run(plan.script)
-    else:
-        run_plan(nft, plan)
 
 
 def measure_pycni(nft: Nft, plan: shapes.Plan, updates: int) -> dict:

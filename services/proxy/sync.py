@@ -9,10 +9,12 @@
    applies ``ServiceTable.plan`` (``table.py``) through one kept libnftables context: their
    elements diffed against what they had, never a listing of the table, so an update costs
    what it changes. A full render of every Service comes at start, after a refused
-   transaction (the table is then unknown) and every ``resyncInterval`` seconds. It runs in
-   a child ``nft -f -`` (``Nft.run_apart``: its ~130 MiB parse at 10k Services is never
-   pycnid's heap), and so does any transaction over ``APART_BYTES`` (many Services at once:
-   a bulk change); a small one costs ~0.5 ms in the kept context, ~15 ms in a child;
+   transaction (the table is then unknown) and every ``resyncInterval`` seconds, as three
+   transactions (``elements.FullRender``): the declarations, every element as one netlink
+   batch (``Nft.run_elements``), the deletes. Element changes alone go as one batch too;
+   a script over ``APART_BYTES`` (the declarations of thousands of affinity sets, many
+   Services' chains at once) runs in a child ``nft -f -`` (``Nft.run_apart``: its parse is
+   never pycnid's heap); a small one costs ~0.5 ms in the kept context, ~15 ms in a child;
 3. deletes stale UDP conntrack entries of the entry points whose serving backends changed
    (``conntrack.py``);
 4. hands the healthCheckNodePort servers the targets of the Services it touched and where
@@ -279,18 +281,26 @@ def calc_prefixes(from_kube: bool) -> tuple[str, ...]:
 
 
 def run_plan(nft: Nft, plan: TablePlan) -> None:
-    """A plan's transaction: an update of elements alone as one netlink batch (libnftables
-    would first re-read every set declaration: ~5 ms beside 2,500 affinity sets), a large one
-    in a child nft, the rest in the kept context."""
-    if plan.elements is not None and not is_large(plan):
+    """A plan's transactions: a full render's three steps (its elements as one netlink
+    batch); an update of elements alone as one netlink batch (libnftables would first
+    re-read every set declaration: ~5 ms beside 2,500 affinity sets); any other script."""
+    if plan.steps is not None:
+        run_script(nft, plan.steps.declarations)
+        nft.run_elements(plan.steps.elements)
+        run_script(nft, plan.steps.deletes)
+    elif plan.elements is not None:
         nft.run_elements(plan.elements)
     else:
-        (nft.run_apart if is_large(plan) else nft.run)(plan.script)
+        run_script(nft, plan.text)
 
 
-def is_large(plan: TablePlan) -> bool:
-    """Run apart (``APART_BYTES``): a full render, or an update of many Services at once."""
-    return plan.full or len(plan.script) >= APART_BYTES
+def run_script(nft: Nft, script: str) -> None:
+    """A script of ``APART_BYTES`` or more (many Services at once, the declarations of
+    thousands of affinity sets) in a child nft: libnftables' parse is then not pycnid's
+    heap; the rest in the kept context (a child costs ~15 ms)."""
+    if not script:
+        return
+    (nft.run_apart if len(script) >= APART_BYTES else nft.run)(script)
 
 
 def calc_health_binds(

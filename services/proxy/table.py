@@ -8,9 +8,10 @@ over only the Services that changed; their elements are diffed against what they
 element or shape goes when its last user does. The table is never listed (knftables style):
 this memory is the only copy of what was committed.
 
-``plan`` is pure with respect to the table: the caller runs ``plan.script`` and, when the
-kernel took it, ``commit(plan)``. A refused transaction leaves the table unknown: the caller
-drops it and the next sync renders the family whole (``plan(..., full=True)``).
+``plan`` is pure with respect to the table: the caller runs the plan (services/proxy/sync.py
+``run_plan``) and, when the kernel took it, ``commit(plan)``. A refused transaction leaves
+the table unknown: the caller drops it and the next sync renders the family whole
+(``plan(..., full=True)``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from itertools import chain
 
 from kernel.nftelem import ElementBatch
 from services.proxy.elements import (
+    FullRender,
     calc_element_batch,
+    calc_full_render,
     calc_node_elements,
     calc_service_parts,
     render_elements,
-    render_full_script,
 )
 from services.proxy.model import Backend, NodeView, ProxyModel, ServicePortView
 from services.proxy.render import (
@@ -61,9 +63,10 @@ class Planned:
 
 @dataclass
 class TablePlan:
-    """One transaction: the script and what the table holds once the kernel took it."""
+    """One transaction (a full render: three, ``steps``) and what the table holds once the
+    kernel took it."""
 
-    script: str
+    text: str  # an update's script ("" for a full render: its ``steps``)
     full: bool
     node: NodeView
     node_elements: frozenset[Element]
@@ -73,6 +76,13 @@ class TablePlan:
     # an update that changes elements only: the same transaction as one netlink batch
     # (kernel/nftelem.py), which spares libnftables' cache refill; None: run the script
     elements: ElementBatch | None = None
+    steps: FullRender | None = None  # a full render's transactions
+
+    @property
+    def script(self) -> str:
+        """The whole change as one nft script (a full render's steps joined: tests, golden
+        files, benches; pycnid runs the steps)."""
+        return self.steps.render() if self.steps is not None else self.text
 
 
 @dataclass
@@ -167,10 +177,10 @@ class ServiceTable:
         live = calc_shape_chains(shapes)
         stale_sets = {c for c in chains if is_affinity_set(c)} - calc_affinity_sets(shapes)
         stale = {c for c in chains if not is_affinity_set(c)} - live
-        script = render_full_script(self.family, shapes, elements, node) + self._render_deletes(
-            stale, live, stale_sets
+        steps = calc_full_render(
+            self.family, shapes, elements, node, self._render_deletes(stale, live, stale_sets)
         )
-        return TablePlan(script, True, node, node_elements, planned, {}, owners)
+        return TablePlan("", True, node, node_elements, planned, {}, owners, steps=steps)
 
     def _plan_update(self, node: NodeView, planned: dict[str, Planned]) -> TablePlan:
         node_elements = calc_node_elements(ProxyModel(self.family, node))
@@ -238,7 +248,7 @@ class ServiceTable:
         return set(self.name_users)
 
     def commit(self, plan: TablePlan) -> None:
-        """The kernel took ``plan.script``: hold what it programmed."""
+        """The kernel took the plan: hold what it programmed."""
         if plan.full:
             return self._commit_full(plan)
         self.left_out = (self.left_out - set(plan.services)) | {

@@ -244,7 +244,7 @@ class RecordingNft:
         self.calls.append("run_elements")
 
 
-def test_an_endpoint_change_runs_as_an_element_batch_and_a_full_render_apart():
+def test_a_full_render_runs_its_declarations_then_one_element_batch_and_so_does_an_update():
     records, table, nft = base_records(), ServiceTable(4), RecordingNft()
     port = ServicePort("http", "TCP", 80, 8080)
     service = ServiceRecord("ns", "a", "ClusterIP", (port,), ("10.96.0.9",), (), {"app": "a"})
@@ -260,4 +260,6 @@ def test_an_endpoint_change_runs_as_an_element_batch_and_a_full_render_apart():
     update = calc_plan(records, "n1", 4, LOCAL, table, records.take_dirty())
     run_plan(nft, update)  # type: ignore[arg-type]
     assert update.elements is not None and update.elements.changes
-    assert nft.calls == ["run_apart", "run_elements"]
+    # the full render: a small script (one Service, no affinity), every element, no deletes
+    assert nft.calls == ["run", "run_elements", "run_elements"]
+    assert full.steps is not None and not full.steps.deletes
