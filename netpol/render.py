@@ -35,6 +35,7 @@ import functools
 import hashlib
 import ipaddress
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -51,6 +52,11 @@ ADDR = {4: "ipv4_addr", 6: "ipv6_addr"}
 #: direction -> (chain prefix, the local Pod's address field, the peer's address field)
 DIRECTIONS = {"Ingress": ("in", "daddr", "saddr"), "Egress": ("eg", "saddr", "daddr")}
 VMAP = {"Ingress": "ingress", "Egress": "egress"}
+#: the sets and maps of every layout, without their family digit (``calc_layout``)
+STATIC_SETS = frozenset(
+    {"self", "node", *VMAP.values(), *(f"dropcnt-{d[0]}" for d in DIRECTIONS.values())}
+)
+REFERENCE = re.compile(r"@([A-Za-z0-9_.-]+)")  # a set or map a rule names
 ND_TYPES = (
     "nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect"
 )
@@ -119,7 +125,24 @@ def calc_layout(
             policies = policies_of(inputs, pod, direction)
             if policies:
                 _add_isolated(layout, members, pod, direction, policies)
+    _drop_unreferenced(layout)
     return layout
+
+
+def _drop_unreferenced(layout: Layout) -> None:
+    """A rule's port and peer sets are made as its terms are computed, and a rule that ends up
+    empty (peers that pick no Pod in a family, named ports no Pod serves) references none of
+    them: such a set is dropped, not declared in the kernel (``pycni doctor`` counts a set
+    nothing reaches as left behind)."""
+    static = {name for name, s in layout.sets.items() if _is_static(name)}
+    used = {m for rules in layout.chains.values() for r in rules for m in REFERENCE.findall(r)}
+    for name in [n for n in layout.sets if n not in static and n not in used]:
+        del layout.sets[name]
+
+
+def _is_static(name: str) -> bool:
+    """The sets and maps every layout declares (``calc_layout``): the rest are rules' terms."""
+    return name.rstrip("46") in STATIC_SETS
 
 
 def _add_isolated(

@@ -5,16 +5,21 @@ rule becomes set lookups."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
 from netpol.members import Members, to_int
 from netpol.policy import NetworkPolicy, parse_policy
 from netpol.render import (
+    REFERENCE,
+    _is_static,
     calc_block_members,
     calc_layout,
     calc_pod_elements,
     render_full,
     shape_name,
 )
+from tests.fixtures.netpol_cases import clusters, inputs_of
 
 NODE = "n1"
 
@@ -139,3 +144,32 @@ def test_a_counter_name_nft_would_refuse_is_hashed() -> None:
     layout = calc_layout(PolicyInputs((long,), {}, (policy("x", "deny"),)), NODE)
     [counter] = layout.counters
     assert counter.startswith("dropped-in/") and len(counter) < 64
+
+
+def test_a_rule_whose_peers_pick_nothing_declares_no_set() -> None:
+    """Its ports' set was made before its peers turned out empty: a set no rule names, which
+    the kernel would keep and ``pycni doctor`` report as left behind."""
+    p = policy(
+        "x",
+        "p",
+        egress=[
+            {
+                "to": [{"namespaceSelector": {"matchLabels": {"ns": "none"}}}],
+                "ports": [{"port": 81}, {"port": "web"}],
+            },
+            {"to": [{"podSelector": {"matchLabels": {"pod": "r"}}}], "ports": [{"port": "none"}]},
+        ],
+    )
+    layout = calc_layout(inputs(p), NODE)
+    assert [n for n in layout.sets if not _is_static(n)] == []
+    egress = next(rules for c, rules in layout.chains.items() if c.startswith("eg-"))
+    assert egress[-1] == "counter drop" and not any(r.endswith("return") for r in egress)
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters())
+def test_every_set_a_layout_declares_is_static_or_named_by_a_rule(cluster) -> None:
+    layout = calc_layout(inputs_of(cluster), NODE)
+    named = {m for rules in layout.chains.values() for r in rules for m in REFERENCE.findall(r)}
+    assert {n for n in layout.sets if not _is_static(n)} == {n for n in named if not _is_static(n)}
+    assert named <= set(layout.sets)  # and every set a rule names is declared
