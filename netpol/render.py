@@ -360,10 +360,12 @@ def _subtract(cidr: Network, excepts: Iterable[Network]) -> list[Network]:
     return parts
 
 
-def render_full(layout: Layout, stale: Iterable[Object] = ()) -> str:
+def render_full(layout: Layout, stale: Iterable[Object] = (), batched: Iterable[str] = ()) -> str:
     """One transaction: the table made if missing, its rules flushed, every set and map
     flushed and refilled, every chain's rules written again; ``stale`` (objects a previous
-    render made that this one does not) deleted once nothing refers to them."""
+    render made that this one does not) deleted once nothing refers to them. The elements
+    of the ``batched`` sets are left out (``diff.calc_first_render`` sends them apart)."""
+    batched = frozenset(batched)
     out = [f"add table {T}\n", f"flush table {T}\n"]
     hook = f"type filter hook forward priority {PRIORITY}; policy accept;"
     out.append(f"add chain {T} forward {{ {hook} }}\n")
@@ -375,7 +377,7 @@ def render_full(layout: Layout, stale: Iterable[Object] = ()) -> str:
     out += [
         f"add element {T} {s.name} {{ {', '.join(s.elements)} }}\n"
         for s in layout.sets.values()
-        if s.elements
+        if s.elements and s.name not in batched
     ]
     out += [f"add rule {T} forward {r}\n" for r in render_base_rules()]
     out += [f"add rule {T} {c} {r}\n" for c, rules in layout.chains.items() for r in rules]

@@ -15,7 +15,10 @@ nft. The table is rendered whole (``render.render_full``: flushed and refilled i
 transaction that never deletes it) at start, every ``resyncInterval`` seconds, and after the
 kernel refused a transaction (the committed layout is then dropped: a refused diff is logged,
 counted and followed by a full render in the same pass). Either way a packet meets the old
-rules or the new ones, never an empty table. A pass that changes nothing sends nothing.
+rules or the new ones, never an empty table. Into a kernel whose table holds nothing (a
+node's first start), the plain sets' and maps' elements follow the script as one netlink
+batch (``diff.calc_first_render``): nothing was isolated before it, and the batch isolates
+every Pod at once. A pass that changes nothing sends nothing.
 Nothing is programmed before the first complete read.
 
 The objects a render made are remembered, so a full render deletes those it no longer needs;
@@ -73,7 +76,7 @@ from kernel.sysctl import read_sysctl
 from kube.source import KubeSource
 from netpol.attached import AttachedPod, read_attached
 from netpol.config import DEFAULT_NETPOL_RESYNC
-from netpol.diff import NotDiffable, calc_element_batch, render_diff
+from netpol.diff import NotDiffable, calc_element_batch, calc_first_render, render_diff
 from netpol.evaluate import PodInfo, PolicyInputs
 from netpol.from_kube import PolicyObjects
 from netpol.isolate import Pin, calc_pins, with_pins
@@ -408,8 +411,12 @@ class NetpolSync:
                 log.info("netpol: rendering the table whole: %s", exc)
             except NftError as exc:
                 log.warning("netpol: update refused, rendering the table whole: %s", exc)
-        stale = self.known_objects() - layout.objects
-        script = render_full(layout, stale)
+        known = self.known_objects()
+        if not known:  # the kernel isolates nothing yet: the elements may follow as a batch
+            script, batch = calc_first_render(layout)
+            self.apply(layout, lambda nft: send_first(nft, script, batch))
+            return "rendered"
+        script = render_full(layout, known - layout.objects)
         self.apply(layout, lambda nft: send_script(nft, script))
         return "rendered"
 
@@ -484,6 +491,13 @@ class PinsAhead(Exception):
 def send_script(nft: Nft, script: str) -> None:
     """A small script in the kept context, a large one (``APART_BYTES``) in a child nft."""
     (nft.run_apart if len(script) >= APART_BYTES else nft.run)(script)
+
+
+def send_first(nft: Nft, script: str, batch: ElementBatch | None) -> None:
+    """A first render (``diff.calc_first_render``): its script, then its elements' batch."""
+    send_script(nft, script)
+    if batch is not None:
+        nft.run_elements(batch)
 
 
 def send_update(nft: Nft, script: str, batch: ElementBatch | None) -> None:

@@ -183,9 +183,17 @@ def test_a_change_of_elements_alone_is_sent_as_a_batch(
     add_endpoint(netpol, "a", "10.0.0.1", app="web")
     add_endpoint(netpol, "b", "10.0.0.2")
     netpol.sync()
+    [first] = nft.batches  # the first render's plain elements, after its script
+    assert {c.verb for c in first.changes} == {"add"}
+    assert "10.0.0.2 : jump in-" not in nft.scripts[0]
+    assert any(
+        (k, (v or "")[:8]) == ("10.0.0.2", "jump in-")
+        for c in first.changes
+        for k, v in c.elements
+    )
     add_endpoint(netpol, "b", "10.0.0.2", app="web")  # b joins a's peers: one element
     assert netpol.sync() and len(nft.scripts) == 1
-    [batch] = nft.batches
+    [_, batch] = nft.batches
     assert [(c.verb, c.set[:6], c.elements) for c in batch.changes] == [
         ("add", "pods4-", (("10.0.0.2", None),))
     ]
