@@ -488,9 +488,13 @@ def test_a_service_field_of_the_wrong_type_is_an_error_the_reflector_skips(
 
 def test_the_slice_sink_parses_each_address_once_and_skips_a_slice_with_a_bad_one() -> None:
     records = Records()
+    records.put_service("k/web", service_record(service()))
+    records.put_service("k/db", service_record(service("db", cluster_ips=["10.96.0.11"])))
+    records.take_dirty()
     sink = SliceSink(records, threading.Lock(), threading.Event())
     obj = endpoint_slice(endpoints=[endpoint("10.1.0.5"), endpoint("fd00::6", "n2")])
     sink.replace({"default/web-abc": sink.convert(obj)})
+    assert records.take_dirty() == {"k/web"}  # the slice's Service, not the other one
     assert {k: r.ips for k, r in records.endpoints.items()} == {
         "k8s:endpoints/default/web-abc/10.1.0.5": ("10.1.0.5",),
         "k8s:endpoints/default/web-abc/fd00::6": ("fd00::6",),
@@ -500,3 +504,5 @@ def test_the_slice_sink_parses_each_address_once_and_skips_a_slice_with_a_bad_on
     }
     with pytest.raises(ValueError, match="not an IP address"):
         sink.convert(endpoint_slice(endpoints=[endpoint("10.1.0.5"), endpoint("10.1.0.300")]))
+    sink.apply("default/web-abc", None)
+    assert not records.endpoints and not records.addresses and records.take_dirty() == {"k/web"}
