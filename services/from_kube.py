@@ -29,6 +29,7 @@ from services.record import (
     ServicePort,
     ServiceRecord,
     shared_labels,
+    shared_ports,
 )
 
 SERVICE_NAME = "kubernetes.io/service-name"  # the label on every slice of a Service
@@ -125,12 +126,13 @@ def slice_endpoints(obj: Mapping[str, Any]) -> tuple[tuple[str, EndpointRecord],
 
 
 def _slice_ports(obj: Mapping[str, Any]) -> Mapping[str, int]:
-    """{``SLICE_PORT`` + name: port} of a slice's ports that have a port number."""
+    """{``SLICE_PORT`` + name: port} of a slice's ports that have a port number (one object
+    for every slice that has the same: ``shared_ports``)."""
     ports: dict[str, int] = {}
     for p in entries(obj, "ports"):
         if isinstance(p, dict) and p.get("port") is not None:
             ports[intern(SLICE_PORT + str(p.get("name") or ""))] = _port(p.get("port"), "port")
-    return ports
+    return shared_ports(ports)
 
 
 def _first_address(endpoint: Any) -> str | None:

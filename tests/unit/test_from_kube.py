@@ -419,12 +419,16 @@ def test_generated_services_give_the_record_the_api_types_describe(model: Any) -
     assert record.namespace is sys.intern(record.namespace)
 
 
-def test_a_services_endpoints_share_its_selector() -> None:
-    """One labels object for a Service and all its endpoints, as the store's records have."""
+def test_a_services_endpoints_share_its_selector_and_slices_their_ports() -> None:
+    """One labels object for a Service and all its endpoints, as the store's records have;
+    one ports object for the slices that name the same ports."""
     record = service_record(service())
     assert record is not None
     found = slice_endpoints(endpoint_slice(endpoints=[endpoint("10.0.0.1"), endpoint("10.0.0.2")]))
     assert all(r.labels is record.selector for _, r in found)
+    db = endpoint_slice("db-x", "db", endpoints=[endpoint("10.0.1.1")])
+    (_, other), *_ = slice_endpoints(db)
+    assert other.ports is found[0][1].ports and other.ports == {SLICE_PORT + "http": 8080}
 
 
 # --- what cannot be read: a ValueError naming the field, the object skipped ---------------
