@@ -415,6 +415,24 @@ def calc_fixed_ports(record: ServiceRecord) -> dict[str, int] | None:
     return fixed
 
 
+class ServedPorts:
+    """``calc_served_ports`` of a Service's endpoints, once per distinct named-ports mapping
+    (it reads nothing else of an endpoint): the endpoints of an EndpointSlice share one
+    (``shared_ports``), and numeric targetPorts give the same for every endpoint."""
+
+    def __init__(self, record: ServiceRecord) -> None:
+        self.record, self.fixed = record, calc_fixed_ports(record)
+        self.by_ports: dict[int, dict[str, int]] = {}  # id(endpoint.ports) -> served
+
+    def of(self, endpoint: EndpointRecord) -> dict[str, int]:
+        if self.fixed is not None:
+            return self.fixed
+        served = self.by_ports.get(id(endpoint.ports))
+        if served is None:
+            served = self.by_ports[id(endpoint.ports)] = calc_served_ports(self.record, endpoint)
+        return served
+
+
 def calc_port_views(
     record: ServiceRecord,
     endpoints: list[tuple[EndpointRecord, tuple[IPAddress, ...]]],
@@ -428,13 +446,9 @@ def calc_port_views(
     service = calc_service(record, family)
     if not service.vips:
         return []
-    fixed = calc_fixed_ports(record)  # numeric targetPorts: the same for every endpoint
+    served = ServedPorts(record)
     picked = [
-        (
-            e,
-            [ip for ip in ips if ip.version == family],
-            fixed if fixed is not None else calc_served_ports(record, e),
-        )
+        (e, [ip for ip in ips if ip.version == family], served.of(e))
         for e, ips in endpoints
         if e.usable
     ]
