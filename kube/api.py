@@ -74,20 +74,18 @@ class Api:
 
     def get(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
         """One JSON document (a list page)."""
+        return decode_document(self.read(path, params), path)
+
+    def read(self, path: str, params: Mapping[str, str]) -> bytes:
+        """One answer's body, undecoded (``decode_document``)."""
         response = self._send(path, params, (self.timeout, self.timeout))
         try:
-            data = response.data
+            data: bytes = response.data
+            return data
         except self.errors as exc:
             raise Unreachable(f"reading {path}: {exc}") from None
         finally:
             response.release_conn()
-        try:
-            doc = json.loads(data)
-        except ValueError as exc:
-            raise ApiStatus(500, "BadResponse", f"{path}: not JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ApiStatus(500, "BadResponse", f"{path}: not a JSON object")
-        return doc
 
     def stream(self, path: str, params: Mapping[str, str], read_timeout: float) -> Stream:
         """A watch: its lines, one event each, until the server ends it or ``close()``."""
@@ -160,6 +158,17 @@ class Stream:
             pass
 
 
+def decode_document(data: bytes, path: str) -> dict[str, Any]:
+    """A JSON object, or a Status error (500 BadResponse) saying what it is not."""
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise ApiStatus(500, "BadResponse", f"{path}: not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ApiStatus(500, "BadResponse", f"{path}: not a JSON object")
+    return doc
+
+
 def decode_event(line: bytes, path: str) -> dict[str, Any]:
     try:
         event = json.loads(line)
@@ -190,4 +199,4 @@ def status_error(doc: Mapping[str, Any], code: int = 0) -> ApiStatus:
     )
 
 
-__all__ = ["Api", "ApiStatus", "Stream", "Unreachable", "open_api"]
+__all__ = ["Api", "ApiStatus", "Stream", "Unreachable", "decode_document", "open_api"]

@@ -35,9 +35,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from common.collector import paused_gc
 from common.loop import Backoff, Errors, Loop
 from common.metrics import Registry
-from kube.api import FORBIDDEN, GONE, Api, ApiStatus, Stream, Unreachable, status_error
+from kube.api import (
+    FORBIDDEN,
+    GONE,
+    Api,
+    ApiStatus,
+    Stream,
+    Unreachable,
+    decode_document,
+    status_error,
+)
 from kube.config import KubeConfig
 from kube.kinds import Kind
 
@@ -64,16 +74,23 @@ def list_whole(api: Api, kind: Kind, page_size: int, take: Callable[[list[Any]],
     the list's resourceVersion ("0" if the server gave none)."""
     params = {"limit": str(page_size)}
     while True:
-        page = api.get(kind.path, params)
-        items = page.get("items") or []
-        take(items if isinstance(items, list) else [])
-        meta = page.get("metadata") or {}
-        token = meta.get("continue")
+        data = api.read(kind.path, params)
+        with paused_gc():  # the page's ~10^4 objects live and die unseen by the collector
+            token, rv = take_page(data, kind.path, take)
         if not token:
             break
         params["continue"] = str(token)
-    rv = meta.get("resourceVersion")
     return rv if isinstance(rv, str) and rv else "0"
+
+
+def take_page(data: bytes, path: str, take: Callable[[list[Any]], None]) -> tuple[Any, Any]:
+    """A list page decoded and its items handed to ``take``: the page's continue token and
+    resourceVersion (the page itself is dropped on return)."""
+    page = decode_document(data, path)
+    items = page.get("items") or []
+    take(items if isinstance(items, list) else [])
+    meta = page.get("metadata") or {}
+    return meta.get("continue"), meta.get("resourceVersion")
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -197,11 +214,12 @@ class Reflector(Generic[T]):
 
         def take(page: list[Any]) -> None:
             self.note_success("list")
-            for obj in page:
+            for obj in page:  # within list_whole's pause of the collector
                 self.convert_into(items, obj)
 
         rv = list_whole(self.api, self.kind, self.config.page_size, take)
-        self.sink.replace(items)
+        with paused_gc():
+            self.sink.replace(items)
         self.rv = rv
         self.relist_due = time.monotonic() + self.config.resync_interval
         reason = "resync" if self.synced else "start"

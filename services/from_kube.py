@@ -18,14 +18,18 @@ serving=ready, terminating=false; an FQDN slice is ignored.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from sys import intern
 from typing import Any
 
 from kube.fields import entries, section
 from services.record import (
     DEFAULT_AFFINITY_TIMEOUT,
+    EMPTY,
     EndpointRecord,
     ServicePort,
     ServiceRecord,
+    shared_labels,
+    shared_ports,
 )
 
 SERVICE_NAME = "kubernetes.io/service-name"  # the label on every slice of a Service
@@ -35,7 +39,10 @@ SLICE_FAMILIES = ("IPv4", "IPv6")
 
 
 def service_record(obj: Mapping[str, Any]) -> ServiceRecord | None:
-    """The record of a Service object (None: a kind the proxy does not program)."""
+    """The record of a Service object (None: a kind the proxy does not program). Its repeated
+    strings are interned and its selector shared with its endpoints' labels, as the store's
+    records are (``services/record.py``): what a pycnid fed by the API server holds is what one
+    fed by the store holds."""
     meta, spec = section(obj, "metadata"), section(obj, "spec")
     kind = str(spec.get("type") or "ClusterIP")
     ips = [str(ip) for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip]
@@ -43,18 +50,19 @@ def service_record(obj: Mapping[str, Any]) -> ServiceRecord | None:
         return None
     affinity = section(section(spec, "sessionAffinityConfig"), "clientIP")
     ingress = section(obj, "status").get("loadBalancer") or {}
+    namespace, name = _text(meta, "namespace"), _text(meta, "name")
     return ServiceRecord(
-        namespace=_text(meta, "namespace"),
-        name=_text(meta, "name"),
-        type=kind,
+        namespace=intern(namespace),
+        name=name,
+        type=intern(kind),
         ports=tuple(_service_port(p) for p in entries(spec, "ports")),
         cluster_ips=tuple(ips),
         external_ips=tuple(map(str, entries(spec, "externalIPs"))),
-        selector={SERVICE_NAME: _text(meta, "name")},
-        session_affinity=str(spec.get("sessionAffinity") or "None"),
+        selector=shared_labels({SERVICE_NAME: name}),
+        session_affinity=intern(str(spec.get("sessionAffinity") or "None")),
         timeout_seconds=int(affinity.get("timeoutSeconds") or DEFAULT_AFFINITY_TIMEOUT),
-        external_traffic_policy=str(spec.get("externalTrafficPolicy") or "Cluster"),
-        internal_traffic_policy=str(spec.get("internalTrafficPolicy") or "Cluster"),
+        external_traffic_policy=intern(str(spec.get("externalTrafficPolicy") or "Cluster")),
+        internal_traffic_policy=intern(str(spec.get("internalTrafficPolicy") or "Cluster")),
         health_check_node_port=int(spec.get("healthCheckNodePort") or 0),
         load_balancer_ips=tuple(
             str(i["ip"])
@@ -62,59 +70,77 @@ def service_record(obj: Mapping[str, Any]) -> ServiceRecord | None:
             if isinstance(i, dict) and i.get("ip")
         ),
         load_balancer_source_ranges=tuple(map(str, entries(spec, "loadBalancerSourceRanges"))),
+        extra=EMPTY,
     )
 
 
 def _service_port(data: Any) -> ServicePort:
     if not isinstance(data, dict):
         raise ValueError(f"a Service port is not an object: {data!r}")
-    name = str(data.get("name") or "")
+    name = intern(str(data.get("name") or ""))
     return ServicePort(
         name,
-        str(data.get("protocol") or "TCP"),
+        intern(str(data.get("protocol") or "TCP")),
         _port(data.get("port"), "port"),
-        SLICE_PORT + name,
+        intern(SLICE_PORT + name),
         int(data.get("nodePort") or 0),
+        EMPTY,
     )
 
 
 def slice_endpoints(obj: Mapping[str, Any]) -> tuple[tuple[str, EndpointRecord], ...]:
     """(the endpoint's address, its record) for each endpoint of an EndpointSlice; none for a
-    slice of no Service or of FQDNs."""
+    slice of no Service or of FQDNs. The endpoints of a slice share its labels (the Service's
+    selector: ``shared_labels``) and ports; namespaces and node names are interned."""
     meta = section(obj, "metadata")
     service = section(meta, "labels").get(SERVICE_NAME)
     if not service or obj.get("addressType") not in SLICE_FAMILIES:
         return ()
-    namespace, name = _text(meta, "namespace"), _text(meta, "name")
-    ports = {
-        SLICE_PORT + str(p.get("name") or ""): _port(p.get("port"), "port")
-        for p in entries(obj, "ports")
-        if isinstance(p, dict) and p.get("port") is not None
-    }
+    namespace, name = intern(_text(meta, "namespace")), _text(meta, "name")
+    ports = _slice_ports(obj)
+    labels = shared_labels({SERVICE_NAME: str(service)})
     found: dict[str, EndpointRecord] = {}
     for index, endpoint in enumerate(entries(obj, "endpoints")):
-        if not isinstance(endpoint, dict) or not entries(endpoint, "addresses"):
+        address = _first_address(endpoint)
+        if address is None:
             continue
-        address = str(entries(endpoint, "addresses")[0])
-        conditions = section(endpoint, "conditions")
+        conditions, target = section(endpoint, "conditions"), section(endpoint, "targetRef")
+        if address in found:  # read as the first was (a bad field is the slice's error)
+            continue
         ready = conditions.get("ready") is not False
-        target = section(endpoint, "targetRef")
-        found.setdefault(
-            address,
-            EndpointRecord(
-                namespace,
-                str(target.get("name") or f"{name}-{index}"),
-                name,  # the slice: an endpoint record's ifname, what tells two apart
-                (address,),
-                {SERVICE_NAME: str(service)},
-                str(endpoint.get("nodeName") or ""),
-                ports,
-                ready=ready,
-                serving=_flag(conditions, "serving", ready),
-                terminating=_flag(conditions, "terminating", False),
-            ),
+        found[address] = EndpointRecord(
+            namespace,
+            str(target.get("name") or f"{name}-{index}"),
+            name,  # the slice: an endpoint record's ifname, what tells two apart
+            (address,),
+            labels,
+            intern(str(endpoint.get("nodeName") or "")),
+            ports,
+            extra=EMPTY,
+            ready=ready,
+            serving=_flag(conditions, "serving", ready),
+            terminating=_flag(conditions, "terminating", False),
+            port_protocols=EMPTY,
         )
     return tuple(found.items())
+
+
+def _slice_ports(obj: Mapping[str, Any]) -> Mapping[str, int]:
+    """{``SLICE_PORT`` + name: port} of a slice's ports that have a port number (one object
+    for every slice that has the same: ``shared_ports``)."""
+    ports: dict[str, int] = {}
+    for p in entries(obj, "ports"):
+        if isinstance(p, dict) and p.get("port") is not None:
+            ports[intern(SLICE_PORT + str(p.get("name") or ""))] = _port(p.get("port"), "port")
+    return shared_ports(ports)
+
+
+def _first_address(endpoint: Any) -> str | None:
+    """An endpoint's first address (None: not an object, or no address)."""
+    if not isinstance(endpoint, dict):
+        return None
+    addresses = entries(endpoint, "addresses")
+    return str(addresses[0]) if addresses else None
 
 
 def _flag(conditions: Mapping[str, Any], name: str, default: bool) -> bool:

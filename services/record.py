@@ -117,6 +117,35 @@ def shared_labels(raw: Mapping[Any, Any] | None) -> Mapping[str, str]:
     return found
 
 
+class Ports(Labels):
+    """Named ports shared by every record that has the same ones (``shared_ports``), read-only
+    as ``Labels`` are."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[type, tuple[tuple[tuple[Any, Any], ...]]]:
+        return Ports, (tuple(self.items()),)
+
+
+_PORTS: weakref.WeakValueDictionary[tuple[tuple[str, int], ...], Ports] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def shared_ports(ports: Mapping[str, int]) -> Mapping[str, int]:
+    """``ports`` (in its order), one object for all the records with the same ones: the
+    endpoints of every EndpointSlice of a Deployment's Services name the same ports (184 bytes
+    a dict: 10k slices held 1.8 MiB of them)."""
+    if not ports:
+        return EMPTY
+    items = tuple(ports.items())
+    found = _PORTS.get(items)
+    if found is None:
+        found = Ports(items)
+        _PORTS[items] = found
+    return found
+
+
 def intern_strings(data: dict) -> dict:
     """A decoded record with its repeated strings interned, in place: the proxy holds every
     Service and endpoint record, whose namespaces, node names, label pairs, types, protocols

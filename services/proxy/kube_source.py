@@ -17,13 +17,15 @@ from typing import Any
 from kube.kinds import ENDPOINT_SLICE, SERVICE
 from kube.source import KubeSource
 from services.from_kube import service_record, slice_endpoints
+from services.proxy.model import IPAddress
 from services.proxy.view import Records, parse_address
 from services.record import EndpointRecord, ServiceRecord
 
 KUBE_SERVICES = "k8s:services/"  # + namespace/name
 KUBE_ENDPOINTS = "k8s:endpoints/"  # + namespace/slice/address
 KINDS = (SERVICE, ENDPOINT_SLICE)
-Endpoints = tuple[tuple[str, EndpointRecord], ...]
+#: A slice's endpoints: (address, record, the address parsed) each (``SliceSink.convert``).
+Endpoints = tuple[tuple[str, EndpointRecord, IPAddress], ...]
 
 
 class ServiceSink:
@@ -57,10 +59,11 @@ class SliceSink:
         self.held: dict[str, tuple[str, ...]] = {}  # slice key -> its endpoint keys
 
     def convert(self, obj: Mapping[str, Any]) -> Endpoints:
-        endpoints = slice_endpoints(obj)
-        for address, _record in endpoints:
-            parse_address(address)  # a bad one: the slice is skipped (ValueError)
-        return endpoints
+        """A bad address skips the slice (ValueError); a good one is parsed here once and
+        handed to ``Records`` with its record."""
+        return tuple(
+            (address, record, parse_address(address)) for address, record in slice_endpoints(obj)
+        )
 
     def replace(self, items: dict[str, Endpoints]) -> None:
         with self.lock:
@@ -76,11 +79,11 @@ class SliceSink:
         self.wake.set()
 
     def _put_slice(self, key: str, endpoints: Endpoints) -> None:
-        keys = tuple(f"{KUBE_ENDPOINTS}{key}/{address}" for address, _ in endpoints)
+        keys = tuple(f"{KUBE_ENDPOINTS}{key}/{address}" for address, _, _ in endpoints)
         for old in set(self.held.get(key, ())) - set(keys):
             self.records.put_endpoint(old, None)
-        for record_key, (_, record) in zip(keys, endpoints, strict=True):
-            self.records.put_endpoint(record_key, record)
+        for record_key, (_, record, ip) in zip(keys, endpoints, strict=True):
+            self.records.put_endpoint(record_key, record, (ip,))
         if keys:
             self.held[key] = keys
         else:

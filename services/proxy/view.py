@@ -94,9 +94,15 @@ class Records:
         """A Service by key (None: gone), from the store or another source."""
         self._put_service(key, record)
 
-    def put_endpoint(self, key: str, record: EndpointRecord | None) -> None:
-        """An endpoint by key (None: gone); its addresses must parse (``parse_address``)."""
-        self._put_endpoint(key, record)
+    def put_endpoint(
+        self,
+        key: str,
+        record: EndpointRecord | None,
+        addresses: tuple[IPAddress, ...] | None = None,
+    ) -> None:
+        """An endpoint by key (None: gone); its addresses must parse (``parse_address``).
+        ``addresses``: its ips already parsed by the caller (None: parsed here)."""
+        self._put_endpoint(key, record, addresses)
 
     def _put_service(self, key: str, record: ServiceRecord | None) -> None:
         old = self.services.pop(key, None)
@@ -110,28 +116,45 @@ class Records:
         if old != record:
             self.dirty.add(key)
 
-    def _put_endpoint(self, key: str, record: EndpointRecord | None) -> None:
-        """Addresses are parsed here, once per record: a bad one makes the record unreadable
-        (``apply`` leaves it out), and a full render does not parse 50k of them again."""
-        addresses = tuple(map(parse_address, record.ips)) if record else ()
+    def _put_endpoint(
+        self,
+        key: str,
+        record: EndpointRecord | None,
+        addresses: tuple[IPAddress, ...] | None = None,
+    ) -> None:
+        """Addresses are parsed here, once per record (unless the caller did): a bad one
+        makes the record unreadable (``apply`` leaves it out), and a full render does not
+        parse 50k of them again."""
+        if record is None:
+            addresses = ()
+        elif addresses is None:
+            addresses = tuple(map(parse_address, record.ips))
         old = self.endpoints.pop(key, None)
         self.addresses.pop(key, None)
+        old_pairs = _pairs(old.namespace, old.labels) if old is not None else []
+        pairs = _pairs(record.namespace, record.labels) if record is not None else []
         if old is not None:
-            _unindex(self.labelled, _pairs(old.namespace, old.labels), key)
+            _unindex(self.labelled, old_pairs, key)
         if record is not None:
             self.endpoints[key], self.addresses[key] = record, addresses
-            _index(self.labelled, _pairs(record.namespace, record.labels), key)
+            _index(self.labelled, pairs, key)
         if old != record:
-            self.dirty |= self._selecting(old) | self._selecting(record)
+            self.dirty |= self._selecting(old, old_pairs)
+            self.dirty |= self._selecting(record, pairs)
 
-    def _selecting(self, endpoint: EndpointRecord | None) -> set[str]:
-        """The Services whose selector picks ``endpoint``."""
+    def _selecting(self, endpoint: EndpointRecord | None, pairs: list[LabelKey]) -> set[str]:
+        """The Services whose selector picks ``endpoint`` (``pairs``: its label pairs). A
+        selector that is the endpoint's labels (``shared_labels``) picks it without a look."""
+        found: set[str] = set()
         if endpoint is None:
-            return set()
-        keys = set().union(
-            *(self.selecting.get(p, ()) for p in _pairs(endpoint.namespace, endpoint.labels))
-        )
-        return {k for k in keys if matches(self.services[k].selector, endpoint.labels)}
+            return found
+        labels = endpoint.labels
+        for pair in pairs:
+            for key in self.selecting.get(pair, ()):
+                selector = self.services[key].selector
+                if selector is labels or matches(selector, labels):
+                    found.add(key)
+        return found
 
     def selected(self, service: ServiceRecord) -> list[tuple[EndpointRecord, tuple]]:
         """The endpoints ``service``'s selector picks, by key (an index intersection), each
@@ -368,12 +391,13 @@ def parse_address(text: str) -> IPAddress:
     so it is done by the C parser (``inet_pton``, which takes exactly the forms ``ipaddress``
     does, scope ids aside), and an endpoint's addresses once, when its record arrives."""
     addr = text.split("/")[0]
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    v6 = ":" in addr
     try:
-        packed = socket.inet_pton(family, addr)
+        packed = socket.inet_pton(socket.AF_INET6 if v6 else socket.AF_INET, addr)
     except OSError:
         raise ValueError(f"{addr!r} is not an IP address") from None
-    return ipaddress.ip_address(packed)
+    # its own class: ip_address() would try IPv4 first, 1.6 us for each IPv6 address
+    return ipaddress.IPv6Address(packed) if v6 else ipaddress.IPv4Address(packed)
 
 
 #: A Service's addresses, parsed on every view of it, once while they stay in use (the
@@ -391,6 +415,24 @@ def calc_fixed_ports(record: ServiceRecord) -> dict[str, int] | None:
     return fixed
 
 
+class ServedPorts:
+    """``calc_served_ports`` of a Service's endpoints, once per distinct named-ports mapping
+    (it reads nothing else of an endpoint): the endpoints of an EndpointSlice share one
+    (``shared_ports``), and numeric targetPorts give the same for every endpoint."""
+
+    def __init__(self, record: ServiceRecord) -> None:
+        self.record, self.fixed = record, calc_fixed_ports(record)
+        self.by_ports: dict[int, dict[str, int]] = {}  # id(endpoint.ports) -> served
+
+    def of(self, endpoint: EndpointRecord) -> dict[str, int]:
+        if self.fixed is not None:
+            return self.fixed
+        served = self.by_ports.get(id(endpoint.ports))
+        if served is None:
+            served = self.by_ports[id(endpoint.ports)] = calc_served_ports(self.record, endpoint)
+        return served
+
+
 def calc_port_views(
     record: ServiceRecord,
     endpoints: list[tuple[EndpointRecord, tuple[IPAddress, ...]]],
@@ -404,13 +446,9 @@ def calc_port_views(
     service = calc_service(record, family)
     if not service.vips:
         return []
-    fixed = calc_fixed_ports(record)  # numeric targetPorts: the same for every endpoint
+    served = ServedPorts(record)
     picked = [
-        (
-            e,
-            [ip for ip in ips if ip.version == family],
-            fixed if fixed is not None else calc_served_ports(record, e),
-        )
+        (e, [ip for ip in ips if ip.version == family], served.of(e))
         for e, ips in endpoints
         if e.usable
     ]

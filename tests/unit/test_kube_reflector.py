@@ -171,17 +171,17 @@ def test_a_list_cut_short_is_never_handed_over_partially(kube_api, kubeconfig) -
     registry, sink = Registry(), RecordingSink()
     api = open_api(kubeconfig)
     pages = {"n": 0}
-    real_get = api.get
+    real_read = api.read
 
-    def get(path: str, params: Mapping[str, str]) -> dict:
-        doc = real_get(path, params)
+    def read(path: str, params: Mapping[str, str]) -> bytes:
+        data = real_read(path, params)
         pages["n"] += 1
         if pages["n"] == 2:
             kube_api.put(svc("late"))
             kube_api.compact()  # the next page's continue token has expired
-        return doc
+        return data
 
-    api.get = get  # type: ignore[method-assign]
+    api.read = read  # type: ignore[method-assign]
     reflector = Reflector(api, SERVICE, sink, kubeconfig, KubeMetrics(registry)).start()
     try:
         wait_until(lambda: reflector.synced, timeout=10, what="synced")

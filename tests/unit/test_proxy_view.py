@@ -257,3 +257,35 @@ def test_the_services_section_is_a_config_or_code_7_naming_the_key(section):
     assert (config is not None) == on
     if config is not None:
         assert config.resync_interval > 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    eps=st.lists(
+        st.tuples(V4, st.sampled_from(["shared", "own", "none"]), st.sampled_from(NODES_)),
+        min_size=1,
+        max_size=8,
+        unique_by=lambda e: e[0],
+    )
+)
+def test_a_named_target_port_is_each_endpoints_own_port_shared_mapping_or_not(eps):
+    """Endpoints sharing one named-ports mapping (a slice's, ``shared_ports``), endpoints with
+    one each, and endpoints that do not name the port: each backend takes its own endpoint's
+    port for the name, and an endpoint without it is no backend of that port."""
+    shared = {"web": 8080}
+    records = Records()
+    port = ServicePort("http", "TCP", 80, "web")
+    selector = {"app": "a"}
+    records.put_service(
+        "s", ServiceRecord("ns", "s", ports=(port,), cluster_ips=("10.96.0.5",), selector=selector)
+    )
+    expected = set()
+    for i, (ip, kind, node) in enumerate(eps):
+        ports = {"shared": shared, "own": {"web": 9000 + i}, "none": {}}[kind]
+        records.put_endpoint(
+            f"e{i}", EndpointRecord("ns", f"p{i}", "eth0", (ip,), selector, node, ports)
+        )
+        if ports:
+            expected.add((ip, ports["web"], node))
+    (view,) = calc_model(records, "n1", 4).ports
+    assert {(str(b.ip), b.port, b.node) for b in view.backends} == expected
