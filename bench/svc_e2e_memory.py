@@ -23,8 +23,9 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 
+from common.collector import paused_gc
 from kernel.nft import Nft
-from services.proxy.sync import calc_plan, paused_gc
+from services.proxy.sync import calc_plan
 from services.proxy.table import ServiceTable
 from services.proxy.view import PREFIXES, Records
 from store.base import KV

@@ -21,9 +21,10 @@ import os
 import sys
 import time
 
+from common.collector import paused_gc
 from kernel import nft as nft_mod
 from kernel.nft import Nft
-from services.proxy.sync import calc_plan, paused_gc, run_plan
+from services.proxy.sync import calc_plan, run_plan
 from services.proxy.table import ServiceTable, TablePlan
 from services.proxy.view import Records
 
