@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import random
+import re
 import subprocess
 import threading
 import time
@@ -221,9 +222,28 @@ def ping_once(soak: Soak) -> None:
 
 def ping_miss(src: LivePod, dst: LivePod) -> str:
     """What a missed ping reports: the pair, and whether a second ping is answered (one lost
-    packet, or a Pod not reachable)."""
-    again = "answered" if src.ns.ping(dst.ip, timeout=2) else "not answered either"
-    return f"{src.ip} ({src.node.name}) -> {dst.ip} ({dst.node.name}), a second ping {again}"
+    packet, or a Pod not reachable); when not, what the nodes held then (``held_for``)."""
+    again = src.ns.ping(dst.ip, timeout=2)
+    pair = f"{src.ip} ({src.node.name}) -> {dst.ip} ({dst.node.name})"
+    if again:
+        return f"{pair}, a second ping answered"
+    return f"{pair}, a second ping not answered either ({held_for(src, dst)})"
+
+
+def held_for(src: LivePod, dst: LivePod) -> str:
+    """The destination's age, the source node's route to it, and the packets the
+    destination's NetworkPolicy drop counter holds: a miss says where it was lost."""
+    route = src.node.host.ns.run(["ip", "-o", "route", "get", dst.ip], check=False)
+    counter = f"dropped-in/{dst.record.namespace}/{dst.record.pod}"
+    listed = dst.node.host.ns.run(
+        ["nft", "-j", "list", "counter", "inet", "pycni-netpol", counter], check=False
+    )
+    packets = re.search(r'"packets":\s*(\d+)', listed.stdout)
+    return (
+        f"{time.monotonic() - dst.born:.1f} s old; route on {src.node.name}: "
+        f"{' '.join(route.stdout.split()[:5]) or route.stderr.strip()}; its drop counter: "
+        f"{packets.group(1) if packets else 'none'}"
+    )
 
 
 def connect_once(soak: Soak) -> None:
