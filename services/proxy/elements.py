@@ -272,7 +272,9 @@ _KEY = operator.itemgetter(1)
 @dataclass(frozen=True)
 class FullRender:
     """Start or resync as pycnid runs it: three transactions, each atomic, each leaving a
-    table that answers as either the old or the new state of every Service.
+    table that answers as either the old or the new state of every Service, but for the
+    interval sets: a Service whose ``loadBalancerSourceRanges`` changed since the last
+    commit has its new ranges one step (milliseconds) before its other elements.
 
     - ``declarations``: the skeleton, every shape, the interval sets (nft splits and merges
       their ranges) flushed and refilled. It adds what the new elements name and changes no
