@@ -249,6 +249,11 @@ def remote_lines(remote: dict, services: int) -> list[Line]:
             f"<={GOALS['change_p99_ms']} ms",
             GOALS["change_p99_ms"] / 1e3,
         ),
+        (
+            f"  node2's passes that changed its table (its log), p50 of {len(fig['passes'])}",
+            ms(p50(fig["passes"])),
+            *("", "", "", ""),
+        ),
         (f"  timed out: {fig['timeouts']} (anchor {anchor['timeouts']})", "", "", "", "", ""),
         (f"  anchor: Service endpoint change, same node2, {services:,} x 5", "", "", "", "", ""),
     ]

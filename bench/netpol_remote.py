@@ -16,6 +16,7 @@ same kept libnftables poller.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -110,16 +111,23 @@ def timed_policy_change(cluster: Cluster, poller, r: int, timeout: float) -> dic
     }
 
 
+#: node2's own account of a pass that changed its table (netpol/sync.py's log line): how
+#: much of a change's time is the pass itself, and how much comes before it
+PASS_LOGGED = re.compile(r"netpol: table (?:updated|rendered): [^\n]*?, ([\d.]+) ms")
+
+
 def measure_changes(cluster: Cluster, sizes: records.Sizes, count: int, timeout: float) -> dict:
     node2 = cluster.nodes[1]
     out: dict = {"write_seconds": write_policies(cluster, sizes, count)}
     out["programmed_after"] = wait_rendered(node2, sizes.policies + count, timeout)
     poller = kernel.start_poller(node2)
+    logged = len(node2.daemon.log())
     try:
         runs = [timed_policy_change(cluster, poller, r, timeout) for r in range(count)]
     finally:
         close_poller(poller)
-    return {**out, **kernel.summarize(runs)}
+    passes = [float(m[1]) / 1e3 for m in PASS_LOGGED.finditer(node2.daemon.log()[logged:])]
+    return {**out, **kernel.summarize(runs), "passes": passes}
 
 
 def close_poller(poller: subprocess.Popen) -> None:
