@@ -254,6 +254,11 @@ def remote_lines(remote: dict, services: int) -> list[Line]:
             ms(p50(fig["passes"])),
             *("", "", "", ""),
         ),
+        (
+            "    begun after the store change they read reached node2, p50",
+            ms(p50(fig["begun_after"])),
+            *("", "", "", ""),
+        ),
         (f"  timed out: {fig['timeouts']} (anchor {anchor['timeouts']})", "", "", "", "", ""),
         (f"  anchor: Service endpoint change, same node2, {services:,} x 5", "", "", "", "", ""),
     ]
