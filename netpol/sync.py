@@ -7,19 +7,19 @@ moved, ``store/watched.py``), and
 when anything changed (a record, this node's addresses) renders the node's layout
 (``render.calc_layout``) and sends the kernel what differs from the layout it committed last
 (``diff.render_diff``): one transaction that flushes nothing but the chains whose rules
-changed, so a Pod's relabel costs its elements, not the table's. A diff of set and map
-elements alone goes as one netlink batch (``Nft.run_elements``, as the Service proxy's
-updates: libnftables would first re-read the table's declarations and interval elements),
-any other through the kept libnftables context, a large one (``APART_BYTES``) in a child
-nft. The table is rendered whole (``render.render_full``: flushed and refilled in one
-transaction that never deletes it) at start, every ``resyncInterval`` seconds, and after the
-kernel refused a transaction (the committed layout is then dropped: a refused diff is logged,
-counted and followed by a full render in the same pass). Either way a packet meets the old
-rules or the new ones, never an empty table. Into a kernel whose table holds nothing (a
-node's first start), the plain sets' and maps' elements follow the script as one netlink
-batch (``diff.calc_first_render``): nothing was isolated before it, and the batch isolates
-every Pod at once. A pass that changes nothing sends nothing.
-Nothing is programmed before the first complete read.
+changed, so a Pod's relabel costs its elements, not the table's. A diff of set and map elements
+alone goes as one netlink batch (``Nft.run_elements``, as the Service proxy's updates:
+libnftables would first re-read the table's declarations and interval elements), any other
+through the kept libnftables context, a large one in a child nft (``kernel.nft.run_sized``).
+The table is rendered whole (``render.render_full``: flushed and refilled in one transaction
+that never deletes it) at start, every ``resyncInterval`` seconds, and after the kernel refused
+a transaction (the committed layout is then dropped: a refused diff is logged, counted and
+followed by a full render in the same pass). Either way a packet meets the old rules or the new
+ones, never an empty table. Into a kernel whose table holds nothing (a node's first start), the
+plain sets' and maps' elements follow the script as one netlink batch
+(``diff.calc_first_render``): nothing was isolated before it, and the batch isolates every Pod
+at once. A pass that changes nothing sends nothing. Nothing is programmed before the first
+complete read.
 
 The objects a render made are remembered, so a full render deletes those it no longer needs;
 at start, and after a refused transaction, they are listed from the kernel (names only).
@@ -71,7 +71,7 @@ from dataclasses import replace
 from cni.spec.errors import CNIError, TryAgainLater
 from common.loop import Errors, Loop
 from common.metrics import Registry
-from kernel.nft import Nft, NftError, table_exists
+from kernel.nft import Nft, NftError, run_sized, table_exists
 from kernel.nftelem import ElementBatch
 from kernel.sysctl import read_sysctl
 from kube.source import KubeSource
@@ -94,9 +94,6 @@ from store.watched import WatchedPrefixes
 log = logging.getLogger("pycnid.netpol")
 RETRY = 1.0
 POLL = 0.5  # a store without watches (SQLite): how often its revision is looked at
-#: A script from this size on runs in a child ``nft -f -`` (``Nft.run_apart``, as the Service
-#: proxy does): a large parse is then the child's memory, given back when it exits.
-APART_BYTES = 64 * 1024
 SETTLE = 5.0  # seconds an ADD waits for the pass that isolates its Pod
 COUNTERS = 10.0  # seconds between reads of the drop counters when nothing changes
 COUNTERS_AFTER = 1.0  # seconds from a pass that changed the table to the next read, at most
@@ -518,8 +515,8 @@ class PinsAhead(Exception):
 
 
 def send_script(nft: Nft, script: str) -> None:
-    """A small script in the kept context, a large one (``APART_BYTES``) in a child nft."""
-    (nft.run_apart if len(script) >= APART_BYTES else nft.run)(script)
+    """A whole render or a diff's script (``kernel.nft.run_sized``: a large one in a child)."""
+    run_sized(nft, script)
 
 
 def send_first(nft: Nft, script: str, batch: ElementBatch | None) -> None:

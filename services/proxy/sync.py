@@ -12,9 +12,10 @@
    transaction (the table is then unknown) and every ``resyncInterval`` seconds, as three
    transactions (``elements.FullRender``): the declarations, every element as one netlink
    batch (``Nft.run_elements``), the deletes. Element changes alone go as one batch too;
-   a script over ``APART_BYTES`` (the declarations of thousands of affinity sets, many
-   Services' chains at once) runs in a child ``nft -f -`` (``Nft.run_apart``: its parse is
-   never pycnid's heap); a small one costs ~0.5 ms in the kept context, ~15 ms in a child;
+   a script of 64 KiB or more (the declarations of thousands of affinity sets, many
+   Services' chains at once) runs in a child ``nft -f -`` (``kernel.nft.run_sized``: its
+   parse is never pycnid's heap); a small one costs ~0.5 ms in the kept context, ~15 ms in a
+   child;
 3. deletes stale UDP conntrack entries of the entry points whose serving backends changed
    (``conntrack.py``);
 4. hands the healthCheckNodePort servers the targets of the Services it touched and where
@@ -39,7 +40,7 @@ from cni.spec.errors import CNIError
 from common.collector import paused_gc
 from common.loop import Errors, Loop
 from common.metrics import Registry
-from kernel.nft import Nft, NftError
+from kernel.nft import Nft, NftError, run_sized
 from kube.source import KubeSource
 from services.proxy import conntrack
 from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
@@ -60,7 +61,6 @@ RETRY = 1.0
 POLL = 0.5  # a store without watches (SQLite): how often its revision is looked at
 #: A transaction's script from this size on runs in a child nft (~1,500 elements): the kept
 #: context keeps what it parsed, ~2 KiB an element, and pycnid's heap would keep it after.
-APART_BYTES = 64 * 1024
 
 
 class ProxyMetrics:
@@ -286,22 +286,13 @@ def run_plan(nft: Nft, plan: TablePlan) -> None:
     batch); an update of elements alone as one netlink batch (libnftables would first
     re-read every set declaration: ~5 ms beside 2,500 affinity sets); any other script."""
     if plan.steps is not None:
-        run_script(nft, plan.steps.declarations)
+        run_sized(nft, plan.steps.declarations)
         nft.run_elements(plan.steps.elements)
-        run_script(nft, plan.steps.deletes)
+        run_sized(nft, plan.steps.deletes)
     elif plan.elements is not None:
         nft.run_elements(plan.elements)
     else:
-        run_script(nft, plan.text)
-
-
-def run_script(nft: Nft, script: str) -> None:
-    """A script of ``APART_BYTES`` or more (many Services at once, the declarations of
-    thousands of affinity sets) in a child nft: libnftables' parse is then not pycnid's
-    heap; the rest in the kept context (a child costs ~15 ms)."""
-    if not script:
-        return
-    (nft.run_apart if len(script) >= APART_BYTES else nft.run)(script)
+        run_sized(nft, plan.text)
 
 
 def calc_health_binds(
