@@ -207,14 +207,10 @@ def _value_head(kind: int, types: tuple[str, ...]) -> tuple[bytes, bytes]:
     return struct.pack("=HH", 4 + len(inner) + width + len(pad), kind | NLA_F_NESTED) + inner, pad
 
 
-def encode_data(types: tuple[str, ...], text: str) -> bytes:
-    """A map element's data: a verdict, a counter's name (an object reference, as nft
-    quotes it or not) or a value."""
-    return _data_encoder(types)(text)
-
-
 @functools.cache
 def _data_encoder(types: tuple[str, ...]) -> Callable[[str], bytes]:
+    """A map element's data: a verdict, a counter's name (an object reference, as nft
+    quotes it or not) or a value."""
     if types == VERDICT:
         return functools.lru_cache(maxsize=4096)(
             lambda text: _nest(ELEM_DATA, encode_verdict(text))

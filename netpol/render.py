@@ -134,9 +134,8 @@ def _drop_unreferenced(layout: Layout) -> None:
     empty (peers that pick no Pod in a family, named ports no Pod serves) references none of
     them: such a set is dropped, not declared in the kernel (``pycni doctor`` counts a set
     nothing reaches as left behind)."""
-    static = {name for name, s in layout.sets.items() if _is_static(name)}
     used = {m for rules in layout.chains.values() for r in rules for m in REFERENCE.findall(r)}
-    for name in [n for n in layout.sets if n not in static and n not in used]:
+    for name in [n for n in layout.sets if not _is_static(n) and n not in used]:
         del layout.sets[name]
 
 

@@ -303,8 +303,10 @@ def calc_full_render(
     deletes: str,
 ) -> FullRender:
     t = f"{FAMILY[family]} {TABLE}"
-    types = calc_element_types(family)
-    plain: dict[str, list[tuple[str, str | None]]] = {n: [] for n in (*DATA_SETS, *DATA_MAPS)}
+    types = calc_element_types(family)  # the plain data sets and maps: the batch's
+    plain: dict[str, list[tuple[str, str | None]]] = {
+        n: [] for n in (*DATA_SETS, *DATA_MAPS) if n in types
+    }
     ranged: list[Element] = []
     for el in elements:
         if el.name in types:
@@ -317,7 +319,7 @@ def calc_full_render(
         + "".join(f"flush set {t} {n}\n" for n in DATA_SETS if n not in types)
         + render_elements(family, "add", ranged)
     )
-    flushes = [ElementChange("flush", n, types[n], ()) for n in plain if n in types]
+    flushes = [ElementChange("flush", n, types[n], ()) for n in plain]
     adds = [ElementChange("add", n, types[n], tuple(plain[n])) for n in plain if plain[n]]
     return FullRender(
         declarations, ElementBatch(FAMILY[family], TABLE, (*flushes, *adds)), deletes
