@@ -250,7 +250,7 @@ def remote_lines(remote: dict, services: int) -> list[Line]:
             GOALS["change_p99_ms"] / 1e3,
         ),
         (
-            f"  node2's passes that changed its table (its log), p50 of {len(fig['passes'])}",
+            f"  node2's passes after a store change (its log), p50 of {len(fig['passes'])}",
             ms(p50(fig["passes"])),
             *("", "", "", ""),
         ),

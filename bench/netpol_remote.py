@@ -114,8 +114,8 @@ def timed_policy_change(cluster: Cluster, poller, r: int, timeout: float) -> dic
     }
 
 
-#: node2's own account of a pass that changed its table (netpol/sync.py's log line): how
-#: much of a change's time is the pass itself, and how much comes before it
+#: node2's own account of a pass that changed its table after a store change (netpol/sync.py's
+#: log line): how much of a change's time is the pass itself, how much comes before it
 PASS_LOGGED = re.compile(
     r"netpol: table (?:updated|rendered): [^\n]*?, ([\d.]+) ms \(begun ([\d.]+) ms after"
 )

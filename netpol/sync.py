@@ -390,14 +390,15 @@ class NetpolSync:
         for direction, count in layout.isolated.items():
             self.metrics.isolated.set(count, direction=direction.lower())
         log.info(
-            "netpol: table %s: %d policies, %d/%d local Pods isolated (in/eg), %.1f ms"
-            " (begun %.1f ms after the store change it read)",
+            "netpol: table %s: %d policies, %d/%d local Pods isolated (in/eg), %.1f ms%s",
             how,
             len(inputs.policies),
             layout.isolated["Ingress"],
             layout.isolated["Egress"],
             (time.perf_counter() - started) * 1e3,
-            (started - changed_at) * 1e3 if changed_at is not None else 0.0,
+            ""
+            if changed_at is None  # a resync, an ADD's wake: no store change to time from
+            else f" (begun {(started - changed_at) * 1e3:.1f} ms after the store change it read)",
         )
         self.counters_due = min(self.counters_due, time.monotonic() + COUNTERS_AFTER)
         self.counters_wake.set()
