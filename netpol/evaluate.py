@@ -67,6 +67,11 @@ class PolicyInputs:
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     policies: tuple[NetworkPolicy, ...] = ()
     node_ips: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: ``pods`` by namespace when the source keeps them so (``view.PodCache``: an unchanged
+    #: namespace's tuple is the same object from pass to pass); None: grouped when needed
+    groups: Mapping[str, tuple[PodInfo, ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         return {**self.namespaces.get(namespace, {}), NAME_LABEL: namespace}

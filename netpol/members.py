@@ -25,9 +25,9 @@ import ipaddress
 import itertools
 import socket
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
+from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, pod_infos
 from netpol.policy import NetworkPolicy, Peer
 from netpol.selector import LabelSelector
 
@@ -38,39 +38,87 @@ NamedKey = tuple[str, str, int]  # port name, protocol, family
 
 class Grouping:
     """The Pods by namespace and what derives from one namespace's Pods, kept from pass to
-    pass (``update``: only the namespaces whose Pods changed are computed again)."""
+    pass (``update``: only the namespaces whose Pods changed are computed again).
+
+    Each namespace whose Pods changed gets a new ``stamp``, and ``named_stamp`` moves when the
+    named ports of some Pod did: what the renderer keeps between passes
+    (``render.LayoutCache``) holds, beside each set's elements, the stamps it read them
+    under."""
 
     def __init__(self) -> None:
         self.pods: tuple[PodInfo, ...] | None = None
         self.labels: Mapping[str, Mapping[str, str]] | None = None
-        self.by_namespace: dict[str, tuple[PodInfo, ...]] = {}
+        self.by_namespace: Mapping[str, tuple[PodInfo, ...]] = {}
         self.parts: dict[tuple[str, LabelSelector | None, int], tuple[str, ...]] = {}
         self.named: dict[str, dict[NamedKey, tuple[str, ...]]] = {}
         self.picks: dict[LabelSelector, tuple[str, ...]] = {}
+        self.clock = 0  # the last stamp given: stamps never repeat
+        self.stamps: dict[str, int] = {}  # namespace -> the stamp of its Pods
+        self.named_stamp = 0
+        self.local_node: str | None = None
+        self.local_in: dict[str, tuple[PodInfo, ...]] = {}  # namespace -> its Pods on the node
+        self.local: tuple[PodInfo, ...] | None = None  # every one, by ref; None: to compute
 
     def update(self, inputs: PolicyInputs) -> None:
         if inputs.pods is not self.pods:
-            self.regroup(inputs.pods)
+            groups = inputs.groups if inputs.groups is not None else group_pods(inputs.pods)
+            self.regroup(groups)
+            self.pods = inputs.pods
         if inputs.namespaces != self.labels:
             self.picks.clear()
             self.labels = inputs.namespaces
 
-    def regroup(self, pods: tuple[PodInfo, ...]) -> None:
-        grouped: dict[str, list[PodInfo]] = defaultdict(list)
-        for pod in pods:
-            grouped[pod.namespace].append(pod)
-        fresh = {ns: tuple(found) for ns, found in grouped.items()}
-        changed = {
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def regroup(self, fresh: Mapping[str, tuple[PodInfo, ...]]) -> None:
+        """Take ``fresh`` (namespace -> its Pods by ref; an unchanged namespace's Pods the
+        same objects): what derives from a namespace whose Pods changed is dropped."""
+        before = self.by_namespace
+        changed = [
             ns
-            for ns in fresh.keys() | self.by_namespace.keys()
-            if not same_pods(fresh.get(ns, ()), self.by_namespace.get(ns, ()))
-        }
-        if fresh.keys() != self.by_namespace.keys():
+            for ns in fresh.keys() | before.keys()
+            if not same_pods(fresh.get(ns, ()), before.get(ns, ()))
+        ]
+        if fresh.keys() != before.keys():
             self.picks.clear()  # a namespace selector picks among namespaces with Pods
-        self.parts = {k: v for k, v in self.parts.items() if k[0] not in changed}
+        if changed:
+            gone = set(changed)
+            self.parts = {k: v for k, v in self.parts.items() if k[0] not in gone}
+        self.by_namespace = fresh
         for ns in changed:
-            self.named.pop(ns, None)
-        self.by_namespace, self.pods = fresh, pods
+            named = self.named.pop(ns, None)
+            if ns not in fresh:  # gone: a later one of that name gets a stamp above 0
+                self.stamps.pop(ns, None)
+                if named:
+                    self.named_stamp = self.tick()
+                if self.local_in.pop(ns, ()):
+                    self.local = None
+                continue
+            self.stamps[ns] = self.tick()
+            if named is None or named != self.named_in(ns):
+                self.named_stamp = self.tick()
+            local = tuple(p for p in fresh[ns] if p.node == self.local_node)
+            if local != self.local_in.get(ns, ()):
+                self.local = None
+            self.local_in[ns] = local
+
+    def local_pods(self, node: str) -> tuple[PodInfo, ...]:
+        """The Pods of ``node``, by ref."""
+        if node != self.local_node:
+            self.local_node, self.local = node, None
+            self.local_in = {
+                ns: tuple(p for p in pods if p.node == node)
+                for ns, pods in self.by_namespace.items()
+            }
+        if self.local is None:
+            found = (p for ns in sorted(self.local_in) for p in self.local_in[ns])
+            self.local = pod_infos(found)
+        return self.local
+
+    def stamp_of(self, namespaces: Iterable[str]) -> tuple[int, ...]:
+        return tuple(self.stamps.get(ns, 0) for ns in namespaces)
 
     def pick(self, selector: LabelSelector, inputs: PolicyInputs) -> tuple[str, ...]:
         """The namespaces with Pods whose labels ``selector`` matches, sorted."""
@@ -109,8 +157,16 @@ class Grouping:
         return found
 
 
+def group_pods(pods: Iterable[PodInfo]) -> dict[str, tuple[PodInfo, ...]]:
+    """The Pods by namespace, each namespace's in the order given."""
+    grouped: dict[str, list[PodInfo]] = defaultdict(list)
+    for pod in pods:
+        grouped[pod.namespace].append(pod)
+    return {ns: tuple(found) for ns, found in grouped.items()}
+
+
 def same_pods(a: tuple[PodInfo, ...], b: tuple[PodInfo, ...]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    return a is b or len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 class Members:
@@ -133,6 +189,14 @@ class Members:
         if found is None:
             found = self.peers[key] = self._calc_peer(key)
         return found
+
+    def peer_namespaces(self, policy: NetworkPolicy, peer: Peer) -> tuple[str, ...]:
+        """The namespaces a selector peer picks its Pods in (``ipBlock``: none)."""
+        if peer.ip_block is not None:
+            return ()
+        if peer.namespace_selector is None:
+            return (policy.namespace,)
+        return self.grouping.pick(peer.namespace_selector, self.inputs)
 
     def _calc_peer(self, key: PeerKey) -> tuple[str, ...]:
         scope, namespaces, pods, family = key

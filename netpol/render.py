@@ -27,6 +27,12 @@ whatever the number of policies in the cluster; an established packet is accepte
 first rule. ``render_full`` is one transaction that recreates the contents without deleting
 the table (flush, then refill), so a packet sees the old rules or the new, never none;
 ``diff.py`` turns the table holding one ``Layout`` into the next without the flush.
+
+A render starts from what the previous one kept (``LayoutCache``): a set's elements while
+the namespaces it read keep their Pods (``members.Grouping``'s stamps), a shape chain's rules
+while each set they considered is still empty or not, each local Pod's chain while the Pod
+and the policies are the same objects. A Pod's relabel at 1,000 policies × 10,000 Pods costs
+the sets that read its namespace (~1-5 ms), where a render from nothing takes ~0.5 s.
 """
 
 from __future__ import annotations
@@ -34,10 +40,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import ipaddress
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
 from netpol.members import Grouping, Members, addresses, to_text
@@ -98,16 +105,138 @@ class Layout:
         )
 
 
+@dataclass(frozen=True)
+class Term:
+    """A set a rule's terms use: named by its content (given the Pods, for peers and named
+    ports), with what computes its elements and what they were computed under (``deps``:
+    ``members.Grouping``'s stamps; None for a set its name alone decides)."""
+
+    name: str
+    type: str
+    interval: bool
+    calc: Callable[[Members], Iterable[str]]  # the elements, as nft writes them
+    deps: Callable[[Members], object] | None = None
+
+
+@dataclass(frozen=True)
+class Made:
+    """A set computed in an earlier pass, under ``deps``; ``made`` None: it was empty."""
+
+    deps: object
+    made: NamedSet | None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A shape chain's rules, each set they considered (with whether it had elements: the
+    rules leave out an empty one) and the sets they name."""
+
+    rules: list[str]
+    terms: tuple[tuple[Term, bool], ...]
+    refs: frozenset[str]
+
+
+Isolating = tuple[str, list[NetworkPolicy]] | None  # a local Pod's chain and its policies
+
+
+class LayoutCache:
+    """What a render keeps for the next (``sync.NetpolSync`` holds one): the Pods' grouping,
+    each set computed (kept while its ``deps`` are the same), each shape chain (kept while
+    each set it considered is still empty or not as it was), each local Pod's chain (kept
+    while the Pod and the policies are the same objects). A label change then costs the sets
+    that read its namespace, not the 1,000 policies' rules. What a pass did not use is
+    dropped."""
+
+    def __init__(self) -> None:
+        self.grouping = Grouping()
+        self.sets: dict[str, Made] = {}
+        self.shapes: dict[str, Shape] = {}
+        self.isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]] = {}
+        self.policies = PolicyInputs()  # the policies alone: indexed by namespace once
+
+    def policies_for(self, inputs: PolicyInputs) -> PolicyInputs:
+        """``inputs``' policies alone, their index (``policies_in``) kept while they are the
+        same tuple (``view.Records`` hands out one until a policy changes)."""
+        if self.policies.policies is not inputs.policies:
+            self.policies = PolicyInputs(policies=inputs.policies)
+        return self.policies
+
+
+class Render:
+    """One ``calc_layout``: the layout made, and what it used of the cache."""
+
+    def __init__(self, inputs: PolicyInputs, cache: LayoutCache) -> None:
+        self.inputs, self.cache = inputs, cache
+        self.layout = Layout()
+        self.members = Members(inputs, cache.grouping)
+        self.sets: dict[str, Made] = {}
+        self.shapes: dict[str, Shape] = {}
+        self.isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]] = {}
+        self.terms: list[tuple[Term, bool]] = []  # those the shape being computed considered
+
+    def ensure(self, term: Term) -> bool:
+        """The set ``term`` in the layout, computed once per render, or taken from an earlier
+        one under the same deps; False when it is empty (no set: the rule leaves it out)."""
+        layout, name = self.layout, term.name
+        if name not in layout.sets and name not in layout.empty:
+            deps = term.deps(self.members) if term.deps is not None else None
+            made = self.cache.sets.get(name)
+            if made is None or made.deps != deps:
+                elements = tuple(term.calc(self.members))
+                computed = NamedSet(name, "set", term.type, term.interval, elements)
+                made = Made(deps, computed if elements else None)
+            self.sets[name] = made
+            if made.made is not None:
+                layout.sets[name] = made.made
+            else:
+                layout.empty.add(name)
+        found = name in layout.sets
+        self.terms.append((term, found))
+        return found
+
+    def isolating_of(self, pod: PodInfo, direction: str) -> Isolating:
+        """``pod``'s shape chain and policies in ``direction``; None: not isolated."""
+        key, policies = (pod.ref, direction), self.inputs.policies
+        held = self.cache.isolating.get(key)
+        if held is not None and held[0] is pod and held[1] is policies:
+            found = held[2]
+        else:
+            isolating = policies_of(self.cache.policies_for(self.inputs), pod, direction)
+            chain = shape_name(DIRECTIONS[direction][0], isolating) if isolating else None
+            found = (chain, isolating) if chain is not None else None
+        self.isolating[key] = (pod, policies, found)
+        return found
+
+    def ensure_shape(self, chain: str, direction: str, policies: list[NetworkPolicy]) -> None:
+        """The chain's rules in the layout: kept from an earlier render while every set they
+        considered is still empty or not as it was (the names say the rest), else computed."""
+        if chain in self.layout.chains:
+            return
+        shape = self.cache.shapes.get(chain)
+        if shape is None or not all(self.ensure(term) == had for term, had in shape.terms):
+            self.terms = []
+            rules = calc_shape_rules(self, direction, policies)
+            refs = frozenset(m for r in rules for m in REFERENCE.findall(r))
+            shape = Shape(rules, tuple(self.terms), refs)
+        self.layout.chains[chain] = shape.rules
+        self.shapes[chain] = shape
+
+    def keep(self) -> None:
+        """Leave in the cache what this render used, and nothing else."""
+        cache = self.cache
+        cache.sets, cache.shapes, cache.isolating = self.sets, self.shapes, self.isolating
+
+
 def calc_layout(
     inputs: PolicyInputs,
     node: str,
     node_ips: Iterable[str] = (),
-    grouping: Grouping | None = None,
+    cache: LayoutCache | None = None,
 ) -> Layout:
-    """``grouping``: the Pods' grouping kept from the previous pass (``members.Grouping``)."""
-    layout = Layout()
-    members = Members(inputs, grouping)
-    local = [p for p in inputs.pods if p.node == node]
+    """``cache``: what the previous render kept (``LayoutCache``; None: computed afresh)."""
+    run = Render(inputs, cache if cache is not None else LayoutCache())
+    layout = run.layout
+    local = run.cache.grouping.local_pods(node)
     node_addresses = [ipaddress.ip_address(a.split("/")[0]) for a in node_ips]
     for family in FAMILIES:
         own = [f"{a} . {a}" for p in local for a in addresses(p, family)]
@@ -115,26 +244,31 @@ def calc_layout(
         nodes = sorted({str(a) for a in node_addresses if a.version == family})
         _add_set(layout, f"node{family}", ADDR[family], nodes, True)
     for direction, (prefix, _own, _peer) in DIRECTIONS.items():
+        maps: dict[str, list[str]] = {}
         for family in FAMILIES:
             for name, kind in ((VMAP[direction], "verdict"), (f"dropcnt-{prefix}", "counter")):
                 declared = NamedSet(
                     f"{name}{family}", "map", f"{ADDR[family]} : {kind}", False, ()
                 )
                 layout.sets[declared.name] = declared
-        for pod in sorted(local, key=lambda p: p.ref):
-            policies = policies_of(inputs, pod, direction)
-            if policies:
-                _add_isolated(layout, members, pod, direction, policies)
-    _drop_unreferenced(layout)
+                maps[declared.name] = []
+        for pod in local:
+            isolating = run.isolating_of(pod, direction)
+            if isolating is not None:
+                _add_isolated(run, maps, pod, direction, *isolating)
+        for name, elements in maps.items():
+            layout.sets[name] = replace(layout.sets[name], elements=tuple(elements))
+    _drop_unreferenced(layout, run.shapes.values())
+    run.keep()
     return layout
 
 
-def _drop_unreferenced(layout: Layout) -> None:
+def _drop_unreferenced(layout: Layout, shapes: Iterable[Shape]) -> None:
     """A rule's port and peer sets are made as its terms are computed, and a rule that ends up
     empty (peers that pick no Pod in a family, named ports no Pod serves) references none of
     them: such a set is dropped, not declared in the kernel (``pycni doctor`` counts a set
     nothing reaches as left behind)."""
-    used = {m for rules in layout.chains.values() for r in rules for m in REFERENCE.findall(r)}
+    used = frozenset().union(*(shape.refs for shape in shapes))
     for name in [n for n in layout.sets if not _is_static(n) and n not in used]:
         del layout.sets[name]
 
@@ -145,23 +279,23 @@ def _is_static(name: str) -> bool:
 
 
 def _add_isolated(
-    layout: Layout,
-    members: Members,
+    run: Render,
+    maps: dict[str, list[str]],
     pod: PodInfo,
     direction: str,
+    chain: str,
     policies: list[NetworkPolicy],
 ) -> None:
     prefix = DIRECTIONS[direction][0]
-    chain = shape_name(prefix, policies)
-    if chain not in layout.chains:
-        layout.chains[chain] = calc_shape_rules(layout, members, chain, direction, policies)
+    run.ensure_shape(chain, direction, policies)
     counter = counter_name(prefix, pod)
+    layout = run.layout
     layout.counters.add(counter)
     layout.isolated[direction] += 1
     for family in FAMILIES:
         for ip in addresses(pod, family):
-            _append(layout, f"{VMAP[direction]}{family}", f"{ip} : jump {chain}")
-            _append(layout, f"dropcnt-{prefix}{family}", f'{ip} : "{counter}"')
+            maps[f"{VMAP[direction]}{family}"].append(f"{ip} : jump {chain}")
+            maps[f"dropcnt-{prefix}{family}"].append(f'{ip} : "{counter}"')
 
 
 def counter_name(prefix: str, pod: PodInfo) -> str:
@@ -177,34 +311,22 @@ def shape_name(prefix: str, policies: list[NetworkPolicy]) -> str:
     return f"{prefix}-{digest([p.to_dict() for p in policies])}"
 
 
-def calc_shape_rules(
-    layout: Layout,
-    members: Members,
-    chain: str,
-    direction: str,
-    policies: list[NetworkPolicy],
-) -> list[str]:
+def calc_shape_rules(run: Render, direction: str, policies: list[NetworkPolicy]) -> list[str]:
     prefix, own, _peer = DIRECTIONS[direction]
     rules: list[str] = []
     for policy in policies:
         for rule in policy.ingress if direction == "Ingress" else policy.egress:
-            rules += calc_rule(layout, members, direction, policy, rule)
+            rules += calc_rule(run, direction, policy, rule)
     for family in FAMILIES:
         rules.append(f"counter name {IP[family]} {own} map @dropcnt-{prefix}{family}")
     return rules + ["counter drop"]
 
 
-def calc_rule(
-    layout: Layout,
-    members: Members,
-    direction: str,
-    policy: NetworkPolicy,
-    rule: Rule,
-) -> list[str]:
+def calc_rule(run: Render, direction: str, policy: NetworkPolicy, rule: Rule) -> list[str]:
     """One policy rule as nft rules (an OR of them), each ending in ``return``: peers AND
     ports, where a term absent from the rule is left out (any)."""
     _prefix, _own, peer = DIRECTIONS[direction]
-    ports, named = calc_port_terms(layout, members, rule)
+    ports, named = calc_port_terms(run, rule)
     if rule.ports and not ports and not named:
         return []
     port_terms = {f: [t for t in (ports, named.get(f)) if t] for f in FAMILIES}
@@ -219,15 +341,13 @@ def calc_rule(
         terms = port_terms[family] if rule.ports else [""]
         rules += [
             f"{IP[family]} {peer} @{name} {t} return".replace("  ", " ")
-            for name in calc_peer_sets(layout, members, policy, rule, family)
+            for name in calc_peer_sets(run, policy, rule, family)
             for t in terms
         ]
     return rules
 
 
-def calc_peer_sets(
-    layout: Layout, members: Members, policy: NetworkPolicy, rule: Rule, family: int
-) -> list[str]:
+def calc_peer_sets(run: Render, policy: NetworkPolicy, rule: Rule, family: int) -> list[str]:
     """The sets of a rule's peers in ``family`` that are not empty: the addresses of the Pods
     its selectors pick (``pods4-<h>``: a plain set, so a Pod's change is elements a netlink
     batch can carry; named by the selectors and, for those without a namespaceSelector, the
@@ -242,18 +362,19 @@ def calc_peer_sets(
     found = []
     if selectors:
         name = f"pods{family}-{digest(selectors)}"
-        calc = functools.partial(calc_pod_elements, members, policy, rule, family)
-        if _ensure_set(layout, name, ADDR[family], False, calc):
+        calc = functools.partial(calc_pod_elements, policy=policy, rule=rule, family=family)
+        deps = functools.partial(calc_peer_deps, policy=policy, rule=rule)
+        if run.ensure(Term(name, ADDR[family], False, calc, deps)):
             found.append(name)
     if blocks:
         name = f"blocks{family}-{digest(blocks)}"
-        calc = functools.partial(calc_block_elements, rule, family)
-        if _ensure_set(layout, name, ADDR[family], True, calc):
+        blocks_of = functools.partial(calc_block_elements, rule, family)
+        if run.ensure(Term(name, ADDR[family], True, lambda _members: blocks_of())):
             found.append(name)
     return found
 
 
-def calc_port_terms(layout: Layout, members: Members, rule: Rule) -> tuple[str, dict[int, str]]:
+def calc_port_terms(run: Render, rule: Rule) -> tuple[str, dict[int, str]]:
     """The numeric ports' term (protocol . port intervals) and, per family, the named
     ports' term (daddr . protocol . port), each backed by a set named by its content (one
     per distinct port list, whichever rules share it); '' / absent when empty."""
@@ -261,19 +382,15 @@ def calc_port_terms(layout: Layout, members: Members, rule: Rule) -> tuple[str, 
     ports = ""
     if numeric:
         name = f"ports-{digest(numeric)}"
-        _ensure_set(layout, name, "inet_proto . inet_service", True, lambda: numeric)
+        run.ensure(Term(name, "inet_proto . inet_service", True, lambda _members: numeric))
         ports = f"meta l4proto . th dport @{name}"
     names = sorted({(p.port, p.protocol) for p in rule.ports if isinstance(p.port, str)})
     named: dict[int, str] = {}
     for family in FAMILIES if names else ():
         name = f"named{family}-{digest(names)}"
-        if _ensure_set(
-            layout,
-            name,
-            f"{ADDR[family]} . inet_proto . inet_service",
-            False,
-            functools.partial(calc_named_elements, members, names, family),
-        ):
+        calc = functools.partial(calc_named_elements, names=names, family=family)
+        term = Term(name, f"{ADDR[family]} . inet_proto . inet_service", False, calc, named_deps)
+        if run.ensure(term):
             named[family] = f"{IP[family]} daddr . meta l4proto . th dport @{name}"
     return ports, named
 
@@ -283,7 +400,21 @@ def calc_pod_elements(
 ) -> list[str]:
     """The ``family`` addresses of the Pods a rule's selector peers pick, each once."""
     found = (members.peer_addresses(policy, peer, family) for peer in rule.peers)
-    return list(dict.fromkeys(ip for ips in found for ip in ips))
+    return list(dict.fromkeys(itertools.chain.from_iterable(found)))
+
+
+def calc_peer_deps(members: Members, policy: NetworkPolicy, rule: Rule) -> object:
+    """What a rule's selector peers pick depends on: the namespaces they look in (picked
+    again by the namespaces' labels), each with its Pods' stamp."""
+    namespaces = tuple(
+        dict.fromkeys(ns for p in rule.peers for ns in members.peer_namespaces(policy, p))
+    )
+    return namespaces, members.grouping.stamp_of(namespaces)
+
+
+def named_deps(members: Members) -> object:
+    """Named ports resolve on every Pod: their sets hold while no Pod's named ports moved."""
+    return members.grouping.named_stamp
 
 
 def calc_block_elements(rule: Rule, family: int) -> list[str]:
@@ -295,24 +426,6 @@ def calc_block_elements(rule: Rule, family: int) -> list[str]:
 
 def calc_named_elements(members: Members, names: list[tuple[str, str]], family: int) -> list[str]:
     return sorted({e for n, proto in names for e in members.named_port(n, proto, family)})
-
-
-def _ensure_set(
-    layout: Layout,
-    name: str,
-    type_: str,
-    interval: bool,
-    calc: Callable[[], Iterable[str]],
-) -> bool:
-    """The set ``name`` in the layout, its elements computed once per render (the name
-    says its content); False when it would be empty (no set: the rule is left out)."""
-    if name not in layout.sets and name not in layout.empty:
-        elements = list(calc())
-        if elements:
-            _add_set(layout, name, type_, elements, interval)
-        else:
-            layout.empty.add(name)
-    return name in layout.sets
 
 
 def digest(content: object) -> str:
@@ -405,11 +518,6 @@ def _add_set(
     layout: Layout, name: str, type_: str, elements: Iterable[object], interval: bool
 ) -> None:
     layout.sets[name] = NamedSet(name, "set", type_, interval, tuple(map(str, elements)))
-
-
-def _append(layout: Layout, name: str, element: str) -> None:
-    s = layout.sets[name]
-    layout.sets[name] = NamedSet(s.name, s.kind, s.type, s.interval, (*s.elements, element))
 
 
 def calc_port_elements(rule: Rule) -> list[str]:

@@ -3,9 +3,9 @@
 ``NetpolSync.start()`` returns at once; a loop thread (``common/loop.py``) then, on every pass,
 reads the prefixes ``view.PREFIXES`` (policies, namespaces, endpoints, node records) and
 watches them from the revision read (etcd; SQLite is asked what changed when its revision
-moved, ``store/watched.py``), and
-when anything changed (a record, this node's addresses) renders the node's layout
-(``render.calc_layout``) and sends the kernel what differs from the layout it committed last
+moved, ``store/watched.py``), and when anything changed (a record, this node's addresses)
+renders the node's layout (``render.calc_layout``, from what the last render kept:
+``render.LayoutCache``) and sends the kernel what differs from the layout it committed last
 (``diff.render_diff``): one transaction that flushes nothing but the chains whose rules
 changed, so a Pod's relabel costs its elements, not the table's. A diff of set and map elements
 alone goes as one netlink batch (``Nft.run_elements``, as the Service proxy's updates:
@@ -81,10 +81,9 @@ from netpol.diff import NotDiffable, calc_element_batch, calc_first_render, rend
 from netpol.evaluate import PodInfo, PolicyInputs
 from netpol.from_kube import PolicyObjects
 from netpol.isolate import Pin, calc_pins, with_pins
-from netpol.members import Grouping
 from netpol.policy import NetworkPolicy
 from netpol.purge import purge_denied
-from netpol.render import TABLE, Layout, Object, calc_layout, render_full
+from netpol.render import TABLE, Layout, LayoutCache, Object, calc_layout, render_full
 from netpol.view import PREFIXES, Records
 from services.proxy.inputs import read_local_addresses
 from store.base import KV, Store
@@ -172,7 +171,7 @@ class NetpolSync:
         self.kernel = threading.Lock()  # the layout the kernel holds, and sending to it
         self.pins: list[tuple[int, Pin]] = []  # (generation, element) added by ``settle``
         self.generation = 0  # of the records: bumped by each ``settle``
-        self.grouping = Grouping()  # the Pods grouped by namespace, kept between passes
+        self.cache = LayoutCache()  # what a render keeps for the next
         self.full_due = 0.0
         self.counters_due = 0.0
         self.metrics = NetpolMetrics(registry)
@@ -376,7 +375,7 @@ class NetpolSync:
             generation = self.generation
         if self.kube is not None:
             inputs = self.kube.inputs(inputs.node_ips)
-        layout = calc_layout(inputs, self.node, addresses, self.grouping)
+        layout = calc_layout(inputs, self.node, addresses, self.cache)
         with self.kernel:
             how = self.apply_layout(self.with_later_pins(layout, generation))
             self.pins = [(g, pin) for g, pin in self.pins if g > generation]

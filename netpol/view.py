@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from cni.spec.errors import CNIError
 from common.skipped import Skipped
 from netpol.evaluate import PodInfo, PolicyInputs, pod_infos, policies_of
+from netpol.members import group_pods
 from netpol.policy import NetworkPolicy
 from netpol.record import NamespaceRecord, calc_node_ips, calc_pod, decode_policy
 from nodes.record import NodeRecord
@@ -123,6 +124,7 @@ class Records:
             {n.name: dict(n.labels) for n in self.namespaces.values()},
             self.policy_inputs().policies,
             calc_node_ips(self.nodes.values()),
+            groups=self.pods.groups,
         )
 
 
@@ -144,6 +146,9 @@ class PodCache:
         self.sorted: tuple[PodInfo, ...] = ()
         self.order: list[PodInfo] = []  # ``sorted`` as a list, and its refs
         self.refs: list[str] = []
+        #: ``sorted`` by namespace: a namespace none of whose Pods changed keeps its tuple
+        #: (``members.Grouping`` recomputes only the namespaces whose tuple is another)
+        self.groups: dict[str, tuple[PodInfo, ...]] = {}
 
     def refresh(
         self, endpoints: dict[str, EndpointRecord], touched: Iterable[str] | None = None
@@ -184,13 +189,28 @@ class PodCache:
         if len(replaced) > RESORT:
             self.order = list(pod_infos(self.infos.values()))
             self.refs = [p.ref for p in self.order]
-        else:
-            for old, new in replaced:
-                if old is not None:
-                    at = bisect.bisect_left(self.refs, old.ref)
-                    del self.order[at], self.refs[at]
-                if new is not None:
-                    at = bisect.bisect_left(self.refs, new.ref)
-                    self.order.insert(at, new)
-                    self.refs.insert(at, new.ref)
+            self.sorted = tuple(self.order)
+            self.groups = group_pods(self.sorted)
+            return
+        touched: set[str] = set()
+        for old, new in replaced:
+            if old is not None:
+                at = bisect.bisect_left(self.refs, old.ref)
+                del self.order[at], self.refs[at]
+                touched.add(old.namespace)
+            if new is not None:
+                at = bisect.bisect_left(self.refs, new.ref)
+                self.order.insert(at, new)
+                self.refs.insert(at, new.ref)
+                touched.add(new.namespace)
         self.sorted = tuple(self.order)
+        groups = dict(self.groups)  # a new mapping: the inputs handed out keep theirs
+        for ns in touched:
+            # a namespace's refs are ``ns/…``: one run of the sorted refs ('0' follows '/')
+            low = bisect.bisect_left(self.refs, f"{ns}/")
+            pods = tuple(self.order[low : bisect.bisect_left(self.refs, f"{ns}0", low)])
+            if pods:
+                groups[ns] = pods
+            else:
+                groups.pop(ns, None)
+        self.groups = groups

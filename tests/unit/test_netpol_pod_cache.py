@@ -1,6 +1,7 @@
 """netpol/view.PodCache under generated histories of endpoint records (several interfaces per
 Pod, relabels, moves between Pods, deletes, repeated refreshes): after every step its Pods
-equal what ``netpol/record.calc_pods`` computes afresh from the same records in key order,
+equal what ``netpol/record.calc_pods`` computes afresh from the same records in key order
+(and so do its Pods by namespace),
 whether it looks at every key or is told the keys touched since (as ``Records`` tells it),
 and the policies-by-namespace index gives ``policies_of`` the same answer as a full scan; the
 policies ``Records`` sorts once per change are, after every step, its policies sorted by ref."""
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from netpol import view
 from netpol.evaluate import PolicyInputs, policies_of, selects
+from netpol.members import group_pods
 from netpol.policy import parse_policy
 from netpol.record import calc_pods
 from netpol.view import PodCache, Records
@@ -64,6 +66,7 @@ def check_cache(steps, told):
             touched.add(key)
         fresh = calc_pods([endpoints[k] for k in sorted(endpoints)])
         assert cache.refresh(endpoints, touched if told else None) == fresh
+        assert cache.groups == group_pods(fresh)  # a changed namespace: another tuple
         touched = set()
 
 

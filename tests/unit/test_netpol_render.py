@@ -6,12 +6,14 @@ rule becomes set lookups."""
 from __future__ import annotations
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
-from netpol.members import Members, to_int
+from netpol.members import Members, group_pods, same_pods, to_int
 from netpol.policy import NetworkPolicy, parse_policy
 from netpol.render import (
     REFERENCE,
+    LayoutCache,
     _is_static,
     calc_block_members,
     calc_layout,
@@ -173,3 +175,56 @@ def test_every_set_a_layout_declares_is_static_or_named_by_a_rule(cluster) -> No
     named = {m for rules in layout.chains.values() for r in rules for m in REFERENCE.findall(r)}
     assert {n for n in layout.sets if not _is_static(n)} == {n for n in named if not _is_static(n)}
     assert named <= set(layout.sets)  # and every set a rule names is declared
+
+
+@st.composite
+def passes(draw: st.DrawFn) -> list[PolicyInputs]:
+    """Successive inputs as the sync's sources hand them over: a Pod, the policies or the
+    namespaces' labels that did not change are the same objects as in the pass before (a Pod
+    may also go); the Pods by namespace given as ``view.PodCache`` gives them (an unchanged
+    namespace's tuple kept), or not at all."""
+    found: list[PolicyInputs] = []
+    for _ in range(draw(st.integers(2, 5))):
+        drawn = inputs_of(draw(clusters()))
+        last = found[-1] if found else drawn
+        if draw(st.booleans()):
+            pods = last.pods
+        else:
+            olds = {p.ref: p for p in last.pods}
+            pods = tuple(
+                olds.get(p.ref, p) if draw(st.booleans()) else p
+                for p in drawn.pods
+                if draw(st.integers(0, 5))  # 1 in 6 gone
+            )
+        groups = None
+        if draw(st.booleans()):
+            before = last.groups or {}
+            groups = {
+                ns: before[ns] if same_pods(before.get(ns, ()), made) else made
+                for ns, made in group_pods(pods).items()
+            }
+        found.append(
+            PolicyInputs(
+                pods,
+                last.namespaces if draw(st.booleans()) else drawn.namespaces,
+                last.policies if draw(st.booleans()) else drawn.policies,
+                drawn.node_ips,
+                groups=groups,
+            )
+        )
+    return found
+
+
+@settings(max_examples=200, deadline=None)
+@given(passes())
+def test_a_layout_cache_kept_between_passes_renders_what_a_fresh_render_does(
+    inputs_seq: list[PolicyInputs],
+) -> None:
+    """What ``LayoutCache`` keeps (sets under their stamps, shape chains, each Pod's chain)
+    never outlives what it was computed from: every pass equals a render from nothing, to the
+    order of the script."""
+    cache = LayoutCache()
+    for inputs in inputs_seq:
+        kept, fresh = calc_layout(inputs, NODE, cache=cache), calc_layout(inputs, NODE)
+        assert kept == fresh
+        assert render_full(kept) == render_full(fresh)
