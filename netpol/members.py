@@ -79,7 +79,7 @@ class Grouping:
         changed = [
             ns
             for ns in fresh.keys() | before.keys()
-            if not same_pods(fresh.get(ns, ()), before.get(ns, ()))
+            if not same_objects(fresh.get(ns, ()), before.get(ns, ()))
         ]
         if fresh.keys() != before.keys():
             self.picks.clear()  # a namespace selector picks among namespaces with Pods
@@ -165,7 +165,8 @@ def group_pods(pods: Iterable[PodInfo]) -> dict[str, tuple[PodInfo, ...]]:
     return {ns: tuple(found) for ns, found in grouped.items()}
 
 
-def same_pods(a: tuple[PodInfo, ...], b: tuple[PodInfo, ...]) -> bool:
+def same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """The same objects in the same order (what a pass kept unchanged: compared by identity)."""
     return a is b or len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
-from netpol.members import Grouping, Members, addresses, to_text
+from netpol.members import Grouping, Members, addresses, same_objects, to_text
 from netpol.policy import NetworkPolicy, Rule
 
 TABLE = "pycni-netpol"
@@ -143,9 +143,9 @@ class LayoutCache:
     """What a render keeps for the next (``sync.NetpolSync`` holds one): the Pods' grouping,
     each set computed (kept while its ``deps`` are the same), each shape chain (kept while
     each set it considered is still empty or not as it was), each local Pod's chain (kept
-    while the Pod and the policies are the same objects). A label change then costs the sets
-    that read its namespace, not the 1,000 policies' rules. What a pass did not use is
-    dropped."""
+    while the Pod and its namespace's policies are the same objects). A label change then
+    costs the sets that read its namespace, not the 1,000 policies' rules. What a pass did
+    not use is dropped."""
 
     def __init__(self) -> None:
         self.grouping = Grouping()
@@ -155,10 +155,16 @@ class LayoutCache:
         self.policies = PolicyInputs()  # the policies alone: indexed by namespace once
 
     def policies_for(self, inputs: PolicyInputs) -> PolicyInputs:
-        """``inputs``' policies alone, their index (``policies_in``) kept while they are the
-        same tuple (``view.Records`` hands out one until a policy changes)."""
-        if self.policies.policies is not inputs.policies:
+        """``inputs``' policies alone, indexed by namespace (``policies_in``) once per tuple
+        (``view.Records`` hands out one until a policy changes); a namespace whose policies
+        are the same objects keeps its tuple, so its Pods keep their chains."""
+        before = self.policies
+        if before.policies is not inputs.policies:
             self.policies = PolicyInputs(policies=inputs.policies)
+            index, kept = self.policies.policies_in, before.policies_in
+            for ns, found in index.items():
+                if same_objects(kept.get(ns, ()), found):
+                    index[ns] = kept[ns]
         return self.policies
 
 
@@ -196,12 +202,13 @@ class Render:
 
     def isolating_of(self, pod: PodInfo, direction: str) -> Isolating:
         """``pod``'s shape chain and policies in ``direction``; None: not isolated."""
-        key, policies = (pod.ref, direction), self.inputs.policies
+        key, index = (pod.ref, direction), self.cache.policies_for(self.inputs)
+        policies = index.policies_in.get(pod.namespace, ())
         held = self.cache.isolating.get(key)
         if held is not None and held[0] is pod and held[1] is policies:
             found = held[2]
         else:
-            isolating = policies_of(self.cache.policies_for(self.inputs), pod, direction)
+            isolating = policies_of(index, pod, direction)
             chain = shape_name(DIRECTIONS[direction][0], isolating) if isolating else None
             found = (chain, isolating) if chain is not None else None
         self.isolating[key] = (pod, policies, found)

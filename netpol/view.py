@@ -41,6 +41,7 @@ class Records:
         self.pods = PodCache()
         self.touched: set[str] = set()  # endpoint keys put or deleted since the last inputs()
         self.by_policy: PolicyInputs | None = None  # the policies alone, sorted; None: stale
+        self.labels: dict[str, dict[str, str]] | None = None  # by namespace; None: stale
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
         present: set[str] = set()
@@ -93,6 +94,8 @@ class Records:
         self.touched.add(key)
         if key.startswith(NETPOLS):
             self.by_policy = None
+        elif key.startswith(NAMESPACES):
+            self.labels = None
         self.version += 1
 
     def _tables(self) -> tuple[dict, ...]:
@@ -117,11 +120,18 @@ class Records:
         policies = self.policy_inputs()
         return {d: policies_of(policies, pod, d) for d in ("Ingress", "Egress")}
 
+    def namespace_labels(self) -> dict[str, dict[str, str]]:
+        """The namespaces' labels, one mapping shared by every pass until a namespace changed
+        (a pass compares them with the last pass's: the same object is at once the same)."""
+        if self.labels is None:
+            self.labels = {n.name: dict(n.labels) for n in self.namespaces.values()}
+        return self.labels
+
     def inputs(self) -> PolicyInputs:
         touched, self.touched = self.touched, set()
         return PolicyInputs(
             self.pods.refresh(self.endpoints, touched),
-            {n.name: dict(n.labels) for n in self.namespaces.values()},
+            self.namespace_labels(),
             self.policy_inputs().policies,
             calc_node_ips(self.nodes.values()),
             groups=self.pods.groups,

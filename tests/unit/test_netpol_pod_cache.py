@@ -15,12 +15,12 @@ from netpol import view
 from netpol.evaluate import PolicyInputs, policies_of, selects
 from netpol.members import group_pods
 from netpol.policy import parse_policy
-from netpol.record import calc_pods
+from netpol.record import NamespaceRecord, calc_pods
 from netpol.view import PodCache, Records
 from services.record import EndpointRecord
 from store.base import KV
 from store.codec import encode
-from store.keys import ENDPOINTS, NETPOLS, netpol_key
+from store.keys import ENDPOINTS, NAMESPACES, NETPOLS, namespace_key, netpol_key
 from tests.fuzz.budget import cases
 
 KEYS = st.tuples(st.sampled_from("xy"), st.sampled_from("abc"), st.sampled_from(["eth0", "net1"]))
@@ -160,3 +160,41 @@ def test_the_sorted_policies_follow_every_put_delete_and_snapshot(steps):
         held = tuple(sorted(records.policies.values(), key=lambda p: p.ref))
         assert records.inputs().policies == held
         assert records.policy_inputs().policies == held
+
+
+NAMESPACE_LABELS = st.dictionaries(st.sampled_from(["team", "env"]), st.sampled_from("ab"))
+
+
+@cases(100)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("put"), st.sampled_from("xy"), NAMESPACE_LABELS),
+            st.tuples(st.just("delete"), st.sampled_from("xy"), st.none()),
+            st.tuples(
+                st.just("snapshot"),
+                st.dictionaries(st.sampled_from("xy"), NAMESPACE_LABELS, max_size=2),
+                st.none(),
+            ),
+            st.tuples(st.just("inputs"), st.none(), st.none()),
+        ),
+        max_size=15,
+    )
+)
+def test_the_namespace_labels_follow_every_put_delete_and_snapshot(steps):
+    """One mapping is shared by the passes until a namespace record changed; it is always
+    the labels of the namespace records held."""
+    records = Records()
+
+    def kv(name: str, labels: dict) -> KV:
+        return KV(namespace_key(name), NamespaceRecord(name, labels).to_bytes(), 1)
+
+    for op, arg, labels in steps:
+        if op == "put":
+            records.apply(kv(arg, labels))
+        elif op == "delete":
+            records.apply(KV(namespace_key(arg), b"", 1), deleted=True)
+        elif op == "snapshot":
+            records.replace_all([kv(n, found) for n, found in arg.items()], NAMESPACES)
+        held = {n.name: dict(n.labels) for n in records.namespaces.values()}
+        assert records.inputs().namespaces == held

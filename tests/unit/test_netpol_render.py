@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
-from netpol.members import Members, group_pods, same_pods, to_int
+from netpol.members import Members, group_pods, same_objects, to_int
 from netpol.policy import NetworkPolicy, parse_policy
 from netpol.render import (
     REFERENCE,
@@ -200,7 +200,7 @@ def passes(draw: st.DrawFn) -> list[PolicyInputs]:
         if draw(st.booleans()):
             before = last.groups or {}
             groups = {
-                ns: before[ns] if same_pods(before.get(ns, ()), made) else made
+                ns: before[ns] if same_objects(before.get(ns, ()), made) else made
                 for ns, made in group_pods(pods).items()
             }
         found.append(
