@@ -24,8 +24,9 @@ from cni.spec.errors import InvalidConfig
 from kube.fields import section
 from kube.kinds import NAMESPACE, NETWORK_POLICY, POD, Kind
 from kube.source import KubeSource
-from netpol.attached import AttachedPod, PodObject, calc_pods
+from netpol.attached import AttachedPod, PodObject, calc_pod
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
+from netpol.members import PodOrder
 from netpol.policy import API_VERSION, KIND, NetworkPolicy, parse_policy
 
 ENDED = ("Succeeded", "Failed")
@@ -88,7 +89,8 @@ def network_policy(obj: Mapping[str, Any]) -> NetworkPolicy:
 
 
 class Kept(Generic[T]):
-    """One kind's converted objects by key; ``on_change`` after every change."""
+    """One kind's converted objects by key; ``on_change`` after every change, and the keys
+    changed since ``take_touched`` (None: every key, after a list replaced them all)."""
 
     def __init__(
         self,
@@ -98,6 +100,7 @@ class Kept(Generic[T]):
     ) -> None:
         self.convert_fn, self.lock, self.on_change = convert, lock, on_change
         self.items: dict[str, T] = {}
+        self.touched: set[str] | None = None
 
     def convert(self, obj: Mapping[str, Any]) -> T:
         return self.convert_fn(obj)
@@ -105,6 +108,7 @@ class Kept(Generic[T]):
     def replace(self, items: dict[str, T]) -> None:
         with self.lock:
             self.items = dict(items)
+            self.touched = None
         self.on_change()
 
     def apply(self, key: str, item: T | None) -> None:
@@ -113,7 +117,14 @@ class Kept(Generic[T]):
                 self.items.pop(key, None)
             else:
                 self.items[key] = item
+            if self.touched is not None:
+                self.touched.add(key)
         self.on_change()
+
+    def take_touched(self) -> set[str] | None:
+        """Under the lock: the keys changed since the last call (None: every one)."""
+        touched, self.touched = self.touched, set()
+        return touched
 
 
 class PolicyObjects:
@@ -125,6 +136,11 @@ class PolicyObjects:
         self.arrived = threading.Condition()  # notified on every change: ``wait_pod``
         self.on_change = on_change
         self.attached: dict[str, AttachedPod] = {}
+        self.attached_touched: set[str] = set()  # refs of Pods attached or detached since
+        self.infos: dict[str, PodInfo] = {}  # what each Pod object gives, attachments laid over
+        self.order = PodOrder()
+        self.sorted_policies: tuple[NetworkPolicy, ...] = ()
+        self.labels: dict[str, dict[str, str]] = {}
         self.pods: Kept[PodObject | None] = Kept(pod_object, self.lock, self.changed)
         self.namespaces: Kept[dict[str, str]] = Kept(namespace_labels, self.lock, self.changed)
         self.policies: Kept[NetworkPolicy] = Kept(network_policy, self.lock, self.changed)
@@ -163,26 +179,63 @@ class PolicyObjects:
         return obj is not None and pod.is_of(obj)
 
     def attach(self, key: str, pod: AttachedPod) -> None:
-        with self.lock:
-            self.attached[key] = pod
-        self.on_change()
+        self.attach_all({key: pod})
 
     def attach_all(self, found: Mapping[str, AttachedPod]) -> None:
         with self.lock:
-            self.attached.update(found)
+            for key, pod in found.items():
+                before = self.attached.get(key)
+                self.attached_touched |= {pod.ref, *([before.ref] if before else [])}
+                self.attached[key] = pod
         self.on_change()
 
     def detach(self, key: str) -> bool:
         """Forget the attachment ``key``; True when there was one."""
         with self.lock:
             gone = self.attached.pop(key, None)
+            if gone is not None:
+                self.attached_touched.add(gone.ref)
         if gone is not None:
             self.on_change()
         return gone is not None
 
     def inputs(self, node_ips: Mapping[str, tuple[str, ...]]) -> PolicyInputs:
+        """What changed since the last call is computed again, the rest handed over as the
+        same objects (a pass then recomputes only what reads it: ``render.LayoutCache``)."""
         with self.lock:
-            pods = calc_pods(filter(None, self.pods.items.values()), self.attached.values())
-            namespaces = dict(self.namespaces.items)
-            policies = tuple(sorted(self.policies.items.values(), key=lambda p: p.ref))
-        return PolicyInputs(pods, namespaces, policies, dict(node_ips))
+            self.refresh_pods()
+            if self.policies.take_touched() != set():
+                policies = self.policies.items.values()
+                self.sorted_policies = tuple(sorted(policies, key=lambda p: p.ref))
+            if self.namespaces.take_touched() != set():
+                self.labels = dict(self.namespaces.items)
+            order = self.order
+        return PolicyInputs(
+            order.sorted, self.labels, self.sorted_policies, dict(node_ips), groups=order.groups
+        )
+
+    def refresh_pods(self) -> None:
+        """Under the lock: the Pods whose object or attachments changed, joined again
+        (``attached.calc_pod``); the others keep their ``PodInfo``."""
+        touched = self.pods.take_touched()
+        if touched is None:
+            touched = self.pods.items.keys() | self.infos.keys()
+        touched |= self.attached_touched
+        self.attached_touched = set()
+        by_ref: dict[str, list[AttachedPod]] = {}
+        for pod in self.attached.values():
+            by_ref.setdefault(pod.ref, []).append(pod)
+        replaced = []
+        for ref in touched:
+            obj = self.pods.items.get(ref)
+            new = calc_pod(obj, by_ref.get(ref, ())) if obj is not None else None
+            old = self.infos.get(ref)
+            if new is old:
+                continue
+            if new is None:
+                del self.infos[ref]
+            else:
+                self.infos[ref] = new
+            replaced.append((old, new))
+        if replaced:
+            self.order.replace(replaced, self.infos.values)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from netpol import view
+from netpol import members
 from netpol.evaluate import PolicyInputs, policies_of, selects
 from netpol.members import group_pods
 from netpol.policy import parse_policy
@@ -44,14 +44,14 @@ STEPS = st.lists(
 
 
 @cases(200)
-@given(steps=STEPS, told=st.booleans(), resort=st.sampled_from([0, view.RESORT]))
+@given(steps=STEPS, told=st.booleans(), resort=st.sampled_from([0, members.RESORT]))
 def test_the_cache_equals_a_fresh_computation_after_every_step(steps, told, resort):
     """``resort``: how many changed Pods are moved in place (0: every change sorts again)."""
-    kept, view.RESORT = view.RESORT, resort
+    kept, members.RESORT = members.RESORT, resort
     try:
         check_cache(steps, told)
     finally:
-        view.RESORT = kept
+        members.RESORT = kept
 
 
 def check_cache(steps, told):
