@@ -259,6 +259,11 @@ def remote_lines(remote: dict, services: int) -> list[Line]:
             ms(p50(fig["begun_after"])),
             *("", "", "", ""),
         ),
+        (
+            "  timed once node2's pycnid was idle, after its render of every policy",
+            "never" if fig.get("idle_after") is None else f"{fig['idle_after']:.1f} s",
+            *("", "", "", ""),
+        ),
         (f"  timed out: {fig['timeouts']} (anchor {anchor['timeouts']})", "", "", "", "", ""),
         (f"  anchor: Service endpoint change, same node2, {services:,} x 5", "", "", "", "", ""),
     ]

@@ -6,7 +6,8 @@ First the anchor, in the same cluster before any NetworkPolicy record exists: ``
 bulk Services x 5 written from node1 (bench/svc_e2e_load.py), then endpoint changes put ->
 node2's kernel (bench/svc_e2e_kernel.py's poller and changes: the store-fed Service update of
 bench-svc-e2e). Then the synthetic NetworkPolicy records (bench/netpol_records.py, node2 the
-measured node) are written from node1 and node2 programs them; each change then updates policy
+measured node) are written from node1 and node2 programs them; once node2's pycnid is idle
+(``wait_idle``: its CPU time still), each change updates policy
 ``spare/bench-change<r>`` so that it selects spare Pod ``r`` of node2: put -> the Pod's drop
 counter ``dropped-in/spare/spare<r>`` is in node2's kernel (it is made in the same transaction
 as the Pod's ``ingress4`` element and chain, ``netpol/render.py``), asked for every 2 ms by
@@ -33,6 +34,7 @@ from tests.fixtures.cluster import Cluster
 from . import netpol_records as records
 from . import svc_e2e_kernel as kernel
 from .common import REPO, python_env
+from .driver import cpu_of_process
 from .netpol_node import RENDERED
 from .overlay_topo import QUIET_DAEMON
 from .svc_e2e import CIDR, write_bulk_from
@@ -98,6 +100,26 @@ def wait_rendered(node, policies: int, timeout: float) -> float | None:
     return None
 
 
+#: CPU seconds a second under which node2's pycnid counts as settled (``wait_idle``)
+IDLE = 0.1
+IDLE_WINDOW = 0.5  # seconds
+
+
+def wait_idle(proc: subprocess.Popen | None, timeout: float) -> float | None:
+    """Seconds until ``pid`` used less than ``IDLE`` of a CPU over ``IDLE_WINDOW``: once
+    node2 has rendered every policy, its Service proxy and NetworkPolicy are still taking in
+    the 10,000 Pods' endpoint records for a second or two, and a change timed then measures
+    that backlog (passes of 300-500 ms), not a policy change on a settled node. None after
+    ``timeout``."""
+    started, pid = time.monotonic(), proc.pid if proc is not None else None
+    while time.monotonic() - started < timeout:
+        before = cpu_of_process(pid)
+        time.sleep(IDLE_WINDOW)
+        if cpu_of_process(pid) - before < IDLE * IDLE_WINDOW:
+            return time.monotonic() - started
+    return None
+
+
 def timed_policy_change(cluster: Cluster, poller, r: int, timeout: float) -> dict:
     """Policy ``spare/bench-change<r>`` now selects spare Pod ``r``: put -> its counter."""
     counter = f"dropped-in/{records.SPARE_NS}/spare{r}"
@@ -125,6 +147,7 @@ def measure_changes(cluster: Cluster, sizes: records.Sizes, count: int, timeout:
     node2 = cluster.nodes[1]
     out: dict = {"write_seconds": write_policies(cluster, sizes, count)}
     out["programmed_after"] = wait_rendered(node2, sizes.policies + count, timeout)
+    out["idle_after"] = wait_idle(node2.daemon.proc, timeout)
     poller = start_counter_poller(node2)
     logged = len(node2.daemon.log())
     try:
