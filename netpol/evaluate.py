@@ -51,8 +51,8 @@ class PodInfo:
     node: str = ""
     ports: tuple[NamedPort, ...] = ()
 
-    @property
-    def ref(self) -> str:
+    @functools.cached_property
+    def ref(self) -> str:  # a sort key of every pass: made once
         return f"{self.namespace}/{self.name}"
 
     def resolve(self, name: str, protocol: str) -> int | None:

@@ -15,6 +15,7 @@ two peers (OR).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -116,8 +117,8 @@ class NetworkPolicy:
     ingress: tuple[Rule, ...] = ()
     egress: tuple[Rule, ...] = ()
 
-    @property
-    def ref(self) -> str:
+    @functools.cached_property
+    def ref(self) -> str:  # a sort key of every pass: made once
         return f"{self.namespace}/{self.name}"
 
     def isolates(self, direction: str) -> bool:
