@@ -31,8 +31,9 @@ the table (flush, then refill), so a packet sees the old rules or the new, never
 A render starts from what the previous one kept (``LayoutCache``): a set's elements while
 the namespaces it read keep their Pods (``members.Grouping``'s stamps), a shape chain's rules
 while each set they considered is still empty or not, each local Pod's chain while the Pod
-and the policies are the same objects. A Pod's relabel at 1,000 policies × 10,000 Pods costs
-the sets that read its namespace (~1-5 ms), where a render from nothing takes ~0.5 s.
+and its namespace's policies are the same objects. A Pod's relabel at 1,000 policies ×
+10,000 Pods costs the sets that read its namespace (~1-5 ms), where a render from nothing
+takes ~0.5 s.
 """
 
 from __future__ import annotations
