@@ -12,7 +12,8 @@ alone goes as one netlink batch (``Nft.run_elements``, as the Service proxy's up
 libnftables would first re-read the table's declarations and interval elements), any other
 through the kept libnftables context, a large one in a child nft (``kernel.nft.run_sized``).
 The table is rendered whole (``render.render_full``: flushed and refilled in one transaction
-that never deletes it) at start, every ``resyncInterval`` seconds, and after the kernel refused
+that never deletes it) at start, every ``resyncInterval`` seconds (its layout then computed
+from nothing, not from what the last render kept), and after the kernel refused
 a transaction (the committed layout is then dropped: a refused diff is logged, counted and
 followed by a full render in the same pass). Either way a packet meets the old rules or the new
 ones, never an empty table. Into a kernel whose table holds nothing (a node's first start), the
@@ -342,6 +343,7 @@ class NetpolSync:
         if now >= self.full_due:
             with self.kernel:
                 self.layout = None  # a resync: rendered whole even if unchanged
+            self.cache = LayoutCache()  # and computed from nothing, as at start
             self.local_due = 0.0  # and the netns' addresses read again
             self.full_due = now + self.resync_interval
         self.sync()
