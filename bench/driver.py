@@ -71,6 +71,23 @@ def cpu_of_process(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: CPU seconds a second under which a pycnid counts as settled (``wait_idle``)
+IDLE = 0.1
+IDLE_WINDOW = 0.5  # seconds
+
+
+def wait_idle(proc: subprocess.Popen | None, timeout: float) -> float | None:
+    """Seconds until ``proc`` used less than ``IDLE`` of a CPU over ``IDLE_WINDOW`` (a pycnid
+    done taking in what it was just given); None after ``timeout``."""
+    started, pid = time.monotonic(), proc.pid if proc is not None else None
+    while time.monotonic() - started < timeout:
+        before = cpu_of_process(pid)
+        time.sleep(IDLE_WINDOW)
+        if cpu_of_process(pid) - before < IDLE * IDLE_WINDOW:
+            return time.monotonic() - started
+    return None
+
+
 def cpu_mark(spec: dict) -> tuple[float, float]:
     return cpu_of_children(), cpu_of_process(spec.get("daemon_pid"))
 

@@ -10,7 +10,9 @@ then), then with it.
 
 - (f) VmRSS of pycnid, programmed and settled, enforcing vs not;
 - (d) ADD cost: bridge + svc ADD of ``--adds`` Pods in ``ns0`` labelled ``app: a0`` (selected
-  by policy ``np0``, so each ADD waits for the pass that isolates its Pod), enforcing vs not;
+  by policy ``np0``, so each ADD waits for the pass that isolates its Pod), enforcing vs not,
+  each side timed once pycnid is idle (``driver.wait_idle``: a pycnid just started enforcing
+  is still busy for a second or more);
   an ADD that fails (code 11: no pass programmed its Pod within pycni-svc's wait,
   ``netpol.sync.SETTLE``) is counted with its message, not retried;
 - (e) first packet: a client and a server Pod on the node's bridge, policy ``fp/allow`` letting
@@ -45,6 +47,7 @@ from tests.fixtures.plugins import run_plugin
 from . import netpol_linear as linear
 from . import netpol_records as records
 from .common import REFERENCE_BIN, Sandbox, median, percentile, vm_rss_kib
+from .driver import wait_idle
 
 IPAM = {"type": "pycni-ipam", "ranges": [[{"subnet": "10.30.0.0/24"}]]}
 #: A pass that applied the table, whole or as a difference (``netpol/sync.py``'s log line).
@@ -338,9 +341,11 @@ def measure(box: Sandbox, cni_bin: str, sizes: records.Sizes, args: Any) -> dict
         node.restart(False, None, args.timeout)
         pair = setup_pair(node, undo)
         out["off"]["rss_kib"] = node.rss_kib(args.settle)
+        out["off"]["idle_after"] = wait_idle(node.pycnid.proc, args.timeout)
         out["off"]["adds"] = measure_adds(node, args.adds, undo, "off")
         out["on"]["start_to_programmed"] = node.restart(True, sizes.policies, args.timeout)
         out["on"]["rss_kib"] = node.rss_kib(args.settle)
+        out["on"]["idle_after"] = wait_idle(node.pycnid.proc, args.timeout)
         out["on"]["adds"] = measure_adds(node, args.adds, undo, "on")
         out["first_packet"] = measure_first_packet(
             node, pair, args.connects, args.rounds, args.timeout

@@ -34,7 +34,7 @@ from tests.fixtures.cluster import Cluster
 from . import netpol_records as records
 from . import svc_e2e_kernel as kernel
 from .common import REPO, python_env
-from .driver import cpu_of_process
+from .driver import wait_idle
 from .netpol_node import RENDERED
 from .overlay_topo import QUIET_DAEMON
 from .svc_e2e import CIDR, write_bulk_from
@@ -100,26 +100,6 @@ def wait_rendered(node, policies: int, timeout: float) -> float | None:
     return None
 
 
-#: CPU seconds a second under which node2's pycnid counts as settled (``wait_idle``)
-IDLE = 0.1
-IDLE_WINDOW = 0.5  # seconds
-
-
-def wait_idle(proc: subprocess.Popen | None, timeout: float) -> float | None:
-    """Seconds until ``pid`` used less than ``IDLE`` of a CPU over ``IDLE_WINDOW``: once
-    node2 has rendered every policy, its Service proxy and NetworkPolicy are still taking in
-    the 10,000 Pods' endpoint records for a second or two, and a change timed then measures
-    that backlog (passes of 300-500 ms), not a policy change on a settled node. None after
-    ``timeout``."""
-    started, pid = time.monotonic(), proc.pid if proc is not None else None
-    while time.monotonic() - started < timeout:
-        before = cpu_of_process(pid)
-        time.sleep(IDLE_WINDOW)
-        if cpu_of_process(pid) - before < IDLE * IDLE_WINDOW:
-            return time.monotonic() - started
-    return None
-
-
 def timed_policy_change(cluster: Cluster, poller, r: int, timeout: float) -> dict:
     """Policy ``spare/bench-change<r>`` now selects spare Pod ``r``: put -> its counter."""
     counter = f"dropped-in/{records.SPARE_NS}/spare{r}"
@@ -147,6 +127,9 @@ def measure_changes(cluster: Cluster, sizes: records.Sizes, count: int, timeout:
     node2 = cluster.nodes[1]
     out: dict = {"write_seconds": write_policies(cluster, sizes, count)}
     out["programmed_after"] = wait_rendered(node2, sizes.policies + count, timeout)
+    # node2's Service proxy and NetworkPolicy are still taking in the 10,000 Pods' endpoint
+    # records for a second or two after the render: a change timed then measured that backlog
+    # (passes of 300-500 ms), not a policy change on a settled node
     out["idle_after"] = wait_idle(node2.daemon.proc, timeout)
     poller = start_counter_poller(node2)
     logged = len(node2.daemon.log())
