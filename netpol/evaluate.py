@@ -72,13 +72,19 @@ class PolicyInputs:
     groups: Mapping[str, tuple[PodInfo, ...]] | None = field(
         default=None, compare=False, repr=False
     )
+    #: ``policies`` by namespace, kept alike (``view.Records``); None: indexed when needed
+    policy_groups: Mapping[str, tuple[NetworkPolicy, ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         return {**self.namespaces.get(namespace, {}), NAME_LABEL: namespace}
 
     @functools.cached_property
-    def policies_in(self) -> dict[str, tuple[NetworkPolicy, ...]]:
+    def policies_in(self) -> Mapping[str, tuple[NetworkPolicy, ...]]:
         """The policies by namespace (a policy selects Pods of its own namespace only)."""
+        if self.policy_groups is not None:
+            return self.policy_groups
         found: dict[str, list[NetworkPolicy]] = {}
         for policy in self.policies:
             found.setdefault(policy.namespace, []).append(policy)

@@ -26,7 +26,7 @@ from kube.kinds import NAMESPACE, NETWORK_POLICY, POD, Kind
 from kube.source import KubeSource
 from netpol.attached import AttachedPod, PodObject, calc_pod
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
-from netpol.members import PodOrder
+from netpol.members import RefOrder
 from netpol.policy import API_VERSION, KIND, NetworkPolicy, parse_policy
 
 ENDED = ("Succeeded", "Failed")
@@ -138,7 +138,7 @@ class PolicyObjects:
         self.attached: dict[str, AttachedPod] = {}
         self.attached_touched: set[str] = set()  # refs of Pods attached or detached since
         self.infos: dict[str, PodInfo] = {}  # what each Pod object gives, attachments laid over
-        self.order = PodOrder()
+        self.order = RefOrder[PodInfo]()
         self.sorted_policies: tuple[NetworkPolicy, ...] = ()
         self.labels: dict[str, dict[str, str]] = {}
         self.pods: Kept[PodObject | None] = Kept(pod_object, self.lock, self.changed)

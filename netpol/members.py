@@ -27,6 +27,7 @@ import itertools
 import socket
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from typing import Generic, Protocol, TypeVar
 
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, pod_infos
 from netpol.policy import NetworkPolicy, Peer
@@ -62,7 +63,9 @@ class Grouping:
 
     def update(self, inputs: PolicyInputs) -> None:
         if inputs.pods is not self.pods:
-            groups = inputs.groups if inputs.groups is not None else group_pods(inputs.pods)
+            groups = (
+                inputs.groups if inputs.groups is not None else group_by_namespace(inputs.pods)
+            )
             self.regroup(groups)
             self.pods = inputs.pods
         if inputs.namespaces != self.labels:
@@ -114,8 +117,7 @@ class Grouping:
                 for ns, pods in self.by_namespace.items()
             }
         if self.local is None:
-            found = (p for ns in sorted(self.local_in) for p in self.local_in[ns])
-            self.local = pod_infos(found)
+            self.local = pod_infos(p for pods in self.local_in.values() for p in pods)
         return self.local
 
     def stamp_of(self, namespaces: Iterable[str]) -> tuple[int, ...]:
@@ -158,33 +160,45 @@ class Grouping:
         return found
 
 
-RESORT = 64  # more Pods replaced at once than this: sort them all again
+RESORT = 64  # more replaced at once than this: sort them all again
 
 
-class PodOrder:
-    """The Pods sorted by ref (``sorted``) and by namespace (``groups``), kept as Pods are
-    replaced: moved in place when they are few (sorting 10,000 Pods by ref was tens of ms of
-    every pass), and a namespace none of whose Pods changed keeps its tuple, so ``Grouping``
-    recomputes only the others. ``view.PodCache`` (the store's endpoint records) and
-    ``from_kube.PolicyObjects`` (the API server's Pods) keep one."""
+class Named(Protocol):
+    """A Pod or a policy: named within its namespace."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def ref(self) -> str: ...
+
+
+N = TypeVar("N", bound=Named)
+
+
+class RefOrder(Generic[N]):
+    """Pods or policies sorted by ref (``sorted``) and by namespace (``groups``), kept as
+    they are replaced: moved in place when they are few (sorting 10,000 Pods by ref was tens
+    of ms of every pass), and a namespace none of whose members changed keeps its tuple, so
+    what was computed from it is kept (``Grouping``, ``render.LayoutCache``). The Pods of
+    ``view.PodCache`` (the store's endpoint records) and of ``from_kube.PolicyObjects`` (the
+    API server's) and the policies of ``view.Records`` are kept in one each."""
 
     def __init__(self) -> None:
-        self.sorted: tuple[PodInfo, ...] = ()
-        self.order: list[PodInfo] = []  # ``sorted`` as a list, and its refs
+        self.sorted: tuple[N, ...] = ()
+        self.order: list[N] = []  # ``sorted`` as a list, and its refs
         self.refs: list[str] = []
-        self.groups: dict[str, tuple[PodInfo, ...]] = {}
+        self.groups: dict[str, tuple[N, ...]] = {}
 
     def replace(
-        self,
-        replaced: list[tuple[PodInfo | None, PodInfo | None]],
-        every: Callable[[], Iterable[PodInfo]],
+        self, replaced: list[tuple[N | None, N | None]], every: Callable[[], Iterable[N]]
     ) -> None:
-        """The (old, new) Pods replaced (None: none); ``every``: all Pods after it."""
+        """The (old, new) ones replaced (None: none); ``every``: all of them after it."""
         if len(replaced) > RESORT:
-            self.order = list(pod_infos(every()))
-            self.refs = [p.ref for p in self.order]
+            self.order = sorted(every(), key=lambda found: found.ref)
+            self.refs = [found.ref for found in self.order]
             self.sorted = tuple(self.order)
-            self.groups = group_pods(self.sorted)
+            self.groups = group_by_namespace(self.sorted)
             return
         touched: set[str] = set()
         for old, new in replaced:
@@ -202,19 +216,19 @@ class PodOrder:
         for ns in touched:
             # a namespace's refs are ``ns/…``: one run of the sorted refs ('0' follows '/')
             low = bisect.bisect_left(self.refs, f"{ns}/")
-            pods = tuple(self.order[low : bisect.bisect_left(self.refs, f"{ns}0", low)])
-            if pods:
-                groups[ns] = pods
+            found = tuple(self.order[low : bisect.bisect_left(self.refs, f"{ns}0", low)])
+            if found:
+                groups[ns] = found
             else:
                 groups.pop(ns, None)
         self.groups = groups
 
 
-def group_pods(pods: Iterable[PodInfo]) -> dict[str, tuple[PodInfo, ...]]:
-    """The Pods by namespace, each namespace's in the order given."""
-    grouped: dict[str, list[PodInfo]] = defaultdict(list)
-    for pod in pods:
-        grouped[pod.namespace].append(pod)
+def group_by_namespace(items: Iterable[N]) -> dict[str, tuple[N, ...]]:
+    """Pods or policies by namespace, each namespace's in the order given."""
+    grouped: dict[str, list[N]] = defaultdict(list)
+    for item in items:
+        grouped[item.namespace].append(item)
     return {ns: tuple(found) for ns, found in grouped.items()}
 
 

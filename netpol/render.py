@@ -48,7 +48,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
-from netpol.members import Grouping, Members, addresses, same_objects, to_text
+from netpol.members import (
+    Grouping,
+    Members,
+    addresses,
+    group_by_namespace,
+    same_objects,
+    to_text,
+)
 from netpol.policy import NetworkPolicy, Rule
 
 TABLE = "pycni-netpol"
@@ -156,16 +163,18 @@ class LayoutCache:
         self.policies = PolicyInputs()  # the policies alone: indexed by namespace once
 
     def policies_for(self, inputs: PolicyInputs) -> PolicyInputs:
-        """``inputs``' policies alone, indexed by namespace (``policies_in``) once per tuple
-        (``view.Records`` hands out one until a policy changes); a namespace whose policies
-        are the same objects keeps its tuple, so its Pods keep their chains."""
-        before = self.policies
-        if before.policies is not inputs.policies:
-            self.policies = PolicyInputs(policies=inputs.policies)
-            index, kept = self.policies.policies_in, before.policies_in
-            for ns, found in index.items():
-                if same_objects(kept.get(ns, ()), found):
-                    index[ns] = kept[ns]
+        """``inputs``' policies by namespace (``policies_in``), a namespace whose policies are
+        the same objects keeping its tuple, so its Pods keep their chains: as the source
+        gives them (``view.Records`` keeps them so), else indexed here once per tuple."""
+        if inputs.policy_groups is not None:
+            return inputs
+        if self.policies.policies is not inputs.policies:
+            kept = self.policies.policies_in
+            groups = {
+                ns: kept[ns] if same_objects(kept.get(ns, ()), found) else found
+                for ns, found in group_by_namespace(inputs.policies).items()
+            }
+            self.policies = PolicyInputs(policies=inputs.policies, policy_groups=groups)
         return self.policies
 
 

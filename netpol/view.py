@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from cni.spec.errors import CNIError
 from common.skipped import Skipped
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
-from netpol.members import PodOrder
+from netpol.members import RefOrder
 from netpol.policy import NetworkPolicy
 from netpol.record import NamespaceRecord, calc_node_ips, calc_pod, decode_policy
 from nodes.record import NodeRecord
@@ -40,6 +40,9 @@ class Records:
         self.pods = PodCache()
         self.touched: set[str] = set()  # endpoint keys put or deleted since the last inputs()
         self.by_policy: PolicyInputs | None = None  # the policies alone, sorted; None: stale
+        self.policy_order = RefOrder[NetworkPolicy]()  # by ref and by namespace
+        self.ordered: dict[str, NetworkPolicy] = {}  # key -> the policy in ``policy_order``
+        self.policy_keys: set[str] = set()  # policy keys put or deleted since it was updated
         self.labels: dict[str, dict[str, str]] | None = None  # by namespace; None: stale
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
@@ -93,6 +96,7 @@ class Records:
         self.touched.add(key)
         if key.startswith(NETPOLS):
             self.by_policy = None
+            self.policy_keys.add(key)
         elif key.startswith(NAMESPACES):
             self.labels = None
         self.version += 1
@@ -106,12 +110,25 @@ class Records:
         return calc_pod([record]) if record is not None else None
 
     def policy_inputs(self) -> PolicyInputs:
-        """The policies alone, sorted by ref: sorted again only after a policy changed, and
-        shared by every pass and every ``isolating`` until then."""
+        """The policies alone, sorted by ref and by namespace: the changed ones moved after a
+        policy changed (a namespace whose policies did not keeps its tuple), and shared by
+        every pass and every ``isolating`` until then."""
         if self.by_policy is None:
-            self.by_policy = PolicyInputs(
-                policies=tuple(sorted(self.policies.values(), key=lambda p: p.ref))
-            )
+            replaced = []
+            for key in self.policy_keys:
+                old, new = self.ordered.get(key), self.policies.get(key)
+                if old is new:
+                    continue
+                if new is None:
+                    del self.ordered[key]
+                else:
+                    self.ordered[key] = new
+                replaced.append((old, new))
+            self.policy_keys = set()
+            order = self.policy_order
+            if replaced:
+                order.replace(replaced, self.ordered.values)
+            self.by_policy = PolicyInputs(policies=order.sorted, policy_groups=order.groups)
         return self.by_policy
 
     def isolating(self, pod: PodInfo) -> dict[str, list[NetworkPolicy]]:
@@ -134,6 +151,7 @@ class Records:
             self.policy_inputs().policies,
             calc_node_ips(self.nodes.values()),
             groups=self.pods.groups,
+            policy_groups=self.policy_inputs().policy_groups,
         )
 
 
@@ -149,7 +167,7 @@ class PodCache:
         self.seen: dict[str, EndpointRecord] = {}
         self.keys: dict[Group, set[str]] = {}
         self.infos: dict[Group, PodInfo] = {}
-        self.order = PodOrder()  # the Pods by ref and by namespace
+        self.order = RefOrder[PodInfo]()  # the Pods by ref and by namespace
 
     @property
     def sorted(self) -> tuple[PodInfo, ...]:

@@ -18,7 +18,7 @@ from kube.source import KubeSource
 from netpol.attached import AttachedPod, PodObject, calc_pods
 from netpol.evaluate import PodInfo, evaluate
 from netpol.from_kube import PolicyObjects, network_policy, pod_info
-from netpol.members import group_pods
+from netpol.members import group_by_namespace
 from tests.fixtures.kubeapi import FakeKubeAPI, namespace, pod
 from tests.fixtures.kubeapi import network_policy as np_object
 from tests.fixtures.waiting import wait_for
@@ -180,5 +180,5 @@ def test_the_inputs_equal_a_join_of_everything_after_every_change(steps) -> None
             got = objects.inputs({})
             every = calc_pods(filter(None, objects.pods.items.values()), objects.attached.values())
             assert got.pods == every
-            assert got.groups == group_pods(every)
+            assert got.groups == group_by_namespace(every)
             assert got.namespaces == objects.namespaces.items

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from netpol import members
 from netpol.evaluate import PolicyInputs, policies_of, selects
-from netpol.members import group_pods
+from netpol.members import group_by_namespace
 from netpol.policy import parse_policy
 from netpol.record import NamespaceRecord, calc_pods
 from netpol.view import PodCache, Records
@@ -66,7 +66,7 @@ def check_cache(steps, told):
             touched.add(key)
         fresh = calc_pods([endpoints[k] for k in sorted(endpoints)])
         assert cache.refresh(endpoints, touched if told else None) == fresh
-        assert cache.groups == group_pods(fresh)  # a changed namespace: another tuple
+        assert cache.groups == group_by_namespace(fresh)  # a changed namespace: another tuple
         touched = set()
 
 
@@ -160,6 +160,7 @@ def test_the_sorted_policies_follow_every_put_delete_and_snapshot(steps):
         held = tuple(sorted(records.policies.values(), key=lambda p: p.ref))
         assert records.inputs().policies == held
         assert records.policy_inputs().policies == held
+        assert records.inputs().policies_in == PolicyInputs(policies=held).policies_in
 
 
 NAMESPACE_LABELS = st.dictionaries(st.sampled_from(["team", "env"]), st.sampled_from("ab"))

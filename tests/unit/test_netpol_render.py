@@ -5,11 +5,13 @@ rule becomes set lookups."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
-from netpol.members import Members, group_pods, same_objects, to_int
+from netpol.members import Members, N, group_by_namespace, same_objects, to_int
 from netpol.policy import NetworkPolicy, parse_policy
 from netpol.render import (
     REFERENCE,
@@ -181,8 +183,8 @@ def test_every_set_a_layout_declares_is_static_or_named_by_a_rule(cluster) -> No
 def passes(draw: st.DrawFn) -> list[PolicyInputs]:
     """Successive inputs as the sync's sources hand them over: a Pod, the policies or the
     namespaces' labels that did not change are the same objects as in the pass before (a Pod
-    may also go); the Pods by namespace given as ``view.PodCache`` gives them (an unchanged
-    namespace's tuple kept), or not at all."""
+    may also go); the Pods and the policies by namespace given as ``view.Records`` gives them
+    (an unchanged namespace's tuple kept), or not at all."""
     found: list[PolicyInputs] = []
     for _ in range(draw(st.integers(2, 5))):
         drawn = inputs_of(draw(clusters()))
@@ -196,23 +198,30 @@ def passes(draw: st.DrawFn) -> list[PolicyInputs]:
                 for p in drawn.pods
                 if draw(st.integers(0, 5))  # 1 in 6 gone
             )
-        groups = None
-        if draw(st.booleans()):
-            before = last.groups or {}
-            groups = {
-                ns: before[ns] if same_objects(before.get(ns, ()), made) else made
-                for ns, made in group_pods(pods).items()
-            }
+        policies = last.policies if draw(st.booleans()) else drawn.policies
         found.append(
             PolicyInputs(
                 pods,
                 last.namespaces if draw(st.booleans()) else drawn.namespaces,
-                last.policies if draw(st.booleans()) else drawn.policies,
+                policies,
                 drawn.node_ips,
-                groups=groups,
+                groups=kept_groups(last.groups, pods) if draw(st.booleans()) else None,
+                policy_groups=(
+                    kept_groups(last.policy_groups, policies) if draw(st.booleans()) else None
+                ),
             )
         )
     return found
+
+
+def kept_groups(before: Mapping[str, tuple[N, ...]] | None, items: tuple[N, ...]) -> dict:
+    """``items`` by namespace as the sources keep them: a namespace whose members are the same
+    objects as ``before``'s keeps its tuple."""
+    before = before or {}
+    return {
+        ns: before[ns] if same_objects(before.get(ns, ()), made) else made
+        for ns, made in group_by_namespace(items).items()
+    }
 
 
 @settings(max_examples=200, deadline=None)
