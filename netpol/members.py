@@ -301,7 +301,7 @@ def calc_named_elements(
     the first one counts, as in ``PodInfo.resolve``)."""
     pod = PodInfo("", "", ips, ports=ports)
     return tuple(
-        ((port.name, port.protocol, f), f"{ip} . {port.protocol.lower()} . {port.port}")
+        (named_key(port.name, port.protocol, f), f"{ip} . {port.protocol.lower()} . {port.port}")
         for port in ports
         if pod.resolve(port.name, port.protocol) == port.port
         for f in (4, 6)
@@ -309,18 +309,29 @@ def calc_named_elements(
     )
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def named_key(name: str, protocol: str, family: int) -> NamedKey:
+    """One key object per (name, protocol, family), not one per Pod's element."""
+    return name, protocol, family
+
+
 def addresses(pod: PodInfo, family: int) -> tuple[str, ...]:
     """A Pod's ``family`` addresses, canonical (``fd00::0:1`` → ``fd00::1``), prefix cut."""
-    return split_families(pod.ips)[family]
+    return split_families(pod.ips)[family == 6]
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def split_families(ips: tuple[str, ...]) -> dict[int, tuple[str, ...]]:
-    """Parsed once per distinct address list, not once per peer that asks: ``ipaddress``
-    parsing was two thirds of a layout at 1,000 policies × 10,000 Pods (each Pod asked for
-    by every peer and named port that looks at its namespace)."""
-    parsed = [ipaddress.ip_address(ip.split("/")[0]) for ip in ips]
-    return {f: tuple(str(ip) for ip in parsed if ip.version == f) for f in (4, 6)}
+def split_families(ips: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(IPv4, IPv6) addresses, parsed once per distinct address list, not once per peer that
+    asks: ``ipaddress`` parsing was two thirds of a layout at 1,000 policies × 10,000 Pods
+    (each Pod asked for by every peer and named port that looks at its namespace). An address
+    already canonical is the Pod's own string, not a copy."""
+    found: tuple[list[str], list[str]] = ([], [])
+    for text in ips:
+        parsed = ipaddress.ip_address(text.split("/")[0])
+        canonical = str(parsed)
+        found[parsed.version == 6].append(text if canonical == text else canonical)
+    return tuple(found[0]), tuple(found[1])
 
 
 def to_int(address: str) -> int:

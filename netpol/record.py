@@ -17,6 +17,7 @@ must not hide every other policy.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,16 +132,27 @@ def calc_pods(endpoints: Iterable[EndpointRecord]) -> tuple[PodInfo, ...]:
 
 
 def calc_pod(records: list[EndpointRecord]) -> PodInfo:
+    """The Pod of its endpoint records (one per attachment, in key order). What repeats across
+    Pods is shared, not copied: the labels (the record's are read-only and shared), the named
+    ports (one tuple per distinct set), a lone record's addresses."""
     first = records[0]
-    ports = {NamedPort(n, r.protocol_of(n), port) for r in records for n, port in r.ports.items()}
+    ports = {(n, r.protocol_of(n), port) for r in records for n, port in r.ports.items()}
+    ips = tuple(dict.fromkeys(ip for r in records for ip in r.ips))
     return PodInfo(
         first.namespace,
         first.pod,
-        tuple(dict.fromkeys(ip for r in records for ip in r.ips)),
-        dict(first.labels),
+        first.ips if ips == first.ips else ips,
+        first.labels,
         first.node,
-        tuple(sorted(ports, key=lambda p: (p.name, p.protocol))),
+        shared_named_ports(tuple(sorted(ports))),
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def shared_named_ports(ports: tuple[tuple[str, str, int], ...]) -> tuple[NamedPort, ...]:
+    """One tuple of ``NamedPort`` for all the Pods that name the same ports (a Deployment's):
+    three per Pod held ~4 MiB at 10,000 Pods."""
+    return tuple(NamedPort(*port) for port in ports)
 
 
 def calc_node_ips(
