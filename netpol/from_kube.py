@@ -26,7 +26,7 @@ from kube.kinds import NAMESPACE, NETWORK_POLICY, POD, Kind
 from kube.source import KubeSource
 from netpol.attached import AttachedPod, PodObject, calc_pod
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
-from netpol.members import RefOrder
+from netpol.members import KeyedOrder, RefOrder
 from netpol.policy import API_VERSION, KIND, NetworkPolicy, parse_policy
 
 ENDED = ("Succeeded", "Failed")
@@ -139,7 +139,7 @@ class PolicyObjects:
         self.attached_touched: set[str] = set()  # refs of Pods attached or detached since
         self.infos: dict[str, PodInfo] = {}  # what each Pod object gives, attachments laid over
         self.order = RefOrder[PodInfo]()
-        self.sorted_policies: tuple[NetworkPolicy, ...] = ()
+        self.policy_order = KeyedOrder[NetworkPolicy]()
         self.labels: dict[str, dict[str, str]] = {}
         self.pods: Kept[PodObject | None] = Kept(pod_object, self.lock, self.changed)
         self.namespaces: Kept[dict[str, str]] = Kept(namespace_labels, self.lock, self.changed)
@@ -204,14 +204,18 @@ class PolicyObjects:
         same objects (a pass then recomputes only what reads it: ``render.LayoutCache``)."""
         with self.lock:
             self.refresh_pods()
-            if self.policies.take_touched() != set():
-                policies = self.policies.items.values()
-                self.sorted_policies = tuple(sorted(policies, key=lambda p: p.ref))
+            policies = self.policy_order
+            policies.follow(self.policies.items, self.policies.take_touched())
             if self.namespaces.take_touched() != set():
                 self.labels = dict(self.namespaces.items)
-            order = self.order
+            pods = self.order
         return PolicyInputs(
-            order.sorted, self.labels, self.sorted_policies, dict(node_ips), groups=order.groups
+            pods.sorted,
+            self.labels,
+            policies.sorted,
+            dict(node_ips),
+            groups=pods.groups,
+            policy_groups=policies.groups,
         )
 
     def refresh_pods(self) -> None:

@@ -224,6 +224,31 @@ class RefOrder(Generic[N]):
         self.groups = groups
 
 
+class KeyedOrder(RefOrder[N]):
+    """The ``RefOrder`` of a mapping's values, following its changes by key (``follow``):
+    the policies of ``view.Records`` and of ``from_kube.PolicyObjects``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: dict[str, N] = {}  # key -> the item in the order
+
+    def follow(self, items: Mapping[str, N | None], touched: Iterable[str] | None) -> None:
+        """``touched``: the keys put or deleted since the last call (None: every key)."""
+        keys = items.keys() | self.held.keys() if touched is None else touched
+        replaced: list[tuple[N | None, N | None]] = []
+        for key in keys:
+            old, new = self.held.get(key), items.get(key)
+            if old is new:
+                continue
+            if new is None:
+                del self.held[key]
+            else:
+                self.held[key] = new
+            replaced.append((old, new))
+        if replaced:
+            self.replace(replaced, self.held.values)
+
+
 def group_by_namespace(items: Iterable[N]) -> dict[str, tuple[N, ...]]:
     """Pods or policies by namespace, each namespace's in the order given."""
     grouped: dict[str, list[N]] = defaultdict(list)

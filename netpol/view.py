@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from cni.spec.errors import CNIError
 from common.skipped import Skipped
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
-from netpol.members import RefOrder
+from netpol.members import KeyedOrder, RefOrder
 from netpol.policy import NetworkPolicy
 from netpol.record import NamespaceRecord, calc_node_ips, calc_pod, decode_policy
 from nodes.record import NodeRecord
@@ -40,9 +40,8 @@ class Records:
         self.pods = PodCache()
         self.touched: set[str] = set()  # endpoint keys put or deleted since the last inputs()
         self.by_policy: PolicyInputs | None = None  # the policies alone, sorted; None: stale
-        self.policy_order = RefOrder[NetworkPolicy]()  # by ref and by namespace
-        self.ordered: dict[str, NetworkPolicy] = {}  # key -> the policy in ``policy_order``
-        self.policy_keys: set[str] = set()  # policy keys put or deleted since it was updated
+        self.policy_order = KeyedOrder[NetworkPolicy]()  # by ref and by namespace
+        self.policy_keys: set[str] = set()  # policy keys put or deleted since it followed
         self.labels: dict[str, dict[str, str]] | None = None  # by namespace; None: stale
 
     def replace_all(self, kvs: Iterable[KV], prefix: str) -> None:
@@ -114,20 +113,9 @@ class Records:
         policy changed (a namespace whose policies did not keeps its tuple), and shared by
         every pass and every ``isolating`` until then."""
         if self.by_policy is None:
-            replaced = []
-            for key in self.policy_keys:
-                old, new = self.ordered.get(key), self.policies.get(key)
-                if old is new:
-                    continue
-                if new is None:
-                    del self.ordered[key]
-                else:
-                    self.ordered[key] = new
-                replaced.append((old, new))
-            self.policy_keys = set()
             order = self.policy_order
-            if replaced:
-                order.replace(replaced, self.ordered.values)
+            order.follow(self.policies, self.policy_keys)
+            self.policy_keys = set()
             self.by_policy = PolicyInputs(policies=order.sorted, policy_groups=order.groups)
         return self.by_policy
 

@@ -16,9 +16,10 @@ from kube.api import open_api
 from kube.config import KubeConfig
 from kube.source import KubeSource
 from netpol.attached import AttachedPod, PodObject, calc_pods
-from netpol.evaluate import PodInfo, evaluate
+from netpol.evaluate import PodInfo, PolicyInputs, evaluate
 from netpol.from_kube import PolicyObjects, network_policy, pod_info
 from netpol.members import group_by_namespace
+from netpol.policy import NetworkPolicy
 from tests.fixtures.kubeapi import FakeKubeAPI, namespace, pod
 from tests.fixtures.kubeapi import network_policy as np_object
 from tests.fixtures.waiting import wait_for
@@ -147,6 +148,8 @@ KEYS = st.sampled_from(["net/c1/eth0", "net/c2/eth0", "net/c3/eth0"])
             st.tuples(st.just("attach_all"), st.dictionaries(KEYS, ATTACHED, max_size=2)),
             st.tuples(st.just("detach"), KEYS),
             st.tuples(st.just("namespace"), st.tuples(st.sampled_from("xy"), st.booleans())),
+            st.tuples(st.just("policy"), st.tuples(REFS, st.booleans())),  # put, or deleted
+            st.tuples(st.just("policies"), st.sets(REFS)),  # a relist
             st.tuples(st.just("inputs"), st.none()),
         ),
         max_size=25,
@@ -156,7 +159,7 @@ def test_the_inputs_equal_a_join_of_everything_after_every_change(steps) -> None
     """``inputs()`` joins again only the Pods whose object or attachments changed: after
     any history of puts, deletes, relists, attachments and detachments its Pods equal
     ``calc_pods`` over every object and attachment (grouped by namespace alike), and the
-    namespaces' labels are the objects held."""
+    namespaces' labels and the policies (sorted, and by namespace) are the objects held."""
     objects = PolicyObjects(cast(KubeSource, StillSource()), lambda: None)
     for op, arg in [*steps, ("inputs", None)]:
         if op == "put":
@@ -176,9 +179,17 @@ def test_the_inputs_equal_a_join_of_everything_after_every_change(steps) -> None
         elif op == "namespace":
             name, labelled = arg
             objects.namespaces.apply(name, {"team": name} if labelled else {})
+        elif op == "policy":
+            (ns, name), put = arg
+            objects.policies.apply(f"{ns}/{name}", NetworkPolicy(ns, name) if put else None)
+        elif op == "policies":
+            objects.policies.replace({f"{ns}/{n}": NetworkPolicy(ns, n) for ns, n in arg})
         else:
             got = objects.inputs({})
             every = calc_pods(filter(None, objects.pods.items.values()), objects.attached.values())
             assert got.pods == every
             assert got.groups == group_by_namespace(every)
             assert got.namespaces == objects.namespaces.items
+            held = tuple(sorted(objects.policies.items.values(), key=lambda p: p.ref))
+            assert got.policies == held
+            assert got.policies_in == PolicyInputs(policies=held).policies_in
