@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from cni.spec.errors import InvalidConfig
@@ -26,7 +26,7 @@ from kube.kinds import NAMESPACE, NETWORK_POLICY, POD, Kind
 from kube.source import KubeSource
 from netpol.attached import AttachedPod, PodObject, calc_pod
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
-from netpol.members import KeyedOrder, RefOrder
+from netpol.members import KeyedOrder
 from netpol.policy import API_VERSION, KIND, NetworkPolicy, parse_policy
 
 ENDED = ("Succeeded", "Failed")
@@ -137,8 +137,7 @@ class PolicyObjects:
         self.on_change = on_change
         self.attached: dict[str, AttachedPod] = {}
         self.attached_touched: set[str] = set()  # refs of Pods attached or detached since
-        self.infos: dict[str, PodInfo] = {}  # what each Pod object gives, attachments laid over
-        self.order = RefOrder[PodInfo]()
+        self.order = KeyedOrder[PodInfo]()  # each Pod object joined with its attachments
         self.policy_order = KeyedOrder[NetworkPolicy]()
         self.labels: dict[str, dict[str, str]] = {}
         self.pods: Kept[PodObject | None] = Kept(pod_object, self.lock, self.changed)
@@ -223,23 +222,16 @@ class PolicyObjects:
         (``attached.calc_pod``); the others keep their ``PodInfo``."""
         touched = self.pods.take_touched()
         if touched is None:
-            touched = self.pods.items.keys() | self.infos.keys()
+            touched = self.pods.items.keys() | self.order.held.keys()
         touched |= self.attached_touched
         self.attached_touched = set()
         by_ref: dict[str, list[AttachedPod]] = {}
         for pod in self.attached.values():
             by_ref.setdefault(pod.ref, []).append(pod)
-        replaced = []
-        for ref in touched:
-            obj = self.pods.items.get(ref)
-            new = calc_pod(obj, by_ref.get(ref, ())) if obj is not None else None
-            old = self.infos.get(ref)
-            if new is old:
-                continue
-            if new is None:
-                del self.infos[ref]
-            else:
-                self.infos[ref] = new
-            replaced.append((old, new))
-        if replaced:
-            self.order.replace(replaced, self.infos.values)
+        joined = {ref: self.join(ref, by_ref.get(ref, ())) for ref in touched}
+        self.order.follow(joined, touched)
+
+    def join(self, ref: str, attached: Iterable[AttachedPod]) -> PodInfo | None:
+        """Under the lock: the Pod ``ref`` with its attachments (None: it takes no part)."""
+        obj = self.pods.items.get(ref)
+        return calc_pod(obj, attached) if obj is not None else None
