@@ -41,15 +41,20 @@ class NotDiffable(ValueError):
 
 def render_diff(old: Layout, new: Layout) -> str:
     """One transaction from ``old`` to ``new``; '' when they hold the same."""
-    for name, s in new.sets.items():
-        if name in old.sets and _declaration(old.sets[name]) != _declaration(s):
-            raise NotDiffable(f"set {name} changed its declaration")
+    check_declarations(old, new)
     out = render_declarations(old, new)
     out += [line for s in old.sets.values() for line in render_element_deletes(s, new)]
     out += [line for s in new.sets.values() for line in render_element_adds(old, s)]
     out += render_rules(old, new)
     out += render_removals(old, new)
     return "".join(out)
+
+
+def check_declarations(old: Layout, new: Layout) -> None:
+    """NotDiffable when a set of both layouts changed its declaration."""
+    for name, s in new.sets.items():
+        if name in old.sets and _declaration(old.sets[name]) != _declaration(s):
+            raise NotDiffable(f"set {name} changed its declaration")
 
 
 def render_declarations(old: Layout, new: Layout) -> list[str]:
@@ -105,6 +110,7 @@ def calc_added(old: Layout, new: NamedSet) -> list[str]:
 def calc_element_batch(old: Layout, new: Layout) -> ElementBatch | None:
     """The diff as one netlink batch (``Nft.run_elements``) when it is elements alone, of
     plain sets and maps whose datatypes kernel/nftelem.py encodes; else None (nft's script).
+    NotDiffable, as ``render_diff``, when a set changed its declaration.
     libnftables first re-reads the table's declarations and its interval sets' elements (a
     script of a few elements: ~5-20 ms at 1,000 policies x 10k Pods); the batch is the changed
     elements alone (6 of them: ~0.5 ms)."""
@@ -114,6 +120,7 @@ def calc_element_batch(old: Layout, new: Layout) -> ElementBatch | None:
         or old.sets.keys() != new.sets.keys()
     ):
         return None
+    check_declarations(old, new)
     changes = []
     for s in new.sets.values():
         gone, added = calc_gone(old.sets[s.name], new), calc_added(old, s)

@@ -429,10 +429,10 @@ class NetpolSync:
         in the same pass (the layout the kernel holds is then listed again)."""
         if self.layout is not None:
             try:
-                script = render_diff(self.layout, layout)
-                if not script:
+                batch = calc_element_batch(self.layout, layout)  # no script needed then
+                script = "" if batch is not None else render_diff(self.layout, layout)
+                if batch is None and not script:
                     return None
-                batch = calc_element_batch(self.layout, layout)
                 self.apply(layout, lambda nft: send_update(nft, script, batch))
                 return "updated"
             except NotDiffable as exc:

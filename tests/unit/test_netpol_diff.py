@@ -123,6 +123,8 @@ def test_a_set_that_changed_its_declaration_is_not_diffable() -> None:
     new.sets["node4"] = NamedSet("node4", "set", node4.type, False, ())
     with pytest.raises(NotDiffable, match="node4"):
         render_diff(old, new)
+    with pytest.raises(NotDiffable, match="node4"):  # the batch, asked first, says so too
+        calc_element_batch(old, new)
 
 
 class RecordingNft:
