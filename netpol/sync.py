@@ -152,7 +152,7 @@ class NetpolSync:
         self.node_address = node_address
         self.local_addresses = local_addresses
         self.local: tuple[str, ...] = ()
-        self.local_due = 0.0  # when the netns' own addresses are read again
+        self.local_due = 0.0  # when the netns' own addresses are read again; 0: by a pass
         self.records = Records()
         self.records.bad.attach(registry)
         self.lock = threading.Lock()
@@ -354,11 +354,23 @@ class NetpolSync:
 
     def step_counters(self) -> float:
         """The drop counters' own loop: a listing (~200 ms at 1,000 policies) on the pass's
-        thread held up the next pass, so a policy change that came during it."""
+        thread held up the next pass, so a policy change that came during it. It also reads
+        the netns' own addresses every ``LOCAL_ADDRESSES`` seconds, off the pass's path."""
         now = time.monotonic()
         if now >= self.counters_due:
             self.read_counters()
-        return max(0.0, self.counters_due - time.monotonic())
+        if self.local_due and now >= self.local_due:
+            self.refresh_local_addresses()
+        due = min(self.counters_due, self.local_due or self.counters_due)
+        return max(0.0, due - time.monotonic())
+
+    def refresh_local_addresses(self) -> None:
+        """Read the netns' own addresses again; a pass is woken when they changed."""
+        found = self.local_addresses()
+        self.local_due = time.monotonic() + LOCAL_ADDRESSES
+        if found != self.local:
+            self.local = found
+            self.wake.set()
 
     def note_change(self) -> None:
         """A store change came (the watch's thread): wake the loop, and keep when it came."""
@@ -456,11 +468,14 @@ class NetpolSync:
         return tuple(dict.fromkeys([*found, *self.read_local_addresses()]))
 
     def read_local_addresses(self) -> tuple[str, ...]:
-        """The netns' own addresses, read at most every ``LOCAL_ADDRESSES`` seconds (and at
-        every resync): the netlink dump was ~0.5 ms of every pass, so of every settled ADD."""
-        now = time.monotonic()
-        if now >= self.local_due:
-            self.local, self.local_due = self.local_addresses(), now + LOCAL_ADDRESSES
+        """The netns' own addresses: read here at the first pass and at every resync, else
+        as the counters' loop last read them (``refresh_local_addresses``, every
+        ``LOCAL_ADDRESSES`` seconds): the netlink dump, 0.5-1.5 ms, was in every pass that
+        came a second after the last read, so in most policy or label changes."""
+        if not self.local_due:
+            self.local = self.local_addresses()
+            self.local_due = time.monotonic() + LOCAL_ADDRESSES
+            self.counters_wake.set()  # its loop takes the reading over from now
         return self.local
 
     def apply(self, layout: Layout, send: Callable[[Nft], None]) -> None:

@@ -172,6 +172,26 @@ def test_the_netns_addresses_are_read_once_a_second_and_at_a_resync(tmp_path: Pa
     store.close()
 
 
+def test_the_counters_loop_keeps_the_addresses_and_wakes_a_pass_when_they_change(
+    tmp_path: Path,
+) -> None:
+    """After the first pass read them, the netns' addresses are read off the pass's path, by
+    the counters' loop every LOCAL_ADDRESSES seconds: a change wakes a pass, which uses it."""
+    found = [("10.0.0.1",)]
+    store = SqliteStore(str(tmp_path / "store.db"))
+    sync = NetpolSync("n1", store, Registry(), local_addresses=lambda: found[-1])
+    assert sync.calc_node_addresses() == ("10.0.0.1",)
+    sync.wake.clear()
+    sync.local_due = 1.0  # due: read, the same
+    sync.step_counters()
+    assert not sync.wake.is_set() and sync.local_due > 1.0
+    found.append(("10.0.0.2",))
+    sync.local_due = 1.0
+    sync.step_counters()
+    assert sync.wake.is_set() and sync.calc_node_addresses() == ("10.0.0.2",)
+    store.close()
+
+
 class FakeNft:
     """The kernel side of a NetpolSync that takes every transaction (no netns needed)."""
 
