@@ -239,11 +239,21 @@ def held_for(src: LivePod, dst: LivePod) -> str:
         ["nft", "-j", "list", "counter", "inet", "pycni-netpol", counter], check=False
     )
     packets = re.search(r'"packets":\s*(\d+)', listed.stdout)
+    back = dst.node.host.ns.run(["ip", "-o", "route", "get", src.ip], check=False)
     return (
         f"{time.monotonic() - dst.born:.1f} s old; route on {src.node.name}: "
-        f"{' '.join(route.stdout.split()[:5]) or route.stderr.strip()}; its drop counter: "
-        f"{packets.group(1) if packets else 'none'}"
+        f"{' '.join(route.stdout.split()[:5]) or route.stderr.strip()} "
+        f"({dst.node.name}'s own addresses: {own_addresses(dst.node)}); "
+        f"back on {dst.node.name}: {' '.join(back.stdout.split()[:5]) or back.stderr.strip()}; "
+        f"its drop counter: {packets.group(1) if packets else 'none'}"
     )
+
+
+def own_addresses(node: ClusterNode) -> str:
+    """A node's global IPv4 addresses (a route's gateway that is none of the destination
+    node's says the route leads elsewhere)."""
+    out = node.host.ns.run(["ip", "-o", "-4", "addr", "show", "scope", "global"], check=False)
+    return " ".join(f.split("/")[0] for line in out.stdout.splitlines() for f in line.split()[3:4])
 
 
 def connect_once(soak: Soak) -> None:
