@@ -59,8 +59,6 @@ from store.watched import WatchedPrefixes
 log = logging.getLogger("pycnid.proxy")
 RETRY = 1.0
 POLL = 0.5  # a store without watches (SQLite): how often its revision is looked at
-#: A transaction's script from this size on runs in a child nft (~1,500 elements): the kept
-#: context keeps what it parsed, ~2 KiB an element, and pycnid's heap would keep it after.
 
 
 class ProxyMetrics:
