@@ -457,7 +457,7 @@ class NetpolSync:
             self.apply(layout, lambda nft: send_first(nft, script, batch))
             return "rendered"
         script = render_full(layout, known - layout.objects)
-        self.apply(layout, lambda nft: send_script(nft, script))
+        self.apply(layout, lambda nft: run_sized(nft, script))
         return "rendered"
 
     def calc_node_addresses(self) -> tuple[str, ...]:
@@ -531,14 +531,9 @@ class PinsAhead(Exception):
     not sent, and the next pass reads the inputs again (they hold those Pods then)."""
 
 
-def send_script(nft: Nft, script: str) -> None:
-    """A whole render or a diff's script (``kernel.nft.run_sized``: a large one in a child)."""
-    run_sized(nft, script)
-
-
 def send_first(nft: Nft, script: str, batch: ElementBatch | None) -> None:
     """A first render (``diff.calc_first_render``): its script, then its elements' batch."""
-    send_script(nft, script)
+    run_sized(nft, script)
     if batch is not None:
         nft.run_elements(batch)
 
@@ -549,7 +544,7 @@ def send_update(nft: Nft, script: str, batch: ElementBatch | None) -> None:
     if batch is not None:
         nft.run_elements(batch)
     else:
-        send_script(nft, script)
+        run_sized(nft, script)
 
 
 def check_bridge_filtering(

@@ -4,7 +4,7 @@ Generated histories of clusters (tests/fixtures/netpol_cases.py: both families, 
 ipBlocks with excepts, Pods on this node or another) change step by step: Pods relabelled,
 moved, removed and back, policies added, changed and removed, namespaces relabelled, the
 node's addresses changed. One netns gets the first layout whole, then each step's diff
-through one kept libnftables context (``netpol.sync.send_script``, as pycnid sends it); a
+through one kept libnftables context (``kernel.nft.run_sized``, as pycnid sends it); a
 second gets each step's layout whole in a table made afresh. pycnid's netns starts as pycnid's
 first pass into a node without the table does (``diff.calc_first_render``: the script, then
 the plain elements as one netlink batch). After each step both tables,
@@ -60,10 +60,10 @@ STEPS = sized(5, 12)
 #: without the table does (the script, then the plain elements as one batch).
 SERVER = """
 import base64, json, pickle, sys
-from kernel.nft import Nft, NftError
+from kernel.nft import Nft, NftError, run_sized
 from netpol.diff import calc_element_batch, calc_first_render, render_diff
 from netpol.render import T, render_full
-from netpol.sync import send_first, send_script, send_update
+from netpol.sync import send_first, send_update
 
 nft = Nft()
 for line in sys.stdin:
@@ -76,7 +76,7 @@ for line in sys.stdin:
                 script, batch = calc_first_render(new)
                 send_first(nft, script, batch)
             else:
-                send_script(nft, render_full(new))
+                run_sized(nft, render_full(new))
         else:
             batch = calc_element_batch(old, new) if how == "sync" else None
             send_update(nft, render_diff(old, new), batch)
