@@ -137,8 +137,8 @@ class PolicyObjects:
         self.on_change = on_change
         self.attached: dict[str, AttachedPod] = {}
         self.attached_touched: set[str] = set()  # refs of Pods attached or detached since
-        self.order = KeyedOrder[PodInfo]()  # each Pod object joined with its attachments
-        self.policy_order = KeyedOrder[NetworkPolicy]()
+        self.order = KeyedOrder[str, PodInfo]()  # each Pod object joined with its attachments
+        self.policy_order = KeyedOrder[str, NetworkPolicy]()
         self.labels: dict[str, dict[str, str]] = {}
         self.pods: Kept[PodObject | None] = Kept(pod_object, self.lock, self.changed)
         self.namespaces: Kept[dict[str, str]] = Kept(namespace_labels, self.lock, self.changed)

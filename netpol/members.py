@@ -26,7 +26,7 @@ import ipaddress
 import itertools
 import socket
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Generic, Protocol, TypeVar
 
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, pod_infos
@@ -180,9 +180,8 @@ class RefOrder(Generic[N]):
     """Pods or policies sorted by ref (``sorted``) and by namespace (``groups``), kept as
     they are replaced: moved in place when they are few (sorting 10,000 Pods by ref was tens
     of ms of every pass), and a namespace none of whose members changed keeps its tuple, so
-    what was computed from it is kept (``Grouping``, ``render.LayoutCache``). The Pods of
-    ``view.PodCache`` (the store's endpoint records) and of ``from_kube.PolicyObjects`` (the
-    API server's) and the policies of ``view.Records`` are kept in one each."""
+    what was computed from it is kept (``Grouping``, ``render.LayoutCache``); ``KeyedOrder``
+    keeps one for each source's Pods and policies."""
 
     def __init__(self) -> None:
         self.sorted: tuple[N, ...] = ()
@@ -224,15 +223,19 @@ class RefOrder(Generic[N]):
         self.groups = groups
 
 
-class KeyedOrder(RefOrder[N]):
+K = TypeVar("K", bound=Hashable)
+
+
+class KeyedOrder(RefOrder[N], Generic[K, N]):
     """The ``RefOrder`` of a mapping's values, following its changes by key (``follow``):
-    the policies of ``view.Records`` and of ``from_kube.PolicyObjects``."""
+    the Pods of ``view.PodCache`` and of ``from_kube.PolicyObjects``, the policies of
+    ``view.Records`` and of ``from_kube.PolicyObjects``."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.held: dict[str, N] = {}  # key -> the item in the order
+        self.held: dict[K, N] = {}  # key -> the item in the order
 
-    def follow(self, items: Mapping[str, N | None], touched: Iterable[str] | None) -> None:
+    def follow(self, items: Mapping[K, N | None], touched: Iterable[K] | None) -> None:
         """``touched``: the keys put or deleted since the last call (None: every key)."""
         keys = items.keys() | self.held.keys() if touched is None else touched
         replaced: list[tuple[N | None, N | None]] = []

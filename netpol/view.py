@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from cni.spec.errors import CNIError
 from common.skipped import Skipped
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
-from netpol.members import KeyedOrder, RefOrder
+from netpol.members import KeyedOrder
 from netpol.policy import NetworkPolicy
 from netpol.record import NamespaceRecord, calc_node_ips, calc_pod, decode_policy
 from nodes.record import NodeRecord
@@ -40,7 +40,7 @@ class Records:
         self.pods = PodCache()
         self.touched: set[str] = set()  # endpoint keys put or deleted since the last inputs()
         self.by_policy: PolicyInputs | None = None  # the policies alone, sorted; None: stale
-        self.policy_order = KeyedOrder[NetworkPolicy]()  # by ref and by namespace
+        self.policy_order = KeyedOrder[str, NetworkPolicy]()  # by ref and by namespace
         self.policy_keys: set[str] = set()  # policy keys put or deleted since it followed
         self.labels: dict[str, dict[str, str]] | None = None  # by namespace; None: stale
 
@@ -155,8 +155,7 @@ class PodCache:
         self.seen: dict[str, EndpointRecord] = {}
         #: each Pod's record keys, sorted (a tuple: 10,000 sets of one key held ~2 MiB)
         self.keys: dict[Group, tuple[str, ...]] = {}
-        self.infos: dict[Group, PodInfo] = {}
-        self.order = RefOrder[PodInfo]()  # the Pods by ref and by namespace
+        self.order = KeyedOrder[Group, PodInfo]()  # each Pod by ref and by namespace
 
     @property
     def sorted(self) -> tuple[PodInfo, ...]:
@@ -187,16 +186,13 @@ class PodCache:
                 self.seen[key] = new
             else:
                 del self.seen[key]
-        replaced = []
+        pods: dict[Group, PodInfo | None] = {}
         for group in stale:
             keys = self.keys.get(group)
-            old_info = self.infos.get(group)
             if keys:
-                self.infos[group] = calc_pod([endpoints[k] for k in keys])
+                pods[group] = calc_pod([endpoints[k] for k in keys])
             else:
                 self.keys.pop(group, None)
-                self.infos.pop(group, None)
-            replaced.append((old_info, self.infos.get(group)))
-        if stale:
-            self.order.replace(replaced, self.infos.values)
+                pods[group] = None
+        self.order.follow(pods, stale)
         return self.sorted
