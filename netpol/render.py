@@ -48,14 +48,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
-from netpol.members import (
-    Grouping,
-    Members,
-    addresses,
-    group_by_namespace,
-    same_objects,
-    to_text,
-)
+from netpol.members import Grouping, Members, addresses, to_text
 from netpol.policy import NetworkPolicy, Rule
 
 TABLE = "pycni-netpol"
@@ -160,22 +153,6 @@ class LayoutCache:
         self.sets: dict[str, Made] = {}
         self.shapes: dict[str, Shape] = {}
         self.isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]] = {}
-        self.policies = PolicyInputs()  # the policies alone: indexed by namespace once
-
-    def policies_for(self, inputs: PolicyInputs) -> PolicyInputs:
-        """``inputs``' policies by namespace (``policies_in``), a namespace whose policies are
-        the same objects keeping its tuple, so its Pods keep their chains: as the source
-        gives them (``view.Records`` keeps them so), else indexed here once per tuple."""
-        if inputs.policy_groups is not None:
-            return inputs
-        if self.policies.policies is not inputs.policies:
-            kept = self.policies.policies_in
-            groups = {
-                ns: kept[ns] if same_objects(kept.get(ns, ()), found) else found
-                for ns, found in group_by_namespace(inputs.policies).items()
-            }
-            self.policies = PolicyInputs(policies=inputs.policies, policy_groups=groups)
-        return self.policies
 
 
 class Render:
@@ -211,14 +188,17 @@ class Render:
         return found
 
     def isolating_of(self, pod: PodInfo, direction: str) -> Isolating:
-        """``pod``'s shape chain and policies in ``direction``; None: not isolated."""
-        key, index = (pod.ref, direction), self.cache.policies_for(self.inputs)
-        policies = index.policies_in.get(pod.namespace, ())
+        """``pod``'s shape chain and policies in ``direction``; None: not isolated. Kept while
+        the Pod and its namespace's policies are the same objects: the sources keep a
+        namespace's tuple of policies while none of them changed (``PolicyInputs``'
+        ``policy_groups``; inputs without them are indexed afresh, and miss)."""
+        key = (pod.ref, direction)
+        policies = self.inputs.policies_in.get(pod.namespace, ())
         held = self.cache.isolating.get(key)
         if held is not None and held[0] is pod and held[1] is policies:
             found = held[2]
         else:
-            isolating = policies_of(index, pod, direction)
+            isolating = policies_of(self.inputs, pod, direction)
             chain = shape_name(DIRECTIONS[direction][0], isolating) if isolating else None
             found = (chain, isolating) if chain is not None else None
         self.isolating[key] = (pod, policies, found)

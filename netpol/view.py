@@ -133,13 +133,14 @@ class Records:
 
     def inputs(self) -> PolicyInputs:
         touched, self.touched = self.touched, set()
+        policies = self.policy_inputs()
         return PolicyInputs(
             self.pods.refresh(self.endpoints, touched),
             self.namespace_labels(),
-            self.policy_inputs().policies,
+            policies.policies,
             calc_node_ips(self.nodes.values()),
             groups=self.pods.groups,
-            policy_groups=self.policy_inputs().policy_groups,
+            policy_groups=policies.policy_groups,
         )
 
 
