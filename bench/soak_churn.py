@@ -231,22 +231,26 @@ def ping_miss(src: LivePod, dst: LivePod) -> str:
 
 
 def held_for(src: LivePod, dst: LivePod) -> str:
-    """The destination's age, the source node's route to it, and the packets the
+    """The destination's age, the routes between the two nodes (with the destination node's
+    own addresses: a gateway that is none of them leads elsewhere), and the packets the
     destination's NetworkPolicy drop counter holds: a miss says where it was lost."""
-    route = src.node.host.ns.run(["ip", "-o", "route", "get", dst.ip], check=False)
     counter = f"dropped-in/{dst.record.namespace}/{dst.record.pod}"
     listed = dst.node.host.ns.run(
         ["nft", "-j", "list", "counter", "inet", "pycni-netpol", counter], check=False
     )
     packets = re.search(r'"packets":\s*(\d+)', listed.stdout)
-    back = dst.node.host.ns.run(["ip", "-o", "route", "get", src.ip], check=False)
     return (
         f"{time.monotonic() - dst.born:.1f} s old; route on {src.node.name}: "
-        f"{' '.join(route.stdout.split()[:5]) or route.stderr.strip()} "
-        f"({dst.node.name}'s own addresses: {own_addresses(dst.node)}); "
-        f"back on {dst.node.name}: {' '.join(back.stdout.split()[:5]) or back.stderr.strip()}; "
+        f"{route_to(src.node, dst.ip)} ({dst.node.name}'s own addresses: "
+        f"{own_addresses(dst.node)}); back on {dst.node.name}: {route_to(dst.node, src.ip)}; "
         f"its drop counter: {packets.group(1) if packets else 'none'}"
     )
+
+
+def route_to(node: ClusterNode, ip: str) -> str:
+    """The node's route to ``ip`` (its first words), or why there is none."""
+    out = node.host.ns.run(["ip", "-o", "route", "get", ip], check=False)
+    return " ".join(out.stdout.split()[:5]) or out.stderr.strip()
 
 
 def own_addresses(node: ClusterNode) -> str:
