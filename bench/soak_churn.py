@@ -243,8 +243,22 @@ def held_for(src: LivePod, dst: LivePod) -> str:
         f"{time.monotonic() - dst.born:.1f} s old; route on {src.node.name}: "
         f"{route_to(src.node, dst.ip)} ({dst.node.name}'s own addresses: "
         f"{own_addresses(dst.node)}); back on {dst.node.name}: {route_to(dst.node, src.ip)}; "
-        f"its drop counter: {packets.group(1) if packets else 'none'}"
+        f"its drop counter: {packets.group(1) if packets else 'none'}; "
+        f"{dst.node.name}'s neighbour: {neighbour_of(dst.node, dst.ip)}, the Pod's MAC: "
+        f"{pod_mac(dst)}"
     )
+
+
+def neighbour_of(node: ClusterNode, ip: str) -> str:
+    """The node's neighbour entry for ``ip`` (a MAC that is not the Pod's own sends its
+    packets nowhere: an address reused before the entry was renewed)."""
+    out = node.host.ns.run(["ip", "neigh", "show", "to", ip], check=False)
+    return " ".join(out.stdout.split()) or "none"
+
+
+def pod_mac(pod: LivePod) -> str:
+    out = pod.ns.run(["cat", "/sys/class/net/eth0/address"], check=False)
+    return out.stdout.strip() or out.stderr.strip()
 
 
 def route_to(node: ClusterNode, ip: str) -> str:

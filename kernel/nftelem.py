@@ -6,7 +6,10 @@ thousands of sets (the proxy's per-endpoint ``clients-`` sets) that refill is se
 element. The kernel needs none of it to change an element: the table and set names, the key's
 bytes and the data's. This module writes those bytes as libnftables writes them for the few
 datatypes it knows (tests/netns/test_nft_elements.py compares both paths' listings), and
-sends one batch of NEWSETELEM/DELSETELEM messages: atomic, as one ``nft -f`` script is.
+sends one batch of NEWSETELEM/DELSETELEM messages: atomic, as one ``nft -f`` script is. A
+batch may also add and delete named counters (NEWOBJ/DELOBJ: NetworkPolicy's per-Pod drop
+counters, which its counter maps name), the adds before the elements and the deletes after
+them, as nft orders the same script.
 
 Values are nft text (``10.0.0.1 . tcp . 80``); a type is a tuple of datatype names, one per
 field of a concatenation; a map's data is a verdict, a value or a named counter (an object
@@ -27,6 +30,7 @@ NETLINK_NETFILTER = 12
 NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 16, 17
 NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
+NFT_MSG_NEWOBJ, NFT_MSG_DELOBJ = 18, 20
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
 NLMSG_ERROR = 2
 SOL_NETLINK, NETLINK_CAP_ACK = 270, 10
@@ -38,6 +42,9 @@ NFPROTO = {"inet": 1, "ip": 2, "ip6": 10}
 LIST_TABLE, LIST_SET, LIST_ELEMENTS, LIST_ELEM = 1, 2, 3, 1
 ELEM_KEY, ELEM_DATA, ELEM_OBJREF, DATA_VALUE, DATA_VERDICT = 1, 2, 9, 1, 2
 VERDICT_CODE, VERDICT_CHAIN = 1, 2
+OBJ_TABLE, OBJ_NAME, OBJ_TYPE, OBJ_DATA = 1, 2, 3, 4
+OBJECT_COUNTER, COUNTER_BYTES, COUNTER_PACKETS = 1, 1, 2
+CREATING = frozenset({NFT_MSG_NEWSETELEM, NFT_MSG_NEWOBJ})  # sent with NLM_F_CREATE
 VERDICTS = {"drop": 0, "accept": 1, "continue": -1, "return": -5}
 JUMPS = {"jump": -3, "goto": -4}
 PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1, "icmpv6": 58}
@@ -76,12 +83,23 @@ class ElementChange:
 
 
 @dataclass(frozen=True)
+class CounterChange:
+    """``verb`` (add | delete) the named counter ``name`` (added: zeroed; one already there
+    is kept as it is, as ``add counter`` keeps it)."""
+
+    verb: str
+    name: str
+
+
+@dataclass(frozen=True)
 class ElementBatch:
-    """Element changes of one table, applied together (``Nft.run_elements``)."""
+    """Element changes of one table, applied together (``Nft.run_elements``); ``counters``:
+    named counters added before them and deleted after them."""
 
     family: str  # ip | ip6 | inet
     table: str
     changes: tuple[ElementChange, ...]
+    counters: tuple[CounterChange, ...] = ()
 
 
 def encode_field(datatype: str, text: str) -> bytes:
@@ -227,7 +245,7 @@ def render_script(batch: ElementBatch) -> str:
     """The same changes as one nft script (what the batch stands for: tests, golden files,
     a plan shown whole), each set's elements sorted by key."""
     t = f"{batch.family} {batch.table}"
-    out = []
+    out = [f"add counter {t} {c.name}\n" for c in batch.counters if c.verb == "add"]
     for change in batch.changes:
         kind = "set" if change.type.data is None else "map"
         if change.verb == "flush":
@@ -238,18 +256,26 @@ def render_script(batch: ElementBatch) -> str:
                 for k, v in sorted(change.elements)
             )
             out.append(f"{change.verb} element {t} {change.set} {{ {items} }}\n")
+    out += [f"delete counter {t} {c.name}\n" for c in batch.counters if c.verb == "delete"]
     return "".join(out)
 
 
 def calc_messages(
-    family: str, table: str, changes: Iterable[ElementChange]
+    family: str,
+    table: str,
+    changes: Iterable[ElementChange],
+    counters: Iterable[CounterChange] = (),
 ) -> list[tuple[int, bytes]]:
-    """The batch's messages, (NFT_MSG_* type, body without the netlink header): one per
-    CHUNK elements of a set; a flush is one DELSETELEM naming no element (the kernel then
-    deletes them all)."""
+    """The batch's messages, (NFT_MSG_* type, body without the netlink header): the counters
+    added, then one message per CHUNK elements of a set (a flush is one DELSETELEM naming no
+    element: the kernel then deletes them all), then the counters deleted (no element names
+    them by then)."""
     head = struct.pack("=BBH", NFPROTO[family], 0, 0)
     names = _attr(LIST_TABLE, table.encode() + b"\0")
-    out = []
+    counters = tuple(counters)
+    if any(c.verb not in ("add", "delete") for c in counters):
+        raise ElementError(f"no such counter verb: {[c.verb for c in counters]}")
+    out = [_counter_message(head, names, c) for c in counters if c.verb == "add"]
     for change in changes:
         if change.verb not in VERBS:
             raise ElementError(f"no such element verb: {change.verb}")
@@ -265,7 +291,19 @@ def calc_messages(
         elements = [encode(k, v if add else None) for k, v in change.elements]
         for i in range(0, len(elements), CHUNK):
             out.append((kind, named + _nest(LIST_ELEMENTS, *elements[i : i + CHUNK])))
-    return out
+    return out + [_counter_message(head, names, c) for c in counters if c.verb == "delete"]
+
+
+def _counter_message(head: bytes, table: bytes, change: CounterChange) -> tuple[int, bytes]:
+    """NEWOBJ of a zeroed counter, or DELOBJ of one, by name."""
+    body = head + table + _attr(OBJ_NAME, change.name.encode() + b"\0")
+    body += _attr(OBJ_TYPE, struct.pack(">I", OBJECT_COUNTER))
+    if change.verb == "delete":
+        return NFT_MSG_DELOBJ, body
+    zero = struct.pack(">Q", 0)
+    return NFT_MSG_NEWOBJ, body + _nest(
+        OBJ_DATA, _attr(COUNTER_BYTES, zero), _attr(COUNTER_PACKETS, zero)
+    )
 
 
 def _attr(kind: int, payload: bytes) -> bytes:
@@ -298,7 +336,7 @@ class ElementSocket:
         self._seq += len(messages) + 2
         batch = [_header(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, first, _batch_body())]
         for i, (kind, body) in enumerate(messages):
-            flags = NLM_F_REQUEST | (NLM_F_CREATE if kind == NFT_MSG_NEWSETELEM else 0)
+            flags = NLM_F_REQUEST | (NLM_F_CREATE if kind in CREATING else 0)
             flags |= NLM_F_ACK if i == len(messages) - 1 else 0
             type_ = (NFNL_SUBSYS_NFTABLES << 8) | kind
             batch.append(_header(type_, flags, first + 1 + i, body))

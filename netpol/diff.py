@@ -24,14 +24,24 @@ keeps its declaration for its name (the names say their content, and the fixed o
 type); one that changed is ``NotDiffable``: the caller renders the table whole.
 
 ``calc_element_batch`` gives the same transaction as one netlink batch when it is 2 alone, on
-plain sets and maps (kernel/nftelem.py encodes no intervals): a Pod's relabel, mostly, since a
-rule's Pods are a plain set (``render.calc_peer_sets``). ``calc_first_render`` is the table
+plain sets and maps (kernel/nftelem.py encodes no intervals), with 1's and 4's counters: a
+Pod's relabel, mostly, since a rule's Pods are a plain set (``render.calc_peer_sets``), and a
+local Pod that becomes isolated or not in a shape chain the kernel holds (its map entries and
+its drop counter). ``calc_first_render`` is the table
 whole into a kernel that holds none of it, its plain elements as a batch after the script.
 """
 
 from __future__ import annotations
 
-from kernel.nftelem import COUNTER, DATATYPES, VERDICT, ElementBatch, ElementChange, SetType
+from kernel.nftelem import (
+    COUNTER,
+    DATATYPES,
+    VERDICT,
+    CounterChange,
+    ElementBatch,
+    ElementChange,
+    SetType,
+)
 from netpol.render import TABLE, Layout, NamedSet, T, render_full
 
 
@@ -109,16 +119,12 @@ def calc_added(old: Layout, new: NamedSet) -> list[str]:
 
 def calc_element_batch(old: Layout, new: Layout) -> ElementBatch | None:
     """The diff as one netlink batch (``Nft.run_elements``) when it is elements alone, of
-    plain sets and maps whose datatypes kernel/nftelem.py encodes; else None (nft's script).
-    NotDiffable, as ``render_diff``, when a set changed its declaration.
+    plain sets and maps whose datatypes kernel/nftelem.py encodes, and counters; else None
+    (nft's script). NotDiffable, as ``render_diff``, when a set changed its declaration.
     libnftables first re-reads the table's declarations and its interval sets' elements (a
     script of a few elements: ~5-20 ms at 1,000 policies x 10k Pods); the batch is the changed
     elements alone (6 of them: ~0.5 ms)."""
-    if (
-        old.chains != new.chains
-        or old.counters != new.counters
-        or old.sets.keys() != new.sets.keys()
-    ):
+    if old.chains != new.chains or old.sets.keys() != new.sets.keys():
         return None
     check_declarations(old, new)
     changes = []
@@ -135,10 +141,13 @@ def calc_element_batch(old: Layout, new: Layout) -> ElementBatch | None:
             )
         if added:
             changes.append(ElementChange("add", s.name, set_type, tuple(map(_key_data, added))))
-    if not changes:
+    counters = [CounterChange("add", c) for c in sorted(new.counters - old.counters)]
+    counters += [CounterChange("delete", c) for c in sorted(old.counters - new.counters)]
+    if not changes and not counters:
         return None
     deletes = [c for c in changes if c.verb == "delete"]
-    return ElementBatch("inet", TABLE, (*deletes, *(c for c in changes if c.verb == "add")))
+    adds = [c for c in changes if c.verb == "add"]
+    return ElementBatch("inet", TABLE, (*deletes, *adds), tuple(counters))
 
 
 def calc_first_render(layout: Layout) -> tuple[str, ElementBatch | None]:

@@ -29,7 +29,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from netpol.diff import render_diff
+from netpol.diff import calc_element_batch, render_diff
+from netpol.evaluate import PodInfo, PolicyInputs
+from netpol.policy import parse_policy
 from netpol.render import Layout, calc_layout
 from tests.fixtures.netns import new_netns
 from tests.fixtures.netpol_cases import (
@@ -253,3 +255,27 @@ def test_diffs_step_by_step_hold_what_full_renders_hold(
         whole = normalise(tables["whole"]("whole", old, new))
         for how in ("sync", "script"):
             assert normalise(tables[how](how, old, new)) == whole, (how, script)
+
+
+def test_a_pod_isolated_in_a_chain_the_kernel_holds_is_one_batch_with_its_counter(
+    tables: dict[str, Apply],
+) -> None:
+    """b joins a's chain, then leaves it: its map entries and its drop counter come and go in
+    one netlink batch each (no libnftables), and the table holds what a full render holds."""
+    deny = parse_policy({**API, "metadata": {"namespace": "x", "name": "deny"},
+                         "spec": {"podSelector": {"matchLabels": {"app": "db"}}}})  # fmt: skip
+    a = PodInfo("x", "a", ("10.0.0.1", "fd00::1"), {"app": "db"}, NODE)
+    b = PodInfo("x", "b", ("10.0.0.2",), {"app": "web"}, NODE)
+    layouts = [
+        calc_layout(PolicyInputs(pods, {}, (deny,)), NODE, ["192.168.0.1"])
+        for pods in ((a, b), (a, replace(b, labels={"app": "db"})), (a, b))
+    ]
+    assert normalise(tables["sync"]("first", Layout(), layouts[0]))
+    for old, new in zip(layouts, layouts[1:], strict=False):
+        batch = calc_element_batch(old, new)
+        assert batch is not None and [c.name for c in batch.counters] == ["dropped-in/x/b"]
+        answer = tables["sync"]("sync", old, new)
+        assert answer["batch"]
+        assert normalise(answer) == normalise(tables["whole"]("whole", old, new))
+    held = normalise(tables["sync"]("sync", layouts[0], layouts[1]))
+    assert "counter dropped-in/x/b" in held["objects"]

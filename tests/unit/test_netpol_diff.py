@@ -14,7 +14,7 @@ import pytest
 
 from common.metrics import Registry
 from kernel.nft import NftError
-from kernel.nftelem import COUNTER, VERDICT, ElementBatch, SetType
+from kernel.nftelem import COUNTER, VERDICT, CounterChange, ElementBatch, SetType
 from netpol.diff import NotDiffable, calc_element_batch, render_diff
 from netpol.evaluate import PodInfo, PolicyInputs
 from netpol.policy import parse_policy
@@ -100,13 +100,14 @@ def test_elements_alone_of_plain_sets_are_a_netlink_batch_deletes_first() -> Non
     assert calc_element_batch(before, before) is None  # nothing to send
 
 
-def test_a_batch_carries_map_values_and_nothing_that_changes_chains_or_intervals() -> None:
+def test_a_batch_carries_map_values_and_counters_never_chains_or_intervals() -> None:
     only_a = layout_of(pod("a", "10.0.0.1", app="web"), policies=(DENY,))
     both = layout_of(pod("a", "10.0.0.1", app="web"), pod("b", "10.0.0.2"), policies=(DENY,))
-    assert calc_element_batch(only_a, both) is None  # a new counter: nft's script
-    both.counters = set(only_a.counters)  # (as if b's counter were there already)
-    batch = calc_element_batch(only_a, both)
+    batch = calc_element_batch(only_a, both)  # b isolated in a's chain: its entries, a counter
     assert batch is not None
+    assert batch.counters == (CounterChange("add", "dropped-in/x/b"),)
+    back = calc_element_batch(both, only_a)
+    assert back is not None and back.counters == (CounterChange("delete", "dropped-in/x/b"),)
     types = {c.set: c.type for c in batch.changes}
     assert types["ingress4"] == SetType(("ipv4_addr",), VERDICT)
     assert types["dropcnt-in4"] == SetType(("ipv4_addr",), COUNTER)
@@ -146,6 +147,9 @@ class RecordingNft:
 
     def run_elements(self, batch: ElementBatch) -> None:
         self.batches.append(batch)
+        if self.refuse:
+            self.refuse -= 1
+            raise NftError("element batch refused: Device or resource busy")
 
     def list_json(self, command: str, terse: bool = False) -> dict[str, Any]:
         return {"nftables": []}
@@ -178,10 +182,17 @@ def test_a_pass_without_change_sends_nothing_and_a_change_only_its_diff(
     add_endpoint(netpol, "a", "10.0.0.1")
     assert netpol.sync() and nft.scripts[0].startswith("add table inet pycni-netpol\nflush table")
     assert not netpol.sync() and len(nft.scripts) == 1
-    add_endpoint(netpol, "b", "10.0.0.2")
-    assert netpol.sync()
-    assert "flush table" not in nft.scripts[1] and "10.0.0.2 : jump in-" in nft.scripts[1]
-    assert netpol.metrics.syncs.value() == 2
+    add_endpoint(netpol, "b", "10.0.0.2")  # isolated in a's chain: entries and a counter
+    assert netpol.sync() and len(nft.scripts) == 1
+    [_first, batch] = nft.batches  # the first render's elements, then the diff
+    entries = dict(e.split(" : ") for e in netpol.layout.sets["ingress4"].elements)
+    assert entries["10.0.0.2"] == entries["10.0.0.1"]  # a's chain
+    assert ("10.0.0.2", entries["10.0.0.1"]) in [e for c in batch.changes for e in c.elements]
+    assert [c.name for c in batch.counters] == ["dropped-in/x/b"]
+    netpol.records.apply(KV(netpol_key("x", "from-web"), encode(FROM_WEB), 1, 1))
+    assert netpol.sync()  # a new chain: nft's script, no flush of the table
+    assert len(nft.scripts) == 2 and "flush table" not in nft.scripts[1]
+    assert netpol.metrics.syncs.value() == 3
 
 
 def test_a_change_of_elements_alone_is_sent_as_a_batch(
@@ -217,8 +228,10 @@ def test_a_refused_diff_is_rendered_whole_in_the_same_pass(
     add_endpoint(netpol, "b", "10.0.0.2")
     nft.refuse = 1
     assert netpol.sync()
-    diff, full = nft.scripts[1:]
-    assert "flush table" not in diff and "flush table" in full
+    [_first, diff, _whole] = nft.batches  # b's entries and counter, refused; the whole
+    assert [c.name for c in diff.counters] == ["dropped-in/x/b"]
+    [full] = nft.scripts[1:]
+    assert "flush table" in full
     assert netpol.metrics.failures.value() == 1 and netpol.layout is not None
     assert set(netpol.layout.counters) == {"dropped-in/x/a", "dropped-in/x/b"}
 
@@ -236,8 +249,9 @@ def test_the_committed_layout_is_dropped_when_the_kernel_refuses(
     assert netpol.layout is None and netpol.objects is None
     assert netpol.metrics.failures.value() == 2
     assert netpol.sync() and "flush table" in nft.scripts[-1]  # whole again, then diffs
+    scripts, batches = len(nft.scripts), len(nft.batches)
     add_endpoint(netpol, "c", "10.0.0.3")
-    assert netpol.sync() and "flush table" not in nft.scripts[-1]
+    assert netpol.sync() and (len(nft.scripts), len(nft.batches)) == (scripts, batches + 1)
 
 
 def test_the_drop_counters_are_read_on_a_loop_of_their_own_never_by_a_pass(

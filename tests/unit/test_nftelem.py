@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 
 from kernel.nftelem import (
     CHUNK,
+    COUNTER,
     PROTOCOLS,
     VERDICT,
+    CounterChange,
     ElementBatch,
     ElementChange,
     ElementError,
@@ -207,3 +209,28 @@ def test_a_batch_renders_as_the_nft_script_it_stands_for():
         "delete element ip t m { 80 }\n"
         "add element ip t m { 22 : drop, 443 : goto b }\n"
     )
+
+
+def test_counters_are_added_before_the_elements_and_deleted_after_them():
+    """A counter map's element names its counter: the kernel checks the name when the
+    element is added, and refuses to delete a counter an element still names."""
+    counters = SetType(("ipv4_addr",), COUNTER)
+    batch = ElementBatch(
+        "inet",
+        "t",
+        (
+            ElementChange("delete", "c", counters, (("10.0.0.1", None),)),
+            ElementChange("add", "c", counters, (("10.0.0.2", '"n/b"'),)),
+        ),
+        (CounterChange("delete", "n/a"), CounterChange("add", "n/b")),
+    )
+    kinds = [kind for kind, _body in calc_messages("inet", "t", batch.changes, batch.counters)]
+    assert kinds == [18, 14, 12, 20]  # NEWOBJ, DELSETELEM, NEWSETELEM, DELOBJ
+    assert render_script(batch) == (
+        "add counter inet t n/b\n"
+        "delete element inet t c { 10.0.0.1 }\n"
+        'add element inet t c { 10.0.0.2 : "n/b" }\n'
+        "delete counter inet t n/a\n"
+    )
+    with pytest.raises(ElementError):
+        calc_messages("inet", "t", (), [CounterChange("reset", "n/a")])
