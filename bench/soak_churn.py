@@ -63,7 +63,8 @@ class Tally:
             self.counts["ADD"] += 1
 
     def error(self, what: str, detail: str) -> None:
-        first = (detail.strip().splitlines() or [""])[-1][:200]
+        # its last line, long enough for what a missed ping found the nodes holding
+        first = (detail.strip().splitlines() or [""])[-1][:700]
         with self.lock:
             self.errors[f"{what}: {first}"] += 1
 

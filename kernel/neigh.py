@@ -24,7 +24,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from kernel.route import RTPROT_PYCNI
 
 IPAddress = IPv4Address | IPv6Address
-NUD_PERMANENT = 0x80
+NUD_STALE, NUD_PERMANENT = 0x04, 0x80
 NTF_SELF = 0x02  # an entry of the device's own table (the vxlan FDB), not a bridge master's
 ZERO_MAC = "00:00:00:00:00:00"  # the vxlan "default destination" entries, not a peer
 AF_BRIDGE = socket.AF_BRIDGE
@@ -50,14 +50,18 @@ def family_of(ip: IPAddress) -> int:
 
 
 def neigh_request(
-    ifindex: int, ip: IPAddress | str, mac: str | None = None, proto: int | None = None
+    ifindex: int,
+    ip: IPAddress | str,
+    mac: str | None = None,
+    proto: int | None = None,
+    state: int = NUD_PERMANENT,
 ) -> dict:
-    """The pyroute2 arguments of one permanent neighbour entry (pure); without ``mac``, of
-    its delete."""
+    """The pyroute2 arguments of one neighbour entry (pure: permanent unless ``state`` says
+    otherwise); without ``mac``, of its delete."""
     address = ipaddress.ip_address(ip)
     args: dict = {"ifindex": ifindex, "dst": str(address), "family": family_of(address)}
     if mac is not None:
-        args.update(lladdr=mac.lower(), state=NUD_PERMANENT)
+        args.update(lladdr=mac.lower(), state=state)
     if proto is not None:
         args["NDA_PROTOCOL"] = proto
     return args
@@ -82,6 +86,13 @@ def replace_neigh(
 ) -> None:
     """Make ``ip`` resolve to ``mac`` on the device, permanently (whatever was there before)."""
     ipr.neigh("replace", **neigh_request(ifindex, ip, mac, proto))
+
+
+def replace_learned_neigh(ipr: IPRoute, ifindex: int, ip: IPAddress | str, mac: str) -> None:
+    """Make ``ip`` resolve to ``mac`` on the device as if the kernel had just learned it
+    (NUD_STALE: used at once, then confirmed, re-resolved or collected as any entry it made),
+    replacing whatever entry was there."""
+    ipr.neigh("replace", **neigh_request(ifindex, ip, mac, state=NUD_STALE))
 
 
 def delete_neigh(ipr: IPRoute, ifindex: int, ip: IPAddress | str) -> bool:

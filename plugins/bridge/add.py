@@ -26,7 +26,7 @@ from cni.spec.errors import (
 )
 from cni.spec.request import Request
 from common.attachment import Attachment
-from kernel import addr, link, route, sysctl
+from kernel import addr, link, neigh, route, sysctl
 from kernel.session import node_session, pod_session
 from plugins.bridge.calc import (
     bridge_addresses,
@@ -190,6 +190,22 @@ def ensure_gateway(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
             ensure_neighbour_proxy(st.cfg.bridge, {a.version for a in wanted})
 
 
+def setup_node_neighbours(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
+    """isGateway: the node's neighbour entries for the Pod's addresses on the bridge name the
+    Pod's MAC. An address is reused after its Pod's DEL, and the node keeps the entry of the
+    Pod that held it (a STALE entry lives on while the table is small): the node then sends
+    the new Pod's packets to the old MAC until its probes fail, ~8 s. The Pod's own
+    announcement at link-up (``arp_notify``) does not replace that entry reliably (it is sent
+    before the bridge port forwards, and IPv6 has none)."""
+    if not st.cfg.is_gateway:
+        return
+    index = st.bridge.index
+    for address in container_addresses(st.ips):
+        undo.callback(quietly("delete neighbour", neigh.delete_neigh, st.node, index, address.ip))
+        with failing(f"failed to set the neighbour entry of {address.ip} on {st.cfg.bridge}"):
+            neigh.replace_learned_neigh(st.node, index, address.ip, st.container_mac)
+
+
 def ensure_forwarding(ctx: BridgeContext, st: AddState, undo: ExitStack) -> None:
     if not (st.cfg.is_gateway or st.cfg.ip_masq):
         return
@@ -228,6 +244,7 @@ STEPS: tuple[tuple[str, Callable[[BridgeContext, AddState, ExitStack], None]], .
     ("setup-port", setup_port),
     ("setup-pod", setup_pod),
     ("ensure-gateway", ensure_gateway),
+    ("setup-neighbours", setup_node_neighbours),
     ("ensure-forwarding", ensure_forwarding),
     ("setup-masquerade", setup_masquerade),
     ("settle-netpol", settle_netpol),
