@@ -274,16 +274,32 @@ class Members:
         self.grouping.update(inputs)
         self.named: dict[NamedKey, tuple[str, ...]] = {}
         self.peers: dict[PeerKey, tuple[str, ...]] = {}
+        self.parts: dict[PeerKey, tuple[tuple[str, ...], ...]] = {}
 
     def peer_addresses(self, policy: NetworkPolicy, peer: Peer, family: int) -> tuple[str, ...]:
         """The ``family`` addresses of the Pods a selector peer picks (``ipBlock``: none)."""
         if peer.ip_block is not None:
             return ()
-        scope = policy.namespace if peer.namespace_selector is None else None
-        key = (scope, peer.namespace_selector, peer.pod_selector, family)
+        key = peer_key(policy, peer, family)
         found = self.peers.get(key)
         if found is None:
-            found = self.peers[key] = self._calc_peer(key)
+            found = self.peers[key] = tuple(
+                itertools.chain.from_iterable(self.peer_parts(policy, peer, family))
+            )
+        return found
+
+    def peer_parts(
+        self, policy: NetworkPolicy, peer: Peer, family: int
+    ) -> tuple[tuple[str, ...], ...]:
+        """``peer_addresses`` by namespace picked, in order: each namespace's part is the
+        same object from pass to pass while its Pods are (``Grouping.part``), so a set made
+        from them can take the changed namespaces' parts alone (``render.splice``)."""
+        if peer.ip_block is not None:
+            return ()
+        key = peer_key(policy, peer, family)
+        found = self.parts.get(key)
+        if found is None:
+            found = self.parts[key] = self._calc_peer_parts(key)
         return found
 
     def peer_namespaces(self, policy: NetworkPolicy, peer: Peer) -> tuple[str, ...]:
@@ -294,16 +310,14 @@ class Members:
             return (policy.namespace,)
         return self.grouping.pick(peer.namespace_selector, self.inputs)
 
-    def _calc_peer(self, key: PeerKey) -> tuple[str, ...]:
+    def _calc_peer_parts(self, key: PeerKey) -> tuple[tuple[str, ...], ...]:
         scope, namespaces, pods, family = key
         grouping = self.grouping
         if namespaces is None:
             picked: tuple[str, ...] = (scope,) if scope is not None else ()
         else:
             picked = grouping.pick(namespaces, self.inputs)
-        return tuple(
-            itertools.chain.from_iterable(grouping.part(ns, pods, family) for ns in picked)
-        )
+        return tuple(grouping.part(ns, pods, family) for ns in picked)
 
     def named_port(self, name: str, protocol: str, family: int) -> tuple[str, ...]:
         """``address . protocol . port`` of every Pod that has port ``name`` for
@@ -318,6 +332,13 @@ class Members:
                 )
             )
         return found
+
+
+def peer_key(policy: NetworkPolicy, peer: Peer, family: int) -> PeerKey:
+    """A selector peer as what it picks: a peer without a namespaceSelector picks in the
+    policy's namespace, one with it wherever its selector says."""
+    scope = policy.namespace if peer.namespace_selector is None else None
+    return scope, peer.namespace_selector, peer.pod_selector, family
 
 
 @functools.lru_cache(maxsize=1 << 16)

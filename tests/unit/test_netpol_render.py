@@ -15,13 +15,17 @@ from netpol.members import Members, N, group_by_namespace, same_objects, to_int
 from netpol.policy import NetworkPolicy, parse_policy
 from netpol.render import (
     REFERENCE,
+    SPLICE_MAX,
     LayoutCache,
+    Term,
     _is_static,
     calc_block_members,
     calc_layout,
     calc_pod_elements,
+    made_of,
     render_full,
     shape_name,
+    splice,
 )
 from tests.fixtures.netpol_cases import clusters, inputs_of
 
@@ -237,3 +241,25 @@ def test_a_layout_cache_kept_between_passes_renders_what_a_fresh_render_does(
         kept, fresh = calc_layout(inputs, NODE, cache=cache), calc_layout(inputs, NODE)
         assert kept == fresh
         assert render_full(kept) == render_full(fresh)
+
+
+PART = st.lists(st.sampled_from([f"10.0.0.{i}" for i in range(8)]), max_size=4).map(tuple)
+
+
+@settings(max_examples=500)
+@given(st.lists(PART, max_size=12), st.data())
+def test_a_spliced_peer_set_is_the_set_computed_whole(old: list[tuple[str, ...]], data) -> None:
+    """Parts kept (the same objects) or redrawn, from a few addresses so that parts overlap
+    and repeat: splicing gives the elements computed whole, or declines; it declines only
+    when the parts before or after hold an address twice, or too many changed."""
+    new = tuple(part if data.draw(st.booleans()) else data.draw(PART) for part in old)
+    term = Term("pods4-x", "ipv4_addr", False, lambda _members: ())
+    whole_old = tuple(dict.fromkeys(a for part in old for a in part))
+    exact_old = len(whole_old) == sum(map(len, old))
+    before = made_of(term, None, whole_old, tuple(old) if exact_old else None)
+    got = splice(before, new)
+    whole = tuple(dict.fromkeys(a for part in new for a in part))
+    assert got is None or got == whole
+    changed = sum(1 for a, b in zip(old, new, strict=True) if a is not b)
+    if exact_old and len(whole) == sum(map(len, new)) and changed <= SPLICE_MAX:
+        assert got == whole
