@@ -65,13 +65,16 @@ class BridgePlugin:
         veth_removed = self.helpers.submit(remove_host_veth, att.host_veth)
         errors: list[str] = []
         try:
+            self.ctx.faults.point(req, "del-masquerade")  # the veth going meanwhile
             try:
                 self.ctx.masq.remove(att.tag)
             except MECHANISM_ERRORS as exc:
                 errors.append(f"removing masquerade elements of {att.tag}: {describe(exc)}")
+            self.ctx.faults.point(req, "del-ipam")
             delegate(self.ctx.plugins, req, "DEL")
         finally:
             veth_error = veth_removed.result()
+        self.ctx.faults.point(req, "del-finish")
         errors = ([veth_error] if veth_error else []) + errors
         if errors:
             raise CleanupIncomplete(

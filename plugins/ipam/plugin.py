@@ -109,7 +109,9 @@ class IpamPlugin:
 
     def delete(self, req: Request) -> None:
         handle = handle_of(req)
+        self.deps.faults.point(req, "ipam-release")
         self.guard.release(handle, lambda: self.leases.release(handle))
+        self.deps.faults.point(req, "ipam-released")
 
     def check(self, req: Request) -> None:
         handle = handle_of(req)

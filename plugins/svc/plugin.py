@@ -108,6 +108,7 @@ class SvcPlugin:
             keys = find_keys(self.store, owned)
         else:
             keys = [endpoint_key(namespace, pod, req.env.ifname)]
+        self.deps.faults.point(req, "svc-withdraw")
         gone = withdraw_all(self.store, keys, owned)
         if gone:
             log.info("DEL withdrew endpoint %s", ", ".join(gone))

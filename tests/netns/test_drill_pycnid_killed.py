@@ -1,4 +1,5 @@
-"""Drill: pycnid SIGKILLed in the middle of an ADD, at every step of the path, then restarted.
+"""Drill: pycnid SIGKILLed in the middle of an ADD or a DEL, at every step of the path, then
+restarted.
 
 A node with NetworkPolicy enforced attaches Pods through pycni-bridge + pycni-ipam +
 pycni-svc (`pycni net`, libcni's cache layout). For each step an ADD passes (the bridge's
@@ -6,7 +7,9 @@ steps, the IPAM's allocation and result, pycni-svc's publish: ``Faults`` points)
 itself there (`PYCNI_FAULT=kill@<step>`, fault injection is on in tests); the ADD fails, pycnid
 is started again, and the runtime's DEL for the failed ADD must leave nothing: no lease, veth,
 endpoint record, NetworkPolicy element. A Pod added before keeps its lease, record and
-gateway through every crash, and `pycni doctor` finds the node clean at the end. `make test`
+gateway through every crash, and `pycni doctor` finds the node clean at the end. A DEL killed
+at each of its steps (pycni-svc's withdrawal, the bridge's masquerade elements and veth, the
+lease's release) fails, and the runtime's repeated DEL must leave the same nothing. `make test`
 kills at a third of the steps, `make drills` at all.
 Prints "N tried, N survived, 0 lost".
 """
@@ -27,6 +30,16 @@ pytestmark = [pytest.mark.netns, pytest.mark.long, pytest.mark.drill]
 
 ALL_STEPS = (*ADD_STEPS, "ipam-allocate", "ipam-result", "svc-publish")
 STEPS = sized(("ipam-allocate", "setup-masquerade", "settle-netpol", "svc-publish"), ALL_STEPS)
+#: a DEL's points, in the order a conflist's DEL passes them (pycni-svc's first)
+ALL_DEL_STEPS = (
+    "svc-withdraw",
+    "del-masquerade",
+    "del-ipam",
+    "ipam-release",
+    "ipam-released",
+    "del-finish",
+)
+DEL_STEPS = sized(("svc-withdraw", "del-ipam", "ipam-released"), ALL_DEL_STEPS)
 
 
 def test_a_pycnid_killed_mid_add_leaves_nothing_after_restart_and_del(
@@ -59,3 +72,32 @@ def test_a_pycnid_killed_mid_add_leaves_nothing_after_restart_and_del(
         drill.node, config, "--cni-conf-dir", drill.runner.conf_dir, networks=()
     )
     assert doc["networks"] == [NETWORK]  # read from the conflist: judged, and clean
+
+
+def test_a_pycnid_killed_mid_del_leaves_nothing_after_restart_and_a_repeated_del(
+    drill: Drill, netns_factory
+) -> None:
+    drill.add("keeper", netns_factory("dpod"))
+    tried = survived = 0
+    for i, step in enumerate(DEL_STEPS):
+        tried += 1
+        pod, name = netns_factory("dpod"), f"d{i}"
+        drill.add(name, pod)
+        drill.pods.pop(name)  # gone for the runtime: its DEL is under way
+        cni_args = f"{args(name)};PYCNI_FAULT=kill@{step}"
+        failed = drill.runner.run("del", NETWORK, pod.path, cni_args=cni_args)
+        assert not failed.ok, f"the DEL killed at {step} succeeded"
+        assert drill.pycnid.proc is not None and drill.pycnid.proc.wait(10) == -9, step
+        drill.pycnid.start()
+        drill.runner.must("del", NETWORK, pod.path, cni_args=args(name))
+        assert not drill.problems(name), f"killed at {step}: {drill.problems(name)}"
+        assert "eth0" not in pod.links(), f"killed at {step}: the Pod kept an interface"
+        live = {ip for _ns, ip in drill.pods.values()}
+        wait_for(
+            f"the NetworkPolicy table to hold the live Pods only (killed at {step})",
+            lambda live=live: drill.isolated() == live,
+            10,
+        )
+        survived += 1
+    print(f"\npycnid killed mid-DEL drill: {tried} tried, {survived} survived, 0 lost")
+    assert survived == tried
