@@ -1,5 +1,7 @@
 """pycnid killed with SIGKILL in the middle of ADDs, restarted, then a CNI GC naming the ADDs
-that succeeded: no address leaks, and the other node's leases are untouched. `make test` runs
+that succeeded: no address leaks, and the other node's leases are untouched. Then killed again
+in the middle of the DELs of every attachment, restarted, the cut DELs repeated: nothing
+left but the outage buffers. `make test` runs
 100 ADDs on the victim (two /26 blocks; killed after a third of them), `make long` 200."""
 
 from __future__ import annotations
@@ -63,17 +65,24 @@ def test_sigkill_mid_adds_restart_gc_leaks_nothing(make_cluster, cni_bin):
     again = run_all(cni_bin, [(victim, "ADD", c.cid) for c in failed], conf)
     assert all(c.ok for c in again), [c.run.stdout for c in again if not c.ok][:3]
     assert_no_duplicates(kept + succeeded + again)
-    dels = run_all(
+    # the DELs, the victim's pycnid killed a third of the way through them: a cut DEL is
+    # code 11, and the runtime's repeated DEL releases what it held
+    victims = [(victim, "DEL", c.cid) for c in succeeded + again]
+    dels, before_kill = run_with_incident(
         cni_bin,
-        [
-            (n, "DEL", c.cid)
-            for n, group in ((steady, kept), (victim, succeeded + again))
-            for c in group
-        ],
+        [(steady, "DEL", c.cid) for c in kept] + victims,
         conf,
+        after=len(kept) + len(victims) // 3,
+        incident=victim.daemon.kill,
     )
-    assert all(c.ok for c in dels), [
-        (c.run.code, c.run.stdout, c.run.stderr[-800:]) for c in dels if not c.ok
+    assert before_kill < len(dels), "the daemon was killed only after every DEL had finished"
+    cut = [c for c in dels if not c.ok]
+    assert {c.node for c in cut} <= {victim.name}, [c.run.stdout for c in cut][:3]
+    assert {c.code for c in cut} <= {11}, {c.code: c.run.stdout for c in cut}
+    victim.daemon.start()
+    repeated = run_all(cni_bin, [(victim, "DEL", c.cid) for c in cut], conf)
+    assert all(c.ok for c in repeated), [
+        (c.run.code, c.run.stdout, c.run.stderr[-800:]) for c in repeated if not c.ok
     ][:3]
     view = store_view(cluster)
     assert_store_consistent(view)
@@ -83,5 +92,7 @@ def test_sigkill_mid_adds_restart_gc_leaks_nothing(make_cluster, cni_bin):
     tried = len(calls) + len(kept)
     print(
         f"\npycnid SIGKILL drill: {tried} ADDs tried ({len(failed)} cut by the kill, code 11, "
-        f"retried), {tried} survived (one address each, then released), 0 lost"
+        f"retried), {tried} survived (one address each, then released), 0 lost; "
+        f"{len(dels)} DELs tried ({len(cut)} cut by a second kill, code 11, repeated), "
+        f"{len(dels)} survived, 0 lost"
     )
