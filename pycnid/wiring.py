@@ -53,7 +53,7 @@ from kube.source import KubeSource
 from masq.table import MasqTable
 from netpol.setup import start_netpol
 from nodes.context import NodeContext, reaper_metrics
-from nodes.liveness import Liveness, supports_leases
+from nodes.liveness import Liveness, supports_leases, with_announced_overlay
 from nodes.options import calc_node_address
 from nodes.reaper import ReaperLoop
 from nodes.record import NodeRecord
@@ -198,6 +198,8 @@ def setup_node(life: Lifecycle, config: DaemonConfig, store: Store) -> NodeConte
     options = config.node
     address = calc_node_address(options.address, endpoints)
     record = NodeRecord(life.node_name, address, options.labels, time.time())
+    if config.overlay is not None:  # what the peers hold until the overlay writes it again
+        record = with_announced_overlay(store, record)
     liveness = Liveness(store, record, options.heartbeat_ttl).start()
     life.on_shutdown.append(liveness.stop)
     if not supports_leases(store):

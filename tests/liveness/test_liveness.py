@@ -90,3 +90,25 @@ def test_node_options_defaults_and_errors():
     ):
         with pytest.raises(InvalidConfig, match=key.replace(".", r"\.")):
             parse_node_options(bad)
+
+
+def test_a_restart_announces_the_overlay_fields_the_peers_hold(tmp_path):
+    """The record a restarted pycnid announces keeps the overlay fields of the one in the
+    store (peers would drop the node's routes until its overlay writes them again); with
+    none there, or an unreadable record, the record is announced as it is."""
+    from nodes.liveness import with_announced_overlay
+    from nodes.record import OverlayInfo
+    from store.base import Put
+
+    store = SqliteStore(str(tmp_path / "store.db"))
+    try:
+        fresh = NodeRecord("n5", "172.31.250.15", {}, 2000.0)
+        assert with_announced_overlay(store, fresh) == fresh  # no record yet
+        info = OverlayInfo("vxlan", "172.31.250.15", "66:00:00:00:00:05", ("10.1.0.1",), 1)
+        Liveness(store, NodeRecord("n5", "172.31.250.15", {}, 1000.0, info), ttl=2).start()
+        again = with_announced_overlay(store, fresh)
+        assert again.overlay == info and again.started_at == 2000.0
+        store.txn([], [Put(node_key("n5"), b"not json")])
+        assert with_announced_overlay(store, fresh) == fresh
+    finally:
+        store.close()
