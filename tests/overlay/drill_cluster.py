@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from services.record import EndpointRecord
@@ -147,6 +148,18 @@ class DrillCluster:
             Call(p.node.name, p.container_id, "ADD", PluginRun(0, json.dumps(p.result), ""), 0.0)
             for p in self.pods.values()
         ]
+
+    def assert_reachable(self, live: list[Call]) -> None:
+        """Every live Pod answers a ping from another node: node1's from the peer, the others'
+        from the client (web-0 and web-1 admit the client only)."""
+        client, peer = self.pods["client"], self.pods["peer"]
+
+        def answers(call: Call) -> bool:
+            src, ip = (peer if call.node == client.node.name else client), call.ips()[0]
+            return bool(wait_for(f"{src.ip} -> {ip}", lambda: src.ns.ping(ip, timeout=1), 10, 0.1))
+
+        with ThreadPoolExecutor(8) as pool:
+            assert all(pool.map(answers, live))
 
     def close(self) -> None:
         for prober in self.probers:

@@ -199,19 +199,6 @@ def assert_recovered(drill: DrillCluster, churn: Churn) -> list[Call]:
     return live
 
 
-def assert_reachable(drill: DrillCluster, live: list[Call]) -> None:
-    """Every live Pod answers a ping from another node: node1's from the peer, the others'
-    from the client (web-0 and web-1 admit the client only)."""
-    client, peer = drill.pods["client"], drill.pods["peer"]
-
-    def answers(call: Call) -> bool:
-        src, ip = (peer if call.node == client.node.name else client), call.ips()[0]
-        return bool(wait_for(f"{src.ip} -> {ip}", lambda: src.ns.ping(ip, timeout=1), 10, 0.1))
-
-    with ThreadPoolExecutor(8) as pool:
-        assert all(pool.map(answers, live))
-
-
 def assert_changes_carry_traffic(drill: DrillCluster, svc: Attempts) -> None:
     client, denied, web1 = drill.pods["client"], drill.pods["denied"], drill.pods["web-1"]
     assert reaches(client.ns, vip_of(svc), 81), "the outage's Service carries no traffic"
@@ -274,7 +261,7 @@ def test_etcd_member_lost_then_whole_etcd_down_under_churn_and_changes(
         failed = churn.failed()
         assert {c.code for c in failed} <= {11}, {c.code: c.run.stdout for c in failed}
         live = assert_recovered(drill, churn)
-        assert_reachable(drill, live)
+        drill.assert_reachable(live)
         assert_changes_carry_traffic(drill, svc)
         for node in cluster.nodes:
             config = f"{node.daemon.workdir}/pycnid.json"
