@@ -9,8 +9,9 @@ is started again, and the runtime's DEL for the failed ADD must leave nothing: n
 endpoint record, NetworkPolicy element. A Pod added before keeps its lease, record and
 gateway through every crash, and `pycni doctor` finds the node clean at the end. A DEL killed
 at each of its steps (pycni-svc's withdrawal, the bridge's masquerade elements and veth, the
-lease's release) fails, and the runtime's repeated DEL must leave the same nothing. `make test`
-kills at a third of the steps, `make drills` at all.
+lease's release) fails, and the runtime's repeated DEL must leave the same nothing. The same
+for pycni-ipam under the reference bridge (/usr/lib/cni/bridge), killed at each of the IPAM's
+steps of an ADD and of a DEL. `make test` kills at a third of the steps, `make drills` at all.
 Prints "N tried, N survived, 0 lost".
 """
 
@@ -22,6 +23,7 @@ import pytest
 
 from plugins.bridge.add import ADD_STEPS
 from tests.fixtures.doctor import assert_doctor_clean
+from tests.fixtures.ipam import handles, run_reference
 from tests.fixtures.scale import sized
 from tests.fixtures.waiting import wait_for
 from tests.netns.drill_node import NETWORK, Drill, args
@@ -100,4 +102,56 @@ def test_a_pycnid_killed_mid_del_leaves_nothing_after_restart_and_a_repeated_del
         )
         survived += 1
     print(f"\npycnid killed mid-DEL drill: {tried} tried, {survived} survived, 0 lost")
+    assert survived == tried
+
+
+REFERENCE_STEPS = sized(
+    ("ipam-allocate", "ipam-released"),
+    ("ipam-allocate", "ipam-result", "ipam-release", "ipam-released"),
+)
+REFERENCE_BRIDGE = {
+    "cniVersion": "1.0.0",
+    "name": "refkill",
+    "type": "bridge",
+    "bridge": "refkill0",
+    "isGateway": True,
+    "ipMasq": False,
+    "ipam": {"type": "pycni-ipam", "ranges": [[{"subnet": "10.69.0.0/24"}]]},
+}
+
+
+def test_a_pycnid_killed_under_the_reference_bridge_leaves_no_lease(
+    node, pycnid, netns_factory, cni_bin
+) -> None:
+    """The reference bridge delegating to pycni-ipam: pycnid killed at an IPAM step of an ADD
+    (the ADD fails) or of a DEL (the DEL fails), restarted; the runtime's DEL (again) leaves
+    no lease and no interface in the Pod; a Pod added before keeps its lease and gateway."""
+
+    def run(command: str, pod, cid: str, fault: str = ""):
+        extra = f";PYCNI_FAULT=kill@{fault}" if fault else ""
+        return run_reference(node, "bridge", command, REFERENCE_BRIDGE, cni_bin=cni_bin,
+                             socket=pycnid.socket, cid=cid, netns=pod.path,
+                             args=f"IgnoreUnknown=1{extra}")  # fmt: skip
+
+    keeper = netns_factory("dpod")
+    assert run("ADD", keeper, "keeper").ok
+    tried = survived = 0
+    for i, step in enumerate(REFERENCE_STEPS):
+        tried += 1
+        pod, cid = netns_factory("dpod"), f"ref{i}"
+        if step.startswith("ipam-release"):  # a DEL killed: the Pod was added first
+            assert run("ADD", pod, cid).ok
+        failed = run("DEL" if step.startswith("ipam-release") else "ADD", pod, cid, step)
+        assert not failed.ok, f"the call killed at {step} succeeded"
+        assert pycnid.proc is not None and pycnid.proc.wait(10) == -9, step
+        pycnid.start()
+        deleted = run("DEL", pod, cid)
+        assert deleted.ok, f"killed at {step}: {deleted.stdout}"
+        assert [h.handle.container_id for h in handles(pycnid)] == ["keeper"], step
+        assert "eth0" not in pod.links(), f"killed at {step}: the Pod kept an interface"
+        assert keeper.ping("10.69.0.1"), f"killed at {step}: the keeper lost its gateway"
+        survived += 1
+    print(
+        f"\npycnid killed under the reference bridge: {tried} tried, {survived} survived, 0 lost"
+    )
     assert survived == tried
