@@ -24,6 +24,7 @@ import pytest
 from plugins.bridge.add import ADD_STEPS
 from tests.fixtures.doctor import assert_doctor_clean
 from tests.fixtures.ipam import handles, run_reference
+from tests.fixtures.netns import Netns
 from tests.fixtures.scale import sized
 from tests.fixtures.waiting import wait_for
 from tests.netns.drill_node import NETWORK, Drill, args
@@ -44,6 +45,26 @@ ALL_DEL_STEPS = (
 DEL_STEPS = sized(("svc-withdraw", "del-ipam", "ipam-released"), ALL_DEL_STEPS)
 
 
+def assert_recovers(drill: Drill, pod: Netns, name: str, command: str, step: str) -> None:
+    """Pod ``name``'s ``command`` (add | del) with pycnid killed at ``step``: it fails, pycnid
+    is started again, and the runtime's DEL leaves nothing of the Pod (the kernel's
+    NetworkPolicy table included) and takes nothing from the live ones."""
+    cni_args = f"{args(name)};PYCNI_FAULT=kill@{step}"
+    failed = drill.runner.run(command, NETWORK, pod.path, cni_args=cni_args)
+    assert not failed.ok, f"the {command.upper()} killed at {step} succeeded"
+    assert drill.pycnid.proc is not None and drill.pycnid.proc.wait(10) == -9, step
+    drill.pycnid.start()
+    drill.runner.must("del", NETWORK, pod.path, cni_args=args(name))
+    assert not drill.problems(name), f"killed at {step}: {drill.problems(name)}"
+    assert "eth0" not in pod.links(), f"killed at {step}: the Pod kept an interface"
+    live = {ip for _ns, ip in drill.pods.values()}
+    wait_for(
+        f"the NetworkPolicy table to hold the live Pods only (killed at {step})",
+        lambda: drill.isolated() == live,
+        10,
+    )
+
+
 def test_a_pycnid_killed_mid_add_leaves_nothing_after_restart_and_del(
     drill: Drill, netns_factory
 ) -> None:
@@ -52,20 +73,7 @@ def test_a_pycnid_killed_mid_add_leaves_nothing_after_restart_and_del(
     for i, step in enumerate(STEPS):
         tried += 1
         pod, name = netns_factory("dpod"), f"k{i}"
-        cni_args = f"{args(name)};PYCNI_FAULT=kill@{step}"
-        failed = drill.runner.run("add", NETWORK, pod.path, cni_args=cni_args)
-        assert not failed.ok, f"the ADD killed at {step} succeeded"
-        assert drill.pycnid.proc is not None and drill.pycnid.proc.wait(10) == -9, step
-        drill.pycnid.start()
-        drill.runner.must("del", NETWORK, pod.path, cni_args=cni_args)
-        assert not drill.problems(name), f"killed at {step}: {drill.problems(name)}"
-        assert "eth0" not in pod.links(), f"killed at {step}: the Pod kept an interface"
-        live = {ip for _ns, ip in drill.pods.values()}
-        wait_for(
-            f"the NetworkPolicy table to hold the live Pods only (killed at {step})",
-            lambda live=live: drill.isolated() == live,
-            10,
-        )
+        assert_recovers(drill, pod, name, "add", step)
         survived += 1
     print(f"\npycnid killed mid-ADD drill: {tried} tried, {survived} survived, 0 lost")
     assert survived == tried
@@ -86,20 +94,7 @@ def test_a_pycnid_killed_mid_del_leaves_nothing_after_restart_and_a_repeated_del
         pod, name = netns_factory("dpod"), f"d{i}"
         drill.add(name, pod)
         drill.pods.pop(name)  # gone for the runtime: its DEL is under way
-        cni_args = f"{args(name)};PYCNI_FAULT=kill@{step}"
-        failed = drill.runner.run("del", NETWORK, pod.path, cni_args=cni_args)
-        assert not failed.ok, f"the DEL killed at {step} succeeded"
-        assert drill.pycnid.proc is not None and drill.pycnid.proc.wait(10) == -9, step
-        drill.pycnid.start()
-        drill.runner.must("del", NETWORK, pod.path, cni_args=args(name))
-        assert not drill.problems(name), f"killed at {step}: {drill.problems(name)}"
-        assert "eth0" not in pod.links(), f"killed at {step}: the Pod kept an interface"
-        live = {ip for _ns, ip in drill.pods.values()}
-        wait_for(
-            f"the NetworkPolicy table to hold the live Pods only (killed at {step})",
-            lambda live=live: drill.isolated() == live,
-            10,
-        )
+        assert_recovers(drill, pod, name, "del", step)
         survived += 1
     print(f"\npycnid killed mid-DEL drill: {tried} tried, {survived} survived, 0 lost")
     assert survived == tried
