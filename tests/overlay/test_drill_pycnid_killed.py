@@ -23,8 +23,8 @@ element of a gone Pod). Prints
 
 from __future__ import annotations
 
+import os
 import subprocess
-import tempfile
 
 import pytest
 
@@ -77,11 +77,12 @@ def kill_under_churn(drill: DrillCluster, churn: Churn) -> int:
     return KILLS
 
 
-def watch_routes(drill: DrillCluster) -> list[tuple[subprocess.Popen, str]]:
-    """``ip monitor route`` on node1 and node3, each into a file: (process, file)."""
+def watch_routes(drill: DrillCluster, workdir: str) -> list[tuple[subprocess.Popen, str]]:
+    """``ip monitor route`` on node1 and node3, each into a file of ``workdir``: (process,
+    file)."""
     watches = []
     for node in (drill.cluster.nodes[0], drill.cluster.nodes[2]):
-        path = tempfile.mktemp(prefix=f"routes-{node.name}-")
+        path = os.path.join(workdir, f"routes-{node.name}")
         with open(path, "w") as out:
             argv = ["ip", "netns", "exec", node.host.ns.name, "ip", "monitor", "route"]
             watches.append((subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT), path))
@@ -120,7 +121,7 @@ def test_pycnid_killed_under_churn_on_an_overlay_node_keeps_traffic_and_leaves_n
         drill.setup()
         churn.phase = "kills"
         drill.mark("kills")
-        watches = watch_routes(drill)
+        watches = watch_routes(drill, str(tmp_path))
         churn.start()
         kills = kill_under_churn(drill, churn)
         churn.stop()
