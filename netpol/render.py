@@ -200,13 +200,11 @@ class Render:
     def calc_made(self, term: Term, deps: object, before: Made | None) -> Made:
         """``term``'s set under ``deps``: a peer set from the one ``before`` with its changed
         parts spliced in, when it can be (``splice``), else computed whole."""
-        if term.slots is None:
-            return made_of(term, deps, tuple(term.calc(self.members)))
-        slots = term.slots(self.members)
-        elements = splice(before, slots) if before is not None else None
+        slots = term.slots(self.members) if term.slots is not None else None
+        elements = splice(before, slots) if before is not None and slots is not None else None
         if elements is None:
-            elements = tuple(dict.fromkeys(itertools.chain.from_iterable(slots)))
-        exact = len(elements) == sum(map(len, slots))  # no address in two parts
+            elements = tuple(term.calc(self.members))
+        exact = slots is not None and len(elements) == sum(map(len, slots))  # no address twice
         return made_of(term, deps, elements, slots if exact else None)
 
     def isolating_of(self, pod: PodInfo, direction: str) -> Isolating:
@@ -452,9 +450,10 @@ def calc_port_terms(run: Render, rule: Rule) -> tuple[str, dict[int, str]]:
 def calc_pod_elements(
     members: Members, policy: NetworkPolicy, rule: Rule, family: int
 ) -> list[str]:
-    """The ``family`` addresses of the Pods a rule's selector peers pick, each once."""
-    found = (members.peer_addresses(policy, peer, family) for peer in rule.peers)
-    return list(dict.fromkeys(itertools.chain.from_iterable(found)))
+    """The ``family`` addresses of the Pods a rule's selector peers pick, each once: its
+    slots (``calc_pod_slots``) concatenated."""
+    slots = calc_pod_slots(members, policy, rule, family)
+    return list(dict.fromkeys(itertools.chain.from_iterable(slots)))
 
 
 def calc_pod_slots(members: Members, policy: NetworkPolicy, rule: Rule, family: int) -> Slots:
