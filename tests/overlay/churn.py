@@ -96,9 +96,15 @@ class Churn:
     def retry_failed_adds(self) -> list[Call]:
         """Each ADD that failed, again with its container ID and namespace (the runtime's
         retry); the retries' calls."""
+        return self.follow_failed_adds("ADD")
+
+    def follow_failed_adds(self, command: str) -> list[Call]:
+        """``command`` (ADD: the runtime's retry; DEL: its teardown) for each Pod whose ADD
+        failed and that no call since succeeded for, with its container ID and namespace;
+        the calls."""
         done = {c.cid for c in self.calls if c.ok}
         return [
-            self.call(self.netns[c.cid][0], "ADD", c.cid)
+            self.call(self.netns[c.cid][0], command, c.cid)
             for c in self.failed()
             if c.command == "ADD" and c.cid not in done
         ]

@@ -142,6 +142,15 @@ class DrillCluster:
             found[prober.kind] = {p: calc_window(attempts, *s) for p, s in spans.items()}
         return found
 
+    def assert_traffic(self, phases: dict[str, tuple[str, str]]) -> None:
+        """In every phase: no probe of the allowed traffic lost, the denied pair never
+        answered."""
+        found = self.windows(phases)
+        lost = {k: w for k in ALLOWED for w in found[k].values() if w.lost}
+        let_in = {k: w for k in DENIED for w in found[k].values() if w.answered}
+        assert not let_in, f"the denied pair was answered: {let_in}"
+        assert not lost, f"allowed traffic lost probes: {lost}"
+
     def pod_calls(self) -> list[Call]:
         """The setup's Pods as the calls that added them (for the address and handle checks)."""
         return [

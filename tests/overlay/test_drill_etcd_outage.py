@@ -50,7 +50,7 @@ from tests.fixtures.waiting import wait_for
 
 from .changes import Attempts, first_seen
 from .churn import Churn
-from .drill_cluster import ALLOWED, DENIED, NS, DrillCluster, web_policy
+from .drill_cluster import DENIED, NS, DrillCluster, web_policy
 from .pods import METRICS, NETWORK, OverlayCluster
 from .probes import reaches
 from .svc_policy_helpers import has_element
@@ -237,14 +237,6 @@ def report(
               f"({max(nodes.values()) - after['stored']:.2f}s after etcd held it)")  # fmt: skip
 
 
-def assert_traffic(drill: DrillCluster) -> None:
-    found = drill.windows(PHASES)
-    lost = {k: w for k in ALLOWED for w in found[k].values() if w.lost}
-    let_in = {k: w for k in DENIED for w in found[k].values() if w.answered}
-    assert not let_in, f"the denied pair was answered: {let_in}"
-    assert not lost, f"allowed traffic lost probes: {lost}"
-
-
 def test_etcd_member_lost_then_whole_etcd_down_under_churn_and_changes(
     overlay_cluster, tmp_path
 ) -> None:
@@ -271,5 +263,5 @@ def test_etcd_member_lost_then_whole_etcd_down_under_churn_and_changes(
         churn.stop()
         drill.close()
     report(drill, churn, (svc, pol), programmed)
-    assert_traffic(drill)
+    drill.assert_traffic(PHASES)
     assert churn.pods(ok=True) == churn.pods()

@@ -39,7 +39,7 @@ from tests.fixtures.scale import sized
 from tests.fixtures.waiting import wait_for
 
 from .churn import Churn
-from .drill_cluster import ALLOWED, DENIED, DrillCluster
+from .drill_cluster import DrillCluster
 from .pods import METRICS, NETWORK, OverlayCluster
 
 pytestmark = [
@@ -102,14 +102,6 @@ def withdrawn_routes(watches: list[tuple[subprocess.Popen, str]]) -> list[str]:
     return found
 
 
-def del_failed_adds(churn: Churn) -> list:
-    """The runtime's DEL of each Pod whose ADD failed and was not retried (kubelet tears the
-    sandbox down); the DELs' calls."""
-    done = {c.cid for c in churn.calls if c.command == "ADD" and c.ok}
-    failed = {c.cid for c in churn.failed() if c.command == "ADD"} - done
-    return [churn.call(churn.netns[cid][0], "DEL", cid) for cid in sorted(failed)]
-
-
 def test_pycnid_killed_under_churn_on_an_overlay_node_keeps_traffic_and_leaves_nothing(
     overlay_cluster, tmp_path
 ) -> None:
@@ -133,7 +125,7 @@ def test_pycnid_killed_under_churn_on_an_overlay_node_keeps_traffic_and_leaves_n
         failed = churn.failed()
         assert {c.code for c in failed} <= {11}, {c.code: c.run.stdout for c in failed}
         churn.phase = "follow-up"
-        follow_up = del_failed_adds(churn)
+        follow_up = churn.follow_failed_adds("DEL")  # kubelet tears the sandbox down
         assert all(c.ok for c in follow_up), [c.run.stdout for c in follow_up if not c.ok][:3]
         live = churn.live() + drill.pod_calls()
         assert_no_duplicates(live)
@@ -158,7 +150,4 @@ def test_pycnid_killed_under_churn_on_an_overlay_node_keeps_traffic_and_leaves_n
     for kind, phases in windows.items():
         window = phases["kills"]
         print(f"  {kind}: {window.tried} probes, {window.lost} lost, {window.answered} answered")
-    lost = {k: w["kills"] for k, w in windows.items() if k in ALLOWED and w["kills"].lost}
-    let_in = {k: w["kills"] for k, w in windows.items() if k in DENIED and w["kills"].answered}
-    assert not let_in, f"the denied pair was answered: {let_in}"
-    assert not lost, f"allowed traffic lost probes while pycnid was killed: {lost}"
+    drill.assert_traffic(PHASES)
