@@ -177,7 +177,9 @@ def test_an_api_outage_keeps_the_kernel_then_a_relist_after_410_catches_up(kube)
         timeout=30,
         step=0.2,
     )
-    assert set(connects(client.ns, VIP, 80, 12)) == everyone  # the kernel kept its state
+    # the kernel kept its state: every backend answers, and nothing else. 60 connects over
+    # 3 backends miss one by chance 1 time in 10^10 (12 did, 1 time in 40: a CI run failed so)
+    assert set(connects(client.ns, VIP, 80, 60)) == everyone
     api.delete("EndpointSlice", "default", "web-2")
     api.compact()  # the watch's resourceVersion is gone: 410 on return, then a relist
     api.start()
