@@ -60,13 +60,19 @@ UNREADABLE: tuple[type[Exception], ...] = (ValueError, TypeError, KeyError, Attr
 
 
 class Sink(Protocol[T]):
-    """What a reflector keeps current: converts objects, takes whole lists and events."""
+    """What a reflector keeps current: converts objects, takes whole lists and events.
+
+    ``listed`` is called once, after the first whole list was given to ``replace`` and the
+    reflector reports its kind ``synced``: a consumer that waits for every kind to be listed
+    is woken there (woken by ``replace`` alone, it would find the kind not yet synced)."""
 
     def convert(self, obj: Mapping[str, Any]) -> T: ...
 
     def replace(self, items: dict[str, T]) -> None: ...
 
     def apply(self, key: str, item: T | None) -> None: ...
+
+    def listed(self) -> None: ...
 
 
 def list_whole(api: Api, kind: Kind, page_size: int, take: Callable[[list[Any]], None]) -> str:
@@ -228,6 +234,7 @@ class Reflector(Generic[T]):
             self.synced = True
             self.metrics.synced.set(1, kind=self.kind.kind)
             log.info("kube: %s listed whole (%d)", self.kind.resource, len(items))
+            self.sink.listed()
 
     def convert_into(self, items: dict[str, T], obj: Any) -> None:
         try:

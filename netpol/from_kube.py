@@ -30,7 +30,6 @@ from netpol.members import KeyedOrder
 from netpol.policy import API_VERSION, KIND, NetworkPolicy, parse_policy
 
 ENDED = ("Succeeded", "Failed")
-LOOK_AGAIN = 0.05  # seconds: ``wait_pod``'s longest sleep between looks
 KINDS = (POD, NAMESPACE, NETWORK_POLICY)
 T = TypeVar("T")
 
@@ -121,6 +120,9 @@ class Kept(Generic[T]):
                 self.touched.add(key)
         self.on_change()
 
+    def listed(self) -> None:
+        self.on_change()  # every kind may now be synced: the pass and ``wait_pod`` look again
+
     def take_touched(self) -> set[str] | None:
         """Under the lock: the keys changed since the last call (None: every one)."""
         touched, self.touched = self.touched, set()
@@ -161,15 +163,15 @@ class PolicyObjects:
 
     def wait_pod(self, pod: AttachedPod, timeout: float) -> bool:
         """True once the three kinds were listed whole and the object of ``pod`` is there
-        (False after ``timeout``). A reflector marks its kind listed only after handing the
-        list over, so the wait also looks again every ``LOOK_AGAIN`` seconds."""
+        (False after ``timeout``). ``arrived`` is notified on every change and when a kind
+        becomes listed (``Kept.listed``)."""
         deadline = time.monotonic() + timeout
         with self.arrived:
             while not (self.synced() and self.knows(pod)):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self.arrived.wait(min(left, LOOK_AGAIN))
+                self.arrived.wait(left)
         return True
 
     def knows(self, pod: AttachedPod) -> bool:

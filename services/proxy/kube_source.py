@@ -50,6 +50,9 @@ class ServiceSink:
             self.records.put_service(KUBE_SERVICES + key, item)
         self.wake.set()
 
+    def listed(self) -> None:
+        self.wake.set()  # the proxy's pass may be the first: every kind may now be synced
+
 
 class SliceSink:
     """Each slice's endpoints, by address; a slice's change replaces the ones it had."""
@@ -77,6 +80,9 @@ class SliceSink:
         with self.lock:
             self._put_slice(key, item or ())
         self.wake.set()
+
+    def listed(self) -> None:
+        self.wake.set()  # the proxy's pass may be the first: every kind may now be synced
 
     def _put_slice(self, key: str, endpoints: Endpoints) -> None:
         keys = tuple(f"{KUBE_ENDPOINTS}{key}/{address}" for address, _, _ in endpoints)

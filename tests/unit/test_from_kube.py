@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from kubernetes import client as k
 
 from kube.reflector import UNREADABLE
+from netpol.from_kube import Kept, namespace_labels
 from services.from_kube import SERVICE_NAME, SLICE_PORT, service_record, slice_endpoints
-from services.proxy.kube_source import SliceSink
+from services.proxy.kube_source import ServiceSink, SliceSink
 from services.proxy.view import Records, calc_model
 from services.selectors import calc_served_ports
 
@@ -510,3 +511,22 @@ def test_the_slice_sink_parses_each_address_once_and_skips_a_slice_with_a_bad_on
         sink.convert(endpoint_slice(endpoints=[endpoint("10.1.0.5"), endpoint("10.1.0.300")]))
     sink.apply("default/web-abc", None)
     assert not records.endpoints and not records.addresses and records.take_dirty() == {"k/web"}
+
+
+def test_every_sink_wakes_its_consumer_when_its_kind_is_listed() -> None:
+    """A consumer programs nothing before every kind is listed, and a reflector reports its
+    kind listed after handing the list to ``replace``: each sink's ``listed`` wakes the
+    consumer again, so its first pass does not wait for a poll."""
+    records, lock = Records(), threading.Lock()
+    for sink_type in (ServiceSink, SliceSink):
+        wake = threading.Event()
+        sink = sink_type(records, lock, wake)
+        sink.replace({})
+        wake.clear()
+        sink.listed()
+        assert wake.is_set()
+    changes: list[str] = []
+    kept = Kept(namespace_labels, lock, lambda: changes.append("changed"))
+    kept.replace({})
+    kept.listed()
+    assert changes == ["changed", "changed"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -30,11 +30,14 @@ from tests.fixtures.waiting import wait_for
 
 
 class RecordingSink:
-    """Keeps {key: resourceVersion-free name} like a consumer, and every list it was given."""
+    """Keeps {key: resourceVersion-free name} like a consumer, and every list it was given;
+    at each ``listed`` call, what ``probe`` (a consumer's own look: is it synced?) said."""
 
-    def __init__(self) -> None:
+    def __init__(self, probe: Callable[[], bool] = lambda: True) -> None:
         self.items: dict[str, str] = {}
         self.lists: list[set[str]] = []
+        self.listed_calls: list[tuple[int, bool]] = []  # (lists given by then, probe's answer)
+        self.probe = probe
         self.lock = threading.Lock()
 
     def convert(self, obj: Mapping[str, Any]) -> str:
@@ -54,6 +57,10 @@ class RecordingSink:
                 self.items.pop(key, None)
             else:
                 self.items[key] = item
+
+    def listed(self) -> None:
+        with self.lock:
+            self.listed_calls.append((len(self.lists), self.probe()))
 
     def snapshot(self) -> dict[str, str]:
         with self.lock:
@@ -77,7 +84,7 @@ def follow(kubeconfig: KubeConfig) -> Iterator[Any]:
     made: list[Reflector[Any]] = []
 
     def start(config: KubeConfig = kubeconfig) -> tuple[Reflector[Any], RecordingSink, Registry]:
-        registry, sink = Registry(), RecordingSink()
+        registry, sink = Registry(), RecordingSink(lambda: reflector.synced)
         reflector = Reflector(open_api(config), SERVICE, sink, config, KubeMetrics(registry))
         made.append(reflector.start())
         return reflector, sink, registry
@@ -110,6 +117,7 @@ def test_a_paged_list_then_watch_follows_puts_modifies_and_deletes(
     reflector, sink, registry = follow()
     wait_until(lambda: reflector.synced, timeout=10, what="synced")
     assert sink.lists == [{f"default/s{i}" for i in range(5)}]  # one whole list, 3 pages
+    assert sink.listed_calls == [(1, True)]  # after the list was handed over, synced already
     pages = [r for r in kube_api.requests if r[1] == "/api/v1/services" and "watch" not in r[2]]
     assert len(pages) == 3 and all(r[2]["limit"] == "2" for r in pages)
     kube_api.put(svc("s1", 1000))
@@ -249,6 +257,7 @@ def test_resync_interval_lists_again(kube_api, kubeconfig, follow) -> None:
     reflector, sink, _ = follow(config)
     wait_until(lambda: len(sink.lists) >= 3, timeout=10, what="two resyncs")
     assert all(found == {"default/a"} for found in sink.lists)
+    assert sink.listed_calls == [(1, True)]  # once, after the first list, never at a resync
 
 
 def test_the_source_is_synced_once_every_kind_is_listed_whole(kube_api, kubeconfig) -> None:
@@ -256,7 +265,12 @@ def test_the_source_is_synced_once_every_kind_is_listed_whole(kube_api, kubeconf
     kube_api.put(endpoint_slice("default", "a-1", "a", endpoints=["10.1.0.1"], ports=[80]))
     kube_api.forbid("endpointslices", "list")
     source = KubeSource(open_api(kubeconfig), kubeconfig, Registry())
-    services, slices = RecordingSink(), RecordingSink()
+    both = (SERVICE, ENDPOINT_SLICE)
+    # a consumer woken by a kind's ``listed`` looks at the source: the last kind finds it synced
+    services, slices = (
+        RecordingSink(lambda: source.synced(both)),
+        RecordingSink(lambda: source.synced(both)),
+    )
     source.follow(SERVICE, services)
     source.follow(ENDPOINT_SLICE, slices)
     source.start()
@@ -266,6 +280,7 @@ def test_the_source_is_synced_once_every_kind_is_listed_whole(kube_api, kubeconf
         kube_api.allow("endpointslices", "list")
         wait_until(lambda: source.synced([SERVICE, ENDPOINT_SLICE]), 10, what="both kinds")
         assert set(source.status()) == {"services", "endpointslices"}
+        assert services.listed_calls == [(1, False)] and slices.listed_calls == [(1, True)]
     finally:
         source.stop()
 
