@@ -32,6 +32,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -77,26 +78,41 @@ class Sink(Protocol[T]):
 
 def list_whole(api: Api, kind: Kind, page_size: int, take: Callable[[list[Any]], None]) -> str:
     """Every object of ``kind``, page by page (``take`` gets each page's items as it comes);
-    the list's resourceVersion ("0" if the server gave none)."""
+    the list's resourceVersion ("0" if the server gave none).
+
+    The next page is asked for as soon as a page's continue token is read, and read on a
+    helper thread while ``take`` converts this one: the server's answer (~0.4 s over the 40
+    pages of 10k Services and their slices, bench/svc_api.py) overlaps the conversion instead
+    of following it. One request is in flight at a time, as without the helper; a failed
+    read raises here, in page order, and a ``take`` that raises waits for the read first."""
     params = {"limit": str(page_size)}
-    while True:
+    with ThreadPoolExecutor(1, thread_name_prefix=f"kube-list-{kind.resource}") as ahead:
         data = api.read(kind.path, params)
-        with paused_gc():  # the page's ~10^4 objects live and die unseen by the collector
-            token, rv = take_page(data, kind.path, take)
-        if not token:
-            break
-        params["continue"] = str(token)
+        while True:
+            with paused_gc():  # the page's ~10^4 objects live and die unseen by the collector
+                page = decode_document(data, kind.path)
+                token, rv = page_meta(page)
+                following = None
+                if token:
+                    params["continue"] = str(token)
+                    following = ahead.submit(api.read, kind.path, dict(params))
+                take(page_items(page))
+                del page, data
+            if following is None:
+                break
+            data = following.result()
     return rv if isinstance(rv, str) and rv else "0"
 
 
-def take_page(data: bytes, path: str, take: Callable[[list[Any]], None]) -> tuple[Any, Any]:
-    """A list page decoded and its items handed to ``take``: the page's continue token and
-    resourceVersion (the page itself is dropped on return)."""
-    page = decode_document(data, path)
-    items = page.get("items") or []
-    take(items if isinstance(items, list) else [])
+def page_meta(page: Mapping[str, Any]) -> tuple[Any, Any]:
+    """A list page's continue token and resourceVersion."""
     meta = page.get("metadata") or {}
     return meta.get("continue"), meta.get("resourceVersion")
+
+
+def page_items(page: Mapping[str, Any]) -> list[Any]:
+    items = page.get("items") or []
+    return items if isinstance(items, list) else []
 
 
 def object_key(obj: Mapping[str, Any]) -> str:

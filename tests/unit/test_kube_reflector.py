@@ -23,7 +23,7 @@ from common.metrics import Registry
 from kube.api import open_api
 from kube.config import KubeConfig
 from kube.kinds import ENDPOINT_SLICE, SERVICE
-from kube.reflector import KubeMetrics, Reflector
+from kube.reflector import KubeMetrics, Reflector, list_whole
 from kube.source import KubeSource
 from tests.fixtures.kubeapi import FakeKubeAPI, endpoint_slice, service
 from tests.fixtures.waiting import wait_for
@@ -169,6 +169,40 @@ def test_410_gone_relists_and_the_gap_is_caught_up_deletions_included(
     expect(kube_api, sink, kubeconfig)
     assert sink.lists[-1] == {"default/b", "default/c", "default/d"}
     assert 'pycni_kube_lists_total{kind="Service",reason="resync"} 1' in registry.render()
+
+
+def test_the_next_page_is_read_while_this_one_is_taken(kube_api, kubeconfig) -> None:
+    """``list_whole`` asks for page n+1 as soon as page n's continue token is read, and the
+    items still reach ``take`` whole and in page order."""
+    for i in range(7):
+        kube_api.put(svc(f"s{i}", 80 + i))
+    api = open_api(kubeconfig)
+    real_read = api.read
+    events: list[tuple[str, int]] = []
+    asked = threading.Condition()
+
+    def read(path: str, params: Mapping[str, str]) -> bytes:
+        with asked:
+            events.append(("read", sum(1 for e in events if e[0] == "read") + 1))
+            asked.notify_all()
+        return real_read(path, params)
+
+    def take(items: list[Any]) -> None:
+        page = sum(1 for e in events if e[0] == "take") + 1
+        events.append(("take", page))
+        taken.extend(i["metadata"]["name"] for i in items)
+        with asked:  # the next page's read starts while this page is being taken
+            asked.wait_for(lambda: ("read", page + 1) in events or page == 4, timeout=5)
+        events.append(("taken", page))
+
+    api.read = read  # type: ignore[method-assign]
+    taken: list[str] = []
+    rv = list_whole(api, SERVICE, 2, take)
+    assert taken == [f"s{i}" for i in range(7)] and rv == str(kube_api.resource_version)
+    for page in (1, 2, 3):  # 4 pages of 2
+        assert events.index(("read", page + 1)) < events.index(("taken", page))
+    assert [e for e in events if e[0] == "take"] == [("take", n) for n in (1, 2, 3, 4)]
+    assert ("read", 5) not in events  # the last page has no continue: nothing more asked
 
 
 def test_a_list_cut_short_is_never_handed_over_partially(kube_api, kubeconfig) -> None:
