@@ -27,7 +27,7 @@ import sys
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from store.codec import CorruptRecord, decode, encode
 from store.keys import ENDPOINTS, NODE_PORTS, SERVICE_IPS, SERVICES
@@ -117,6 +117,9 @@ def shared_labels(raw: Mapping[Any, Any] | None) -> Mapping[str, str]:
     return found
 
 
+V = TypeVar("V")  # a shared mapping's values: port numbers, protocols
+
+
 class Ports(Labels):
     """Named ports shared by every record that has the same ones (``shared_ports``), read-only
     as ``Labels`` are."""
@@ -127,15 +130,16 @@ class Ports(Labels):
         return Ports, (tuple(self.items()),)
 
 
-_PORTS: weakref.WeakValueDictionary[tuple[tuple[str, int], ...], Ports] = (
+_PORTS: weakref.WeakValueDictionary[tuple[tuple[str, Any], ...], Ports] = (
     weakref.WeakValueDictionary()
 )
 
 
-def shared_ports(ports: Mapping[str, int]) -> Mapping[str, int]:
+def shared_ports(ports: Mapping[str, V]) -> Mapping[str, V]:
     """``ports`` (in its order), one object for all the records with the same ones: the
     endpoints of every EndpointSlice of a Deployment's Services name the same ports (184 bytes
-    a dict: 10k slices held 1.8 MiB of them)."""
+    a dict: 10k slices held 1.8 MiB of them), and the Pods of one Deployment the same named
+    ports and their protocols (an endpoint record's ``ports`` and ``port_protocols``)."""
     if not ports:
         return EMPTY
     items = tuple(ports.items())
@@ -444,14 +448,14 @@ class EndpointRecord:
                 tuple(map(str, data.get("ips") or ())),
                 shared_labels(data.get("labels")),
                 str(data.get("node") or ""),
-                {str(k): int(v) for k, v in (data.get("ports") or {}).items()} or EMPTY,
+                shared_ports({str(k): int(v) for k, v in (data.get("ports") or {}).items()}),
                 str(data.get("containerID") or ""),
                 str(data.get("network") or ""),
                 unknown(data, cls.FIELDS),
                 ready=ready,
                 serving=read_condition(data, "serving", ready),
                 terminating=read_condition(data, "terminating", False),
-                port_protocols=read_port_protocols(data),
+                port_protocols=shared_ports(read_port_protocols(data)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptRecord(

@@ -67,6 +67,9 @@ ENDPOINTS = st.builds(
     NAMES,
     NAMES,
     UNKNOWN.map(lambda d: d or EMPTY),
+    port_protocols=st.dictionaries(NAMES, st.sampled_from(["UDP", "SCTP"]), max_size=2).map(
+        lambda d: d or EMPTY
+    ),
 )
 
 
@@ -82,16 +85,26 @@ def test_a_record_reads_back_as_written(record):
 @SETTINGS
 @given(ENDPOINTS, NAMES)
 def test_what_repeats_between_records_is_held_once(record, other_pod):
-    """Two endpoints of one namespace, node and labels, decoded apart: one string each."""
+    """Two endpoints of one namespace, node, labels and named ports, decoded apart: one
+    string each, one mapping of named ports and one of their protocols."""
     twin = EndpointRecord(
-        record.namespace, other_pod, record.ifname, (), record.labels, record.node
+        record.namespace,
+        other_pod,
+        record.ifname,
+        (),
+        record.labels,
+        record.node,
+        dict(record.ports),
+        port_protocols=dict(record.port_protocols),
     )
     a = EndpointRecord.from_bytes(record.key, record.to_bytes())
     b = EndpointRecord.from_bytes(twin.key, twin.to_bytes())
     assert a.namespace is b.namespace and a.node is b.node and a.ifname is b.ifname
     for (ka, va), (kb, vb) in zip(sorted(a.labels.items()), sorted(b.labels.items()), strict=True):
         assert ka is kb and va is vb
-    assert b.ports is EMPTY and b.extra is EMPTY
+    assert a.ports is b.ports and a.port_protocols is b.port_protocols
+    assert (b.ports is EMPTY) == (not record.ports) and b.extra is EMPTY
+    assert (b.port_protocols is EMPTY) == (not record.port_protocols)
 
 
 @SETTINGS
