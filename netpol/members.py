@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import ipaddress
 import itertools
 import socket
 from collections import defaultdict
@@ -365,22 +364,9 @@ def named_key(name: str, protocol: str, family: int) -> NamedKey:
 
 
 def addresses(pod: PodInfo, family: int) -> tuple[str, ...]:
-    """A Pod's ``family`` addresses, canonical (``fd00::0:1`` → ``fd00::1``), prefix cut."""
-    return split_families(pod.ips)[family == 6]
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def split_families(ips: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(IPv4, IPv6) addresses, parsed once per distinct address list, not once per peer that
-    asks: ``ipaddress`` parsing was two thirds of a layout at 1,000 policies × 10,000 Pods
-    (each Pod asked for by every peer and named port that looks at its namespace). An address
-    already canonical is the Pod's own string, not a copy."""
-    found: tuple[list[str], list[str]] = ([], [])
-    for text in ips:
-        parsed = ipaddress.ip_address(text.split("/")[0])
-        canonical = str(parsed)
-        found[parsed.version == 6].append(text if canonical == text else canonical)
-    return tuple(found[0]), tuple(found[1])
+    """A Pod's ``family`` addresses, canonical (``fd00::0:1`` → ``fd00::1``), prefix cut
+    (``PodInfo.families``: parsed once per Pod object)."""
+    return pod.families[family == 6]
 
 
 def to_int(address: str) -> int:
