@@ -415,6 +415,10 @@ class NetpolSync:
         )
         self.counters_due = min(self.counters_due, time.monotonic() + COUNTERS_AFTER)
         self.counters_wake.set()
+        if how == "rendered" and self.nft is not None:
+            # a whole render's script and sets are garbage now: libnftables' cache of them
+            # and the freed heap go back to the system, as after the proxy's full render
+            self.nft.release_cache()
         return True
 
     def with_later_pins(self, layout: Layout, generation: int) -> Layout:
