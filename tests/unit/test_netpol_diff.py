@@ -136,6 +136,7 @@ class RecordingNft:
         self.batches: list[ElementBatch] = []
         self.listings: list[str] = []
         self.refuse = 0
+        self.released = 0  # release_cache calls: after whole renders only
 
     def run(self, script: str) -> None:
         self.scripts.append(script)
@@ -153,6 +154,9 @@ class RecordingNft:
 
     def list_json(self, command: str, terse: bool = False) -> dict[str, Any]:
         return {"nftables": []}
+
+    def release_cache(self) -> None:
+        self.released += 1
 
     def list_json_apart(self, command: str, terse: bool = False) -> dict[str, Any]:
         self.listings.append(command)
@@ -181,6 +185,7 @@ def test_a_pass_without_change_sends_nothing_and_a_change_only_its_diff(
     netpol, nft = sync
     add_endpoint(netpol, "a", "10.0.0.1")
     assert netpol.sync() and nft.scripts[0].startswith("add table inet pycni-netpol\nflush table")
+    assert nft.released == 1  # a whole render's cache and heap given back
     assert not netpol.sync() and len(nft.scripts) == 1
     add_endpoint(netpol, "b", "10.0.0.2")  # isolated in a's chain: entries and a counter
     assert netpol.sync() and len(nft.scripts) == 1
@@ -192,7 +197,7 @@ def test_a_pass_without_change_sends_nothing_and_a_change_only_its_diff(
     netpol.records.apply(KV(netpol_key("x", "from-web"), encode(FROM_WEB), 1, 1))
     assert netpol.sync()  # a new chain: nft's script, no flush of the table
     assert len(nft.scripts) == 2 and "flush table" not in nft.scripts[1]
-    assert netpol.metrics.syncs.value() == 3
+    assert netpol.metrics.syncs.value() == 3 and nft.released == 1  # updates keep the cache
 
 
 def test_a_change_of_elements_alone_is_sent_as_a_batch(

@@ -211,6 +211,9 @@ class FakeNft:
     def run_elements(self, batch: object) -> None:
         self.sent.append(batch)
 
+    def release_cache(self) -> None:
+        """Nothing kept: no cache to give back."""
+
 
 def test_a_pod_isolated_at_once_stays_isolated_through_a_pass_that_read_before_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
