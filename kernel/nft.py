@@ -82,7 +82,9 @@ class Nft:
         self._guard()
         with self._lock:
             try:
-                messages = calc_messages(batch.family, batch.table, batch.changes, batch.counters)
+                messages = calc_messages(
+                    batch.family, batch.table, batch.changes, batch.counters, batch.removals
+                )
                 if self._elements is None:
                     self._elements = ElementSocket()
                 self._elements.commit(messages)

@@ -31,6 +31,7 @@ NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 16, 17
 NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
 NFT_MSG_NEWOBJ, NFT_MSG_DELOBJ = 18, 20
+NFT_MSG_DELCHAIN, NFT_MSG_DELRULE, NFT_MSG_DELSET = 5, 8, 11
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
 NLMSG_ERROR = 2
 SOL_NETLINK, NETLINK_CAP_ACK = 270, 10
@@ -43,6 +44,7 @@ LIST_TABLE, LIST_SET, LIST_ELEMENTS, LIST_ELEM = 1, 2, 3, 1
 ELEM_KEY, ELEM_DATA, ELEM_OBJREF, DATA_VALUE, DATA_VERDICT = 1, 2, 9, 1, 2
 VERDICT_CODE, VERDICT_CHAIN = 1, 2
 OBJ_TABLE, OBJ_NAME, OBJ_TYPE, OBJ_DATA = 1, 2, 3, 4
+CHAIN_TABLE, CHAIN_NAME, RULE_TABLE, RULE_CHAIN, SET_TABLE, SET_NAME = 1, 3, 1, 2, 1, 2
 OBJECT_COUNTER, COUNTER_BYTES, COUNTER_PACKETS = 1, 1, 2
 CREATING = frozenset({NFT_MSG_NEWSETELEM, NFT_MSG_NEWOBJ})  # sent with NLM_F_CREATE
 VERDICTS = {"drop": 0, "accept": 1, "continue": -1, "return": -5}
@@ -92,14 +94,26 @@ class CounterChange:
 
 
 @dataclass(frozen=True)
+class Removal:
+    """A chain (its rules flushed first), set or map of the table deleted (``kind``: chain |
+    set | map): once the element changes took the references to it away."""
+
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
 class ElementBatch:
     """Element changes of one table, applied together (``Nft.run_elements``); ``counters``:
-    named counters added before them and deleted after them."""
+    named counters added before them and deleted after them; ``removals``: chains, then sets
+    and maps, deleted after them (before the counters), as ``nft`` runs ``flush chain``,
+    ``delete chain``, ``delete set``."""
 
     family: str  # ip | ip6 | inet
     table: str
     changes: tuple[ElementChange, ...]
     counters: tuple[CounterChange, ...] = ()
+    removals: tuple[Removal, ...] = ()
 
 
 def encode_field(datatype: str, text: str) -> bytes:
@@ -256,6 +270,10 @@ def render_script(batch: ElementBatch) -> str:
                 for k, v in sorted(change.elements)
             )
             out.append(f"{change.verb} element {t} {change.set} {{ {items} }}\n")
+    chains = [r.name for r in batch.removals if r.kind == "chain"]
+    out += [f"flush chain {t} {c}\n" for c in chains]
+    out += [f"delete chain {t} {c}\n" for c in chains]
+    out += [f"delete {r.kind} {t} {r.name}\n" for r in batch.removals if r.kind != "chain"]
     out += [f"delete counter {t} {c.name}\n" for c in batch.counters if c.verb == "delete"]
     return "".join(out)
 
@@ -265,11 +283,13 @@ def calc_messages(
     table: str,
     changes: Iterable[ElementChange],
     counters: Iterable[CounterChange] = (),
+    removals: Iterable[Removal] = (),
 ) -> list[tuple[int, bytes]]:
     """The batch's messages, (NFT_MSG_* type, body without the netlink header): the counters
     added, then one message per CHUNK elements of a set (a flush is one DELSETELEM naming no
-    element: the kernel then deletes them all), then the counters deleted (no element names
-    them by then)."""
+    element: the kernel then deletes them all), then the removals (each chain's rules, a
+    DELRULE naming the chain alone, then the chains, then the sets and maps), then the
+    counters deleted (no element names them by then)."""
     head = struct.pack("=BBH", NFPROTO[family], 0, 0)
     names = _attr(LIST_TABLE, table.encode() + b"\0")
     counters = tuple(counters)
@@ -291,7 +311,34 @@ def calc_messages(
         elements = [encode(k, v if add else None) for k, v in change.elements]
         for i in range(0, len(elements), CHUNK):
             out.append((kind, named + _nest(LIST_ELEMENTS, *elements[i : i + CHUNK])))
+    out += _removal_messages(head, table, tuple(removals))
     return out + [_counter_message(head, names, c) for c in counters if c.verb == "delete"]
+
+
+def _removal_messages(
+    head: bytes, table: str, removals: tuple[Removal, ...]
+) -> list[tuple[int, bytes]]:
+    """Each chain's rules (DELRULE with no handle: all of them), the chains, then the sets
+    and maps, by name."""
+    if any(r.kind not in ("chain", "set", "map") for r in removals):
+        raise ElementError(f"no such removal kind: {[r.kind for r in removals]}")
+    chains = [_name(r.name) for r in removals if r.kind == "chain"]
+    named = _name(table)
+    out = [
+        (NFT_MSG_DELRULE, head + _attr(RULE_TABLE, named) + _attr(RULE_CHAIN, c)) for c in chains
+    ]
+    out += [
+        (NFT_MSG_DELCHAIN, head + _attr(CHAIN_TABLE, named) + _attr(CHAIN_NAME, c)) for c in chains
+    ]
+    return out + [
+        (NFT_MSG_DELSET, head + _attr(SET_TABLE, named) + _attr(SET_NAME, _name(r.name)))
+        for r in removals
+        if r.kind != "chain"
+    ]
+
+
+def _name(text: str) -> bytes:
+    return text.encode() + b"\0"
 
 
 def _counter_message(head: bytes, table: bytes, change: CounterChange) -> tuple[int, bytes]:

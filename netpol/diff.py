@@ -23,11 +23,12 @@ The base chain ``forward`` and its rules never change (``render.render_base_rule
 keeps its declaration for its name (the names say their content, and the fixed ones their
 type); one that changed is ``NotDiffable``: the caller renders the table whole.
 
-``calc_element_batch`` gives the same transaction as one netlink batch when it is 2 alone, on
-plain sets and maps (kernel/nftelem.py encodes no intervals), with 1's and 4's counters: a
-Pod's relabel, mostly, since a rule's Pods are a plain set (``render.calc_peer_sets``), and a
-local Pod that becomes isolated or not in a shape chain the kernel holds (its map entries and
-its drop counter). ``calc_first_render`` is the table
+``calc_element_batch`` gives the same transaction as one netlink batch when it is 2 and 4
+alone, on plain sets and maps (kernel/nftelem.py encodes no intervals, and no rules), with
+1's counters: a Pod's relabel, mostly, since a rule's Pods are a plain set
+(``render.calc_peer_sets``), a local Pod that becomes isolated or not in a shape chain the
+kernel holds (its map entries and its drop counter), and one that leaves a chain it was
+alone in (the chain and the sets only it named go too). ``calc_first_render`` is the table
 whole into a kernel that holds none of it, its plain elements as a batch after the script.
 """
 
@@ -40,6 +41,7 @@ from kernel.nftelem import (
     CounterChange,
     ElementBatch,
     ElementChange,
+    Removal,
     SetType,
 )
 from netpol.render import TABLE, Layout, NamedSet, T, render_full
@@ -119,13 +121,17 @@ def calc_added(old: Layout, new: NamedSet) -> list[str]:
 
 def calc_element_batch(old: Layout, new: Layout) -> ElementBatch | None:
     """The diff as one netlink batch (``Nft.run_elements``) when it is elements alone, of
-    plain sets and maps whose datatypes kernel/nftelem.py encodes, and counters; else None
-    (nft's script). NotDiffable, as ``render_diff``, when a set changed its declaration.
-    libnftables first re-reads the table's declarations and its interval sets' elements (a
-    script of a few elements: ~5-20 ms at 1,000 policies x 10k Pods); the batch is the changed
-    elements alone (6 of them: ~0.5 ms)."""
-    if old.chains != new.chains or old.sets.keys() != new.sets.keys():
-        return None
+    plain sets and maps whose datatypes kernel/nftelem.py encodes, counters, and removals
+    (chains, sets and maps only ``old`` had: a local Pod no longer isolated in a chain it was
+    alone in); else None (nft's script: a new chain or set, changed rules, intervals).
+    NotDiffable, as ``render_diff``, when a set changed its declaration. libnftables first
+    re-reads the table's declarations and its interval sets' elements (a script of a few
+    elements: ~5-20 ms at 1,000 policies x 10k Pods); the batch is the changed elements alone
+    (6 of them: ~0.5 ms)."""
+    if any(old.chains.get(c) != rules for c, rules in new.chains.items()):
+        return None  # a new chain, or a chain's rules changed
+    if not new.sets.keys() <= old.sets.keys():
+        return None  # a new set: declared by nft's script
     check_declarations(old, new)
     changes = []
     for s in new.sets.values():
@@ -143,11 +149,13 @@ def calc_element_batch(old: Layout, new: Layout) -> ElementBatch | None:
             changes.append(ElementChange("add", s.name, set_type, tuple(map(_key_data, added))))
     counters = [CounterChange("add", c) for c in sorted(new.counters - old.counters)]
     counters += [CounterChange("delete", c) for c in sorted(old.counters - new.counters)]
-    if not changes and not counters:
+    removals = [Removal("chain", c) for c in old.chains if c not in new.chains]
+    removals += [Removal(s.kind, n) for n, s in old.sets.items() if n not in new.sets]
+    if not changes and not counters and not removals:
         return None
     deletes = [c for c in changes if c.verb == "delete"]
     adds = [c for c in changes if c.verb == "add"]
-    return ElementBatch("inet", TABLE, (*deletes, *adds), tuple(counters))
+    return ElementBatch("inet", TABLE, (*deletes, *adds), tuple(counters), tuple(removals))
 
 
 def calc_first_render(layout: Layout) -> tuple[str, ElementBatch | None]:

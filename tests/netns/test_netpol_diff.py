@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from netpol.diff import calc_element_batch, render_diff
-from netpol.evaluate import PodInfo, PolicyInputs
+from netpol.evaluate import NamedPort, PodInfo, PolicyInputs
 from netpol.policy import parse_policy
 from netpol.render import Layout, calc_layout
 from tests.fixtures.netns import new_netns
@@ -279,3 +279,35 @@ def test_a_pod_isolated_in_a_chain_the_kernel_holds_is_one_batch_with_its_counte
         assert normalise(answer) == normalise(tables["whole"]("whole", old, new))
     held = normalise(tables["sync"]("sync", layouts[0], layouts[1]))
     assert "counter dropped-in/x/b" in held["objects"]
+
+
+def test_a_pod_leaving_a_chain_it_was_alone_in_is_one_batch_chain_and_sets_deleted(
+    tables: dict[str, Apply],
+) -> None:
+    """b, the one Pod ``only-b`` isolates (from a's Pods, on a named port and an ipBlock: a
+    chain, a peer set, an interval set and a named-port set of its own), is relabelled out of
+    it: its entries, counter, chain and sets leave in one netlink batch, and the table holds
+    what a full render holds; isolated again, the chain comes back through nft's script."""
+    only_b = parse_policy({**API, "metadata": {"namespace": "x", "name": "only-b"}, "spec": {
+        "podSelector": {"matchLabels": {"only": "b"}},
+        "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "a"}}},
+                              {"ipBlock": {"cidr": "10.9.0.0/16", "except": ["10.9.1.0/24"]}}],
+                     "ports": [{"port": "http"}]}]}})  # fmt: skip
+    a = PodInfo("x", "a", ("10.0.0.1", "fd00::1"), {"app": "a"}, NODE)
+    b = PodInfo("x", "b", ("10.0.0.2",), {"only": "b"}, NODE, (NamedPort("http", "TCP", 8080),))
+    layouts = [
+        calc_layout(PolicyInputs(pods, {}, (only_b,)), NODE, ["192.168.0.1"])
+        for pods in ((a, b), (a, replace(b, labels={})), (a, b))
+    ]
+    assert layouts[0].chains and not layouts[1].chains
+    gone = sorted(n.split("-")[0] for n in layouts[0].sets.keys() - layouts[1].sets.keys())
+    assert gone == ["blocks4", "named4", "pods4"]
+    assert normalise(tables["sync"]("first", Layout(), layouts[0]))
+    for (old, new), batched in zip(
+        zip(layouts, layouts[1:], strict=False), (True, False), strict=True
+    ):
+        batch = calc_element_batch(old, new)
+        assert (batch is not None and bool(batch.removals)) == batched
+        answer = tables["sync"]("sync", old, new)
+        assert answer["batch"] == batched
+        assert normalise(answer) == normalise(tables["whole"]("whole", old, new))

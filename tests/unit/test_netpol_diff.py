@@ -14,7 +14,15 @@ import pytest
 
 from common.metrics import Registry
 from kernel.nft import NftError
-from kernel.nftelem import COUNTER, VERDICT, CounterChange, ElementBatch, SetType
+from kernel.nftelem import (
+    COUNTER,
+    VERDICT,
+    CounterChange,
+    ElementBatch,
+    Removal,
+    SetType,
+    render_script,
+)
 from netpol.diff import NotDiffable, calc_element_batch, render_diff
 from netpol.evaluate import PodInfo, PolicyInputs
 from netpol.policy import parse_policy
@@ -115,6 +123,33 @@ def test_a_batch_carries_map_values_and_counters_never_chains_or_intervals() -> 
     moved = layout_of(pod("a", "10.0.0.1", app="web"), policies=(DENY,))
     moved.sets["node4"] = NamedSet("node4", "set", "ipv4_addr", True, ("192.168.0.1",))
     assert calc_element_batch(only_a, moved) is None  # an interval set: nft's script
+
+
+def test_a_pod_leaving_a_chain_it_was_alone_in_is_one_batch_with_the_chain_and_its_sets() -> None:
+    """b was the one Pod isolated by ``from-web`` (its chain, its peers' set): unselected,
+    its entries, its counter, the chain and the set go in one batch, as nft's script orders
+    them; a Pod newly isolated in a chain the kernel lacks still needs the script."""
+    selects_b = {
+        **FROM_WEB,
+        "spec": {**FROM_WEB["spec"], "podSelector": {"matchLabels": {"x": "b"}}},
+    }
+    alone = layout_of(
+        pod("a", "10.0.0.1", app="web"), pod("b", "10.0.0.2", x="b"), policies=(selects_b,)
+    )
+    left = layout_of(pod("a", "10.0.0.1", app="web"), pod("b", "10.0.0.2"), policies=(selects_b,))
+    [chain] = alone.chains
+    [peers] = [n for n in alone.sets if n.startswith("pods4-")]
+    batch = calc_element_batch(alone, left)
+    assert batch is not None and not left.chains and peers not in left.sets
+    assert batch.removals == (Removal("chain", chain), Removal("set", peers))
+    assert batch.counters == (CounterChange("delete", "dropped-in/x/b"),)
+    assert render_script(batch).splitlines()[-4:] == [
+        f"flush chain inet pycni-netpol {chain}",
+        f"delete chain inet pycni-netpol {chain}",
+        f"delete set inet pycni-netpol {peers}",
+        "delete counter inet pycni-netpol dropped-in/x/b",
+    ]
+    assert calc_element_batch(left, alone) is None  # a chain to make: rules are nft's script
 
 
 def test_a_set_that_changed_its_declaration_is_not_diffable() -> None:

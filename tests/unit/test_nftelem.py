@@ -25,6 +25,7 @@ from kernel.nftelem import (
     ElementBatch,
     ElementChange,
     ElementError,
+    Removal,
     SetType,
     calc_messages,
     encode_element,
@@ -234,3 +235,31 @@ def test_counters_are_added_before_the_elements_and_deleted_after_them():
     )
     with pytest.raises(ElementError):
         calc_messages("inet", "t", (), [CounterChange("reset", "n/a")])
+
+
+def test_removals_follow_the_elements_chains_flushed_first_then_sets_then_counters():
+    """A chain leaves as nft's ``flush chain`` then ``delete chain`` (no vmap element jumps
+    to it once the element changes are in), then the sets and maps only its rules named, then
+    the counters."""
+    verdicts = SetType(("ipv4_addr",), VERDICT)
+    batch = ElementBatch(
+        "inet",
+        "t",
+        (ElementChange("delete", "m", verdicts, (("10.0.0.1", None),)),),
+        (CounterChange("delete", "n/a"),),
+        (Removal("chain", "in-1"), Removal("set", "pods4-1"), Removal("map", "m2")),
+    )
+    messages = calc_messages("inet", "t", batch.changes, batch.counters, batch.removals)
+    assert [kind for kind, _body in messages] == [14, 8, 5, 11, 11, 20]
+    assert b"in-1\0" in messages[1][1] and b"in-1\0" in messages[2][1]
+    assert b"pods4-1\0" in messages[3][1] and b"m2\0" in messages[4][1]
+    assert render_script(batch) == (
+        "delete element inet t m { 10.0.0.1 }\n"
+        "flush chain inet t in-1\n"
+        "delete chain inet t in-1\n"
+        "delete set inet t pods4-1\n"
+        "delete map inet t m2\n"
+        "delete counter inet t n/a\n"
+    )
+    with pytest.raises(ElementError):
+        calc_messages("inet", "t", (), (), [Removal("table", "t")])
