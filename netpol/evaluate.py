@@ -27,7 +27,7 @@ import functools
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from netpol.policy import NetworkPolicy, Peer, PolicyPort, Rule
 
@@ -35,8 +35,10 @@ NAME_LABEL = "kubernetes.io/metadata.name"
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-@dataclass(frozen=True)
-class NamedPort:
+class NamedPort(NamedTuple):
+    """A container port by name. A tuple: the caches keyed by a Pod's ports hash them in C
+    (a frozen dataclass's hash is a Python call per port, 600 a relabel pass)."""
+
     name: str
     protocol: str  # TCP, UDP, SCTP
     port: int
