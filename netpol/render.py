@@ -165,6 +165,25 @@ class LayoutCache:
         self.sets: dict[str, Made] = {}
         self.shapes: dict[str, Shape] = {}
         self.isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]] = {}
+        self.local_pods: tuple[PodInfo, ...] | None = None  # what ``local`` was made for
+        self.local: dict[str, LocalPart] = {}
+
+
+@dataclass(frozen=True)
+class LocalPart:
+    """What a direction's isolated local Pods add to a layout: their maps, filled (vmap
+    entries, counter entries), the chains they jump to with their policies (in the order a
+    render meets them), their counters, how many they are, each Pod's ``isolating_of`` entry,
+    and the policies it read (each local namespace's tuple). Kept while the grouping's
+    tuple of local Pods and those tuples are the same objects: a pass for another node's Pod
+    or a set's change then skips the ~200 Pod lookups and entries (~0.3 ms at 100 Pods)."""
+
+    maps: tuple[NamedSet, ...]
+    chains: tuple[tuple[str, list[NetworkPolicy]], ...]
+    counters: frozenset[str]
+    isolated: int
+    isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]]
+    policies: tuple[tuple[str, object], ...]
 
 
 class Render:
@@ -177,6 +196,7 @@ class Render:
         self.sets: dict[str, Made] = {}
         self.shapes: dict[str, Shape] = {}
         self.isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]] = {}
+        self.local: dict[str, LocalPart] = {}
         self.terms: list[tuple[Term, bool]] = []  # those the shape being computed considered
 
     def ensure(self, term: Term) -> bool:
@@ -238,10 +258,65 @@ class Render:
         self.layout.chains[chain] = shape.rules
         self.shapes[chain] = shape
 
-    def keep(self) -> None:
+    def keep(self, local: tuple[PodInfo, ...]) -> None:
         """Leave in the cache what this render used, and nothing else."""
         cache = self.cache
         cache.sets, cache.shapes, cache.isolating = self.sets, self.shapes, self.isolating
+        cache.local_pods, cache.local = local, self.local
+
+    def add_local(self, local: tuple[PodInfo, ...], direction: str) -> None:
+        """``direction``'s ``LocalPart`` in the layout: the one kept, if it still holds,
+        else computed."""
+        part = self.cache.local.get(direction) if self.cache.local_pods is local else None
+        policies_in = self.inputs.policies_in
+        if part is None or any(policies_in.get(ns, ()) is not p for ns, p in part.policies):
+            part = self.calc_local(local, direction)
+        else:  # as computed: the maps' places first, then the chains' sets
+            for declared in part.maps:
+                self.layout.sets[declared.name] = declared
+            for chain, policies in part.chains:
+                self.ensure_shape(chain, direction, policies)
+            self.isolating.update(part.isolating)
+        self.layout.counters |= part.counters
+        self.layout.isolated[direction] = part.isolated
+        self.local[direction] = part
+
+    def calc_local(self, local: tuple[PodInfo, ...], direction: str) -> LocalPart:
+        prefix = DIRECTIONS[direction][0]
+        layout, maps = self.layout, dict[str, list[str]]()
+        for family in FAMILIES:
+            for name, kind in ((VMAP[direction], "verdict"), (f"dropcnt-{prefix}", "counter")):
+                declared = NamedSet(
+                    f"{name}{family}", "map", f"{ADDR[family]} : {kind}", False, ()
+                )
+                layout.sets[declared.name] = declared
+                maps[declared.name] = []
+        chains: dict[str, list[NetworkPolicy]] = {}
+        counters: set[str] = set()
+        isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]] = {}
+        isolated = 0
+        for pod in local:
+            found = self.isolating_of(pod, direction)
+            isolating[(pod.ref, direction)] = self.isolating[(pod.ref, direction)]
+            if found is not None:
+                chain, policies = found
+                if chain not in chains:
+                    self.ensure_shape(chain, direction, policies)
+                    chains[chain] = policies
+                counters.add(add_entries(maps, pod, direction, chain))
+                isolated += 1
+        filled = tuple(replace(layout.sets[n], elements=tuple(e)) for n, e in maps.items())
+        for declared in filled:
+            layout.sets[declared.name] = declared
+        namespaces = dict.fromkeys(pod.namespace for pod in local)
+        return LocalPart(
+            filled,
+            tuple(chains.items()),
+            frozenset(counters),
+            isolated,
+            isolating,
+            tuple((ns, self.inputs.policies_in.get(ns, ())) for ns in namespaces),
+        )
 
 
 def made_of(
@@ -294,23 +369,10 @@ def calc_layout(
         _add_set(layout, f"self{family}", f"{ADDR[family]} . {ADDR[family]}", own, False)
         nodes = sorted({str(a) for a in node_addresses if a.version == family})
         _add_set(layout, f"node{family}", ADDR[family], nodes, True)
-    for direction, (prefix, _own, _peer) in DIRECTIONS.items():
-        maps: dict[str, list[str]] = {}
-        for family in FAMILIES:
-            for name, kind in ((VMAP[direction], "verdict"), (f"dropcnt-{prefix}", "counter")):
-                declared = NamedSet(
-                    f"{name}{family}", "map", f"{ADDR[family]} : {kind}", False, ()
-                )
-                layout.sets[declared.name] = declared
-                maps[declared.name] = []
-        for pod in local:
-            isolating = run.isolating_of(pod, direction)
-            if isolating is not None:
-                _add_isolated(run, maps, pod, direction, *isolating)
-        for name, elements in maps.items():
-            layout.sets[name] = replace(layout.sets[name], elements=tuple(elements))
+    for direction in DIRECTIONS:
+        run.add_local(local, direction)
     _drop_unreferenced(layout, run.shapes.values())
-    run.keep()
+    run.keep(local)
     return layout
 
 
@@ -329,24 +391,15 @@ def _is_static(name: str) -> bool:
     return name.rstrip("46") in STATIC_SETS
 
 
-def _add_isolated(
-    run: Render,
-    maps: dict[str, list[str]],
-    pod: PodInfo,
-    direction: str,
-    chain: str,
-    policies: list[NetworkPolicy],
-) -> None:
+def add_entries(maps: dict[str, list[str]], pod: PodInfo, direction: str, chain: str) -> str:
+    """``pod``'s vmap entries (a jump to ``chain``) and drop counter entries; its counter."""
     prefix = DIRECTIONS[direction][0]
-    run.ensure_shape(chain, direction, policies)
     counter = counter_name(prefix, pod)
-    layout = run.layout
-    layout.counters.add(counter)
-    layout.isolated[direction] += 1
     for family in FAMILIES:
         for ip in addresses(pod, family):
             maps[f"{VMAP[direction]}{family}"].append(f"{ip} : jump {chain}")
             maps[f"dropcnt-{prefix}{family}"].append(f'{ip} : "{counter}"')
+    return counter
 
 
 def counter_name(prefix: str, pod: PodInfo) -> str:
