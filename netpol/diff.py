@@ -101,7 +101,7 @@ def calc_gone(old: NamedSet, new: Layout) -> list[str]:
     """What ``old`` held and the same set in ``new`` does not (a set gone from ``new`` is
     deleted whole); a map's by key: its value may have changed."""
     kept = new.sets.get(old.name)
-    if kept is None or kept.elements == old.elements:  # most sets of a pass: unchanged
+    if kept is old or kept is None or kept.elements == old.elements:  # most: unchanged
         return []
     if old.kind == "map":
         entries = _entries(kept)
@@ -113,7 +113,7 @@ def calc_gone(old: NamedSet, new: Layout) -> list[str]:
 def calc_added(old: Layout, new: NamedSet) -> list[str]:
     """What ``new`` holds and the same set in ``old`` did not (all of a new set's)."""
     before = old.sets.get(new.name)
-    if before is not None and before.elements == new.elements:
+    if before is new or before is not None and before.elements == new.elements:
         return []
     held = set(before.elements) if before is not None else set()
     return [e for e in new.elements if e not in held]
@@ -135,6 +135,8 @@ def calc_element_batch(old: Layout, new: Layout) -> ElementBatch | None:
     check_declarations(old, new)
     changes = []
     for s in new.sets.values():
+        if old.sets[s.name] is s:  # kept from the last pass's render (most sets): unchanged
+            continue
         gone, added = calc_gone(old.sets[s.name], new), calc_added(old, s)
         if not gone and not added:
             continue
