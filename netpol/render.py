@@ -282,8 +282,8 @@ class Render:
         self.local[direction] = part
 
     def calc_local(self, local: tuple[PodInfo, ...], direction: str) -> LocalPart:
-        prefix = DIRECTIONS[direction][0]
-        layout, maps = self.layout, dict[str, list[str]]()
+        prefix, layout = DIRECTIONS[direction][0], self.layout
+        maps: dict[str, list[str]] = {}
         for family in FAMILIES:
             for name, kind in ((VMAP[direction], "verdict"), (f"dropcnt-{prefix}", "counter")):
                 declared = NamedSet(
