@@ -16,7 +16,13 @@ import subprocess
 import threading
 from typing import Any
 
-from kernel.nftelem import ElementBatch, ElementError, ElementSocket, calc_messages
+from kernel.nftelem import (
+    ElementBatch,
+    ElementError,
+    ElementSocket,
+    calc_messages,
+    dump_counters,
+)
 from kernel.session import thread_netns_inode
 
 log = logging.getLogger("pycnid.nft")
@@ -114,15 +120,15 @@ class Nft:
             rc, out, err = self._call(self._json_ctx, command, json_output=True, terse=terse)
         return _listing(rc, out, err)
 
-    def list_json_apart(self, command: str, terse: bool = False) -> dict[str, Any]:
-        """``list_json`` in a child ``nft -j``, beside this context rather than in it: a
-        listing of a large table (~200 ms at 1,000 policies, reading every declaration) then
-        holds up no transaction or element batch of this process, and leaves nothing in its
-        heap. Without the binary: ``list_json``."""
-        if shutil.which(NFT_BINARY) is None:
-            return self.list_json(command, terse)
+    def counters(self, family: str, table: str) -> dict[str, tuple[int, int]]:
+        """The named counters of a table, {name: (packets, bytes)}, read over netlink
+        (``nftelem.dump_counters``: the counters alone, no declaration read); {} without the
+        table. NftError when the kernel refuses."""
         self._guard()
-        return _listing(*self._call(None, command, json_output=True, terse=terse))
+        try:
+            return dump_counters(family, table)
+        except (ElementError, OSError) as exc:
+            raise NftError(f"counters of {table} not read: {exc}") from exc
 
     def _guard(self) -> None:
         if thread_netns_inode() != self._home:

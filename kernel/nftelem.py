@@ -19,6 +19,7 @@ merges) are not handled.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import socket
@@ -30,10 +31,10 @@ NETLINK_NETFILTER = 12
 NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 16, 17
 NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
-NFT_MSG_NEWOBJ, NFT_MSG_DELOBJ = 18, 20
+NFT_MSG_NEWOBJ, NFT_MSG_GETOBJ, NFT_MSG_DELOBJ = 18, 19, 20
 NFT_MSG_DELCHAIN, NFT_MSG_DELRULE, NFT_MSG_DELSET = 5, 8, 11
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
-NLMSG_ERROR = 2
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP, NLM_F_CREATE = 0x1, 0x4, 0x300, 0x400
+NLMSG_ERROR, NLMSG_DONE = 2, 3
 SOL_NETLINK, NETLINK_CAP_ACK = 270, 10
 SO_SNDBUFFORCE = 32  # socket(7); the socket module does not name it
 SEND_SLACK = 64 * 1024  # the kernel counts each skb's overhead against the buffer too
@@ -446,3 +447,67 @@ def _errors(data: bytes) -> list[tuple[int, int]]:
             out.append((seq, -struct.unpack_from("=i", data, offset + 16)[0]))
         offset += max((length + 3) & ~3, 16)
     return out
+
+
+def dump_counters(family: str, table: str) -> dict[str, tuple[int, int]]:
+    """Every named counter of ``table`` as {name: (packets, bytes)}: one GETOBJ dump of the
+    counters alone, answered by the kernel in a few messages. ``nft -j list counters``
+    first reads every declaration of the table (~130-170 ms of CPU at 1,000 policies x
+    10,000 Pods, for ~20 counters). Empty when there is no such table. ElementError on any
+    other refusal; OSError from the socket."""
+    body = struct.pack("=BBH", NFPROTO[family], 0, 0) + _attr(OBJ_TABLE, _name(table))
+    body += _attr(OBJ_TYPE, struct.pack(">I", OBJECT_COUNTER))
+    kind = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETOBJ
+    found: dict[str, tuple[int, int]] = {}
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER) as sock:
+        sock.bind((0, 0))
+        sock.sendall(_header(kind, NLM_F_REQUEST | NLM_F_DUMP, 1, body))
+        while True:
+            data = sock.recv(1 << 20)
+            for msg_type, payload in _messages(data):
+                if msg_type == NLMSG_DONE:
+                    return found
+                if msg_type == NLMSG_ERROR:
+                    code = -struct.unpack_from("=i", payload)[0]
+                    if code == errno.ENOENT:
+                        return {}
+                    raise ElementError(f"counters of {table}: {os.strerror(code)}")
+                if msg_type == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWOBJ:
+                    name, counts = _counter_of(payload[4:])  # after the nfgenmsg
+                    if name is not None:
+                        found[name] = counts
+
+
+def _messages(data: bytes) -> list[tuple[int, bytes]]:
+    """(type, payload) of each netlink message in one read."""
+    out, offset = [], 0
+    while offset + 16 <= len(data):
+        length, kind = struct.unpack_from("=IH", data, offset)
+        if length < 16:
+            break
+        out.append((kind, data[offset + 16 : offset + length]))
+        offset += (length + 3) & ~3
+    return out
+
+
+def _attrs(data: bytes) -> dict[int, bytes]:
+    """Attribute type (nesting flag cleared) -> payload, of one attribute list."""
+    out, offset = {}, 0
+    while offset + 4 <= len(data):
+        length, kind = struct.unpack_from("=HH", data, offset)
+        if length < 4:
+            break
+        out[kind & ~NLA_F_NESTED] = data[offset + 4 : offset + length]
+        offset += (length + 3) & ~3
+    return out
+
+
+def _counter_of(data: bytes) -> tuple[str | None, tuple[int, int]]:
+    """A NEWOBJ's name and (packets, bytes); None for another object type."""
+    attrs = _attrs(data)
+    if struct.unpack(">I", attrs.get(OBJ_TYPE, b"\0\0\0\0"))[0] != OBJECT_COUNTER:
+        return None, (0, 0)
+    counts = _attrs(attrs.get(OBJ_DATA, b""))
+    packets = struct.unpack(">Q", counts[COUNTER_PACKETS])[0] if COUNTER_PACKETS in counts else 0
+    octets = struct.unpack(">Q", counts[COUNTER_BYTES])[0] if COUNTER_BYTES in counts else 0
+    return attrs.get(OBJ_NAME, b"").rstrip(b"\0").decode(), (packets, octets)

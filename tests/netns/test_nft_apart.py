@@ -1,9 +1,7 @@
 """``Nft.run_apart`` (the proxy's full renders) in a real netns: a transaction run in a child
 ``nft -f -`` leaves what the kept context leaves, a refused one is an NftError with nft's
 message and applies nothing, and without the binary the kept context runs it; this process's
-heap does not take the parse of a large transaction (its peak RSS is the child's, not its own).
-A listing in a child (``list_json_apart``: NetworkPolicy's drop counters) is the kept
-context's listing."""
+heap does not take the parse of a large transaction (its peak RSS is the child's, not its own)."""
 
 from __future__ import annotations
 
@@ -46,14 +44,13 @@ if case == "no-binary":
     nft_mod.NFT_BINARY = "pycni-no-such-nft"
 nft = Nft()
 try:
-    (nft.run if case in ("kept", "list apart") else nft.run_apart)(script)
+    (nft.run if case == "kept" else nft.run_apart)(script)
     error = None
 except NftError as exc:
     error = str(exc)
 print(json.dumps({
     "error": error,
     "listing": nft.list_json("list table ip pycni-apart") if listed and not error else None,
-    "apart": nft.list_json_apart("list table ip pycni-apart") if case == "list apart" else None,
     "self_kib": peak_kib(),
     "child_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
     "spawned": spawned,
@@ -125,9 +122,3 @@ def test_a_large_transaction_apart_is_not_this_process_heap(run_in_netns):
     assert kept["error"] is None and apart["error"] is None
     grown = kept["self_kib"] - apart["self_kib"]  # what the parse cost the kept context
     assert grown > 20 * 1024 and apart["child_kib"] > grown // 2
-
-
-def test_a_listing_apart_is_the_kept_contexts_listing(run_in_netns):
-    out = run_in_netns("list apart", SCRIPT)
-    assert out["error"] is None and out["spawned"] == ["nft"]  # the listing ran in a child
-    assert strip_handles(out["apart"]) == strip_handles(out["listing"])

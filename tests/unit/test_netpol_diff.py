@@ -193,10 +193,9 @@ class RecordingNft:
     def release_cache(self) -> None:
         self.released += 1
 
-    def list_json_apart(self, command: str, terse: bool = False) -> dict[str, Any]:
-        self.listings.append(command)
-        counter = {"table": "pycni-netpol", "name": "dropped-in/x/a", "packets": 7}
-        return {"nftables": [{"counter": counter}]}
+    def counters(self, family: str, table: str) -> dict[str, tuple[int, int]]:
+        self.listings.append(f"counters of {family} {table}")
+        return {"dropped-in/x/a": (7, 420), "dropped-eg/x/a": (2, 80), "other": (5, 5)}
 
 
 @pytest.fixture
@@ -308,5 +307,6 @@ def test_the_drop_counters_are_read_on_a_loop_of_their_own_never_by_a_pass(
     netpol.counters_due = 0.0
     assert netpol.step_counters() <= LOCAL_ADDRESSES  # the loop also reads the addresses
     assert COUNTERS_AFTER < netpol.counters_due - time.monotonic() <= COUNTERS  # next read
-    assert nft.listings == ["list counters table inet pycni-netpol"]
+    assert nft.listings == ["counters of inet pycni-netpol"]
     assert 'pycni_netpol_dropped_packets{direction="ingress"} 7' in netpol.metrics.dropped.render()
+    assert 'pycni_netpol_dropped_packets{direction="egress"} 2' in netpol.metrics.dropped.render()

@@ -201,7 +201,8 @@ class FakeNft:
     def list_json(self, command: str, terse: bool = False) -> dict:
         return {"nftables": []}
 
-    list_json_apart = list_json
+    def counters(self, family: str, table: str) -> dict[str, tuple[int, int]]:
+        return {}
 
     def run(self, script: str) -> None:
         self.sent.append(script)
