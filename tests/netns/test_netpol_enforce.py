@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from netpol.sync import COUNTERS
 from tests.fixtures.bridge import bridge_conf, ip_of, new_cid
 from tests.fixtures.netns import new_netns
 from tests.fixtures.plugins import run_plugin
@@ -169,7 +170,18 @@ def test_established_connection_is_kept_when_a_policy_denies_it(npnode: NetpolNo
     dropped = npnode.node.run(
         ["nft", "-j", "list", "counter", "inet", "pycni-netpol", "dropped-in/x/a"]
     )
-    assert json.loads(dropped.stdout)["nftables"][1]["counter"]["packets"] > 0
+    packets = json.loads(dropped.stdout)["nftables"][1]["counter"]["packets"]
+    assert packets > 0
+    # pycnid reads the counters (one netlink dump) within COUNTERS_AFTER of the pass that
+    # changed the table, and every COUNTERS seconds: its metric counts at least those drops
+    wait_for(
+        "pycni_netpol_dropped_packets{ingress} >= the counter's packets",
+        lambda: (
+            scrape(npnode.node).get('pycni_netpol_dropped_packets{direction="ingress"}', 0)
+            >= packets
+        ),
+        COUNTERS + 5,
+    )
 
 
 FLOW = """
