@@ -196,7 +196,7 @@ def encode_verdict(text: str) -> bytes:
         return _nest(
             DATA_VERDICT,
             _attr(VERDICT_CODE, struct.pack(">i", JUMPS[word])),
-            _attr(VERDICT_CHAIN, chain.encode() + b"\0"),
+            _attr(VERDICT_CHAIN, _name(chain)),
         )
     if word in VERDICTS and not chain:
         return _nest(DATA_VERDICT, _attr(VERDICT_CODE, struct.pack(">i", VERDICTS[word])))
@@ -250,7 +250,7 @@ def _data_encoder(types: tuple[str, ...]) -> Callable[[str], bytes]:
         )
     if types == COUNTER:
         return functools.lru_cache(maxsize=4096)(
-            lambda text: _attr(ELEM_OBJREF, text.strip('"').encode() + b"\0")
+            lambda text: _attr(ELEM_OBJREF, _name(text.strip('"')))
         )
     value_of, (head, pad) = _value_encoder(types), _value_head(ELEM_DATA, types)
     return lambda text: head + value_of(text) + pad
@@ -292,7 +292,7 @@ def calc_messages(
     DELRULE naming the chain alone, then the chains, then the sets and maps), then the
     counters deleted (no element names them by then)."""
     head = struct.pack("=BBH", NFPROTO[family], 0, 0)
-    names = _attr(LIST_TABLE, table.encode() + b"\0")
+    names = _attr(LIST_TABLE, _name(table))
     counters = tuple(counters)
     if any(c.verb not in ("add", "delete") for c in counters):
         raise ElementError(f"no such counter verb: {[c.verb for c in counters]}")
@@ -300,7 +300,7 @@ def calc_messages(
     for change in changes:
         if change.verb not in VERBS:
             raise ElementError(f"no such element verb: {change.verb}")
-        named = head + names + _attr(LIST_SET, change.set.encode() + b"\0")
+        named = head + names + _attr(LIST_SET, _name(change.set))
         if change.verb == "flush":
             out.append((NFT_MSG_DELSETELEM, named))
             continue
@@ -338,13 +338,9 @@ def _removal_messages(
     ]
 
 
-def _name(text: str) -> bytes:
-    return text.encode() + b"\0"
-
-
 def _counter_message(head: bytes, table: bytes, change: CounterChange) -> tuple[int, bytes]:
     """NEWOBJ of a zeroed counter, or DELOBJ of one, by name."""
-    body = head + table + _attr(OBJ_NAME, change.name.encode() + b"\0")
+    body = head + table + _attr(OBJ_NAME, _name(change.name))
     body += _attr(OBJ_TYPE, struct.pack(">I", OBJECT_COUNTER))
     if change.verb == "delete":
         return NFT_MSG_DELOBJ, body
@@ -352,6 +348,11 @@ def _counter_message(head: bytes, table: bytes, change: CounterChange) -> tuple[
     return NFT_MSG_NEWOBJ, body + _nest(
         OBJ_DATA, _attr(COUNTER_BYTES, zero), _attr(COUNTER_PACKETS, zero)
     )
+
+
+def _name(text: str) -> bytes:
+    """A name attribute's payload: the text, NUL-terminated."""
+    return text.encode() + b"\0"
 
 
 def _attr(kind: int, payload: bytes) -> bytes:
@@ -440,13 +441,11 @@ def _header(kind: int, flags: int, seq: int, body: bytes) -> bytes:
 
 def _errors(data: bytes) -> list[tuple[int, int]]:
     """(seq, errno) of each NLMSG_ERROR (errno 0: an ack) in one read."""
-    out, offset = [], 0
-    while offset + 16 <= len(data):
-        length, kind, _flags, seq, _pid = struct.unpack_from("=IHHII", data, offset)
-        if kind == NLMSG_ERROR:
-            out.append((seq, -struct.unpack_from("=i", data, offset + 16)[0]))
-        offset += max((length + 3) & ~3, 16)
-    return out
+    return [
+        (seq, -struct.unpack_from("=i", payload)[0])
+        for kind, seq, payload in _messages(data)
+        if kind == NLMSG_ERROR
+    ]
 
 
 def dump_counters(family: str, table: str) -> dict[str, tuple[int, int]]:
@@ -464,7 +463,7 @@ def dump_counters(family: str, table: str) -> dict[str, tuple[int, int]]:
         sock.sendall(_header(kind, NLM_F_REQUEST | NLM_F_DUMP, 1, body))
         while True:
             data = sock.recv(1 << 20)
-            for msg_type, payload in _messages(data):
+            for msg_type, _seq, payload in _messages(data):
                 if msg_type == NLMSG_DONE:
                     return found
                 if msg_type == NLMSG_ERROR:
@@ -478,15 +477,13 @@ def dump_counters(family: str, table: str) -> dict[str, tuple[int, int]]:
                         found[name] = counts
 
 
-def _messages(data: bytes) -> list[tuple[int, bytes]]:
-    """(type, payload) of each netlink message in one read."""
+def _messages(data: bytes) -> list[tuple[int, int, bytes]]:
+    """(type, seq, payload) of each netlink message in one read."""
     out, offset = [], 0
     while offset + 16 <= len(data):
-        length, kind = struct.unpack_from("=IH", data, offset)
-        if length < 16:
-            break
-        out.append((kind, data[offset + 16 : offset + length]))
-        offset += (length + 3) & ~3
+        length, kind, _flags, seq, _pid = struct.unpack_from("=IHHII", data, offset)
+        out.append((kind, seq, data[offset + 16 : offset + max(length, 16)]))
+        offset += max((length + 3) & ~3, 16)
     return out
 
 
