@@ -10,11 +10,15 @@ then), then with it.
 
 - (f) VmRSS of pycnid, programmed and settled, enforcing vs not;
 - (d) ADD cost: bridge + svc ADD of ``--adds`` Pods in ``ns0`` labelled ``app: a0`` (selected
-  by policy ``np0``, so each ADD waits for the pass that isolates its Pod), enforcing vs not,
-  each side timed once pycnid is idle (``driver.wait_idle``: a pycnid just started enforcing
-  is still busy for a second or more);
-  an ADD that fails (code 11: no pass programmed its Pod within pycni-svc's wait,
-  ``netpol.sync.SETTLE``) is counted with its message, not retried;
+  by policy ``np0``, so each ADD isolates its Pod before it returns), enforcing vs not. The
+  anchor is a second node, the same pycnid and records without enforcement, started beside
+  the enforcing one; the ADDs go to the two in turn (which one first alternates), a pause
+  after each, once both pycnids are idle (``driver.wait_idle``: a pycnid just started
+  enforcing is still busy for a second or more). Timed one phase after the other, the
+  machine's speed drifted between them by more than the figure (medians 33-47 ms for the same
+  ADDs); in pairs, each ADD is compared with its neighbour. An ADD that fails (code 11: no
+  pass programmed its Pod within pycni-svc's wait, ``netpol.sync.SETTLE``) is counted with its
+  message, not retried;
 - (e) first packet: a client and a server Pod on the node's bridge, policy ``fp/allow`` letting
   the client reach the server's TCP 8080; median of ``--connects`` TCP connects (each a new
   connection, so each first packet meets the forward hook) with every policy in the store,
@@ -185,10 +189,12 @@ def wait_until(check, timeout: float) -> bool:
     return False
 
 
-def make_node(box: Sandbox, cni_bin: str, sizes: records.Sizes) -> PolicyNode:
+def make_node(
+    box: Sandbox, cni_bin: str, sizes: records.Sizes, name: str = "np-node"
+) -> PolicyNode:
     """The node namespace and pycnid's config, the records in its store (not started)."""
-    netns = Netns(box.netns("np-node"))
-    workdir = f"{box.workdir}/np-node"
+    netns = Netns(box.netns(name))
+    workdir = f"{box.workdir}/{name}"
     config = daemon_config(workdir, sizes.node, logLevel="info", faultInjection=False)
     os.makedirs(workdir, exist_ok=True)
     store = SqliteStore(config["store"]["path"])
@@ -200,20 +206,33 @@ def make_node(box: Sandbox, cni_bin: str, sizes: records.Sizes) -> PolicyNode:
 
 
 # --- (d) ADD cost --------------------------------------------------------------------------
-def measure_adds(node: PolicyNode, count: int, undo: list, tag: str) -> dict:
-    """``count`` Pods in ns0 with ``app: a0`` added (kept until the end: ``undo``): the
-    seconds of each ADD that succeeded, and why the others failed."""
-    out: dict = {"seconds": [], "failed": []}
+#: after each timed ADD: the pass it woke (enforcing) ends before the next ADD starts
+ADD_PAUSE = 0.1
+
+
+def measure_adds(on: PolicyNode, off: PolicyNode, count: int, undo: list) -> dict[str, dict]:
+    """``count`` Pods in ns0 with ``app: a0`` added to each node in turn (kept until the end:
+    ``undo``), the enforcing one first in even rounds: per side, the seconds of each ADD
+    that succeeded (None where it failed, so that the rounds stay paired) and why the
+    others failed."""
+    out: dict[str, dict] = {tag: {"seconds": [], "failed": []} for tag in ("on", "off")}
     for i in range(count):
-        pod = node.box.pods(f"add{tag}{i}-", 1)[0]
-        try:
-            took, _ip, remove = node.add(pod, "ns0", f"add{tag}{i}", {"app": "a0"})
-        except AddFailed as exc:
-            out["failed"].append(str(exc))
-            continue
-        undo.append(remove)
-        out["seconds"].append(took)
+        sides = [("on", on), ("off", off)]
+        for tag, node in sides if i % 2 == 0 else sides[::-1]:
+            out[tag]["seconds"].append(add_one(node, f"add{tag}{i}", out[tag]["failed"], undo))
+            time.sleep(ADD_PAUSE)
     return out
+
+
+def add_one(node: PolicyNode, name: str, failed: list[str], undo: list) -> float | None:
+    pod = node.box.pods(f"{name}-", 1)[0]
+    try:
+        took, _ip, remove = node.add(pod, "ns0", name, {"app": "a0"})
+    except AddFailed as exc:
+        failed.append(str(exc))
+        return None
+    undo.append(remove)
+    return took
 
 
 # --- (e) first packet ----------------------------------------------------------------------
@@ -333,20 +352,24 @@ def measure_first_packet(
 # --- the run -------------------------------------------------------------------------------
 def measure(box: Sandbox, cni_bin: str, sizes: records.Sizes, args: Any) -> dict:
     """Not enforcing first (the first-packet Pods are added then, so that they do not wait
-    for a pass), then enforcing; the same store throughout."""
+    for a pass), then enforcing; the same store throughout. The ADDs' anchor is a second
+    node, not enforcing (``measure_adds``)."""
     node = make_node(box, cni_bin, sizes)
+    anchor = make_node(box, cni_bin, sizes, "np-anchor")
+    anchor.pids = node.pids
     undo: list = []
     try:
         out: dict = {"on": {}, "off": {}, "pids": node.pids}
         node.restart(False, None, args.timeout)
         pair = setup_pair(node, undo)
         out["off"]["rss_kib"] = node.rss_kib(args.settle)
-        out["off"]["idle_after"] = wait_idle(node.pycnid.proc, args.timeout)
-        out["off"]["adds"] = measure_adds(node, args.adds, undo, "off")
         out["on"]["start_to_programmed"] = node.restart(True, sizes.policies, args.timeout)
         out["on"]["rss_kib"] = node.rss_kib(args.settle)
+        anchor.restart(False, None, args.timeout)
         out["on"]["idle_after"] = wait_idle(node.pycnid.proc, args.timeout)
-        out["on"]["adds"] = measure_adds(node, args.adds, undo, "on")
+        out["off"]["idle_after"] = wait_idle(anchor.pycnid.proc, args.timeout)
+        adds = measure_adds(node, anchor, args.adds, undo)
+        out["on"]["adds"], out["off"]["adds"] = adds["on"], adds["off"]
         out["first_packet"] = measure_first_packet(
             node, pair, args.connects, args.rounds, args.timeout
         )
@@ -355,3 +378,4 @@ def measure(box: Sandbox, cni_bin: str, sizes: records.Sizes, args: Any) -> dict
         for remove in reversed(undo):
             remove()
         node.pycnid.stop()
+        anchor.pycnid.stop()
