@@ -4,6 +4,7 @@ br_netfilter check (netpol/config.py, netpol/view.py, netpol/sync.py)."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import cast
 
@@ -29,6 +30,7 @@ from store.base import KV, Put
 from store.codec import encode
 from store.keys import NETPOLS, namespace_key, netpol_key
 from store.sqlite import SqliteStore
+from tests.fixtures.waiting import wait_for
 
 POLICY = {
     "apiVersion": "networking.k8s.io/v1",
@@ -257,6 +259,53 @@ def test_a_pod_isolated_at_once_stays_isolated_through_a_pass_that_read_before_i
     assert sync.layout is not None
     assert "10.0.0.3 : jump " in " ".join(sync.layout.sets["ingress4"].elements)
     assert sync.pins
+    time.sleep(netpol_sync.AFTER_ADD)  # the pass x/b's ADD put off (``put_off_pass``)
     sync.step()
     assert not sync.pins and "10.0.0.3 : jump " in " ".join(sync.layout.sets["ingress4"].elements)
+    store.close()
+
+
+def test_the_pass_after_an_add_isolated_at_once_waits_for_the_add_to_answer(
+    tmp_path: Path,
+) -> None:
+    """x/b isolated at once (x/a made its chain): the pass that adds the rest does not begin
+    within ``AFTER_ADD`` (a step then is no pass, and says how long to wait), then does; an
+    ADD that waits for a pass (``wait_pass``) is never put off."""
+    store = SqliteStore(str(tmp_path / "store.db"))
+    deny = parse_policy(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"namespace": "x", "name": "deny"},
+            "spec": {"podSelector": {}},
+        }
+    )
+    store.txn([], [Put(netpol_key("x", "deny"), encode(deny.to_dict()))])
+    sync = NetpolSync("n1", store, Registry(), local_addresses=lambda: ())
+    sync.nft = cast(Nft, FakeNft())
+    a = EndpointRecord("x", "a", "eth0", ("10.0.0.2",), {}, "n1")
+    b = EndpointRecord("x", "b", "eth0", ("10.0.0.3",), {}, "n1")
+    for record in (a, b):
+        store.txn([], [Put(record.key, record.to_bytes())])
+    sync.step()  # x/a and x/b in the kernel: the chain of x's policies exists
+    c = EndpointRecord("x", "c", "eth0", ("10.0.0.4",), {}, "n1")
+    store.txn([], [Put(c.key, c.to_bytes())])
+    started = sync.started
+    sync.settle(c.key, c.to_bytes(), timeout=0.01)
+    assert sync.metrics.at_once.value() == 1 and sync.wake.is_set()
+    wait = sync.step()
+    assert 0 < wait <= netpol_sync.AFTER_ADD and sync.started == started
+    time.sleep(wait)
+    sync.step()
+    assert sync.started == started + 1 and not sync.pins
+    d = EndpointRecord("x", "d", "eth0", ("10.0.0.5",), {}, "n1")
+    store.txn([], [Put(d.key, d.to_bytes())])
+    sync.settle(d.key, d.to_bytes(), timeout=0.01)  # put off again
+    assert sync.put_off is not None
+    waiting = threading.Thread(target=sync.wait_pass, args=(5.0, "a waiting ADD"))
+    waiting.start()
+    wait_for("wait_pass to call the put-off pass back", lambda: sync.put_off is None, 5)
+    sync.step()  # at once: a pass, not a wait
+    waiting.join(5)
+    assert not waiting.is_alive() and sync.started == started + 2
     store.close()
