@@ -13,14 +13,18 @@ them, as nft orders the same script.
 
 Values are nft text (``10.0.0.1 . tcp . 80``); a type is a tuple of datatype names, one per
 field of a concatenation; a map's data is a verdict, a value or a named counter (an object
-map's reference: NetworkPolicy's drop counters). Interval sets (start and end elements,
-merges) are not handled.
+map's reference: NetworkPolicy's drop counters). An element may carry a comment (the
+masquerade table's attachment tags). Of the interval sets only concatenations are handled
+(the kernel's pipapo sets: one element with a key and a key end, a field a prefix
+``10.0.0.0/24``, a range ``a-b`` or one value); an interval set of one field (start and end
+elements, merges) is not.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
+import ipaddress
 import os
 import socket
 import struct
@@ -43,6 +47,8 @@ NFPROTO = {"inet": 1, "ip": 2, "ip6": 10}
 # attribute numbers (linux/netfilter/nf_tables.h)
 LIST_TABLE, LIST_SET, LIST_ELEMENTS, LIST_ELEM = 1, 2, 3, 1
 ELEM_KEY, ELEM_DATA, ELEM_OBJREF, DATA_VALUE, DATA_VERDICT = 1, 2, 9, 1, 2
+ELEM_USERDATA, ELEM_KEY_END = 6, 10
+UDATA_ELEM_COMMENT = 0  # libnftnl's NFTNL_UDATA_SET_ELEM_COMMENT: type, length, text + NUL
 VERDICT_CODE, VERDICT_CHAIN = 1, 2
 OBJ_TABLE, OBJ_NAME, OBJ_TYPE, OBJ_DATA = 1, 2, 3, 4
 CHAIN_TABLE, CHAIN_NAME, RULE_TABLE, RULE_CHAIN, SET_TABLE, SET_NAME = 1, 3, 1, 2, 1, 2
@@ -54,7 +60,14 @@ PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1, "icmpv6": 58}
 VERDICT = ("verdict",)
 COUNTER = ("counter",)  # an object map's data: a named counter (``"dropped-in/x/a"``)
 #: each datatype's width in bytes (a field of a concatenation takes a multiple of 4)
-WIDTH = {"ipv4_addr": 4, "ipv6_addr": 16, "inet_proto": 1, "inet_service": 2, "host_u32": 4}
+WIDTH = {
+    "ipv4_addr": 4,
+    "ipv6_addr": 16,
+    "inet_proto": 1,
+    "inet_service": 2,
+    "host_u32": 4,
+    "ifname": 16,  # IFNAMSIZ: the name, zero-padded
+}
 DATATYPES = frozenset(WIDTH)
 #: elements per message: the element list is one attribute, whose length is 16 bits
 CHUNK = 256
@@ -68,21 +81,24 @@ class ElementError(Exception):
 @dataclass(frozen=True)
 class SetType:
     """A set's key datatypes and a map's data datatypes (``VERDICT``, ``COUNTER``; None: a
-    set)."""
+    set); ``interval``: a concatenation with ``flags interval``."""
 
     key: tuple[str, ...]
     data: tuple[str, ...] | None = None
+    interval: bool = False
 
 
 @dataclass(frozen=True)
 class ElementChange:
     """``verb`` (add | delete) these elements (key text, data text or None) of one set, or
-    ``flush`` it (every element; ``elements`` empty)."""
+    ``flush`` it (every element; ``elements`` empty). ``comments``: the added elements'
+    comments, in their order (empty: none; an empty one: that element has none)."""
 
     verb: str
     set: str
     type: SetType
     elements: tuple[tuple[str, str | None], ...]
+    comments: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,7 +158,18 @@ def _field_encoder(datatype: str, padded: bool = False) -> Callable[[str], bytes
         return functools.lru_cache(maxsize=8192)(
             lambda text: struct.pack("=I", _number(text, 0xFFFFFFFF))
         )
+    if datatype == "ifname":
+        return _ifname
     raise ElementError(f"no encoding for datatype {datatype}")
+
+
+def _ifname(text: str) -> bytes:
+    """An interface name as nft writes it (quoted or not): its bytes, zero-padded to 16."""
+    name = text[1:-1] if len(text) > 1 and text[0] == text[-1] == '"' else text
+    raw = name.encode()
+    if not 0 < len(raw) < WIDTH["ifname"] or b"\0" in raw:
+        raise ElementError(f"not an interface name: {text!r}")
+    return raw.ljust(WIDTH["ifname"], b"\0")
 
 
 def _protocol(text: str) -> int:
@@ -208,12 +235,50 @@ def encode_element(set_type: SetType, key: str, data: str | None) -> bytes:
     return _element_encoder(set_type)(key, data)
 
 
+def encode_comment(comment: str) -> bytes:
+    """An element's comment as its NFTA_SET_ELEM_USERDATA attribute (libnftnl's TLV)."""
+    text = comment.encode() + b"\0"
+    if len(text) > 255:
+        raise ElementError(f"a comment longer than 254 bytes: {comment[:40]!r}...")
+    return _attr(ELEM_USERDATA, bytes([UDATA_ELEM_COMMENT, len(text)]) + text)
+
+
+def _commented(element: bytes, comment: str) -> bytes:
+    """``element`` (an NFTA_LIST_ELEM) with ``comment`` added to its attributes."""
+    extra = encode_comment(comment)
+    return struct.pack("=HH", len(element) + len(extra), LIST_ELEM | NLA_F_NESTED) + (
+        element[4:] + extra
+    )
+
+
+def calc_span(types: Sequence[str], text: str) -> tuple[str, str]:
+    """A concatenation of an interval set as its first and last keys: each field a prefix
+    (``10.0.0.0/24``), a range (``a-b``) or one value."""
+    starts, ends = [], []
+    for datatype, part in zip(types, text.split(" . "), strict=False):
+        low, high = part, part
+        if datatype in ("ipv4_addr", "ipv6_addr") and "/" in part:
+            try:
+                net = ipaddress.ip_network(part)
+            except ValueError as exc:
+                raise ElementError(f"not a prefix: {part!r}") from exc
+            low, high = str(net.network_address), str(net.broadcast_address)
+        elif datatype != "ifname" and "-" in part:
+            low, _, high = part.partition("-")
+        starts.append(low)
+        ends.append(high)
+    return " . ".join(starts), " . ".join(ends)
+
+
 @functools.cache
 def _element_encoder(set_type: SetType) -> Callable[[str, str | None], bytes]:
     """``encode_element`` for one set type: every datatype has a fixed width, so the key's
     attribute headers are the same for every element and are packed once; a map's data
     is packed once per distinct value when it is a verdict or a counter (a few hundred
-    chains), with fixed headers when it is a value."""
+    chains), with fixed headers when it is a value. An interval set's element is its key
+    and its key end (``calc_span``)."""
+    if set_type.interval:
+        return _span_encoder(set_type)
     key_of = _value_encoder(set_type.key)
     key_head, key_pad = _value_head(ELEM_KEY, set_type.key)
     data_of = _data_encoder(set_type.data) if set_type.data is not None else None
@@ -229,6 +294,25 @@ def _element_encoder(set_type: SetType) -> Callable[[str, str | None], bytes]:
         return head.pack(4 + len(body), elem) + body
 
     return encode_one
+
+
+def _span_encoder(set_type: SetType) -> Callable[[str, str | None], bytes]:
+    if len(set_type.key) < 2 or set_type.data is not None:
+        raise ElementError(f"interval set of {set_type.key}: only a concatenation's is encoded")
+    key_of = _value_encoder(set_type.key)
+    key_head, key_pad = _value_head(ELEM_KEY, set_type.key)
+    end_head, end_pad = _value_head(ELEM_KEY_END, set_type.key)
+    head = struct.Struct("=HH")
+    elem = LIST_ELEM | NLA_F_NESTED
+
+    def encode_span(key: str, data: str | None) -> bytes:
+        if data is not None:
+            raise ElementError(f"{key!r}: a set's element has no data ({data!r})")
+        low, high = calc_span(set_type.key, key)
+        body = key_head + key_of(low) + key_pad + end_head + key_of(high) + end_pad
+        return head.pack(4 + len(body), elem) + body
+
+    return encode_span
 
 
 def _value_head(kind: int, types: tuple[str, ...]) -> tuple[bytes, bytes]:
@@ -266,9 +350,13 @@ def render_script(batch: ElementBatch) -> str:
         if change.verb == "flush":
             out.append(f"flush {kind} {t} {change.set}\n")
         elif change.elements:
+            add = change.verb == "add"
+            comments = change.comments if add else ()
             items = ", ".join(
-                k if v is None or change.verb == "delete" else f"{k} : {v}"
-                for k, v in sorted(change.elements)
+                (k if v is None or not add else f"{k} : {v}") + (f' comment "{c}"' if c else "")
+                for (k, v), c in sorted(
+                    zip(change.elements, comments or [""] * len(change.elements), strict=True)
+                )
             )
             out.append(f"{change.verb} element {t} {change.set} {{ {items} }}\n")
     chains = [r.name for r in batch.removals if r.kind == "chain"]
@@ -310,6 +398,13 @@ def calc_messages(
         kind = NFT_MSG_NEWSETELEM if add else NFT_MSG_DELSETELEM
         encode = _element_encoder(change.type)
         elements = [encode(k, v if add else None) for k, v in change.elements]
+        if add and change.comments:
+            if len(change.comments) != len(elements):
+                raise ElementError(f"{change.set}: not one comment per element")
+            elements = [
+                _commented(e, c) if c else e
+                for e, c in zip(elements, change.comments, strict=True)
+            ]
         for i in range(0, len(elements), CHUNK):
             out.append((kind, named + _nest(LIST_ELEMENTS, *elements[i : i + CHUNK])))
     out += _removal_messages(head, table, tuple(removals))
