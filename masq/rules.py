@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cni.spec.errors import InvalidConfig
+from kernel.nftelem import ElementBatch, ElementChange, SetType
 
 FAMILY = "inet"
 TABLE = "pycni-masq"
@@ -162,6 +163,24 @@ def describe_key(key: str) -> str:
     """An element's key in words: '10.22.0.2 on bridge pycni0'."""
     port, address = key.split(" . ")[:2]
     return f"{address} on bridge {port.strip(chr(34))}"
+
+
+def calc_element_batch(deletes: Iterable[Element], adds: Iterable[Element]) -> ElementBatch:
+    """``render_delete(deletes) + render_add(adds)`` as one netlink batch (``Nft.run_elements``):
+    no libnftables cache refill, which beside the Service proxy's 2,500 affinity sets cost
+    each attachment's ADD 4.5 ms and its DEL 5.2 ms (0.2-0.4 ms alone)."""
+    changes = []
+    ordered = sorted(deletes, key=lambda e: (e.set, e.key))
+    for verb, elements in (("delete", ordered), ("add", list(adds))):
+        by_set: dict[str, list[Element]] = {}
+        for elem in elements:
+            by_set.setdefault(elem.set, []).append(elem)
+        for name, found in by_set.items():
+            set_type = SetType(tuple(SET_TYPES[name]), None, name.startswith("nomasq"))
+            keys = tuple((e.key, None) for e in found)
+            comments = tuple(e.tag or "" for e in found) if verb == "add" else ()
+            changes.append(ElementChange(verb, name, set_type, keys, comments))
+    return ElementBatch(FAMILY, TABLE, tuple(changes))
 
 
 def render_add(elements: Iterable[Element]) -> str:

@@ -4,6 +4,10 @@ pycnid makes one ``MasqTable`` (``pycnid/wiring.py``) and lends it to both of th
 users: pycni-bridge's ipMasq adds and removes an attachment's elements (``add``, ``remove``,
 ``collect``), the overlay sets the cluster's pools it must leave alone (``ensure_cluster``).
 
+An attachment's elements are added and removed as one netlink batch (``Nft.run_elements``:
+no libnftables cache refill, several ms beside another table's thousands of sets); the
+table itself, the first time, and the cluster's pools are nft scripts.
+
 The kernel holds the truth. An in-memory index (tag -> elements), read from the kernel on
 first use, lets DEL remove an attachment's elements without listing the table; when a
 transaction fails because the kernel differs from the index (someone removed the table, an
@@ -33,6 +37,7 @@ from masq.rules import (
     FAMILY,
     TABLE,
     Element,
+    calc_element_batch,
     describe_key,
     elements_for,
     is_legacy,
@@ -148,10 +153,12 @@ class MasqTable:
             self._refuse_live(others, keys, index)
         stale_tags = others | ({tag} & index.keys())
         stale = [e for t in stale_tags for e in index[t]]
-        table = "" if self._table_ready else render_cluster(self.cluster())
-        script = table + render_delete(stale) + render_add(wanted)
-        self.nft.run(script)
-        self._table_ready = True
+        if self._table_ready:
+            self.nft.run_elements(calc_element_batch(stale, wanted))
+        else:
+            table = render_cluster(self.cluster())
+            self.nft.run(table + render_delete(stale) + render_add(wanted))
+            self._table_ready = True
         for t in stale_tags:
             index.pop(t, None)
         index[tag] = set(wanted)
@@ -178,7 +185,7 @@ class MasqTable:
         index = self._loaded()
         elems = index.get(tag)
         if elems:
-            self.nft.run(render_delete(elems))
+            self.nft.run_elements(calc_element_batch(elems, ()))
         index.pop(tag, None)
 
     def _read_kernel(self) -> dict[str, set[Element]]:

@@ -14,6 +14,7 @@ import pytest
 
 from cni.spec.errors import AddressConflict
 from kernel.nft import NftError
+from kernel.nftelem import ElementBatch
 from masq.rules import SET_TYPES
 from masq.table import MasqTable
 
@@ -38,6 +39,7 @@ class FakeNft:
         self.sets: dict[str, dict[str, str | None]] = {}
         self.types: dict = dict(SET_TYPES)
         self.scripts: list[str] = []
+        self.batches: list[ElementBatch] = []  # each also in ``scripts``, as its commands
         self.lists = 0
 
     def legacy(self, elements: dict[str, dict[str, str | None]]) -> None:
@@ -67,6 +69,21 @@ class FakeNft:
                 else:
                     del sets[name][key]
         self.table, self.sets, self.types = table, sets, types
+
+    def run_elements(self, batch: ElementBatch) -> None:
+        """The batch as the element commands it stands for, one per element (one
+        transaction: all or nothing, as ``run``)."""
+        assert (batch.family, batch.table) == ("inet", "pycni-masq") and not batch.removals
+        lines = []
+        for change in batch.changes:
+            comments = change.comments or ("",) * len(change.elements)
+            for (key, _data), tag in zip(change.elements, comments, strict=True):
+                note = f' comment "{tag}"' if tag else ""
+                lines.append(
+                    f"{change.verb} element inet pycni-masq {change.set} {{ {key}{note} }}"
+                )
+        self.batches.append(batch)
+        self.run("\n".join(lines) + "\n")
 
     def list_json(self, command: str, terse: bool = False) -> dict:
         self.lists += 1
@@ -153,6 +170,7 @@ def test_later_adds_and_removes_are_element_only_and_need_no_listing(nft):
     masq.remove("net/c1/eth0")
     assert nft.lists == lists
     assert all(not s.startswith("add table") for s in nft.scripts[1:])
+    assert len(nft.batches) == 2 == len(nft.scripts) - 1  # netlink batches, not scripts
     assert set(nft.tags()) == {"net/c2/eth0"}
 
 
