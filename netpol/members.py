@@ -56,6 +56,11 @@ class Grouping:
         self.clock = 0  # the last stamp given: stamps never repeat
         self.stamps: dict[str, int] = {}  # namespace -> the stamp of its Pods
         self.named_stamp = 0
+        #: the port names some policy's rule names, read from ``wanted_from`` (the inputs'
+        #: policies): only those of a Pod's named ports are elements (``named_in``)
+        self.wanted: frozenset[str] = frozenset()
+        self.wanted_from: tuple[NetworkPolicy, ...] | None = None
+        self.kept_ports: dict[tuple[NamedPort, ...], tuple[NamedPort, ...]] = {}
         self.local_node: str | None = None
         self.local_in: dict[str, tuple[PodInfo, ...]] = {}  # namespace -> its Pods on the node
         self.local: tuple[PodInfo, ...] | None = None  # every one, by ref; None: to compute
@@ -70,6 +75,13 @@ class Grouping:
         if inputs.namespaces != self.labels:
             self.picks.clear()
             self.labels = inputs.namespaces
+        if inputs.policies is not self.wanted_from:
+            self.wanted_from = inputs.policies
+            wanted = named_port_names(inputs.policies)
+            if wanted != self.wanted:  # every namespace's elements computed again
+                self.wanted, self.kept_ports = wanted, {}
+                self.named.clear()
+                self.named_stamp = self.tick()
 
     def tick(self) -> int:
         self.clock += 1
@@ -149,19 +161,41 @@ class Grouping:
         return found
 
     def named_in(self, ns: str) -> dict[NamedKey, tuple[str, ...]]:
-        """The named-port elements of the Pods of ``ns``, by (name, protocol, family)."""
+        """The named-port elements of the Pods of ``ns``, by (name, protocol, family), of
+        the names some policy uses (``wanted``): a Pod's other named ports are in no set, and
+        their elements were a third of the strings held at 10,000 Pods with three named
+        ports."""
         found = self.named.get(ns)
         if found is None:
             named: dict[NamedKey, list[str]] = defaultdict(list)
             for pod in self.by_namespace.get(ns, ()):
-                if pod.ports:
+                ports = self.wanted_ports(pod.ports) if pod.ports else ()
+                if ports:
                     v4, v6 = pod.families
-                    keys = calc_named_keys(pod.ports, len(v4), len(v6))
-                    elements = calc_named_elements(pod.ports, pod.ips)
+                    keys = calc_named_keys(ports, len(v4), len(v6))
+                    elements = calc_named_elements(ports, pod.ips)
                     for key, element in zip(keys, elements, strict=True):
                         named[key].append(element)
             found = self.named[ns] = {k: tuple(v) for k, v in named.items()}
         return found
+
+    def wanted_ports(self, ports: tuple[NamedPort, ...]) -> tuple[NamedPort, ...]:
+        """``ports`` of the ``wanted`` names, in order: one tuple per distinct ports."""
+        kept = self.kept_ports.get(ports)
+        if kept is None:
+            kept = self.kept_ports[ports] = tuple(p for p in ports if p.name in self.wanted)
+        return kept
+
+
+def named_port_names(policies: Iterable[NetworkPolicy]) -> frozenset[str]:
+    """The port names the rules of ``policies`` use."""
+    return frozenset(
+        port.port
+        for policy in policies
+        for rule in (*policy.ingress, *policy.egress)
+        for port in rule.ports
+        if isinstance(port.port, str)
+    )
 
 
 RESORT = 64  # more replaced at once than this: sort them all again

@@ -7,6 +7,7 @@ answers exactly what one made for each pass's inputs answers."""
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from netpol import evaluate
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, _ip, peer_matches
 from netpol.members import Grouping, Members, addresses
-from netpol.policy import NetworkPolicy, Peer
+from netpol.policy import NetworkPolicy, Peer, PolicyPort, Rule
 from netpol.selector import LabelSelector, Requirement
 
 KEYS, VALUES, NAMESPACES = ("app", "tier"), ("a", "b"), ("x", "y", "z")
@@ -74,10 +75,30 @@ def test_peer_addresses_are_the_pods_peer_matches_accepts(
     assert set(Members(inputs).peer_addresses(policy, picked, family)) == expected
 
 
+def naming(inputs: PolicyInputs, *names: str) -> PolicyInputs:
+    """``inputs`` with a policy whose ingress rule names the ports ``names``."""
+    ports = tuple(PolicyPort(port=name) for name in names)
+    policy = NetworkPolicy("x", "named", ingress=(Rule(ports=ports),))
+    return replace(inputs, policies=(*inputs.policies, policy))
+
+
 def test_a_name_given_twice_resolves_to_the_first() -> None:
     ports = (NamedPort("http", "TCP", 53), NamedPort("http", "TCP", 80))
-    inputs = PolicyInputs((PodInfo("x", "a", ("10.0.0.1",), {}, "n1", ports),))
+    inputs = naming(PolicyInputs((PodInfo("x", "a", ("10.0.0.1",), {}, "n1", ports),)), "http")
     assert Members(inputs).named_port("http", "TCP", 4) == ("10.0.0.1 . tcp . 53",)
+
+
+def test_only_the_names_a_policy_uses_are_elements_and_a_new_one_moves_the_stamp() -> None:
+    ports = (NamedPort("http", "TCP", 80), NamedPort("dns", "UDP", 53))
+    pods = (PodInfo("x", "a", ("10.0.0.1",), {}, "n1", ports),)
+    grouping = Grouping()
+    http = Members(naming(PolicyInputs(pods), "http"), grouping)
+    assert grouping.named_in("x") == {("http", "TCP", 4): ("10.0.0.1 . tcp . 80",)}
+    assert http.named_port("dns", "UDP", 4) == ()
+    stamp = grouping.named_stamp
+    both = Members(naming(PolicyInputs(pods), "http", "dns"), grouping)
+    assert grouping.named_stamp > stamp  # the sets read under the old stamp are computed again
+    assert both.named_port("dns", "UDP", 4) == ("10.0.0.1 . udp . 53",)
 
 
 @settings(max_examples=100, deadline=None)
@@ -92,7 +113,7 @@ def test_named_ports_resolve_where_the_pod_does(
         for ip in pod.ips
         if "." in ip
     }
-    assert set(Members(inputs).named_port(name, protocol, 4)) == expected
+    assert set(Members(naming(inputs, name)).named_port(name, protocol, 4)) == expected
 
 
 def test_a_pods_addresses_are_parsed_once_per_pod_and_canonical(monkeypatch) -> None:
