@@ -202,6 +202,14 @@ class SqliteStore:
         with self._cursor() as conn:
             return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
+    def release_cache(self) -> None:
+        """Give the connection's page cache back (``PRAGMA shrink_memory``). After a whole
+        read of a prefix it holds up to SQLite's default 2,000 KiB of pages the next small
+        read does not need: a pycnid that read 10,000 endpoint records and 1,000 policies for
+        NetworkPolicy kept 1.8 MiB more. Those pages are in the kernel's file cache still."""
+        with self._cursor() as conn:
+            conn.execute("PRAGMA shrink_memory")
+
     def status(self) -> None:
         """Prove the store can take the write lock now (a read-only or broken file cannot)."""
         try:

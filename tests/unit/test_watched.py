@@ -1,6 +1,7 @@
 """WatchedPrefixes over a store without watches (SQLite): generated runs of txns (by pycnid's
 connection and by another one to the same file, as the CLI writes) and ``ensure`` calls keep
-the view equal to the store's prefixes after every ``ensure``. The store is read whole once;
+the view equal to the store's prefixes after every ``ensure``. The store is read whole once
+(and then asked to give its page cache back);
 after that it is asked what changed exactly when its revision moved (a txn that changes
 nothing, such as the delete of an absent key, does not move it), and the view gets only those
 puts and deletes; a store that cannot tell what changed is read whole again
@@ -53,7 +54,11 @@ class View:
 class CountingStore(SqliteStore):
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        self.reads = self.asked = 0
+        self.reads = self.asked = self.released = 0
+
+    def release_cache(self) -> None:
+        self.released += 1
+        super().release_cache()
 
     def range(self, prefix: str, **kw):
         self.reads += 1
@@ -84,15 +89,18 @@ def test_ensure_reads_what_changed_exactly_when_the_store_moved(steps, tells):
         watched = WatchedPrefixes(store, PREFIXES, view, threading.Lock(), lambda _c: None)
         assert not watched.can_watch
         watched.ensure()
-        assert (store.reads, view.applied) == (len(PREFIXES), 0)
+        assert (store.reads, view.applied, store.released) == (len(PREFIXES), 0, 1)
         read_at = store.revision()
         for verb, key, value in steps:
             if verb == "ensure":
                 reads, asked, moved = store.reads, store.asked, store.revision() != read_at
+                released = store.released
                 watched.ensure()
                 whole, changes = (0, len(PREFIXES)) if tells else (len(PREFIXES), 0)
                 assert store.reads - reads == (whole if moved else 0)
                 assert store.asked - asked == (changes if moved else 0)
+                # the page cache given back after each whole read, not after a read of changes
+                assert store.released - released == (1 if moved and not tells else 0)
                 assert view.kvs == contents(store)
                 read_at = store.revision()
             else:
