@@ -189,13 +189,7 @@ class Grouping:
 
 def named_port_names(policies: Iterable[NetworkPolicy]) -> frozenset[str]:
     """The port names the rules of ``policies`` use."""
-    return frozenset(
-        port.port
-        for policy in policies
-        for rule in (*policy.ingress, *policy.egress)
-        for port in rule.ports
-        if isinstance(port.port, str)
-    )
+    return frozenset().union(*(policy.port_names for policy in policies))
 
 
 RESORT = 64  # more replaced at once than this: sort them all again

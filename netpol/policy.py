@@ -121,6 +121,16 @@ class NetworkPolicy:
     def ref(self) -> str:  # a sort key of every pass: made once
         return f"{self.namespace}/{self.name}"
 
+    @functools.cached_property
+    def port_names(self) -> frozenset[str]:
+        """The named ports its rules use (read by every pass after a policy changed)."""
+        return frozenset(
+            port.port
+            for rule in (*self.ingress, *self.egress)
+            for port in rule.ports
+            if isinstance(port.port, str)
+        )
+
     def isolates(self, direction: str) -> bool:
         return direction in self.policy_types
 
