@@ -154,8 +154,9 @@ class PodCache:
 
     def __init__(self) -> None:
         self.seen: dict[str, EndpointRecord] = {}
-        #: each Pod's record keys, sorted (a tuple: 10,000 sets of one key held ~2 MiB)
-        self.keys: dict[Group, tuple[str, ...]] = {}
+        #: each Pod's record keys, sorted (``keys_of``): the key itself for a Pod of one record
+        #: (10,000 sets of one key held ~2 MiB, tuples of one 0.5 MiB)
+        self.keys: dict[Group, str | tuple[str, ...]] = {}
         self.order = KeyedOrder[Group, PodInfo]()  # each Pod by ref and by namespace
 
     @property
@@ -179,17 +180,17 @@ class PodCache:
             if old is not None:
                 group = (old.namespace, old.pod)
                 stale.add(group)
-                self.keys[group] = tuple(k for k in self.keys[group] if k != key)
+                self.set_keys(group, [k for k in self.keys_of(group) if k != key])
             if new is not None:
                 group = (new.namespace, new.pod)
                 stale.add(group)
-                self.keys[group] = tuple(sorted({*self.keys.get(group, ()), key}))
+                self.set_keys(group, sorted({*self.keys_of(group), key}))
                 self.seen[key] = new
             else:
                 del self.seen[key]
         pods: dict[Group, PodInfo | None] = {}
         for group in stale:
-            keys = self.keys.get(group)
+            keys = self.keys_of(group)
             if keys:
                 pods[group] = calc_pod([endpoints[k] for k in keys])
             else:
@@ -197,3 +198,10 @@ class PodCache:
                 pods[group] = None
         self.order.follow(pods, stale)
         return self.sorted
+
+    def keys_of(self, group: Group) -> tuple[str, ...]:
+        held = self.keys.get(group, ())
+        return (held,) if isinstance(held, str) else held
+
+    def set_keys(self, group: Group, keys: list[str]) -> None:
+        self.keys[group] = keys[0] if len(keys) == 1 else tuple(keys)
