@@ -79,7 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--runs", type=int, default=3, help="full syncs, each in a fresh netns")
     add("--labels", type=int, default=10, help="Pod label changes timed")
     add("--changes", type=int, default=20, help="policy changes timed across nodes")
-    add("--adds", type=int, default=20, help="ADDs timed, enforcing and not")
+    add("--adds", type=int, default=60, help="ADDs timed, enforcing and not")
     add("--connects", type=int, default=2000, help="TCP connects a first-packet figure")
     add("--rounds", type=int, default=3, help="first-packet states measured in turn")
     add("--svc-services", type=int, default=10000, help="Services of the proxy's anchor")
