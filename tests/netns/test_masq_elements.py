@@ -8,20 +8,14 @@ batch that deletes them leaves the table as the script's delete does."""
 from __future__ import annotations
 
 import ipaddress
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.fixtures.netns import new_netns
+from tests.fixtures.netns import program_in_netns
 
 pytestmark = pytest.mark.netns
-ROOT = Path(__file__).resolve().parents[2]
 IN_NETNS = """
 import ipaddress, json, sys
 from kernel.nft import Nft, NftError
@@ -69,23 +63,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def run_cases():
-    if os.geteuid() != 0:
-        pytest.skip("needs root for network namespaces")
-    ns = new_netns("masqel")
-
-    def run(cases: list) -> list[dict]:
-        out = subprocess.run(
-            ["ip", "netns", "exec", ns.name, sys.executable, "-c", IN_NETNS],
-            input=json.dumps(cases),
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            check=True,
-        )
-        return json.loads(out.stdout)
-
-    yield run
-    ns.delete()
+    yield from program_in_netns("masqel", IN_NETNS)
 
 
 BRIDGES = st.text("abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=15).filter(

@@ -5,18 +5,13 @@ heap does not take the parse of a large transaction (its peak RSS is the child's
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.fixtures.netns import new_netns
+from tests.fixtures.netns import new_netns, run_json_in
 
 pytestmark = pytest.mark.netns
-ROOT = Path(__file__).resolve().parents[2]
 TABLE = "pycni-apart"
 SCRIPT = f"""add table ip {TABLE}
 add map ip {TABLE} m {{ type ipv4_addr . inet_service : ipv4_addr . inet_service; }}
@@ -67,15 +62,7 @@ def run_in_netns():
     def run(case: str, script: str, listed: bool = True) -> dict:
         ns = new_netns("apart")
         made.append(ns)
-        out = subprocess.run(
-            ["ip", "netns", "exec", ns.name, sys.executable, "-c", IN_NETNS],
-            input=json.dumps([case, script, listed]),
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            check=True,
-        )
-        return json.loads(out.stdout)
+        return run_json_in(ns, IN_NETNS, [case, script, listed])
 
     yield run
     for ns in made:

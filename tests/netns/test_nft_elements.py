@@ -8,21 +8,15 @@ the kernel refuses applies nothing, as a refused script."""
 from __future__ import annotations
 
 import ipaddress
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from services.proxy.render import PREFIX, calc_element_types
-from tests.fixtures.netns import new_netns
+from tests.fixtures.netns import program_in_netns
 
 pytestmark = pytest.mark.netns
-ROOT = Path(__file__).resolve().parents[2]
 CHAINS = ("lb-1", "np-lb-2", "sc-lb-3", "reject-chain")
 IN_NETNS = """
 import json, sys
@@ -75,23 +69,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def run_cases():
-    if os.geteuid() != 0:
-        pytest.skip("needs root for network namespaces")
-    ns = new_netns("elem")
-
-    def run(cases: list) -> list[dict]:
-        out = subprocess.run(
-            ["ip", "netns", "exec", ns.name, sys.executable, "-c", IN_NETNS],
-            input=json.dumps(cases),
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            check=True,
-        )
-        return json.loads(out.stdout)
-
-    yield run
-    ns.delete()
+    yield from program_in_netns("elem", IN_NETNS)
 
 
 def field(datatype: str) -> st.SearchStrategy[str]:

@@ -218,13 +218,9 @@ class FakeNft:
         """Nothing kept: no cache to give back."""
 
 
-def test_a_pod_isolated_at_once_stays_isolated_through_a_pass_that_read_before_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """x/b's ADD comes while a pass computes its layout from inputs read before x/b: the ADD
-    isolates x/b at once (x/a made the chain of its policy), and the pass commits its layout
-    with x/b's entries laid over it (pins), not without them; a later pass reads x/b itself
-    and the pins go."""
+def deny_all_in_x(tmp_path: Path) -> tuple[SqliteStore, NetpolSync]:
+    """A store with policy x/deny (every Pod of x isolated, nothing allowed) and a sync of
+    node n1 over it, its kernel faked."""
     store = SqliteStore(str(tmp_path / "store.db"))
     deny = parse_policy(
         {
@@ -237,6 +233,17 @@ def test_a_pod_isolated_at_once_stays_isolated_through_a_pass_that_read_before_i
     store.txn([], [Put(netpol_key("x", "deny"), encode(deny.to_dict()))])
     sync = NetpolSync("n1", store, Registry(), local_addresses=lambda: ())
     sync.nft = cast(Nft, FakeNft())
+    return store, sync
+
+
+def test_a_pod_isolated_at_once_stays_isolated_through_a_pass_that_read_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x/b's ADD comes while a pass computes its layout from inputs read before x/b: the ADD
+    isolates x/b at once (x/a made the chain of its policy), and the pass commits its layout
+    with x/b's entries laid over it (pins), not without them; a later pass reads x/b itself
+    and the pins go."""
+    store, sync = deny_all_in_x(tmp_path)
     a = EndpointRecord("x", "a", "eth0", ("10.0.0.2",), {}, "n1")
     b = EndpointRecord("x", "b", "eth0", ("10.0.0.3",), {}, "n1")
     store.txn([], [Put(a.key, a.to_bytes())])  # pycni-svc writes the record, then settles
@@ -271,18 +278,7 @@ def test_the_pass_after_an_add_isolated_at_once_waits_for_the_add_to_answer(
     """x/b isolated at once (x/a made its chain): the pass that adds the rest does not begin
     within ``AFTER_ADD`` (a step then is no pass, and says how long to wait), then does; an
     ADD that waits for a pass (``wait_pass``) is never put off."""
-    store = SqliteStore(str(tmp_path / "store.db"))
-    deny = parse_policy(
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {"namespace": "x", "name": "deny"},
-            "spec": {"podSelector": {}},
-        }
-    )
-    store.txn([], [Put(netpol_key("x", "deny"), encode(deny.to_dict()))])
-    sync = NetpolSync("n1", store, Registry(), local_addresses=lambda: ())
-    sync.nft = cast(Nft, FakeNft())
+    store, sync = deny_all_in_x(tmp_path)
     a = EndpointRecord("x", "a", "eth0", ("10.0.0.2",), {}, "n1")
     b = EndpointRecord("x", "b", "eth0", ("10.0.0.3",), {}, "n1")
     for record in (a, b):
