@@ -89,7 +89,12 @@ class Nft:
         with self._lock:
             try:
                 messages = calc_messages(
-                    batch.family, batch.table, batch.changes, batch.counters, batch.removals
+                    batch.family,
+                    batch.table,
+                    batch.changes,
+                    batch.counters,
+                    batch.removals,
+                    batch.chains,
                 )
                 if self._elements is None:
                     self._elements = ElementSocket()

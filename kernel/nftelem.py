@@ -37,7 +37,8 @@ NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 16, 17
 NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
 NFT_MSG_NEWOBJ, NFT_MSG_GETOBJ, NFT_MSG_DELOBJ = 18, 19, 20
 NFT_MSG_DELCHAIN, NFT_MSG_DELRULE, NFT_MSG_DELSET = 5, 8, 11
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP, NLM_F_CREATE = 0x1, 0x4, 0x300, 0x400
+NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE = 3, 6
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP, NLM_F_CREATE, NLM_F_APPEND = 0x1, 0x4, 0x300, 0x400, 0x800
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 SOL_NETLINK, NETLINK_CAP_ACK = 270, 10
 SO_SNDBUFFORCE = 32  # socket(7); the socket module does not name it
@@ -52,8 +53,10 @@ UDATA_ELEM_COMMENT = 0  # libnftnl's NFTNL_UDATA_SET_ELEM_COMMENT: type, length,
 VERDICT_CODE, VERDICT_CHAIN = 1, 2
 OBJ_TABLE, OBJ_NAME, OBJ_TYPE, OBJ_DATA = 1, 2, 3, 4
 CHAIN_TABLE, CHAIN_NAME, RULE_TABLE, RULE_CHAIN, SET_TABLE, SET_NAME = 1, 3, 1, 2, 1, 2
+RULE_EXPRESSIONS = 4
 OBJECT_COUNTER, COUNTER_BYTES, COUNTER_PACKETS = 1, 1, 2
-CREATING = frozenset({NFT_MSG_NEWSETELEM, NFT_MSG_NEWOBJ})  # sent with NLM_F_CREATE
+CREATING = frozenset({NFT_MSG_NEWSETELEM, NFT_MSG_NEWOBJ, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE})
+APPENDING = frozenset({NFT_MSG_NEWRULE})  # sent with NLM_F_APPEND too: after the chain's last
 VERDICTS = {"drop": 0, "accept": 1, "continue": -1, "return": -5}
 JUMPS = {"jump": -3, "goto": -4}
 PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1, "icmpv6": 58}
@@ -111,6 +114,17 @@ class CounterChange:
 
 
 @dataclass(frozen=True)
+class NewChain:
+    """A regular chain added with its rules (``rules``: nft text, for the script the batch
+    stands for; ``expressions``: each rule's NFTA_RULE_EXPRESSIONS, ``kernel/nftrule.py``),
+    before the element changes, whose verdicts may jump to it."""
+
+    name: str
+    rules: tuple[str, ...]
+    expressions: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
 class Removal:
     """A chain (its rules flushed first), set or map of the table deleted (``kind``: chain |
     set | map): once the element changes took the references to it away."""
@@ -122,15 +136,17 @@ class Removal:
 @dataclass(frozen=True)
 class ElementBatch:
     """Element changes of one table, applied together (``Nft.run_elements``); ``counters``:
-    named counters added before them and deleted after them; ``removals``: chains, then sets
-    and maps, deleted after them (before the counters), as ``nft`` runs ``flush chain``,
-    ``delete chain``, ``delete set``."""
+    named counters added before them and deleted after them; ``chains``: added with their
+    rules after the counters, before the elements; ``removals``: chains, then sets and maps,
+    deleted after them (before the counters), as ``nft`` runs ``flush chain``, ``delete
+    chain``, ``delete set``."""
 
     family: str  # ip | ip6 | inet
     table: str
     changes: tuple[ElementChange, ...]
     counters: tuple[CounterChange, ...] = ()
     removals: tuple[Removal, ...] = ()
+    chains: tuple[NewChain, ...] = ()
 
 
 def encode_field(datatype: str, text: str) -> bytes:
@@ -345,6 +361,8 @@ def render_script(batch: ElementBatch) -> str:
     a plan shown whole), each set's elements sorted by key."""
     t = f"{batch.family} {batch.table}"
     out = [f"add counter {t} {c.name}\n" for c in batch.counters if c.verb == "add"]
+    out += [f"add chain {t} {c.name}\n" for c in batch.chains]
+    out += [f"add rule {t} {c.name} {r}\n" for c in batch.chains for r in c.rules]
     for change in batch.changes:
         kind = "set" if change.type.data is None else "map"
         if change.verb == "flush":
@@ -373,6 +391,7 @@ def calc_messages(
     changes: Iterable[ElementChange],
     counters: Iterable[CounterChange] = (),
     removals: Iterable[Removal] = (),
+    chains: Iterable[NewChain] = (),
 ) -> list[tuple[int, bytes]]:
     """The batch's messages, (NFT_MSG_* type, body without the netlink header): the counters
     added, then one message per CHUNK elements of a set (a flush is one DELSETELEM naming no
@@ -385,6 +404,11 @@ def calc_messages(
     if any(c.verb not in ("add", "delete") for c in counters):
         raise ElementError(f"no such counter verb: {[c.verb for c in counters]}")
     out = [_counter_message(head, names, c) for c in counters if c.verb == "add"]
+    for chain in chains:
+        named = _attr(CHAIN_TABLE, _name(table)) + _attr(CHAIN_NAME, _name(chain.name))
+        out.append((NFT_MSG_NEWCHAIN, head + named))
+        rule_of = head + _attr(RULE_TABLE, _name(table)) + _attr(RULE_CHAIN, _name(chain.name))
+        out += [(NFT_MSG_NEWRULE, rule_of + e) for e in chain.expressions]
     for change in changes:
         if change.verb not in VERBS:
             raise ElementError(f"no such element verb: {change.verb}")
@@ -481,6 +505,7 @@ class ElementSocket:
         batch = [_header(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, first, _batch_body())]
         for i, (kind, body) in enumerate(messages):
             flags = NLM_F_REQUEST | (NLM_F_CREATE if kind in CREATING else 0)
+            flags |= NLM_F_APPEND if kind in APPENDING else 0
             flags |= NLM_F_ACK if i == len(messages) - 1 else 0
             type_ = (NFNL_SUBSYS_NFTABLES << 8) | kind
             batch.append(_header(type_, flags, first + 1 + i, body))

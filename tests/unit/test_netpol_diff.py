@@ -229,8 +229,12 @@ def test_a_pass_without_change_sends_nothing_and_a_change_only_its_diff(
     assert ("10.0.0.2", entries["10.0.0.1"]) in [e for c in batch.changes for e in c.elements]
     assert [c.name for c in batch.counters] == ["dropped-in/x/b"]
     netpol.records.apply(KV(netpol_key("x", "from-web"), encode(FROM_WEB), 1, 1))
-    assert netpol.sync()  # a new chain: nft's script, no flush of the table
-    assert len(nft.scripts) == 2 and "flush table" not in nft.scripts[1]
+    assert netpol.sync()  # a new chain whose rules kernel/nftrule.py takes: the batch's
+    assert len(nft.scripts) == 1 and [c.name[:3] for c in nft.batches[-1].chains] == ["in-"]
+    [chain] = nft.batches[-1].chains
+    assert chain.rules == tuple(netpol.layout.chains[chain.name]) and len(
+        chain.expressions
+    ) == len(chain.rules)
     assert netpol.metrics.syncs.value() == 3 and nft.released == 1  # updates keep the cache
 
 
