@@ -356,7 +356,7 @@ def measure(box: Sandbox, cni_bin: str, sizes: records.Sizes, args: Any) -> dict
     node, not enforcing (``measure_adds``)."""
     node = make_node(box, cni_bin, sizes)
     anchor = make_node(box, cni_bin, sizes, "np-anchor")
-    anchor.pids = node.pids
+    anchor.pids = node.pids  # one list: the report's residue check covers both pycnids
     undo: list = []
     try:
         out: dict = {"on": {}, "off": {}, "pids": node.pids}

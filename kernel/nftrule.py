@@ -1,7 +1,7 @@
-"""A chain and its rules as netlink messages, for the few rule shapes NetworkPolicy's shape
-chains are made of (``netpol/render.py``), so that a new chain can go in the element batch
-(``kernel/nftelem.py``) instead of a libnftables script, which first re-reads the table's
-declarations (~1.2 ms of a relabel's pass at 1,000 policies).
+"""A rule's netlink expressions, for the few rule shapes NetworkPolicy's shape chains are
+made of (``netpol/render.py``), so that a new chain can go in the element batch
+(``kernel/nftelem.py`` ``NewChain``) instead of a libnftables script, which first re-reads
+the table's declarations (~1.2 ms of a relabel's pass at 1,000 policies).
 
 A rule is nft text; the expressions are the ones nft 1.0.6 writes for the same text
 (``nft --debug=netlink``), so the kernel lists both alike (tests/netns/test_nft_rules.py):
@@ -111,13 +111,13 @@ def encode_rule(rule: str) -> bytes | None:
     if not words or words[-1] not in ("return", "drop", "accept"):
         return _encode_objref(rule)
     body, verdict = " ".join(words[:-1]), words[-1]
-    out: list[bytes] = []
-    checked: set[str] = set()
     if body == "counter":
         return _nest(RULE_EXPRESSIONS, _counter(), _verdict(verdict))
     terms = TERM.findall(body)
     if " ".join(terms) != body:
         return None
+    out: list[bytes] = []
+    checked: set[str] = set()  # the families whose nfproto the rule checked already
     for term in terms:
         parts = _encode_term(term, checked)
         if parts is None:
@@ -126,14 +126,18 @@ def encode_rule(rule: str) -> bytes | None:
     return _nest(RULE_EXPRESSIONS, *out, _verdict(verdict))
 
 
+def _nfproto_once(family: str, checked: set[str]) -> list[bytes]:
+    """The family's check, unless the rule made it already (nft writes it once)."""
+    if family in checked:
+        return []
+    checked.add(family)
+    return _nfproto(family)
+
+
 def _encode_term(term: str, checked: set[str]) -> list[bytes] | None:
-    out: list[bytes] = []
     if found := ADDRESS.match(term):
         family, which, name = found.groups()
-        if family not in checked:
-            out += _nfproto(family)
-            checked.add(family)
-        return [*out, _address(family, which), _lookup(name)]
+        return [*_nfproto_once(family, checked), _address(family, which), _lookup(name)]
     if found := PORTS.match(term):
         order = _expr(
             "byteorder",
@@ -147,12 +151,9 @@ def _encode_term(term: str, checked: set[str]) -> list[bytes] | None:
         return [_meta(META_L4PROTO, 1), order, dport, _lookup(found.group(1))]
     if found := NAMED.match(term):
         family, name = found.groups()
-        if family not in checked:
-            out += _nfproto(family)
-            checked.add(family)
         proto_reg, port_reg = CONCAT_REGS[family]
         return [
-            *out,
+            *_nfproto_once(family, checked),
             _address(family, "daddr"),
             _meta(META_L4PROTO, proto_reg),
             _payload(TRANSPORT_HEADER, 2, 2, port_reg),
