@@ -2,11 +2,15 @@
 rule shape NetworkPolicy's shape chains use (both families, peers alone, ports alone, named
 ports, both, the drop counter's object map, the final counted drop) is made once by nft's
 script and once as a netlink batch (``NewChain`` in ``ElementBatch``), and the kernel lists
-the two alike. A rule outside those shapes is not encoded (the caller keeps the script)."""
+the two alike; so are chains of rules generated from those shapes' grammar. A rule outside
+those shapes is not encoded (the caller keeps the script), and no text makes the encoder
+raise."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from kernel.nftrule import encode_rule
 from tests.fixtures.netns import program_in_netns
@@ -49,6 +53,7 @@ from kernel.nftrule import encode_rule
 
 declarations, rules = json.loads(sys.stdin.read())
 nft = Nft()
+nft.run("table inet t\\ndelete table inet t\\n")  # an earlier case's, in this netns
 
 
 def listing():
@@ -91,3 +96,47 @@ def test_every_shape_lists_as_nfts_own(run_case):
 )
 def test_a_rule_outside_the_shapes_is_not_encoded(rule):
     assert encode_rule(rule) is None
+
+
+@st.composite
+def shaped_rule(draw) -> str:
+    """A rule of the shapes: an address term, then a ports or named-port term (each
+    optional), then a verdict; or the object map's counter; or the counted drop."""
+    kind = draw(st.sampled_from(["terms", "objref", "counter"]))
+    family = draw(st.sampled_from(["ip", "ip6"]))
+    v = "4" if family == "ip" else "6"
+    which = draw(st.sampled_from(["saddr", "daddr"]))
+    if kind == "objref":
+        return f"counter name {family} {which} map @dropcnt-in{v}"
+    if kind == "counter":
+        return "counter drop"
+    terms = []
+    if draw(st.booleans()):
+        peers = draw(st.sampled_from([f"pods{v}", f"blocks{v}"]))
+        terms.append(f"{family} {which} @{peers}")
+    ports = draw(st.sampled_from(["", "ports", "named"]))
+    if ports == "ports":
+        terms.append("meta l4proto . th dport @ports")
+    elif ports == "named":
+        terms.append(f"{family} daddr . meta l4proto . th dport @named{v}")
+    return " ".join([*terms, draw(st.sampled_from(["return", "drop", "accept"]))])
+
+
+# no shrinking: each example is a process in the netns; a failure names its rules
+@settings(
+    max_examples=6,
+    deadline=None,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(st.lists(shaped_rule(), min_size=1, max_size=12))
+def test_generated_rules_of_the_shapes_list_as_nfts_own(run_case, rules):
+    assert all(encode_rule(rule) is not None for rule in rules), rules
+    answer = run_case([DECLARATIONS, rules])
+    assert answer["batch"] == answer["script"], rules
+
+
+@given(st.text(max_size=80) | shaped_rule().map(lambda r: r.replace(" ", "  ", 1)))
+def test_no_text_makes_the_encoder_raise(text):
+    found = encode_rule(text)
+    assert found is None or isinstance(found, bytes)
