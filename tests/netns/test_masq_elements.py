@@ -10,10 +10,10 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fixtures.netns import program_in_netns
+from tests.fixtures.netns import in_netns_examples, program_in_netns
 
 pytestmark = pytest.mark.netns
 IN_NETNS = """
@@ -94,13 +94,7 @@ def attachments(draw) -> list:
     return out
 
 
-# no shrinking: each example is a process in the netns; a failure names its case
-@settings(
-    max_examples=6,
-    deadline=None,
-    phases=(Phase.explicit, Phase.reuse, Phase.generate),
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@in_netns_examples(6)
 @given(st.lists(attachments(), min_size=5, max_size=5))
 def test_a_batch_lists_as_the_script_of_the_same_attachments(run_cases, cases):
     for given_case, answer in zip(cases, run_cases(cases), strict=True):

@@ -10,11 +10,11 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from services.proxy.render import PREFIX, calc_element_types
-from tests.fixtures.netns import program_in_netns
+from tests.fixtures.netns import in_netns_examples, program_in_netns
 
 pytestmark = pytest.mark.netns
 CHAINS = ("lb-1", "np-lb-2", "sc-lb-3", "reject-chain")
@@ -115,13 +115,7 @@ def case(draw, family: int) -> tuple:
     return family, as_list(first, first), as_list(first, gone), as_list(adds, adds)
 
 
-# no shrinking: each example is a process in the netns (~1 s); a failure names its case
-@settings(
-    max_examples=8,
-    deadline=None,
-    phases=(Phase.explicit, Phase.reuse, Phase.generate),
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@in_netns_examples(8)
 @given(st.lists(case(4), min_size=4, max_size=4), st.lists(case(6), min_size=4, max_size=4))
 def test_a_batch_lists_as_the_script_of_the_same_changes(run_cases, v4, v6):
     """Both take the same changes, or both refuse them (the kernel refuses some keys, as an

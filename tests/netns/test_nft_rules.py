@@ -9,11 +9,11 @@ raise."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel.nftrule import encode_rule
-from tests.fixtures.netns import program_in_netns
+from tests.fixtures.netns import in_netns_examples, program_in_netns
 
 pytestmark = pytest.mark.netns
 DECLARATIONS = """add table inet t
@@ -122,13 +122,7 @@ def shaped_rule(draw) -> str:
     return " ".join([*terms, draw(st.sampled_from(["return", "drop", "accept"]))])
 
 
-# no shrinking: each example is a process in the netns; a failure names its rules
-@settings(
-    max_examples=6,
-    deadline=None,
-    phases=(Phase.explicit, Phase.reuse, Phase.generate),
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@in_netns_examples(6)
 @given(st.lists(shaped_rule(), min_size=1, max_size=12))
 def test_generated_rules_of_the_shapes_list_as_nfts_own(run_case, rules):
     assert all(encode_rule(rule) is not None for rule in rules), rules
