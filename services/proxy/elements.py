@@ -2,8 +2,8 @@
 
 Per Service: ``calc_service_parts`` is what ``table.py`` keeps for each Service and diffs when
 it changes. A full render (``calc_full_render``: at start, every resync, after a failed
-transaction) rewrites the static chains and flushes every data map, but not the ``clients-``
-sets: a resync keeps clients' affinity. A full render of 10k Services is ~70k elements, so the
+transaction) rewrites the static chains and flushes every data map, but not the ``clients``
+set: a resync keeps clients' affinity. A full render of 10k Services is ~70k elements, so the
 per-element work here is kept to building tuples and strings (addresses are formatted once).
 """
 
@@ -35,7 +35,7 @@ from services.proxy.render import (
     Shape,
     backends_map,
     calc_affinity_chain_name,
-    calc_clients_set_name,
+    calc_clients_key,
     calc_element_types,
     render_shape,
     render_skeleton,
@@ -91,7 +91,7 @@ def calc_affinity_chain(
         (
             text := _text(b.ip),
             b.port,
-            calc_clients_set_name(svc.namespace, svc.name, port.protocol, port.port, text, b.port),
+            calc_clients_key(svc.namespace, svc.name, port.protocol, port.port, text, b.port),
         )
         for b in backends
     )
@@ -282,9 +282,10 @@ class FullRender:
     - ``elements``: every other data set and map flushed and refilled, one netlink batch
       (kernel/nftelem.py): libnftables took ~1.1 s to parse the ~85k elements of 10,000
       Services as text, the batch ~0.15 s to encode and ~0.15 s for the kernel.
-    - ``deletes``: the shape chains and ``clients-`` sets nothing names any more.
+    - ``deletes``: the shape chains nothing names any more (and an earlier layout's
+      per-endpoint ``clients-`` sets).
 
-    The ``clients-`` sets are added, never flushed: a resync keeps clients' affinity."""
+    The ``clients`` set is added, never flushed: a resync keeps clients' affinity."""
 
     declarations: str
     elements: ElementBatch

@@ -17,9 +17,9 @@ N), shared by every Service of that shape, so 10k Services with 5 endpoints use 
     lb-N:      per protocol P: l4proto P → dnat to daddr . l4proto . dport . numgen random mod N
                map @backends-P   (one data map per protocol: nft types a DNAT port by protocol)
     sticky-H:  one chain per ClientIP-affinity Service port (its ClusterIP, externalIP and
-               NodePort entries all go to it): per endpoint E, saddr @clients-E → refresh,
-               dnat to E; else pick E with probability 1/(N-j) in turn, add saddr to
-               @clients-E, dnat to E
+               NodePort entries all go to it): per endpoint E of key K, K . saddr @clients →
+               refresh, dnat to E; else pick E with probability 1/(N-j) in turn, add K .
+               saddr to @clients, dnat to E; if @clients is full, the same picks unstuck
     filter prerouting/output (-110, before DNAT), ct state new: a load balancer IP key in
       @firewall-ips whose key . saddr is not in @firewall-allow (loadBalancerSourceRanges)
       is dropped
@@ -32,11 +32,15 @@ N), shared by every Service of that shape, so 10k Services with 5 endpoints use 
 
 ClientIP affinity is kept per Service port, as Kubernetes keys it: a client stuck to an
 endpoint through the ClusterIP reaches the same endpoint through the NodePort or an externalIP.
-nft 1.0.6 allows neither a constant nor a map lookup inside a concatenation, so the sticky key
-cannot name the port in a shared set; hence a chain per affinity port and a ``clients-`` set per
-(affinity port, endpoint), keyed by the client address alone (kube-proxy's layout, for
-affinity ports only). A Local policy's entries go to a twin chain over the local endpoints,
-sharing their sets.
+Every affinity port has a chain; every (port, endpoint) a 32-bit key, and one dynamic set per
+table, ``clients``, holds ``key . client address``. nft 1.0.6 takes no constant on the left of
+a lookup, but ``numgen random mod 1 offset K`` is always K, a typed expression nft also reads
+back, so the key is written as that. kube-proxy keeps a set per endpoint; the kernel finds a
+set by walking the table's list of sets by name, once per rule that names it, and 2,500 such
+sets (10,000 Services, 5% with affinity) cost ~0.5 s of a full sync. Two endpoints whose keys
+collide only share entries: a client then sticks to a serving endpoint of the port it asked
+for, since each rule looks up its own endpoint's key alone. A Local policy's entries go to a
+twin chain over the local endpoints, with the same keys.
 The backends maps need ``typeof`` (numgen's key type) and so protocol-typed data: ``ip daddr .
 tcp dport`` makes nft add ``meta l4proto tcp`` to the dnat rule, and ``th dport`` data cannot be
 read back by a later transaction; hence ``backends-tcp|udp|sctp``.
@@ -104,23 +108,25 @@ class Shape(NamedTuple):
 
 class AffinityChain(NamedTuple):
     """The chain of one ClientIP-affinity Service port (or of its Local-policy twin): every
-    entry of the port goes to it, and each endpoint's ``clients-`` set holds the clients
+    entry of the port goes to it, and ``clients`` holds each endpoint's key with the clients
     stuck to that endpoint. Counted with the shapes, but one Service's own."""
 
     chain: str
     proto: str
     timeout: int
-    backends: tuple[tuple[str, int, str], ...]  # (address text, port, its clients set)
-
-    @property
-    def sets(self) -> tuple[str, ...]:
-        return tuple(s for _, _, s in self.backends)
+    backends: tuple[tuple[str, int, int], ...]  # (address text, port, its key in @clients)
 
 
 AnyShape = Shape | AffinityChain
 # pick-T-i, aff-T-N: the per-index affinity chains of an earlier layout (a restart deletes them)
 SHAPE_CHAIN = re.compile(r"^(sc-)?(np-)?(lb|aff-\d+|pick-\d+)-\d+$|^sticky-[A-Z2-7]{10}(-|$)")
+#: an earlier layout's set per affinity endpoint (a restart's full render deletes them)
 CLIENTS_SET = re.compile(r"^clients-[A-Z2-7]{10}$")
+CLIENTS = "clients"
+#: the most clients ``clients`` holds, every affinity port's together (a dynamic set's
+#: default is 65,535; kube-proxy has that per endpoint): past it, a new client is balanced
+#: without being stuck (``_sticky_rules``)
+CLIENTS_SIZE = 1_048_576
 
 
 def is_shape_chain(name: str) -> bool:
@@ -131,7 +137,7 @@ def is_shape_chain(name: str) -> bool:
 
 
 def is_affinity_set(name: str) -> bool:
-    """A ``clients-`` set of an affinity port's endpoint."""
+    """A ``clients-`` set of an earlier layout's affinity endpoint."""
     return bool(CLIENTS_SET.match(name))
 
 
@@ -140,18 +146,12 @@ def calc_shape_chains(shapes: Iterable[AnyShape]) -> set[str]:
     return {shape.chain for shape in shapes}
 
 
-def calc_shape_names(shape: AnyShape) -> tuple[str, ...]:
-    """The kernel objects one shape names: its chain, and an affinity port's sets."""
-    return (shape.chain, *shape.sets) if isinstance(shape, AffinityChain) else (shape.chain,)
-
-
-def calc_affinity_sets(shapes: Iterable[AnyShape]) -> set[str]:
-    """The ``clients-`` sets the affinity chains among ``shapes`` name."""
-    return {s for shape in shapes if isinstance(shape, AffinityChain) for s in shape.sets}
-
-
 def _hash(text: str) -> str:
-    return base64.b32encode(hashlib.sha256(text.encode()).digest()).decode()[:10]
+    return base64.b32encode(_digest(text)).decode()[:10]
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
 
 
 READABLE = re.compile(r"^[a-z0-9][-a-z0-9.]*$")
@@ -166,12 +166,12 @@ def calc_affinity_chain_name(namespace: str, name: str, proto: str, port: int, l
     return f"sticky-{_hash(ref)}" + (f"-{ref}" if readable else "")
 
 
-def calc_clients_set_name(
+def calc_clients_key(
     namespace: str, name: str, proto: str, port: int, address: str, target: int
-) -> str:
-    """The set of the clients stuck to one endpoint of one Service port: named by both, so
-    it lives exactly as long as that endpoint serves that port, whatever else changes."""
-    return f"clients-{_hash(f'{namespace}/{name}/{proto}/{port}/{address}/{target}')}"
+) -> int:
+    """The key in ``clients`` of one endpoint of one Service port: made of both, so it is the
+    same across restarts and resyncs, whatever else changes."""
+    return int.from_bytes(_digest(f"{namespace}/{name}/{proto}/{port}/{address}/{target}")[:4])
 
 
 def pick_chain(entry: str, timeout: int, i: int) -> str:
@@ -197,7 +197,7 @@ def render_skeleton(family: int, node: NodeView | None = None) -> str:
     how its proxy tells local traffic and whether it masquerades all of it)."""
     t, f, a = f"{FAMILY[family]} {TABLE}", FAMILY[family], ADDR[family]
     lines = [f'add table {t} {{ comment "pycni Service proxy"; }}']
-    lines += [f"add set {t} {name} {{ {spec} }}" for name, spec in _static_sets(a)]
+    lines += [f"add set {t} {name} {{ {spec} }}" for name, spec in _static_sets(f, a)]
     lines += [f"add map {t} {name} {{ {spec} }}" for name, spec in _static_maps(f, a)]
     for chain, hook in BASE_CHAINS:
         lines.append(f"add chain {t} {chain} {{ {hook}; policy accept; }}")
@@ -250,9 +250,16 @@ DATA_MAPS = (
 )
 
 
-def _static_sets(a: str) -> list[tuple[str, str]]:
+def _static_sets(f: str, a: str) -> list[tuple[str, str]]:
+    """``clients`` first: every affinity rule names it, and the kernel finds a set by name
+    walking the table's sets in the order they were made. It is never flushed: a resync
+    keeps clients' affinity."""
     vip = KEY_TYPE["vip"].format(a=a)
+    clients = (
+        f"typeof numgen random mod 1 . {f} saddr; flags dynamic,timeout; size {CLIENTS_SIZE};"
+    )
     return [
+        (CLIENTS, clients),
         ("cluster-cidrs", f"type {a}; flags interval;"),
         ("service-cidrs", f"type {a}; flags interval;"),
         ("nodeport-ips", f"type {a};"),
@@ -376,14 +383,10 @@ def _static_rules(f: str, node: NodeView | None = None) -> dict[str, list[str]]:
 
 def render_shape(family: int, shape: AnyShape) -> str:
     """A shape's chain (created once, shared by every entry of that shape), or an affinity
-    port's chain with its ``clients-`` sets (``add`` keeps a set's clients)."""
+    port's chain."""
     t, f = f"{FAMILY[family]} {TABLE}", FAMILY[family]
     if isinstance(shape, AffinityChain):
-        lines = [
-            f"add set {t} {s} {{ type {ADDR[family]}; flags dynamic,timeout; }}\n"
-            for s in shape.sets
-        ]
-        return "".join(lines) + _render_chain(t, shape.chain, _sticky_rules(f, shape))
+        return _render_chain(t, shape.chain, _sticky_rules(f, shape))
     return _render_chain(t, shape.chain, _lb_rules(f, shape))
 
 
@@ -405,15 +408,18 @@ def _lb_rules(f: str, shape: Shape) -> list[str]:
 def _sticky_rules(f: str, shape: AffinityChain) -> list[str]:
     """A known client refreshes its entry and goes to its endpoint; a new one picks endpoint
     j with probability 1/(N-j) in turn (uniform, without a per-chain anonymous map) and is
-    added to that endpoint's set."""
+    added to ``clients`` under that endpoint's key. An ``update`` that cannot add (the set
+    holds ``CLIENTS_SIZE``) ends its rule unmatched: the same picks follow without it, so a
+    client past the set's size is balanced, not stuck, rather than left without DNAT."""
     n = len(shape.backends)
-    out, picks = [], []
-    for j, (address, port, clients) in enumerate(shape.backends):
+    out, picks, unstuck = [], [], []
+    for j, (address, port, key) in enumerate(shape.backends):
         host = f"[{address}]" if f == "ip6" else address
-        then = (
-            f"update @{clients} {{ {f} saddr timeout {shape.timeout}s }} "
-            f"meta l4proto {shape.proto} dnat {f} to {host}:{port}"
-        )
-        out.append(f"{f} saddr @{clients} {then}")
-        picks.append(f"numgen random mod {n - j} 0 {then}" if n - j > 1 else then)
-    return out + picks
+        client = f"numgen random mod 1 offset {key} . {f} saddr"
+        dnat = f"meta l4proto {shape.proto} dnat {f} to {host}:{port}"
+        then = f"update @{CLIENTS} {{ {client} timeout {shape.timeout}s }} {dnat}"
+        pick = f"numgen random mod {n - j} 0 " if n - j > 1 else ""
+        out.append(f"{client} @{CLIENTS} {then}")
+        picks.append(pick + then)
+        unstuck.append(pick + dnat)
+    return out + picks + unstuck

@@ -245,9 +245,9 @@ class ProxySync:
         self.tables[family] = None
 
     def calc_chains(self, family: int) -> set[str]:
-        """The shape chains and affinity ``clients-`` sets the kernel holds: known from the
-        last commit, else listed (at start and after a refused transaction): terse, names
-        only; a listing with the elements kept ~100 MiB in the context at 10k Services."""
+        """The shape chains (and an earlier layout's ``clients-`` sets) the kernel holds: known
+        from the last commit, else listed (at start and after a refused transaction): terse,
+        names only; a listing with the elements kept ~100 MiB in the context at 10k Services."""
         known = self.chains[family]
         if known is not None or self.nft is None:
             return known or set()

@@ -37,10 +37,8 @@ from services.proxy.render import (
     TABLE,
     AnyShape,
     Element,
-    calc_affinity_sets,
     calc_index_objects,
     calc_shape_chains,
-    calc_shape_names,
     is_affinity_set,
     render_shape,
 )
@@ -95,7 +93,7 @@ class ServiceTable:
     services: dict[str, Planned] = field(default_factory=dict)
     element_counts: Counter = field(default_factory=Counter)
     shape_counts: Counter = field(default_factory=Counter)
-    name_users: Counter = field(default_factory=Counter)  # chain and set name -> live shapes
+    name_users: Counter = field(default_factory=Counter)  # chain name -> live shapes
     port_count: int = 0  # port views programmed (the proxy's metric)
     owners: dict[tuple[str, str], str] = field(default_factory=dict)  # entry -> Service
     left_out: set[str] = field(default_factory=set)  # retried every pass (calc_plan)
@@ -111,8 +109,8 @@ class ServiceTable:
         """The transaction that gives the Services in ``changes`` their views (``()``: the
         Service is gone). A changed node view re-plans every Service (NodePort addresses);
         ``full`` starts from an empty table and renders the whole family, deleting the shape
-        ``chains`` (and affinity ``clients-`` sets) the kernel holds that it no longer needs
-        (a restart's leftovers); ``hints``
+        ``chains`` the kernel holds that it no longer needs (a restart's leftovers), and an
+        earlier layout's per-endpoint ``clients-`` sets; ``hints``
         (the table it replaces) keeps affinity ports' endpoint order."""
         if full:
             return self._plan_full(node, changes, set(chains), hints or {})
@@ -175,7 +173,7 @@ class ServiceTable:
         elements = set(node_elements).union(*(p.elements for p in planned.values()))
         shapes = set().union(*(p.shapes for p in planned.values()))
         live = calc_shape_chains(shapes)
-        stale_sets = {c for c in chains if is_affinity_set(c)} - calc_affinity_sets(shapes)
+        stale_sets = {c for c in chains if is_affinity_set(c)}  # an earlier layout's
         stale = {c for c in chains if not is_affinity_set(c)} - live
         steps = calc_full_render(
             self.family, shapes, elements, node, self._render_deletes(stale, live, stale_sets)
@@ -207,31 +205,28 @@ class ServiceTable:
         old_shapes: list[AnyShape],
     ) -> str:
         """New chains first (an affinity port whose endpoints changed is rewritten in place,
-        its chain and surviving sets kept), element deletes (a changed value included), adds,
-        then the chains no entry points at any more and the sets of gone endpoints."""
+        the clients of its surviving endpoints kept), element deletes (a changed value
+        included), adds, then the chains no entry points at any more."""
         change: Counter = Counter()
-        for shape in old_shapes:
-            change.subtract(calc_shape_names(shape))
-        for shape in new_shapes:
-            change.update(calc_shape_names(shape))
+        change.subtract(shape.chain for shape in old_shapes)
+        change.update(shape.chain for shape in new_shapes)
         users = self.name_users  # a name's live shapes once the plan is in: its users now
         # plus the change (only the changed shapes are looked at, never every shape)
         stale = {c for c in calc_shape_chains(old_shapes) if users[c] + change[c] <= 0}
-        stale_sets = {s for s in calc_affinity_sets(old_shapes) if users[s] + change[s] <= 0}
         live_chains = set()
         if calc_index_objects(stale):  # an earlier layout's chain: what still names its objects
-            live_chains = {n for n in users if users[n] + change[n] > 0 and not is_affinity_set(n)}
+            live_chains = {n for n in users if users[n] + change[n] > 0}
         return (
             "".join(render_shape(self.family, s) for s in sorted(new_shapes, key=repr))
             + render_elements(self.family, "delete", deletes)
             + render_elements(self.family, "add", adds)
-            + self._render_deletes(stale, live_chains, stale_sets)
+            + self._render_deletes(stale, live_chains, set())
         )
 
     def _render_deletes(self, stale: set[str], live: set[str], stale_sets: set[str]) -> str:
         """The stale chains, then the sets they named: an earlier layout's affinity index
-        objects (``slot-i``, ``sticky-i``) no live chain uses and the ``clients-`` sets of
-        gone endpoints (a chain must go, or be rewritten, before what it names)."""
+        objects (``slot-i``, ``sticky-i``) no live chain uses and its per-endpoint
+        ``clients-`` sets (a chain must go, or be rewritten, before what it names)."""
         t = f"{FAMILY[self.family]} {TABLE}"
         objects = calc_index_objects(stale) - calc_index_objects(live)
         return (
@@ -243,8 +238,8 @@ class ServiceTable:
         )
 
     def chains(self) -> set[str]:
-        """The shape chains and affinity sets this table's elements use (what the kernel
-        holds once committed)."""
+        """The shape chains this table's elements use (what the kernel holds once
+        committed)."""
         return set(self.name_users)
 
     def commit(self, plan: TablePlan) -> None:
@@ -277,7 +272,7 @@ class ServiceTable:
         self.element_counts = Counter(chain.from_iterable(p.elements for p in planned))
         self.element_counts.update(plan.node_elements)
         self.shape_counts = Counter(chain.from_iterable(p.shapes for p in planned))
-        self.name_users = Counter(chain.from_iterable(map(calc_shape_names, self.shape_counts)))
+        self.name_users = Counter(shape.chain for shape in self.shape_counts)
         self.port_count = sum(len(p.views) for p in planned)
         self.owners = dict(plan.owners)
         self.node, self.node_elements = plan.node, plan.node_elements
@@ -338,15 +333,13 @@ def _apply_delta(counts: Counter, old: Iterable, new: Iterable) -> tuple[list, l
 
 
 def _apply_names(users: Counter, appeared: Iterable[AnyShape], vanished: Iterable[AnyShape]):
-    """The chain and set names of the shapes that appeared and vanished, counted in ``users``
-    (a name with no user left is dropped)."""
-    for shape in appeared:
-        users.update(calc_shape_names(shape))
+    """The chains of the shapes that appeared and vanished, counted in ``users`` (a chain with
+    no user left is dropped)."""
+    users.update(shape.chain for shape in appeared)
     for shape in vanished:
-        for name in calc_shape_names(shape):
-            users[name] -= 1
-            if users[name] <= 0:
-                del users[name]
+        users[shape.chain] -= 1
+        if users[shape.chain] <= 0:
+            del users[shape.chain]
 
 
 def _calc_changes(counts: Counter, delta: Counter) -> tuple[list, list]:
@@ -360,7 +353,7 @@ def calc_stable_views(views: Views, old: Views) -> Views:
     """A ClientIP affinity port whose backends change keeps every surviving backend at its
     place in the port's chain, newcomers take the free places, then the end, and a hole left
     at the end of the list is closed by the last backend. Clients stick to an endpoint's own
-    ``clients-`` set, so the order moves no client; it keeps the rewritten chain close to
+    key in ``clients``, so the order moves no client; it keeps the rewritten chain close to
     the one it replaces."""
     before = {(v.port.name, v.port.protocol, v.port.port): v.backends for v in old}
     out = []

@@ -1,7 +1,8 @@
 """The rendered Service ruleset in a real nft: a host client reaches a VIP through nat output,
 spread over three backends; an empty Service is refused at once; the tracer names exactly
 the backends conntrack shows the connections went to. UDP is DNATed too (its own backends
-map), sticks under ClientIP affinity, and keeps working after an element-diff transaction;
+map), sticks under ClientIP affinity (and is balanced unstuck once the clients set is full),
+and keeps working after an element-diff transaction;
 SCTP sockets need the sctp module, which this kernel may not offer inside a netns."""
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import pytest
 
 from services.proxy.elements import calc_elements
 from services.proxy.model import ProxyModel, ProxyPort, ProxyService
-from services.proxy.render import BACKENDS_MAPS
+from services.proxy.render import BACKENDS_MAPS, CLIENTS, TABLE
 from services.proxy.table import render_transaction
 from services.proxy.trace import explain
 from tests.fixtures.echo import WHOAMI_SERVER
+from tests.fixtures.svc_kernel import calc_stuck_clients
 from tests.fixtures.svc_model import EMPTY, NODE, NODE6, WEB, be, view
 
 pytestmark = pytest.mark.netns
@@ -231,10 +233,26 @@ def test_udp_affinity_sticks_to_one_backend(wired):
     host, _pods = wired
     seen = set(dgram(host, "10.96.0.22", 30).stdout.split())
     assert len(seen) == 1 and seen <= set(BACKENDS), seen
-    listed = host.run(
-        "nft list table ip pycni-svc | grep -c 'elements = { 10.0.0.1 timeout'", check=False
-    ).stdout
-    assert int(listed) == 1  # one endpoint's clients- set holds this client
+    assert calc_stuck_clients(host.run, 4).count("10.0.0.1") == 1  # under one endpoint's key
+
+
+#: ``clients`` with room for one client, which a client of no Service takes (a re-added set
+#: takes the size it is given)
+ONE_CLIENT = f"""add set ip {TABLE} {CLIENTS} {{ typeof numgen random mod 1 . ip saddr;
+    flags dynamic,timeout; size 1; }}
+add element ip {TABLE} {CLIENTS} {{ 7 . 10.9.9.9 timeout 1h }}
+"""
+
+
+def test_a_client_past_the_clients_set_size_is_balanced_not_stuck(wired):
+    """With ``clients`` full, an ``update`` cannot add the client and ends its rule: the
+    affinity chain's last picks still DNAT each new flow, spread over the backends, and the
+    set holds only what filled it."""
+    host, _pods = wired
+    host.run(["nft", "-f", "-"], input=ONE_CLIENT)
+    seen = set(dgram(host, "10.96.0.22", 30).stdout.split())
+    assert len(seen) > 1 and seen <= set(BACKENDS), seen
+    assert calc_stuck_clients(host.run, 4) == ["10.9.9.9"]
 
 
 def test_a_second_transaction_moves_udp_and_tcp_to_the_remaining_backends(wired):

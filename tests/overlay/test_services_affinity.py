@@ -1,12 +1,13 @@
 """ClientIP affinity is per Service port, as Kubernetes keys it, on a 2-node dual-stack vxlan
 cluster with the proxy in every pycnid: a client Pod on node1 that reached backend X through
 the ClusterIP reaches X through the NodePort (on node1's address) and an externalIP of the same
-port, IPv4 and IPv6, until the affinity's timeout expires (its entry leaves the endpoint's
-``clients-`` set; the next connection picks afresh). Three backends (one on node1, two on
-node2): with an entry-point-keyed sticky state each other entry would hit X only by chance
-(1 in 3), so two rounds pass by chance once in 6,561 runs. Waits are for the proxy to follow
-a store change or for the kernel's timeout, never timed assertions. `pycni doctor` finds every
-object of the proxy's tables explained (affinity chains, clients sets, slot maps)."""
+port, IPv4 and IPv6, until the affinity's timeout expires (its entry, the endpoint's key and
+the client, leaves the ``clients`` set; the next connection picks afresh). Three backends (one
+on node1, two on node2): with an entry-point-keyed sticky state each other entry would hit X
+only by chance (1 in 3), so two rounds pass by chance once in 6,561 runs. Waits are for the
+proxy to follow a store change or for the kernel's timeout, never timed assertions. `pycni
+doctor` finds every object of the proxy's tables explained (affinity chains, the clients set,
+slot maps)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from services.record import EndpointRecord
 from tests.fixtures.bridge import ip_of
 from tests.fixtures.doctor import assert_doctor_clean
 from tests.fixtures.echo import PEER_SERVER
+from tests.fixtures.svc_kernel import calc_stuck_clients
 from tests.fixtures.waiting import wait_for
 
 from .pods import NETWORK, python_in
@@ -87,14 +89,8 @@ def entry_points(cluster, service: dict, family: int) -> dict[str, tuple[str, in
 
 
 def is_stuck(ns, family: int, client: str) -> bool:
-    """Whether a ``clients-`` set of node1's table holds ``client``."""
-    table = "ip6" if family == 6 else "ip"
-    listed = ns.run(["nft", "list", "table", table, "pycni-svc"]).stdout
-    return any(
-        line.strip().startswith(f"elements = {{ {client} ")
-        for line in listed.splitlines()
-        if "timeout" in line
-    )
+    """Whether node1's ``clients`` set holds ``client`` under some endpoint's key."""
+    return client in calc_stuck_clients(ns.run, family)
 
 
 @pytest.mark.parametrize("family", [4, 6])

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from services.proxy.render import (
     TABLE,
-    calc_affinity_sets,
     calc_element_types,
     calc_shape_chains,
     is_shape_chain,
@@ -189,9 +188,7 @@ def test_passes_of_dirty_services_hold_what_a_full_render_holds(steps, family):
         assert table.port_count == whole.port_count
         # the names index the updates keep is the whole table's, and the chains the kernel holds
         assert table.name_users == whole.name_users
-        assert table.chains() == calc_shape_chains(whole.shape_counts) | calc_affinity_sets(
-            whole.shape_counts
-        )
+        assert table.chains() == calc_shape_chains(whole.shape_counts)
         assert {c for c in kernel.chains if is_shape_chain(c)} <= table.chains()
 
 

@@ -123,16 +123,16 @@ def test_elements_are_well_formed_and_buckets_hold_exactly_the_backends(model):
 @given(models())
 def test_affinity_is_keyed_per_service_port_not_per_entry(model):
     """Every entry of an affinity port (ClusterIP, externalIP, NodePort, Local twin or not)
-    reaches an endpoint through the same ``clients-`` set; two ports never share one; a
+    reaches an endpoint under the same key in ``clients``; two ports never share one; a
     port without affinity has no chain of its own."""
     _, shapes = calc_service_parts(model)
     chains = [s for s in shapes if isinstance(s, AffinityChain)]
-    owner: dict[str, tuple] = {}
+    owner: dict[int, tuple] = {}
     for chain in chains:
         assert chain.chain.startswith("sticky-") and len(chain.chain) < 256
-        for ip, port, clients in chain.backends:
+        for ip, port, key in chain.backends:
             mine = (chain.chain.split("-", 2)[2].removesuffix("/local"), ip, port)
-            assert owner.setdefault(clients, mine) == mine
+            assert owner.setdefault(key, mine) == mine
     for view in model.ports:
         if view.service.affinity_timeout is None:
             assert not any(view.service.name in c.chain for c in chains)

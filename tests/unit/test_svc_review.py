@@ -111,13 +111,13 @@ def affinity_view(ips: list[str]) -> ServicePortView:
     )
 
 
-def sets_of(table: ServiceTable) -> dict[str, str]:
-    """backend address -> the ``clients-`` set its sticky clients are in, as programmed."""
+def keys_of(table: ServiceTable) -> dict[str, int]:
+    """backend address -> the key its sticky clients have in ``clients``, as programmed."""
     return {
-        ip: clients
+        ip: key
         for shape in table.shape_counts
         if isinstance(shape, AffinityChain)
-        for ip, _, clients in shape.backends
+        for ip, _, key in shape.backends
     }
 
 
@@ -134,13 +134,14 @@ def test_a_sticky_backend_keeps_its_clients_when_endpoints_join_or_leave(
 ):
     """Joins (lower addresses too) and leaves move no surviving backend's clients, also
     through a full render that has the replaced table as hints (pycnid's periodic resync):
-    its ``clients-`` set stays, and the transaction neither deletes nor flushes it."""
+    its key in ``clients`` stays, the transaction neither deletes nor flushes the set, and
+    no rule names a gone endpoint's key any more."""
     ips = [f"10.0.0.{h}" for h in hosts]
     newcomers = [f"10.0.0.{h}" for h in joining if f"10.0.0.{h}" not in ips]
     survivors = ips[min(leaving, len(ips) - 1) :]
     table = ServiceTable(4)
     table.commit(table.plan(NODE, {"ns/a": (affinity_view(ips),)}, full=True))
-    before = sets_of(table)
+    before = keys_of(table)
     changes = {"ns/a": (affinity_view([*survivors, *newcomers]),)}
     if resync:
         fresh = ServiceTable(4)
@@ -149,15 +150,16 @@ def test_a_sticky_backend_keeps_its_clients_when_endpoints_join_or_leave(
     else:
         plan = table.plan(NODE, changes)
     table.commit(plan)
-    after = sets_of(table)
+    after = keys_of(table)
     assert all(after[ip] == before[ip] for ip in survivors)
     assert sorted(after) == sorted([*survivors, *newcomers])
     assert len(set(after.values())) == len(after)
-    lines, t = set(plan.script.splitlines()), "ip pycni-svc"
-    for ip in survivors:
-        assert not {f"{verb} set {t} {before[ip]}" for verb in ("delete", "flush")} & lines
-    if not resync:  # a full render leaves the gone endpoints' sets to the kernel listing
-        assert {f"delete set {t} {before[ip]}" for ip in ips if ip not in survivors} <= lines
+    script, t = plan.script, "ip pycni-svc"
+    assert f"delete set {t} clients" not in script and f"flush set {t} clients" not in script
+    rules = [line for line in script.splitlines() if line.startswith("add rule")]
+    for ip in ips:  # the chain rewritten (or not, when no endpoint changed): theirs alone
+        named = any(f"offset {before[ip]} . ip saddr" in rule for rule in rules)
+        assert named == (ip in survivors and bool(rules))
 
 
 @pytest.mark.parametrize("ip", ["127.0.0.1", "::1", "169.254.169.254", "fe80::1", "224.0.0.1"])
