@@ -18,6 +18,7 @@ from services.proxy.elements import calc_elements
 from services.proxy.model import ProxyModel
 from services.proxy.render import calc_affinity_chain_name
 from services.proxy.table import render_transaction
+from tests.fixtures.svc_kernel import calc_set_elements
 from tests.fixtures.svc_model import BALANCED_MODEL, NODE6, be, view
 
 pytestmark = pytest.mark.netns
@@ -49,9 +50,7 @@ def with_ranges(model: ProxyModel, *ranges: str) -> ProxyModel:
 
 
 def listed(ns, family: int, name: str) -> int:
-    table = "ip6" if family == 6 else "ip"
-    out = json.loads(ns.run(["nft", "-j", "list", "set", table, "pycni-svc", name]).stdout)
-    return len([o["set"] for o in out["nftables"] if "set" in o][0].get("elem", []))
+    return len(calc_set_elements(ns.run, family, name))
 
 
 @pytest.mark.parametrize(
