@@ -553,10 +553,12 @@ class PinsAhead(Exception):
 
 
 def send_first(nft: Nft, script: str, batch: ElementBatch | None) -> None:
-    """A first render (``diff.calc_first_render``): its script, then its elements' batch."""
-    run_sized(nft, script)
+    """A first render (``diff.calc_first_render``): its script, then its elements' batch
+    (encoded while nft applies the script)."""
     if batch is not None:
-        nft.run_elements(batch)
+        nft.run_then_elements(script, batch)
+    else:
+        run_sized(nft, script)
 
 
 def send_update(nft: Nft, script: str, batch: ElementBatch | None) -> None:

@@ -281,11 +281,11 @@ def calc_prefixes(from_kube: bool) -> tuple[str, ...]:
 
 def run_plan(nft: Nft, plan: TablePlan) -> None:
     """A plan's transactions: a full render's three steps (its elements as one netlink
-    batch); an update of elements alone as one netlink batch (libnftables would first
-    re-read every set declaration: ~5 ms beside 2,500 affinity sets); any other script."""
+    batch, encoded while nft applies the declarations); an update of elements alone as one
+    netlink batch (libnftables would first re-read every set declaration: ~5 ms beside 2,500
+    affinity sets); any other script."""
     if plan.steps is not None:
-        run_sized(nft, plan.steps.declarations)
-        nft.run_elements(plan.steps.elements)
+        nft.run_then_elements(plan.steps.declarations, plan.steps.elements)
         run_sized(nft, plan.steps.deletes)
     elif plan.elements is not None:
         nft.run_elements(plan.elements)

@@ -1,7 +1,10 @@
 """``Nft.run_apart`` (the proxy's full renders) in a real netns: a transaction run in a child
 ``nft -f -`` leaves what the kept context leaves, a refused one is an NftError with nft's
 message and applies nothing, and without the binary the kept context runs it; this process's
-heap does not take the parse of a large transaction (its peak RSS is the child's, not its own)."""
+heap does not take the parse of a large transaction (its peak RSS is the child's, not its own).
+``Nft.run_then_elements`` (a full render's declarations, then its element batch, encoded while
+the script is applied): the batch lands after the script, whose set it fills, and is not sent
+when the script is refused."""
 
 from __future__ import annotations
 
@@ -25,7 +28,12 @@ spawned, real_run = [], subprocess.run
 subprocess.run = lambda argv, **kw: spawned.append(argv[0]) or real_run(argv, **kw)
 import kernel.nft as nft_mod
 from kernel.nft import Nft, NftError
-case, script, listed = json.loads(sys.stdin.read())
+from kernel.nftelem import ElementBatch, ElementChange, SetType
+case, script, listed, before = json.loads(sys.stdin.read())
+batch = ElementBatch("ip", "pycni-apart", (
+    ElementChange("flush", "s", SetType(("ipv4_addr",)), ()),
+    ElementChange("add", "s", SetType(("ipv4_addr",)), (("10.0.0.9", None), ("10.0.0.10", None))),
+))
 
 
 def peak_kib():
@@ -38,14 +46,21 @@ def peak_kib():
 if case == "no-binary":
     nft_mod.NFT_BINARY = "pycni-no-such-nft"
 nft = Nft()
+if before:
+    nft.run(before)
 try:
-    (nft.run if case == "kept" else nft.run_apart)(script)
+    if case == "then":
+        nft.run_then_elements(script, batch)
+    else:
+        (nft.run if case == "kept" else nft.run_apart)(script)
     error = None
 except NftError as exc:
     error = str(exc)
 print(json.dumps({
     "error": error,
-    "listing": nft.list_json("list table ip pycni-apart") if listed and not error else None,
+    "listing": (
+        nft.list_json("list table ip pycni-apart") if listed and (before or not error) else None
+    ),
     "self_kib": peak_kib(),
     "child_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
     "spawned": spawned,
@@ -59,10 +74,10 @@ def run_in_netns():
         pytest.skip("needs root for network namespaces")
     made = []
 
-    def run(case: str, script: str, listed: bool = True) -> dict:
+    def run(case: str, script: str, listed: bool = True, before: str = "") -> dict:
         ns = new_netns("apart")
         made.append(ns)
-        return run_json_in(ns, IN_NETNS, [case, script, listed])
+        return run_json_in(ns, IN_NETNS, [case, script, listed, before])
 
     yield run
     for ns in made:
@@ -109,3 +124,32 @@ def test_a_large_transaction_apart_is_not_this_process_heap(run_in_netns):
     assert kept["error"] is None and apart["error"] is None
     grown = kept["self_kib"] - apart["self_kib"]  # what the parse cost the kept context
     assert grown > 20 * 1024 and apart["child_kib"] > grown // 2
+
+
+def set_elements(doc: dict, name: str) -> list:
+    return next(
+        i["set"].get("elem", []) for i in doc["nftables"] if i.get("set", {}).get("name") == name
+    )
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_a_batch_after_its_script_fills_what_the_script_made(run_in_netns, size):
+    """A small script in the kept context, a large one (64 KiB and more) in a child reading
+    it from a memory file: either way the batch is the second transaction (its flush and
+    adds replace what the script put in ``s``)."""
+    filler = "".join(f"add set ip {TABLE} pad{i} {{ type ipv4_addr; }}\n" for i in range(1500))
+    script = SCRIPT + (filler if size == "large" else "")
+    out = run_in_netns("then", script)
+    assert out["error"] is None
+    assert out["spawned"] == (["nft"] if size == "large" else [])
+    assert sorted(set_elements(out["listing"], "s")) == ["10.0.0.10", "10.0.0.9"]
+    assert len(script) >= 64 * 1024 if size == "large" else len(script) < 64 * 1024
+
+
+def test_a_refused_script_sends_no_batch(run_in_netns):
+    """The table is there first (``s``: 10.0.0.1, 10.0.0.2); a script nft refuses leaves it so,
+    and the batch that would have replaced ``s``'s elements is not sent."""
+    bad = f"add element ip {TABLE} s {{ 10.0.0.3 }}\nadd element ip {TABLE} nope {{ 10.0.0.4 }}\n"
+    out = run_in_netns("then", bad, before=SCRIPT)
+    assert out["error"] and "No such file or directory" in out["error"]  # set nope
+    assert sorted(set_elements(out["listing"], "s")) == ["10.0.0.1", "10.0.0.2"]

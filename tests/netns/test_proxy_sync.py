@@ -129,6 +129,10 @@ class KeptNft:
     def run_elements(self, batch: ElementBatch) -> None:
         self.ctx.run_elements(batch)
 
+    def run_then_elements(self, script: str, batch: ElementBatch) -> None:
+        self.run(script)
+        self.run_elements(batch)
+
 
 @pytest.fixture(scope="module")
 def kept() -> Iterator[tuple[KeptContext, Netns, Netns]]:

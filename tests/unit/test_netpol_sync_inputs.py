@@ -214,6 +214,10 @@ class FakeNft:
     def run_elements(self, batch: object) -> None:
         self.sent.append(batch)
 
+    def run_then_elements(self, script: str, batch: object) -> None:
+        self.run(script)
+        self.run_elements(batch)
+
     def release_cache(self) -> None:
         """Nothing kept: no cache to give back."""
 

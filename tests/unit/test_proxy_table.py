@@ -240,6 +240,9 @@ class RecordingNft:
     def run_elements(self, batch) -> None:
         self.calls.append("run_elements")
 
+    def run_then_elements(self, script: str, batch) -> None:
+        self.calls.append("run_then_elements")
+
 
 def test_a_full_render_runs_its_declarations_then_one_element_batch_and_so_does_an_update():
     records, table, nft = base_records(), ServiceTable(4), RecordingNft()
@@ -257,6 +260,6 @@ def test_a_full_render_runs_its_declarations_then_one_element_batch_and_so_does_
     update = calc_plan(records, "n1", 4, LOCAL, table, records.take_dirty())
     run_plan(nft, update)  # type: ignore[arg-type]
     assert update.elements is not None and update.elements.changes
-    # the full render: a small script (one Service, no affinity), every element, no deletes
-    assert nft.calls == ["run", "run_elements", "run_elements"]
+    # the full render: its declarations then every element, no deletes; the update: a batch
+    assert nft.calls == ["run_then_elements", "run_elements"]
     assert full.steps is not None and not full.steps.deletes
