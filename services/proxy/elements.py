@@ -35,8 +35,10 @@ from services.proxy.render import (
     Shape,
     backends_map,
     calc_affinity_chain_name,
+    calc_chain_key,
     calc_clients_key,
     calc_element_types,
+    calc_sticky_elements,
     render_shape,
     render_skeleton,
 )
@@ -96,14 +98,15 @@ def calc_affinity_chain(
         for b in backends
     )
     chain = calc_affinity_chain_name(svc.namespace, svc.name, port.protocol, port.port, local)
-    return AffinityChain(chain, port.protocol, timeout, chosen)
+    return AffinityChain(chain, port.protocol, timeout, chosen, calc_chain_key(chain))
 
 
 def calc_port_parts(
     view: ServicePortView, model: ProxyModel
 ) -> tuple[list[Element], set[AnyShape]]:
-    """Every element one service port contributes (dispatch, backends, masquerade, checks)
-    and the shapes its dispatch elements point at."""
+    """Every element one service port contributes (dispatch, backends, masquerade, checks;
+    an affinity chain's endpoints once, whichever entries share it) and the shapes its
+    dispatch elements point at."""
     elements: list[Element] = []
     shapes: set[AnyShape] = set()
     for entry, key, external in calc_entries(view, model):
@@ -121,6 +124,9 @@ def calc_port_parts(
         shape = calc_shape(view, entry, view.is_local_policy(external), backends)
         shapes.add(shape)
         elements += _dispatch_elements(view, entry, key, shape, backends)
+    for shape in shapes:
+        if isinstance(shape, AffinityChain):
+            elements += calc_sticky_elements(shape)
     return elements, shapes
 
 

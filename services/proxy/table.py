@@ -34,6 +34,7 @@ from services.proxy.elements import (
 from services.proxy.model import Backend, NodeView, ProxyModel, ServicePortView
 from services.proxy.render import (
     FAMILY,
+    STICKY_MAPS,
     TABLE,
     AnyShape,
     Element,
@@ -297,8 +298,13 @@ ENTRY_MAPS = {
 
 def _map_keys(elements: Iterable[Element]) -> set[tuple[str, str]]:
     """The entry points (VIP or nodePort, protocol, port) the elements claim: an entry is in
-    one of its kind's dispatch maps, and its backend keys derive from it."""
-    return {(kind, e.key) for e in elements if (kind := ENTRY_MAPS.get(e.name))}
+    one of its kind's dispatch maps, and its backend keys derive from it; and the affinity
+    chain keys (``sticky-backends-P``'s, without the index): two chains' 64-bit keys collide
+    only if made to, and the second Service is then left out, not the transaction refused."""
+    keys = {(kind, e.key) for e in elements if (kind := ENTRY_MAPS.get(e.name))}
+    return keys | {
+        ("sticky", e.key.rpartition(" . ")[0]) for e in elements if e.name in STICKY_MAPS
+    }
 
 
 def _holder(owner: str | None, planned: Mapping[str, Planned]) -> str | None:

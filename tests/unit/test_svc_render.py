@@ -181,8 +181,18 @@ def test_every_shape_chain_has_one_guarded_dnat_rule_per_protocol():
                 f"map @{'np-' * chain.startswith('np')}backends-{p}" in r
                 for p, r in zip(PROTOCOLS, rules, strict=True)
             )
-        else:  # an affinity port's chain: its own protocol, its endpoints by address
-            assert rules and all(" meta l4proto tcp dnat ip to 10.0." in r for r in rules)
+        else:  # an affinity port's chain: its own protocol, its endpoints by address, then
+            # one pick through its endpoints in sticky-backends-tcp (the clients set full)
+            *named, unstuck = rules
+            assert named and all(" meta l4proto tcp dnat ip to 10.0." in r for r in named)
+            assert unstuck.endswith(" numgen random mod 2 map @sticky-backends-tcp")
+            key = unstuck.split(" dnat ip to ")[1].rsplit(" . numgen random mod 2 ", 1)[0]
+            high, low = (
+                int(w) for w in key.replace("numgen random mod 1 offset ", "").split(" . ")
+            )
+            shown = f"{high} . {low}"
+            endpoints = f"{shown} . 0 : 10.0.0.2 . 8080, {shown} . 1 : 10.0.1.2 . 8080"
+            assert f"add element ip pycni-svc sticky-backends-tcp {{ {endpoints} }}" in text
 
 
 @settings(max_examples=60, deadline=None)
