@@ -244,6 +244,36 @@ class RecordingNft:
         self.calls.append("run_then_elements")
 
 
+def test_two_affinity_chains_of_one_key_program_one_service_not_a_refused_transaction(
+    monkeypatch,
+):
+    """Two chains whose ``sticky-backends`` keys collide (made so here: a 64-bit digest) would
+    give one key two endpoints: the second Service is left out, as one whose VIP is taken."""
+    monkeypatch.setattr("services.proxy.elements.calc_chain_key", lambda chain: 7 << 32 | 9)
+    records, table = base_records(), ServiceTable(4)
+    services = [
+        ServiceRecord(
+            "ns",
+            name,
+            "ClusterIP",
+            (ServicePort("http", "TCP", 80, 8080),),
+            (vip,),
+            (),
+            {"app": "a"},
+            session_affinity="ClientIP",
+        )
+        for name, vip in (("a", "10.96.0.9"), ("b", "10.96.0.10"))
+    ]
+    endpoint = EndpointRecord("ns", "x", "eth0", ("10.0.0.2",), {"app": "a"}, "n2", {})
+    for record in (*services, endpoint):
+        records.apply(kv(record.key, record.to_bytes()))
+    plan = calc_plan(records, "n1", 4, LOCAL, None, records.take_dirty())
+    table.commit(plan)
+    assert list(table.services) == [services[0].key]
+    assert table.left_out == {services[1].key}
+    assert plan.script.count("7 . 9 . 0 : 10.0.0.2 . 8080") == 1
+
+
 def test_a_full_render_runs_its_declarations_then_one_element_batch_and_so_does_an_update():
     records, table, nft = base_records(), ServiceTable(4), RecordingNft()
     port = ServicePort("http", "TCP", 80, 8080)
