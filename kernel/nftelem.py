@@ -218,12 +218,50 @@ def _value_encoder(types: tuple[str, ...]) -> Callable[[str], bytes]:
         return encode_alone
     fields = tuple(_field_encoder(t, padded=True) for t in types)
 
+    def wrong(text: str) -> ElementError:
+        return ElementError(f"{text!r} does not have the {len(types)} fields of {types}")
+
+    # the common widths unrolled: a full render encodes ~140k keys and values, and a loop
+    # over the fields (a list, a zip, a join) took twice as long (1.8 against 0.85 µs)
+    if len(fields) == 2:
+        f0, f1 = fields
+
+        def encode_two(text: str) -> bytes:
+            try:
+                a, b = text.split(" . ")
+            except ValueError:
+                raise wrong(text) from None
+            return f0(a) + f1(b)
+
+        return encode_two
+    if len(fields) == 3:
+        f0, f1, f2 = fields
+
+        def encode_three(text: str) -> bytes:
+            try:
+                a, b, c = text.split(" . ")
+            except ValueError:
+                raise wrong(text) from None
+            return f0(a) + f1(b) + f2(c)
+
+        return encode_three
+    if len(fields) == 4:
+        f0, f1, f2, f3 = fields
+
+        def encode_four(text: str) -> bytes:
+            try:
+                a, b, c, d = text.split(" . ")
+            except ValueError:
+                raise wrong(text) from None
+            return f0(a) + f1(b) + f2(c) + f3(d)
+
+        return encode_four
+
     def encode_fields(text: str) -> bytes:
         parts = text.split(" . ")
         if len(parts) != len(fields):
-            raise ElementError(f"{text!r} does not have the {len(types)} fields of {types}")
-        # lengths checked above; a strict zip cost 1 µs more an element (Python 3.11)
-        return b"".join([f(p) for f, p in zip(fields, parts, strict=False)])
+            raise wrong(text)
+        return b"".join([f(p) for f, p in zip(fields, parts, strict=True)])
 
     return encode_fields
 

@@ -74,6 +74,15 @@ def test_a_concatenation_pads_every_field_to_4_bytes_and_reads_back(typed):
     assert fields == text.split(" . ")
 
 
+@given(typed_value(min_fields=2), st.booleans())
+def test_a_concatenation_of_another_number_of_fields_is_an_element_error(typed, more):
+    """Every width (two to four are unrolled, five is the general loop) counts its fields."""
+    types, text = typed
+    other = f"{text} . 1" if more else text.rpartition(" . ")[0]
+    with pytest.raises(ElementError, match="does not have the"):
+        encode_value(types, other)
+
+
 @given(st.sampled_from(sorted(WIDTH)).flatmap(lambda t: st.tuples(st.just(t), text_of(t))))
 def test_a_lone_field_keeps_its_width(typed):
     datatype, text = typed
