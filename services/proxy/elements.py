@@ -315,11 +315,12 @@ def calc_full_render(
         n: [] for n in (*DATA_SETS, *DATA_MAPS) if n in types
     }
     ranged: list[Element] = []
-    for el in elements:
-        if el.name in types:
-            plain[el.name].append((el.key, el.value))
+    for name, key, value in elements:  # unpacked: ~85k elements at 10k Services
+        bucket = plain.get(name)
+        if bucket is not None:
+            bucket.append((key, value))
         else:
-            ranged.append(el)
+            ranged.append(Element(name, key, value))
     declarations = (
         render_skeleton(family, node)
         + "".join(render_shape(family, s) for s in sorted(shapes, key=repr))

@@ -296,14 +296,18 @@ ENTRY_MAPS = {
 }
 
 
+CLAIMED_MAPS = {**ENTRY_MAPS, **dict.fromkeys(STICKY_MAPS, "sticky")}
+
+
 def _map_keys(elements: Iterable[Element]) -> set[tuple[str, str]]:
     """The entry points (VIP or nodePort, protocol, port) the elements claim: an entry is in
     one of its kind's dispatch maps, and its backend keys derive from it; and the affinity
     chain keys (``sticky-backends-P``'s, without the index): two chains' 64-bit keys collide
     only if made to, and the second Service is then left out, not the transaction refused."""
-    keys = {(kind, e.key) for e in elements if (kind := ENTRY_MAPS.get(e.name))}
-    return keys | {
-        ("sticky", e.key.rpartition(" . ")[0]) for e in elements if e.name in STICKY_MAPS
+    return {
+        (kind, e.key if kind != "sticky" else e.key.rpartition(" . ")[0])
+        for e in elements
+        if (kind := CLAIMED_MAPS.get(e.name))
     }
 
 
