@@ -12,6 +12,8 @@ from cli.command import Env, command_options
 from cli.open_store import load_config
 
 DEFAULT_GRACE = 60.0  # seconds: an ADD makes its veth well within it after taking its lease
+#: seconds: two of pycnid's SQLite polls (0.5 s), in which its passes follow a DEL
+DEFAULT_SETTLE = 1.0
 
 
 class DoctorCommand(click.Command):
@@ -54,9 +56,24 @@ class DoctorCommand(click.Command):
     help="a lease younger than this is not judged (an ADD takes its lease before it makes "
     "the host veth)",
 )
+@click.option(
+    "--settle",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_SETTLE,
+    show_default=True,
+    metavar="SECONDS",
+    help="when something is found, look again after this long and report what is still "
+    "there (a DEL returns before pycnid's next pass takes its Pod's elements out); 0: "
+    "one look",
+)
 @command_options
 def command(
-    env: Env, repair: bool, networks: tuple[str, ...], cni_conf_dir: str | None, grace: float
+    env: Env,
+    repair: bool,
+    networks: tuple[str, ...],
+    cni_conf_dir: str | None,
+    grace: float,
+    settle: float,
 ) -> int:
     """Everything pycni owns on this node that nothing explains; run it in the node's netns.
     Exit 0 clean (or all repaired), 2 when something is found (or left unrepaired)."""
@@ -71,6 +88,7 @@ def command(
         device=config.overlay.device_name if config.overlay is not None else None,
         endpoints_in_store=config.kube is None,
         grace=grace,
+        settle=settle,
     )
     outcomes = run_doctor(env.store(), Nft(), scope, repair)
     env.emit(to_document(scope, outcomes), render_doctor)

@@ -4,6 +4,7 @@ as one document (``to_document``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,12 +59,20 @@ class Scope:
     device: str | None  # the overlay's VXLAN device; None: no overlay
     endpoints_in_store: bool  # False: the proxy's endpoints come from the API server
     grace: float  # seconds a new lease may wait for its host veth
+    settle: float = 0.0  # seconds between the two looks (``find_lasting``)
 
 
 def run_doctor(store: Store, nft: Nft, scope: Scope, repair: bool) -> list[Outcome]:
+    findings = find_lasting(lambda: read_scope(store, nft, scope), scope.settle)
+    if not repair:
+        return [Outcome(finding, None) for finding in findings]
+    return [repair_one(store, nft, finding) for finding in findings]
+
+
+def read_scope(store: Store, nft: Nft, scope: Scope) -> NodeFacts:
     try:
         young_after = time.time() - scope.grace
-        facts = read_facts(
+        return read_facts(
             store,
             nft,
             scope.node,
@@ -77,10 +86,20 @@ def run_doctor(store: Store, nft: Nft, scope: Scope, repair: bool) -> list[Outco
             "could not read this node's interfaces, routes or nftables",
             f"{type(exc).__name__}: {exc} (run it as root in the node's network namespace)",
         ) from None
-    findings = find_all(facts)
-    if not repair:
-        return [Outcome(finding, None) for finding in findings]
-    return [repair_one(store, nft, finding) for finding in findings]
+
+
+def find_lasting(read: Callable[[], NodeFacts], settle: float) -> list[Finding]:
+    """What a second look ``settle`` seconds after the first still finds: a DEL returns
+    before pycnid's next NetworkPolicy pass takes the Pod's elements out (and its proxy's
+    the Pod's backends), so a node looked at once just after a DEL showed them as residue.
+    Nothing found at first: one look only. The second look's findings are what a repair
+    acts on."""
+    first = find_all(read())
+    if not first or settle <= 0:
+        return first
+    time.sleep(settle)
+    seen = {(f.kind, f.object) for f in first}
+    return [f for f in find_all(read()) if (f.kind, f.object) in seen]
 
 
 def repair_one(store: Store, nft: Nft, finding: Finding) -> Outcome:

@@ -209,3 +209,26 @@ def test_objects_nothing_reaches_from_a_base_chain_and_not_static_are_unexplaine
         ("nft-object", "chain ip pycni-svc lb-5"),
         ("nft-object", "set ip pycni-svc clients-x"),
     ]
+
+
+def test_only_what_a_second_look_still_finds_is_reported(monkeypatch):
+    """A DEL's NetworkPolicy elements, gone by the second look, are not residue; what stays
+    is reported as the second look found it; nothing found at first is one look only."""
+    from typing import Any
+
+    from doctor import run
+    from doctor.findings import Finding
+
+    def reads(*looks: list[Finding]) -> Any:
+        found = iter(looks)
+        return lambda: next(found)  # find_all is the identity below: a look is its findings
+
+    monkeypatch.setattr(run, "find_all", lambda facts: facts)
+    slept: list[float] = []
+    monkeypatch.setattr(run.time, "sleep", slept.append)
+    first = [Finding("netpol-element", "a", "first"), Finding("veth", "b", "first")]
+    second = [Finding("veth", "b", "second"), Finding("table", "c", "second")]
+    assert run.find_lasting(reads(first, second), 1.0) == [Finding("veth", "b", "second")]
+    assert slept == [1.0]
+    assert run.find_lasting(reads([]), 1.0) == [] and slept == [1.0]
+    assert run.find_lasting(reads(first), 0.0) == first
