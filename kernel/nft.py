@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kernel.nftelem import (
@@ -90,16 +91,16 @@ class Nft:
         with self._lock:
             self._commit_elements(_encode_batch(batch))
 
-    def run_then_elements(self, script: str, batch: ElementBatch) -> None:
-        """``run_sized(script)``, then ``run_elements(batch)``: two transactions in that
-        order, the batch encoded while the script is applied (a child nft, or libnftables'
-        C code: neither holds the interpreter), so on a second core a full render's ~85k
-        elements (~0.2 s of Python) no longer wait behind its declarations (~0.3 s). The
-        batch is not sent when the script is refused (NftError, as ``run``)."""
+    def run_then_elements(self, script: str, make: Callable[[], ElementBatch]) -> None:
+        """``run_sized(script)``, then ``run_elements(make())``: two transactions in that
+        order, the batch made and encoded while the script is applied (a child nft, or
+        libnftables' C code: neither holds the interpreter), so on a second core a full
+        render's ~85k elements (~0.2 s of Python) no longer wait behind its declarations
+        (~0.3 s). The batch is not sent when the script is refused (NftError, as ``run``)."""
         self._guard()
         with self._lock:
             if not script.strip():
-                self._commit_elements(_encode_batch(batch))
+                self._commit_elements(_encode_batch(make()))
                 return
             apart = len(script) >= APART_BYTES and shutil.which(NFT_BINARY) is not None
             answer: list[tuple[int, str, str]] = []
@@ -115,7 +116,7 @@ class Nft:
             worker = threading.Thread(target=apply, name="nft-script", daemon=True)
             worker.start()
             try:
-                messages = _encode_batch(batch)
+                messages = _encode_batch(make())
             finally:
                 worker.join()
             if failure:

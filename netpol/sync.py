@@ -556,7 +556,7 @@ def send_first(nft: Nft, script: str, batch: ElementBatch | None) -> None:
     """A first render (``diff.calc_first_render``): its script, then its elements' batch
     (encoded while nft applies the script)."""
     if batch is not None:
-        nft.run_then_elements(script, batch)
+        nft.run_then_elements(script, lambda: batch)
     else:
         run_sized(nft, script)
 

@@ -9,6 +9,7 @@ per-element work here is kept to building tuples and strings (addresses are form
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import operator
 import socket
@@ -291,11 +292,30 @@ class FullRender:
     - ``deletes``: the shape chains nothing names any more (and an earlier layout's
       per-endpoint ``clients-`` sets).
 
-    The ``clients`` set is added, never flushed: a resync keeps clients' affinity."""
+    The ``clients`` set is added, never flushed: a resync keeps clients' affinity. The batch
+    is made on first use from ``parts`` (the node's elements and each Service's): pycnid's
+    ``run_plan`` asks for it while nft applies the declarations, so its ~85k elements are
+    gathered on the second core's time, not before the declarations start."""
 
     declarations: str
-    elements: ElementBatch
     deletes: str
+    family: int
+    parts: tuple[Iterable[Element], ...]
+
+    @functools.cached_property
+    def elements(self) -> ElementBatch:
+        """Every plain data set and map flushed, then filled (each element once)."""
+        types = calc_element_types(self.family)
+        plain: dict[str, list[tuple[str, str | None]]] = {
+            n: [] for n in (*DATA_SETS, *DATA_MAPS) if n in types
+        }
+        for name, key, value in set().union(*self.parts):  # unpacked: ~85k at 10k Services
+            bucket = plain.get(name)
+            if bucket is not None:
+                bucket.append((key, value))
+        flushes = [ElementChange("flush", n, types[n], ()) for n in plain]
+        adds = [ElementChange("add", n, types[n], tuple(plain[n])) for n in plain if plain[n]]
+        return ElementBatch(FAMILY[self.family], TABLE, (*flushes, *adds))
 
     def render(self) -> str:
         """The three as one nft script, the same table once applied."""
@@ -305,30 +325,19 @@ class FullRender:
 def calc_full_render(
     family: int,
     shapes: Iterable[AnyShape],
-    elements: Iterable[Element],
+    parts: tuple[Iterable[Element], ...],
     node: NodeView | None,
     deletes: str,
 ) -> FullRender:
+    """``parts``: the node's elements and each Service's (an element may be in several)."""
     t = f"{FAMILY[family]} {TABLE}"
-    types = calc_element_types(family)  # the plain data sets and maps: the batch's
-    plain: dict[str, list[tuple[str, str | None]]] = {
-        n: [] for n in (*DATA_SETS, *DATA_MAPS) if n in types
-    }
-    ranged: list[Element] = []
-    for name, key, value in elements:  # unpacked: ~85k elements at 10k Services
-        bucket = plain.get(name)
-        if bucket is not None:
-            bucket.append((key, value))
-        else:
-            ranged.append(Element(name, key, value))
+    ranged = {n for n in DATA_SETS if n not in calc_element_types(family)}  # nft's to write
     declarations = (
         render_skeleton(family, node)
         + "".join(render_shape(family, s) for s in sorted(shapes, key=repr))
-        + "".join(f"flush set {t} {n}\n" for n in DATA_SETS if n not in types)
-        + render_elements(family, "add", ranged)
+        + "".join(f"flush set {t} {n}\n" for n in DATA_SETS if n in ranged)
+        + render_elements(
+            family, "add", dict.fromkeys(e for p in parts for e in p if e.name in ranged)
+        )
     )
-    flushes = [ElementChange("flush", n, types[n], ()) for n in plain]
-    adds = [ElementChange("add", n, types[n], tuple(plain[n])) for n in plain if plain[n]]
-    return FullRender(
-        declarations, ElementBatch(FAMILY[family], TABLE, (*flushes, *adds)), deletes
-    )
+    return FullRender(declarations, deletes, family, parts)

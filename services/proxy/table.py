@@ -16,11 +16,13 @@ the table unknown: the caller drops it and the next sync renders the family whol
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain
+from typing import NamedTuple
 
 from kernel.nftelem import ElementBatch
 from services.proxy.elements import (
@@ -82,6 +84,25 @@ class TablePlan:
         """The whole change as one nft script (a full render's steps joined: tests, golden
         files, benches; pycnid runs the steps)."""
         return self.steps.render() if self.steps is not None else self.text
+
+    @functools.cached_property
+    def tally(self) -> Tally:
+        """A full plan's counts as the table will hold them once committed (counted in C:
+        per-Service deltas were a tenth of a 10k render); made on first use, which
+        ``sync.run_plan`` makes while nft applies the declarations."""
+        planned = [p for p in self.services.values() if p.views]
+        elements = Counter(chain.from_iterable(p.elements for p in planned))
+        elements.update(self.node_elements)
+        shapes = Counter(chain.from_iterable(p.shapes for p in planned))
+        names = Counter(shape.chain for shape in shapes)
+        return Tally(elements, shapes, names, sum(len(p.views) for p in planned))
+
+
+class Tally(NamedTuple):
+    elements: Counter
+    shapes: Counter
+    names: Counter
+    ports: int
 
 
 @dataclass
@@ -171,13 +192,13 @@ class ServiceTable:
             k: p for k, p in self._claim(planned, {}, owners).items() if p.views or p.left_out
         }
         node_elements = calc_node_elements(ProxyModel(self.family, node))
-        elements = set(node_elements).union(*(p.elements for p in planned.values()))
+        parts = (node_elements, *(p.elements for p in planned.values()))
         shapes = set().union(*(p.shapes for p in planned.values()))
         live = calc_shape_chains(shapes)
         stale_sets = {c for c in chains if is_affinity_set(c)}  # an earlier layout's
         stale = {c for c in chains if not is_affinity_set(c)} - live
         steps = calc_full_render(
-            self.family, shapes, elements, node, self._render_deletes(stale, live, stale_sets)
+            self.family, shapes, parts, node, self._render_deletes(stale, live, stale_sets)
         )
         return TablePlan("", True, node, node_elements, planned, {}, owners, steps=steps)
 
@@ -265,16 +286,12 @@ class ServiceTable:
         self.node, self.node_elements = plan.node, plan.node_elements
 
     def _commit_full(self, plan: TablePlan) -> None:
-        """A whole table at once (counted in C: per-Service deltas were a tenth of a 10k
-        render)."""
-        planned = [p for p in plan.services.values() if p.views]
+        """A whole table at once (``TablePlan.tally``)."""
         self.services = {k: p for k, p in plan.services.items() if p.views}
         self.left_out = {k for k, p in plan.services.items() if p.left_out}
-        self.element_counts = Counter(chain.from_iterable(p.elements for p in planned))
-        self.element_counts.update(plan.node_elements)
-        self.shape_counts = Counter(chain.from_iterable(p.shapes for p in planned))
-        self.name_users = Counter(shape.chain for shape in self.shape_counts)
-        self.port_count = sum(len(p.views) for p in planned)
+        tally = plan.tally
+        self.element_counts, self.shape_counts = tally.elements, tally.shapes
+        self.name_users, self.port_count = tally.names, tally.ports
         self.owners = dict(plan.owners)
         self.node, self.node_elements = plan.node, plan.node_elements
 

@@ -50,7 +50,7 @@ if before:
     nft.run(before)
 try:
     if case == "then":
-        nft.run_then_elements(script, batch)
+        nft.run_then_elements(script, lambda: batch)
     else:
         (nft.run if case == "kept" else nft.run_apart)(script)
     error = None

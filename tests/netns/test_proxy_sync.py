@@ -129,9 +129,9 @@ class KeptNft:
     def run_elements(self, batch: ElementBatch) -> None:
         self.ctx.run_elements(batch)
 
-    def run_then_elements(self, script: str, batch: ElementBatch) -> None:
+    def run_then_elements(self, script: str, make) -> None:
         self.run(script)
-        self.run_elements(batch)
+        self.run_elements(make())
 
 
 @pytest.fixture(scope="module")

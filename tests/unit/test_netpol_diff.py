@@ -187,10 +187,10 @@ class RecordingNft:
             self.refuse -= 1
             raise NftError("element batch refused: Device or resource busy")
 
-    def run_then_elements(self, script: str, batch: ElementBatch) -> None:
-        """As the real engine: the batch is not sent when the script is refused."""
+    def run_then_elements(self, script: str, make) -> None:
+        """As the real engine: the batch is not made or sent when the script is refused."""
         self.run(script)
-        self.run_elements(batch)
+        self.run_elements(make())
 
     def list_json(self, command: str, terse: bool = False) -> dict[str, Any]:
         return {"nftables": []}

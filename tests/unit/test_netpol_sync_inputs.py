@@ -214,9 +214,9 @@ class FakeNft:
     def run_elements(self, batch: object) -> None:
         self.sent.append(batch)
 
-    def run_then_elements(self, script: str, batch: object) -> None:
+    def run_then_elements(self, script: str, make) -> None:
         self.run(script)
-        self.run_elements(batch)
+        self.run_elements(make())
 
     def release_cache(self) -> None:
         """Nothing kept: no cache to give back."""
