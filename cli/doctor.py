@@ -6,6 +6,8 @@ other error does: a script can tell a typo from residue.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from cli.command import Env, command_options
@@ -14,6 +16,16 @@ from cli.open_store import load_config
 DEFAULT_GRACE = 60.0  # seconds: an ADD makes its veth well within it after taking its lease
 #: seconds: two of pycnid's SQLite polls (0.5 s), in which its passes follow a DEL
 DEFAULT_SETTLE = 1.0
+
+
+def seconds(default: float) -> dict[str, Any]:
+    """A duration option's type, default and metavar."""
+    return {
+        "type": click.FloatRange(min=0),
+        "default": default,
+        "show_default": True,
+        "metavar": "SECONDS",
+    }
 
 
 class DoctorCommand(click.Command):
@@ -49,19 +61,13 @@ class DoctorCommand(click.Command):
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_GRACE,
-    show_default=True,
-    metavar="SECONDS",
+    **seconds(DEFAULT_GRACE),
     help="a lease younger than this is not judged (an ADD takes its lease before it makes "
     "the host veth)",
 )
 @click.option(
     "--settle",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_SETTLE,
-    show_default=True,
-    metavar="SECONDS",
+    **seconds(DEFAULT_SETTLE),
     help="when something is found, look again after this long and report what is still "
     "there (a DEL returns before pycnid's next pass takes its Pod's elements out); 0: "
     "one look",
