@@ -331,13 +331,13 @@ def calc_full_render(
 ) -> FullRender:
     """``parts``: the node's elements and each Service's (an element may be in several)."""
     t = f"{FAMILY[family]} {TABLE}"
-    ranged = {n for n in DATA_SETS if n not in calc_element_types(family)}  # nft's to write
+    types = calc_element_types(family)  # the batch's; the others (interval sets) are nft's
     declarations = (
         render_skeleton(family, node)
         + "".join(render_shape(family, s) for s in sorted(shapes, key=repr))
-        + "".join(f"flush set {t} {n}\n" for n in DATA_SETS if n in ranged)
+        + "".join(f"flush set {t} {n}\n" for n in DATA_SETS if n not in types)
         + render_elements(
-            family, "add", dict.fromkeys(e for p in parts for e in p if e.name in ranged)
+            family, "add", dict.fromkeys(e for p in parts for e in p if e.name not in types)
         )
     )
     return FullRender(declarations, deletes, family, parts)
