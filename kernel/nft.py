@@ -64,9 +64,7 @@ class Nft:
             return
         self._guard()
         with self._lock:
-            rc, _out, err = self._call(self._ctx, script, json_output=False)
-        if rc != 0:
-            raise NftError(err.strip() or f"nft exited {rc}")
+            self._apply(self._ctx, script)
 
     def run_apart(self, script: str) -> None:
         """``run`` in a child ``nft -f -`` (the same libnftables): a large transaction's parse
@@ -78,9 +76,7 @@ class Nft:
             return None
         self._guard()
         with self._lock:
-            rc, _out, err = self._call(None, script, json_output=False)
-        if rc != 0:
-            raise NftError(err.strip() or f"nft exited {rc}")
+            self._apply(None, script)
         return None
 
     def run_elements(self, batch: ElementBatch) -> None:
@@ -102,13 +98,12 @@ class Nft:
             if not script.strip():
                 self._commit_elements(_encode_batch(make()))
                 return
-            apart = len(script) >= APART_BYTES and shutil.which(NFT_BINARY) is not None
-            answer: list[tuple[int, str, str]] = []
+            ctx = self._sized_context(script)
             failure: list[BaseException] = []
 
             def apply() -> None:
                 try:
-                    answer.append(self._call(None if apart else self._ctx, script, False))
+                    self._apply(ctx, script)
                 except BaseException as exc:  # handed to the caller after the join
                     failure.append(exc)
 
@@ -121,10 +116,21 @@ class Nft:
                 worker.join()
             if failure:
                 raise failure[0]
-            rc, _out, err = answer[0]
-            if rc != 0:
-                raise NftError(err.strip() or f"nft exited {rc}")
             self._commit_elements(messages)
+
+    def _sized_context(self, script: str) -> Any:
+        """Where ``run_sized`` runs ``script``: a child nft (None) from ``APART_BYTES`` on
+        when the binary is there; else the kept context (None without the library: the
+        binary too)."""
+        apart = len(script) >= APART_BYTES and shutil.which(NFT_BINARY) is not None
+        return None if apart else self._ctx
+
+    def _apply(self, ctx: Any, script: str) -> None:
+        """One script as one transaction (the caller holds the lock); NftError with nft's
+        message when refused."""
+        rc, _out, err = self._call(ctx, script, json_output=False)
+        if rc != 0:
+            raise NftError(err.strip() or f"nft exited {rc}")
 
     def _commit_elements(self, messages: list[tuple[int, bytes]]) -> None:
         try:

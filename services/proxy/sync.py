@@ -289,7 +289,7 @@ def run_plan(nft: Nft, plan: TablePlan) -> None:
     if plan.steps is not None:
         steps = plan.steps
         nft.run_then_elements(steps.declarations, lambda: calc_beside(plan, steps))
-        run_sized(nft, plan.steps.deletes)
+        run_sized(nft, steps.deletes)
     elif plan.elements is not None:
         nft.run_elements(plan.elements)
     else:
