@@ -8,6 +8,10 @@ import ipaddress
 import json
 from dataclasses import replace
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from common.attachment import Attachment
 from doctor.findings import (
     CURRENT_TABLES,
@@ -232,3 +236,28 @@ def test_only_what_a_second_look_still_finds_is_reported(monkeypatch):
     assert slept == [1.0]
     assert run.find_lasting(reads([]), 1.0) == [] and slept == [1.0]
     assert run.find_lasting(reads(first), 0.0) == first
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["veth", "lease", "table"]), st.sampled_from("abcd"))),
+    st.lists(st.tuples(st.sampled_from(["veth", "lease", "table"]), st.sampled_from("abcd"))),
+)
+def test_a_second_look_reports_exactly_its_findings_the_first_look_had_too(first, second):
+    """Generated looks: the report is the second look's findings (in its order, as it saw
+    them) whose kind and object the first look found; an empty first look is the only one."""
+    from typing import Any
+
+    from doctor import run
+    from doctor.findings import Finding
+
+    one = [Finding(k, o, "first") for k, o in first]
+    two = [Finding(k, o, "second") for k, o in second]
+    looks = iter([one, two])
+    read: Any = lambda: next(looks)  # noqa: E731 (find_all is the identity below)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run, "find_all", lambda facts: facts)
+        patch.setattr(run.time, "sleep", lambda seconds: None)
+        found = run.find_lasting(read, 1.0)
+    seen = {(k, o) for k, o in first}
+    assert found == ([] if not first else [f for f in two if (f.kind, f.object) in seen])
+    assert all(f.why == "second" for f in found)
