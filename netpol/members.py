@@ -35,6 +35,9 @@ from netpol.selector import LabelSelector
 AF = {4: socket.AF_INET, 6: socket.AF_INET6}
 PeerKey = tuple[str | None, LabelSelector | None, LabelSelector | None, int]
 NamedKey = tuple[str, str, int]  # port name, protocol, family
+PartKey = tuple[LabelSelector | None, int]  # a namespace's Pods' selector (None: all), family
+Moved = tuple[PodInfo, PodInfo]  # a Pod before and after a namespace's change
+MOVED_MAX = 8  # a namespace with more Pods changed than this computes its parts again
 
 
 class Grouping:
@@ -50,7 +53,11 @@ class Grouping:
         self.pods: tuple[PodInfo, ...] | None = None
         self.labels: Mapping[str, Mapping[str, str]] | None = None
         self.by_namespace: Mapping[str, tuple[PodInfo, ...]] = {}
-        self.parts: dict[tuple[str, LabelSelector | None, int], tuple[str, ...]] = {}
+        #: namespace -> (its Pods' selector, family) -> their addresses (``part``)
+        self.parts: dict[str, dict[PartKey, tuple[str, ...]]] = {}
+        #: a namespace whose Pods changed in the last ``regroup``, when they are as many as
+        #: before: its parts before, and the Pods that are not the same objects (before, now)
+        self.moved: dict[str, tuple[dict[PartKey, tuple[str, ...]], list[Moved]]] = {}
         self.named: dict[str, dict[NamedKey, tuple[str, ...]]] = {}
         self.picks: dict[LabelSelector, tuple[str, ...]] = {}
         self.clock = 0  # the last stamp given: stamps never repeat
@@ -98,9 +105,13 @@ class Grouping:
         ]
         if fresh.keys() != before.keys():
             self.picks.clear()  # a namespace selector picks among namespaces with Pods
-        if changed:
-            gone = set(changed)
-            self.parts = {k: v for k, v in self.parts.items() if k[0] not in gone}
+        self.moved = {}
+        for ns in changed:
+            parts, was, now = self.parts.pop(ns, None), before.get(ns, ()), fresh.get(ns, ())
+            if parts and len(was) == len(now):
+                pairs = [(a, b) for a, b in zip(was, now, strict=True) if a is not b]
+                if len(pairs) <= MOVED_MAX:
+                    self.moved[ns] = (parts, pairs)
         self.by_namespace = fresh
         for ns in changed:
             named = self.named.pop(ns, None)
@@ -148,16 +159,38 @@ class Grouping:
         return found
 
     def part(self, ns: str, selector: LabelSelector | None, family: int) -> tuple[str, ...]:
-        """The ``family`` addresses of the Pods of ``ns`` that ``selector`` picks (None: all)."""
-        key = (ns, selector, family)
-        found = self.parts.get(key)
+        """The ``family`` addresses of the Pods of ``ns`` that ``selector`` picks (None: all):
+        the same object as before the namespace's Pods changed when no Pod that changed
+        entered, left or moved its addresses in it (a relabel changes the parts of the
+        selectors that read the labels it changed, not all of its namespace's)."""
+        key = (selector, family)
+        held = self.parts.get(ns)
+        if held is None:
+            held = self.parts[ns] = {}
+        found = held.get(key)
         if found is None:
-            found = self.parts[key] = tuple(
+            found = held[key] = self._kept_part(ns, key) or tuple(
                 ip
                 for pod in self.by_namespace.get(ns, ())
                 if selector is None or selector.matches(pod.labels)
                 for ip in addresses(pod, family)
             )
+        return found
+
+    def _kept_part(self, ns: str, key: PartKey) -> tuple[str, ...] | None:
+        """The part before the namespace's last change, if each Pod that changed gives it
+        what it gave; None: computed again."""
+        parts, pairs = self.moved.get(ns, ({}, []))
+        found = parts.get(key)
+        if found is None:
+            return None
+        selector, family = key
+        for was, now in pairs:
+            picked = selector is None or selector.matches(was.labels)
+            if picked != (selector is None or selector.matches(now.labels)):
+                return None
+            if picked and addresses(was, family) != addresses(now, family):
+                return None
         return found
 
     def named_in(self, ns: str) -> dict[NamedKey, tuple[str, ...]]:

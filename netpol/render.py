@@ -338,6 +338,8 @@ def splice(before: Made, slots: Slots) -> tuple[str, ...] | None:
     if len(changed) > SPLICE_MAX:
         return None
     elements = before.made.elements if before.made is not None else ()
+    if not changed:  # the namespaces it read changed, not the parts it took of them
+        return elements
     pieces: list[tuple[str, ...]] = []
     at = offset = 0
     for i, was in enumerate(old):

@@ -6,6 +6,7 @@ rule becomes set lookups."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +28,7 @@ from netpol.render import (
     shape_name,
     splice,
 )
-from tests.fixtures.netpol_cases import clusters, inputs_of
+from tests.fixtures.netpol_cases import KEYS, VALUES, clusters, inputs_of
 
 NODE = "n1"
 
@@ -236,6 +237,46 @@ def test_a_layout_cache_kept_between_passes_renders_what_a_fresh_render_does(
     """What ``LayoutCache`` keeps (sets under their stamps, shape chains, each Pod's chain)
     never outlives what it was computed from: every pass equals a render from nothing, to the
     order of the script."""
+    cache = LayoutCache()
+    for inputs in inputs_seq:
+        kept, fresh = calc_layout(inputs, NODE, cache=cache), calc_layout(inputs, NODE)
+        assert kept == fresh
+        assert render_full(kept) == render_full(fresh)
+
+
+@st.composite
+def relabels(draw: st.DrawFn) -> list[PolicyInputs]:
+    """One cluster, then passes that each change one to three of its Pods as a relabel does
+    (labels set or dropped, now and then the addresses of another Pod): the other Pods, the
+    policies, the namespaces' labels and the unchanged namespaces' tuples are the same
+    objects as the pass before, as ``view.Records`` hands them over."""
+    first = inputs_of(draw(clusters()))
+    found = [replace(first, groups=group_by_namespace(first.pods))]
+    for _ in range(draw(st.integers(1, 5)) if first.pods else 0):
+        last = found[-1]
+        pods = list(last.pods)
+        for i in draw(st.lists(st.integers(0, len(pods) - 1), min_size=1, max_size=3)):
+            labels = {**pods[i].labels, **draw(st.dictionaries(st.sampled_from(KEYS), VALUE))}
+            if labels and draw(st.booleans()):
+                del labels[draw(st.sampled_from(sorted(labels)))]
+            ips = pods[i].ips if draw(st.integers(0, 3)) else draw(st.sampled_from(pods)).ips
+            pods[i] = replace(pods[i], labels=labels, ips=ips)
+        kept = tuple(pods)
+        found.append(replace(last, pods=kept, groups=kept_groups(last.groups, kept)))
+    return found
+
+
+VALUE = st.sampled_from(VALUES)
+
+
+@settings(max_examples=200, deadline=None)
+@given(relabels())
+def test_relabelled_pods_render_with_the_cache_what_a_fresh_render_does(
+    inputs_seq: list[PolicyInputs],
+) -> None:
+    """A relabel keeps every other Pod's entries and the parts its change did not touch
+    (``Grouping.part``'s kept parts, ``Render.calc_local``'s kept entries): each pass still
+    equals a render from nothing."""
     cache = LayoutCache()
     for inputs in inputs_seq:
         kept, fresh = calc_layout(inputs, NODE, cache=cache), calc_layout(inputs, NODE)
