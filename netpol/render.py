@@ -164,17 +164,30 @@ class LayoutCache:
         self.grouping = Grouping()
         self.sets: dict[str, Made] = {}
         self.shapes: dict[str, Shape] = {}
-        self.isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]] = {}
         self.local_pods: tuple[PodInfo, ...] | None = None  # what ``local`` was made for
         self.local: dict[str, LocalPart] = {}
+
+
+@dataclass(frozen=True)
+class PodEntries:
+    """One local Pod in one direction: the Pod and its namespace's policies as read, its
+    shape chain and policies (None: not isolated), its elements of the direction's maps (in
+    ``local_maps`` order) and its drop counter. Kept while the Pod and those policies are the
+    same objects: a relabel computes its own Pod's entries, not the node's 100."""
+
+    pod: PodInfo
+    policies: object
+    found: Isolating
+    elements: tuple[tuple[str, ...], ...]
+    counter: str | None
 
 
 @dataclass(frozen=True)
 class LocalPart:
     """What a direction's isolated local Pods add to a layout: their maps, filled (vmap
     entries, counter entries), the chains they jump to with their policies (in the order a
-    render meets them), their counters, how many they are, each Pod's ``isolating_of`` entry,
-    and the policies it read (each local namespace's tuple). Kept while the grouping's
+    render meets them), their counters, how many they are, each Pod's entries by ref, and
+    the policies it read (each local namespace's tuple). Kept whole while the grouping's
     tuple of local Pods and those tuples are the same objects: a pass for another node's Pod
     or a set's change then skips the ~200 Pod lookups and entries (~0.3 ms at 100 Pods)."""
 
@@ -182,7 +195,7 @@ class LocalPart:
     chains: tuple[tuple[str, list[NetworkPolicy]], ...]
     counters: frozenset[str]
     isolated: int
-    isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]]
+    pods: dict[str, PodEntries]
     policies: tuple[tuple[str, object], ...]
 
 
@@ -195,7 +208,6 @@ class Render:
         self.members = Members(inputs, cache.grouping)
         self.sets: dict[str, Made] = {}
         self.shapes: dict[str, Shape] = {}
-        self.isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]] = {}
         self.local: dict[str, LocalPart] = {}
         self.terms: list[tuple[Term, bool]] = []  # those the shape being computed considered
 
@@ -227,22 +239,21 @@ class Render:
         exact = slots is not None and len(elements) == sum(map(len, slots))  # no address twice
         return made_of(term, deps, elements, slots if exact else None)
 
-    def isolating_of(self, pod: PodInfo, direction: str) -> Isolating:
-        """``pod``'s shape chain and policies in ``direction``; None: not isolated. Kept while
-        the Pod and its namespace's policies are the same objects: the sources keep a
-        namespace's tuple of policies while none of them changed (``PolicyInputs``'
-        ``policy_groups``; inputs without them are indexed afresh, and miss)."""
-        key = (pod.ref, direction)
-        policies = self.inputs.policies_in.get(pod.namespace, ())
-        held = self.cache.isolating.get(key)
-        if held is not None and held[0] is pod and held[1] is policies:
-            found = held[2]
-        else:
-            isolating = policies_of(self.inputs, pod, direction)
-            chain = shape_name(DIRECTIONS[direction][0], isolating) if isolating else None
-            found = (chain, isolating) if chain is not None else None
-        self.isolating[key] = (pod, policies, found)
-        return found
+    def calc_pod_entries(self, pod: PodInfo, policies: object, direction: str) -> PodEntries:
+        """``pod``'s entries in ``direction`` under its namespace's ``policies``."""
+        isolating = policies_of(self.inputs, pod, direction)
+        if not isolating:
+            return PodEntries(pod, policies, None, NO_ELEMENTS, None)
+        prefix = DIRECTIONS[direction][0]
+        chain, counter = shape_name(prefix, isolating), counter_name(prefix, pod)
+        elements: list[tuple[str, ...]] = []
+        for family in FAMILIES:
+            ips = addresses(pod, family)
+            elements += (
+                tuple(f"{ip} : jump {chain}" for ip in ips),
+                tuple(f'{ip} : "{counter}"' for ip in ips),
+            )
+        return PodEntries(pod, policies, (chain, isolating), tuple(elements), counter)
 
     def ensure_shape(self, chain: str, direction: str, policies: list[NetworkPolicy]) -> None:
         """The chain's rules in the layout: kept from an earlier render while every set they
@@ -261,7 +272,7 @@ class Render:
     def keep(self, local: tuple[PodInfo, ...]) -> None:
         """Leave in the cache what this render used, and nothing else."""
         cache = self.cache
-        cache.sets, cache.shapes, cache.isolating = self.sets, self.shapes, self.isolating
+        cache.sets, cache.shapes = self.sets, self.shapes
         cache.local_pods, cache.local = local, self.local
 
     def add_local(self, local: tuple[PodInfo, ...], direction: str) -> None:
@@ -276,47 +287,60 @@ class Render:
                 self.layout.sets[declared.name] = declared
             for chain, policies in part.chains:
                 self.ensure_shape(chain, direction, policies)
-            self.isolating.update(part.isolating)
         self.layout.counters |= part.counters
         self.layout.isolated[direction] = part.isolated
         self.local[direction] = part
 
     def calc_local(self, local: tuple[PodInfo, ...], direction: str) -> LocalPart:
-        prefix, layout = DIRECTIONS[direction][0], self.layout
-        maps: dict[str, list[str]] = {}
-        for family in FAMILIES:
-            for name, kind in ((VMAP[direction], "verdict"), (f"dropcnt-{prefix}", "counter")):
-                declared = NamedSet(
-                    f"{name}{family}", "map", f"{ADDR[family]} : {kind}", False, ()
-                )
-                layout.sets[declared.name] = declared
-                maps[declared.name] = []
+        """``direction``'s part from each local Pod's entries: those of the last pass while
+        the Pod and its namespace's policies are the same objects, else computed."""
+        layout, names = self.layout, local_maps(direction)
+        for name, kind in names:
+            layout.sets[name] = NamedSet(name, "map", kind, False, ())
+        before = self.cache.local.get(direction)
+        held = before.pods if before is not None else {}
+        policies_in = self.inputs.policies_in
+        pods: dict[str, PodEntries] = {}
         chains: dict[str, list[NetworkPolicy]] = {}
-        counters: set[str] = set()
-        isolating: dict[tuple[str, str], tuple[PodInfo, object, Isolating]] = {}
-        isolated = 0
         for pod in local:
-            found = self.isolating_of(pod, direction)
-            isolating[(pod.ref, direction)] = self.isolating[(pod.ref, direction)]
-            if found is not None:
-                chain, policies = found
-                if chain not in chains:
-                    self.ensure_shape(chain, direction, policies)
-                    chains[chain] = policies
-                counters.add(add_entries(maps, pod, direction, chain))
-                isolated += 1
-        filled = tuple(replace(layout.sets[n], elements=tuple(e)) for n, e in maps.items())
-        for declared in filled:
-            layout.sets[declared.name] = declared
+            policies = policies_in.get(pod.namespace, ())
+            entries = held.get(pod.ref)
+            if entries is None or entries.pod is not pod or entries.policies is not policies:
+                entries = self.calc_pod_entries(pod, policies, direction)
+            pods[pod.ref] = entries
+            if entries.found is not None and entries.found[0] not in chains:
+                chain, isolating = entries.found
+                self.ensure_shape(chain, direction, isolating)
+                chains[chain] = isolating
+        for i, (name, _kind) in enumerate(names):
+            elements = tuple(chain_all(e.elements[i] for e in pods.values()))
+            layout.sets[name] = replace(layout.sets[name], elements=elements)
+        filled = tuple(layout.sets[name] for name, _kind in names)
+        counters = frozenset(e.counter for e in pods.values() if e.counter is not None)
         namespaces = dict.fromkeys(pod.namespace for pod in local)
         return LocalPart(
             filled,
             tuple(chains.items()),
-            frozenset(counters),
-            isolated,
-            isolating,
-            tuple((ns, self.inputs.policies_in.get(ns, ())) for ns in namespaces),
+            counters,
+            sum(1 for e in pods.values() if e.found is not None),
+            pods,
+            tuple((ns, policies_in.get(ns, ())) for ns in namespaces),
         )
+
+
+def local_maps(direction: str) -> list[tuple[str, str]]:
+    """The maps a direction's isolated Pods fill, with their types: per family, the vmap
+    (address : verdict) then the drop counters' (address : counter)."""
+    prefix = DIRECTIONS[direction][0]
+    return [
+        (f"{name}{family}", f"{ADDR[family]} : {kind}")
+        for family in FAMILIES
+        for name, kind in ((VMAP[direction], "verdict"), (f"dropcnt-{prefix}", "counter"))
+    ]
+
+
+NO_ELEMENTS: tuple[tuple[str, ...], ...] = ((), (), (), ())
+chain_all = itertools.chain.from_iterable
 
 
 def made_of(
@@ -391,17 +415,6 @@ def _drop_unreferenced(layout: Layout, shapes: Iterable[Shape]) -> None:
 def _is_static(name: str) -> bool:
     """The sets and maps every layout declares (``calc_layout``): the rest are rules' terms."""
     return name.rstrip("46") in STATIC_SETS
-
-
-def add_entries(maps: dict[str, list[str]], pod: PodInfo, direction: str, chain: str) -> str:
-    """``pod``'s vmap entries (a jump to ``chain``) and drop counter entries; its counter."""
-    prefix = DIRECTIONS[direction][0]
-    counter = counter_name(prefix, pod)
-    for family in FAMILIES:
-        for ip in addresses(pod, family):
-            maps[f"{VMAP[direction]}{family}"].append(f"{ip} : jump {chain}")
-            maps[f"dropcnt-{prefix}{family}"].append(f'{ip} : "{counter}"')
-    return counter
 
 
 def counter_name(prefix: str, pod: PodInfo) -> str:
