@@ -45,7 +45,7 @@ import ipaddress
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
@@ -150,6 +150,7 @@ class Shape:
 
 
 Isolating = tuple[str, list[NetworkPolicy]] | None  # a local Pod's chain and its policies
+Chains = Mapping[str, list[NetworkPolicy]]  # shape chains met, with their policies
 
 
 class LayoutCache:
@@ -239,13 +240,17 @@ class Render:
         exact = slots is not None and len(elements) == sum(map(len, slots))  # no address twice
         return made_of(term, deps, elements, slots if exact else None)
 
-    def calc_pod_entries(self, pod: PodInfo, policies: object, direction: str) -> PodEntries:
-        """``pod``'s entries in ``direction`` under its namespace's ``policies``."""
+    def calc_pod_entries(
+        self, pod: PodInfo, policies: object, direction: str, chains: Chains
+    ) -> PodEntries:
+        """``pod``'s entries in ``direction`` under its namespace's ``policies`` (``chains``:
+        those this pass met so far)."""
         isolating = policies_of(self.inputs, pod, direction)
         if not isolating:
             return PodEntries(pod, policies, None, NO_ELEMENTS, None)
         prefix = DIRECTIONS[direction][0]
-        chain, counter = shape_name(prefix, isolating), counter_name(prefix, pod)
+        chain = self.chain_of(direction, isolating, chains)
+        counter = counter_name(prefix, pod)
         elements: list[tuple[str, ...]] = []
         for family in FAMILIES:
             ips = addresses(pod, family)
@@ -254,6 +259,18 @@ class Render:
                 tuple(f'{ip} : "{counter}"' for ip in ips),
             )
         return PodEntries(pod, policies, (chain, isolating), tuple(elements), counter)
+
+    def chain_of(self, direction: str, policies: list[NetworkPolicy], chains: Chains) -> str:
+        """``shape_name``: taken from a chain of this pass (``chains``) or the last one with
+        the same policy objects, else computed (a digest of each policy's JSON, ~60 us for a
+        Pod's list)."""
+        before = self.cache.local.get(direction)
+        for chain, held in itertools.chain(chains.items(), before.chains if before else ()):
+            if len(held) == len(policies) and all(
+                a is b for a, b in zip(held, policies, strict=True)
+            ):
+                return chain
+        return shape_name(DIRECTIONS[direction][0], policies)
 
     def ensure_shape(self, chain: str, direction: str, policies: list[NetworkPolicy]) -> None:
         """The chain's rules in the layout: kept from an earlier render while every set they
@@ -306,7 +323,7 @@ class Render:
             policies = policies_in.get(pod.namespace, ())
             entries = held.get(pod.ref)
             if entries is None or entries.pod is not pod or entries.policies is not policies:
-                entries = self.calc_pod_entries(pod, policies, direction)
+                entries = self.calc_pod_entries(pod, policies, direction, chains)
             pods[pod.ref] = entries
             if entries.found is not None and entries.found[0] not in chains:
                 chain, isolating = entries.found
