@@ -55,9 +55,15 @@ class LabelSelector:
         return not self.match_labels and not self.expressions
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(k) == v for k, v in self.match_labels) and all(
-            r.holds(labels) for r in self.expressions
-        )
+        # loops, not all() over generators: a relabel pass matches each selector of its
+        # namespace against every Pod there, and the generators were half of that
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        for requirement in self.expressions:
+            if not requirement.holds(labels):
+                return False
+        return True
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {}
