@@ -167,6 +167,8 @@ class LayoutCache:
         self.shapes: dict[str, Shape] = {}
         self.local_pods: tuple[PodInfo, ...] | None = None  # what ``local`` was made for
         self.local: dict[str, LocalPart] = {}
+        #: the local Pods and node addresses the ``self`` and ``node`` sets were made for
+        self.static: tuple[tuple[PodInfo, ...], tuple[str, ...], list[NamedSet]] | None = None
 
 
 @dataclass(frozen=True)
@@ -406,17 +408,30 @@ def calc_layout(
     run = Render(inputs, cache if cache is not None else LayoutCache())
     layout = run.layout
     local = run.cache.grouping.local_pods(node)
-    node_addresses = [ipaddress.ip_address(a.split("/")[0]) for a in node_ips]
-    for family in FAMILIES:
-        own = [f"{a} . {a}" for p in local for a in addresses(p, family)]
-        _add_set(layout, f"self{family}", f"{ADDR[family]} . {ADDR[family]}", own, False)
-        nodes = sorted({str(a) for a in node_addresses if a.version == family})
-        _add_set(layout, f"node{family}", ADDR[family], nodes, True)
+    ips, held = tuple(node_ips), run.cache.static
+    if held is None or held[0] is not local or held[1] != ips:
+        held = run.cache.static = (local, ips, calc_static_sets(local, ips))
+    for declared in held[2]:
+        layout.sets[declared.name] = declared
     for direction in DIRECTIONS:
         run.add_local(local, direction)
     _drop_unreferenced(layout, run.shapes.values())
     run.keep(local)
     return layout
+
+
+def calc_static_sets(local: tuple[PodInfo, ...], node_ips: tuple[str, ...]) -> list[NamedSet]:
+    """Per family, ``self`` (each local Pod's address . itself) and ``node`` (the node's
+    addresses): kept while the local Pods and the addresses are (``LayoutCache.static``)."""
+    node_addresses = [ipaddress.ip_address(a.split("/")[0]) for a in node_ips]
+    found = []
+    for family in FAMILIES:
+        own = tuple(f"{a} . {a}" for p in local for a in addresses(p, family))
+        pair = f"{ADDR[family]} . {ADDR[family]}"
+        found.append(NamedSet(f"self{family}", "set", pair, False, own))
+        nodes = tuple(sorted({str(a) for a in node_addresses if a.version == family}))
+        found.append(NamedSet(f"node{family}", "set", ADDR[family], True, nodes))
+    return found
 
 
 def _drop_unreferenced(layout: Layout, shapes: Iterable[Shape]) -> None:
@@ -660,12 +675,6 @@ def render_base_rules() -> list[str]:
     rules += [f"{IP[f]} saddr @node{f} accept" for f in FAMILIES]
     rules += [f"{IP[f]} daddr vmap @ingress{f}" for f in FAMILIES]
     return rules
-
-
-def _add_set(
-    layout: Layout, name: str, type_: str, elements: Iterable[object], interval: bool
-) -> None:
-    layout.sets[name] = NamedSet(name, "set", type_, interval, tuple(map(str, elements)))
 
 
 def calc_port_elements(rule: Rule) -> list[str]:
