@@ -280,13 +280,21 @@ class Render:
         if chain in self.layout.chains:
             return
         shape = self.cache.shapes.get(chain)
-        if shape is None or not all(self.ensure(term) == had for term, had in shape.terms):
+        if shape is None or not self.holds(shape):
             self.terms = []
             rules = calc_shape_rules(self, direction, policies)
             refs = frozenset(m for r in rules for m in REFERENCE.findall(r))
             shape = Shape(rules, tuple(self.terms), refs)
         self.layout.chains[chain] = shape.rules
         self.shapes[chain] = shape
+
+    def holds(self, shape: Shape) -> bool:
+        """Each set ``shape`` considered is still empty or not as it was (a loop: all() over
+        a generator cost as much as the checks, for ~70 sets a pass)."""
+        for term, had in shape.terms:
+            if self.ensure(term) != had:
+                return False
+        return True
 
     def keep(self, local: tuple[PodInfo, ...]) -> None:
         """Leave in the cache what this render used, and nothing else."""
@@ -321,29 +329,31 @@ class Render:
         policies_in = self.inputs.policies_in
         pods: dict[str, PodEntries] = {}
         chains: dict[str, list[NetworkPolicy]] = {}
+        counters: list[str] = []
+        read: dict[str, object] = {}  # each local namespace's policies
         for pod in local:
-            policies = policies_in.get(pod.namespace, ())
+            policies = read[pod.namespace] = policies_in.get(pod.namespace, ())
             entries = held.get(pod.ref)
             if entries is None or entries.pod is not pod or entries.policies is not policies:
                 entries = self.calc_pod_entries(pod, policies, direction, chains)
             pods[pod.ref] = entries
-            if entries.found is not None and entries.found[0] not in chains:
+            if entries.found is not None:
                 chain, isolating = entries.found
-                self.ensure_shape(chain, direction, isolating)
-                chains[chain] = isolating
-        for i, (name, _kind) in enumerate(names):
-            elements = tuple(chain_all(e.elements[i] for e in pods.values()))
-            layout.sets[name] = replace(layout.sets[name], elements=elements)
-        filled = tuple(layout.sets[name] for name, _kind in names)
-        counters = frozenset(e.counter for e in pods.values() if e.counter is not None)
-        namespaces = dict.fromkeys(pod.namespace for pod in local)
+                if chain not in chains:
+                    self.ensure_shape(chain, direction, isolating)
+                    chains[chain] = isolating
+                counters.append(entries.counter or "")
+        # the maps' columns: each Pod's elements of one map, in the Pods' order
+        columns = zip(*(e.elements for e in pods.values()), strict=True) if pods else NO_ELEMENTS
+        for (name, _kind), column in zip(names, columns, strict=True):
+            layout.sets[name] = replace(layout.sets[name], elements=tuple(chain_all(column)))
         return LocalPart(
-            filled,
+            tuple(layout.sets[name] for name, _kind in names),
             tuple(chains.items()),
-            counters,
-            sum(1 for e in pods.values() if e.found is not None),
+            frozenset(counters),
+            len(counters),
             pods,
-            tuple((ns, policies_in.get(ns, ())) for ns in namespaces),
+            tuple(read.items()),
         )
 
 
