@@ -71,6 +71,9 @@ class Grouping:
         self.local_node: str | None = None
         self.local_in: dict[str, tuple[PodInfo, ...]] = {}  # namespace -> its Pods on the node
         self.local: tuple[PodInfo, ...] | None = None  # every one, by ref; None: to compute
+        #: moves when the addresses of the local Pods, in their order, may have: a relabel
+        #: changes the local Pods, not what the ``self`` sets hold
+        self.local_addresses = 0
 
     def update(self, inputs: PolicyInputs) -> None:
         if inputs.pods is not self.pods:
@@ -119,7 +122,7 @@ class Grouping:
                 if named:
                     self.named_stamp = self.tick()
                 if self.local_in.pop(ns, ()):
-                    self.local = None
+                    self.local, self.local_addresses = None, self.tick()
                 continue
             self.stamps[ns] = self.tick()
             if named is not None and same_ports(pairs, before.get(ns, ()), fresh[ns]):
@@ -127,14 +130,17 @@ class Grouping:
             elif named is None or named != self.named_in(ns):
                 self.named_stamp = self.tick()
             local = tuple(p for p in fresh[ns] if p.node == self.local_node)
-            if local != self.local_in.get(ns, ()):
+            was = self.local_in.get(ns, ())
+            if local != was:
                 self.local = None
+                if [p.ips for p in local] != [p.ips for p in was]:
+                    self.local_addresses = self.tick()
             self.local_in[ns] = local
 
     def local_pods(self, node: str) -> tuple[PodInfo, ...]:
         """The Pods of ``node``, by ref."""
         if node != self.local_node:
-            self.local_node, self.local = node, None
+            self.local_node, self.local, self.local_addresses = node, None, self.tick()
             self.local_in = {
                 ns: tuple(p for p in pods if p.node == node)
                 for ns, pods in self.by_namespace.items()

@@ -167,8 +167,9 @@ class LayoutCache:
         self.shapes: dict[str, Shape] = {}
         self.local_pods: tuple[PodInfo, ...] | None = None  # what ``local`` was made for
         self.local: dict[str, LocalPart] = {}
-        #: the local Pods and node addresses the ``self`` and ``node`` sets were made for
-        self.static: tuple[tuple[PodInfo, ...], tuple[str, ...], list[NamedSet]] | None = None
+        #: the local Pods' addresses (``Grouping.local_addresses``) and the node's addresses
+        #: the ``self`` and ``node`` sets were made for
+        self.static: tuple[int, tuple[str, ...], list[NamedSet]] | None = None
 
 
 @dataclass(frozen=True)
@@ -418,9 +419,9 @@ def calc_layout(
     run = Render(inputs, cache if cache is not None else LayoutCache())
     layout = run.layout
     local = run.cache.grouping.local_pods(node)
-    ips, held = tuple(node_ips), run.cache.static
-    if held is None or held[0] is not local or held[1] != ips:
-        held = run.cache.static = (local, ips, calc_static_sets(local, ips))
+    ips, held, stamp = tuple(node_ips), run.cache.static, run.cache.grouping.local_addresses
+    if held is None or held[0] != stamp or held[1] != ips:
+        held = run.cache.static = (stamp, ips, calc_static_sets(local, ips))
     for declared in held[2]:
         layout.sets[declared.name] = declared
     for direction in DIRECTIONS:
@@ -432,7 +433,8 @@ def calc_layout(
 
 def calc_static_sets(local: tuple[PodInfo, ...], node_ips: tuple[str, ...]) -> list[NamedSet]:
     """Per family, ``self`` (each local Pod's address . itself) and ``node`` (the node's
-    addresses): kept while the local Pods and the addresses are (``LayoutCache.static``)."""
+    addresses): kept while the local Pods' addresses and the node's are
+    (``LayoutCache.static``)."""
     node_addresses = [ipaddress.ip_address(a.split("/")[0]) for a in node_ips]
     found = []
     for family in FAMILIES:
