@@ -45,7 +45,7 @@ import ipaddress
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
@@ -150,7 +150,7 @@ class Shape:
 
 
 Isolating = tuple[str, list[NetworkPolicy]] | None  # a local Pod's chain and its policies
-Chains = Mapping[str, list[NetworkPolicy]]  # shape chains met, with their policies
+ChainKey = tuple[object, ...]  # a direction, then the ids of a shape chain's policies
 
 
 class LayoutCache:
@@ -214,6 +214,7 @@ class Render:
         self.shapes: dict[str, Shape] = {}
         self.local: dict[str, LocalPart] = {}
         self.terms: list[tuple[Term, bool]] = []  # those the shape being computed considered
+        self.known: dict[ChainKey, str] | None = None  # ``chain_of``'s, made on first use
 
     def ensure(self, term: Term) -> bool:
         """The set ``term`` in the layout, computed once per render, or taken from an earlier
@@ -243,16 +244,13 @@ class Render:
         exact = slots is not None and len(elements) == sum(map(len, slots))  # no address twice
         return made_of(term, deps, elements, slots if exact else None)
 
-    def calc_pod_entries(
-        self, pod: PodInfo, policies: object, direction: str, chains: Chains
-    ) -> PodEntries:
-        """``pod``'s entries in ``direction`` under its namespace's ``policies`` (``chains``:
-        those this pass met so far)."""
+    def calc_pod_entries(self, pod: PodInfo, policies: object, direction: str) -> PodEntries:
+        """``pod``'s entries in ``direction`` under its namespace's ``policies``."""
         isolating = policies_of(self.inputs, pod, direction)
         if not isolating:
             return PodEntries(pod, policies, None, NO_ELEMENTS, None)
         prefix = DIRECTIONS[direction][0]
-        chain = self.chain_of(direction, isolating, chains)
+        chain = self.chain_of(direction, isolating)
         counter = counter_name(prefix, pod)
         elements: list[tuple[str, ...]] = []
         for family in FAMILIES:
@@ -263,17 +261,22 @@ class Render:
             )
         return PodEntries(pod, policies, (chain, isolating), tuple(elements), counter)
 
-    def chain_of(self, direction: str, policies: list[NetworkPolicy], chains: Chains) -> str:
-        """``shape_name``: taken from a chain of this pass (``chains``) or the last one with
-        the same policy objects, else computed (a digest of each policy's JSON, ~60 us for a
-        Pod's list)."""
-        before = self.cache.local.get(direction)
-        for chain, held in itertools.chain(chains.items(), before.chains if before else ()):
-            if len(held) == len(policies) and all(
-                a is b for a, b in zip(held, policies, strict=True)
-            ):
-                return chain
-        return shape_name(DIRECTIONS[direction][0], policies)
+    def chain_of(self, direction: str, policies: list[NetworkPolicy]) -> str:
+        """``shape_name``: taken from a chain of the last pass or of this one with the same
+        policy objects, else computed (a digest of each policy's JSON, ~60 us for a Pod's
+        list). The chains are known by their policies' ids: those of objects the last
+        pass's ``LocalPart`` or this pass's entries hold, so no other object has them."""
+        if self.known is None:
+            self.known = {
+                (d, *map(id, held)): chain
+                for d, part in self.cache.local.items()
+                for chain, held in part.chains
+            }
+        key = (direction, *map(id, policies))
+        found = self.known.get(key)
+        if found is None:
+            found = self.known[key] = shape_name(DIRECTIONS[direction][0], policies)
+        return found
 
     def ensure_shape(self, chain: str, direction: str, policies: list[NetworkPolicy]) -> None:
         """The chain's rules in the layout: kept from an earlier render while every set they
@@ -336,7 +339,7 @@ class Render:
             policies = read[pod.namespace] = policies_in.get(pod.namespace, ())
             entries = held.get(pod.ref)
             if entries is None or entries.pod is not pod or entries.policies is not policies:
-                entries = self.calc_pod_entries(pod, policies, direction, chains)
+                entries = self.calc_pod_entries(pod, policies, direction)
             pods[pod.ref] = entries
             if entries.found is not None:
                 chain, isolating = entries.found
