@@ -319,6 +319,14 @@ class Phases:
         if not wait_until(lambda: not self.node.has_counter(self.counter), self.timeout):
             raise RuntimeError("the policies were not removed")
 
+    def settle(self) -> None:
+        """Once the kernel holds a state, wait for pycnid to be idle before connecting: the
+        pass that just programmed it is followed by its drop counters' read and the
+        collector's work, and on two cores that CPU would race the client's connects (the
+        figure is the kernel's per-connection cost, a few microseconds)."""
+        if wait_idle(self.node.pycnid.proc, self.timeout) is None:
+            raise RuntimeError(f"pycnid was not idle within {self.timeout:g}s")
+
     def linear_on(self) -> None:
         self.node.netns.run(["nft", "-f", "-"], input=self.script)
 
@@ -336,11 +344,14 @@ def measure_first_packet(
     share = max(1, count // rounds)
     for _ in range(rounds):
         phases.policies()
+        phases.settle()
         found["policies"] += connects(pair, share)
         phases.none()
+        phases.settle()
         found["none"] += connects(pair, share)
         phases.linear_on()
         try:
+            phases.settle()
             found["linear"] += connects(pair, share)
         finally:
             phases.linear_off()
