@@ -63,6 +63,11 @@ class Grouping:
         self.clock = 0  # the last stamp given: stamps never repeat
         self.stamps: dict[str, int] = {}  # namespace -> the stamp of its Pods
         self.named_stamp = 0
+        #: since the last render that kept what it computed (``settle``): the namespaces whose
+        #: Pods changed, and whether a namespace selector's picks or the named ports may have
+        #: (a shape chain none of whose sets read those namespaces then holds as it was)
+        self.since: set[str] = set()
+        self.moved_all = True
         #: the port names some policy's rule names, read from ``wanted_from`` (the inputs'
         #: policies): only those of a Pod's named ports are elements (``named_in``)
         self.wanted: frozenset[str] = frozenset()
@@ -85,7 +90,7 @@ class Grouping:
             self.regroup(groups)
             self.pods = inputs.pods
         if inputs.namespaces != self.labels:
-            self.picks.clear()
+            self.clear_picks()
             self.labels = inputs.namespaces
         if inputs.policies is not self.wanted_from:
             self.wanted_from = inputs.policies
@@ -93,7 +98,7 @@ class Grouping:
             if wanted != self.wanted:  # every namespace's elements computed again
                 self.wanted, self.kept_ports = wanted, {}
                 self.named.clear()
-                self.named_stamp = self.tick()
+                self.move_named()
 
     def calc_wanted(self, policies_in: Mapping[str, tuple[NetworkPolicy, ...]]) -> frozenset[str]:
         """The port names of every namespace's policies, each namespace's kept while its
@@ -107,6 +112,20 @@ class Grouping:
             for ns, group in policies_in.items()
         }
         return frozenset().union(*(names for _group, names in self.names_in.values()))
+
+    def clear_picks(self) -> None:
+        self.picks.clear()
+        self.moved_all = True
+
+    def move_named(self) -> None:
+        self.named_stamp = self.tick()
+        self.moved_all = True
+
+    def settle(self) -> None:
+        """A render kept what it computed (``render.LayoutCache``): what moved since is
+        counted from here."""
+        self.since.clear()
+        self.moved_all = False
 
     def tick(self) -> int:
         self.clock += 1
@@ -122,8 +141,9 @@ class Grouping:
             if not same_objects(fresh.get(ns, ()), before.get(ns, ()))
         ]
         if fresh.keys() != before.keys():
-            self.picks.clear()  # a namespace selector picks among namespaces with Pods
+            self.clear_picks()  # a namespace selector picks among namespaces with Pods
         self.moved = {}
+        self.since.update(changed)
         moved = {ns: moved_pairs(before.get(ns, ()), fresh.get(ns, ())) for ns in changed}
         for ns, pairs in moved.items():
             parts = self.parts.pop(ns, None)
@@ -135,7 +155,7 @@ class Grouping:
             if ns not in fresh:  # gone: a later one of that name gets a stamp above 0
                 self.stamps.pop(ns, None)
                 if named:
-                    self.named_stamp = self.tick()
+                    self.move_named()
                 if self.local_in.pop(ns, ()):
                     self.local, self.local_addresses = None, self.tick()
                 continue
@@ -143,7 +163,7 @@ class Grouping:
             if named is not None and same_ports(pairs, before.get(ns, ()), fresh[ns]):
                 self.named[ns] = named  # a relabel: the same elements, not computed again
             elif named is None or named != self.named_in(ns):
-                self.named_stamp = self.tick()
+                self.move_named()
             local = tuple(p for p in fresh[ns] if p.node == self.local_node)
             was = self.local_in.get(ns, ())
             if local != was:

@@ -47,6 +47,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
 from netpol.members import Grouping, Members, addresses, to_text
@@ -142,15 +143,18 @@ class Made:
 @dataclass(frozen=True)
 class Shape:
     """A shape chain's rules, each set they considered (with whether it had elements: the
-    rules leave out an empty one) and the sets they name."""
+    rules leave out an empty one), the sets they name, and the namespaces whose Pods its
+    peer sets read (``Render.unmoved``)."""
 
     rules: list[str]
     terms: tuple[tuple[Term, bool], ...]
     refs: frozenset[str]
+    reads: frozenset[str] = frozenset()
 
 
 Isolating = tuple[str, list[NetworkPolicy]] | None  # a local Pod's chain and its policies
 ChainKey = tuple[object, ...]  # a direction, then the ids of a shape chain's policies
+PeerDeps = tuple[tuple[str, ...], tuple[int, ...]]  # the namespaces read, their stamps
 
 
 class LayoutCache:
@@ -284,13 +288,49 @@ class Render:
         if chain in self.layout.chains:
             return
         shape = self.cache.shapes.get(chain)
-        if shape is None or not self.holds(shape):
+        if shape is not None and self.unmoved(shape):
+            pass
+        elif shape is not None and self.holds(shape):
+            shape = replace(shape, reads=self.calc_reads(shape.terms))
+        else:
             self.terms = []
             rules = calc_shape_rules(self, direction, policies)
             refs = frozenset(m for r in rules for m in REFERENCE.findall(r))
-            shape = Shape(rules, tuple(self.terms), refs)
+            terms = tuple(self.terms)
+            shape = Shape(rules, terms, refs, self.calc_reads(terms))
         self.layout.chains[chain] = shape.rules
         self.shapes[chain] = shape
+
+    def unmoved(self, shape: Shape) -> bool:
+        """Nothing ``shape``'s sets read moved since the last kept render (no namespace it
+        reads changed its Pods, no picks or named ports moved): each set is as that render
+        made it, and goes in the layout without computing its deps (~70 a pass)."""
+        grouping = self.cache.grouping
+        if grouping.moved_all or not shape.reads.isdisjoint(grouping.since):
+            return False
+        layout, kept = self.layout, self.cache.sets
+        for term, had in shape.terms:
+            name = term.name
+            if name in self.sets:
+                continue
+            made = kept.get(name)
+            if made is None or (made.made is not None) != had:
+                return False  # not kept alike: checked one by one
+            self.sets[name] = made
+            if made.made is not None:
+                layout.sets[name] = made.made
+            else:
+                layout.empty.add(name)
+        return True
+
+    def calc_reads(self, terms: tuple[tuple[Term, bool], ...]) -> frozenset[str]:
+        """The namespaces the peer sets of ``terms`` read, by their deps in this render."""
+        reads: set[str] = set()
+        for term, _had in terms:
+            if term.slots is not None:
+                deps = cast(PeerDeps, self.sets[term.name].deps)  # calc_peer_deps
+                reads.update(deps[0])
+        return frozenset(reads)
 
     def holds(self, shape: Shape) -> bool:
         """Each set ``shape`` considered is still empty or not as it was (a loop: all() over
@@ -304,6 +344,7 @@ class Render:
         """Leave in the cache what this render used, and nothing else."""
         cache = self.cache
         cache.sets, cache.shapes = self.sets, self.shapes
+        cache.grouping.settle()
         cache.local_pods, cache.local = local, self.local
 
     def add_local(self, local: tuple[PodInfo, ...], direction: str) -> None:
@@ -581,7 +622,7 @@ def calc_pod_slots(members: Members, policy: NetworkPolicy, rule: Rule, family: 
     )
 
 
-def calc_peer_deps(members: Members, policy: NetworkPolicy, rule: Rule) -> object:
+def calc_peer_deps(members: Members, policy: NetworkPolicy, rule: Rule) -> PeerDeps:
     """What a rule's selector peers pick depends on: the namespaces they look in (picked
     again by the namespaces' labels), each with its Pods' stamp."""
     namespaces = tuple(
