@@ -156,7 +156,8 @@ class Shape:
 
 Isolating = tuple[str, list[NetworkPolicy]] | None  # a local Pod's chain and its policies
 ChainKey = tuple[object, ...]  # a direction, then the ids of a shape chain's policies
-PeerDeps = tuple[tuple[str, ...], tuple[int, ...]]  # the namespaces read, their stamps
+#: the namespaces each peer of a rule reads, the stamps of those namespaces
+PeerDeps = tuple[tuple[tuple[str, ...], ...], tuple[int, ...]]
 
 
 class LayoutCache:
@@ -330,8 +331,9 @@ class Render:
         reads: set[str] = set()
         for term, _had in terms:
             if term.slots is not None:
-                deps = cast(PeerDeps, self.sets[term.name].deps)  # calc_peer_deps
-                reads.update(deps[0])
+                picked, _stamps = cast(PeerDeps, self.sets[term.name].deps)  # calc_peer_deps
+                for namespaces in picked:
+                    reads.update(namespaces)
         return frozenset(reads)
 
     def holds(self, shape: Shape) -> bool:
@@ -654,12 +656,13 @@ def calc_pod_slots(members: Members, policy: NetworkPolicy, rule: Rule, family: 
 
 
 def calc_peer_deps(members: Members, policy: NetworkPolicy, rule: Rule) -> PeerDeps:
-    """What a rule's selector peers pick depends on: the namespaces they look in (picked
-    again by the namespaces' labels), each with its Pods' stamp."""
-    namespaces = tuple(
-        dict.fromkeys(ns for p in rule.peers for ns in members.peer_namespaces(policy, p))
-    )
-    return namespaces, members.grouping.stamp_of(namespaces)
+    """What a rule's selector peers pick depends on: the namespaces each peer looks in
+    (picked again by the namespaces' labels), and each of those namespaces' Pods' stamp.
+    Per peer: a namespace that one peer stops picking while another still does (all its
+    Pods, then only those of a pod selector) leaves the union as it was, not the set."""
+    picked = tuple(members.peer_namespaces(policy, p) for p in rule.peers)
+    namespaces = tuple(dict.fromkeys(itertools.chain.from_iterable(picked)))
+    return picked, members.grouping.stamp_of(namespaces)
 
 
 def named_deps(members: Members) -> object:

@@ -17,6 +17,7 @@ from netpol.policy import NetworkPolicy, parse_policy
 from netpol.render import (
     REFERENCE,
     SPLICE_MAX,
+    Layout,
     LayoutCache,
     Term,
     _is_static,
@@ -153,6 +154,36 @@ def test_a_counter_name_nft_would_refuse_is_hashed() -> None:
     layout = calc_layout(PolicyInputs((long,), {}, (policy("x", "deny"),)), NODE)
     [counter] = layout.counters
     assert counter.startswith("dropped-in/") and len(counter) < 64
+
+
+def test_a_namespace_one_peer_stops_picking_while_another_still_does_changes_the_set() -> None:
+    """Two peers of one rule: Pods ``pod: a`` in every namespace, and every Pod of the
+    namespaces labelled ``team: z``. Namespace z loses its label: both peers together still
+    read x, y and z, but z's other Pods leave the set (a cached render once kept them, its
+    deps being the union of the namespaces read)."""
+    pods = tuple(
+        pod(ns, name, f"10.0.{i}.{j}") for i, ns in enumerate("xyz") for j, name in enumerate("ab")
+    )
+    rule = {
+        "from": [
+            {"namespaceSelector": {}, "podSelector": {"matchLabels": {"pod": "a"}}},
+            {"namespaceSelector": {"matchLabels": {"team": "z"}}},
+        ]
+    }
+    policies = (policy("x", "p", policyTypes=["Ingress"], ingress=[rule]),)
+    cache = LayoutCache()
+    before = PolicyInputs(pods, {"z": {"team": "z"}}, policies)
+    assert peer_elements(calc_layout(before, NODE, cache=cache)) == {
+        ("10.0.0.0", "10.0.1.0", "10.0.2.0", "10.0.2.1")
+    }
+    after = PolicyInputs(pods, {"z": {}}, policies)
+    kept = calc_layout(after, NODE, cache=cache)
+    assert peer_elements(kept) == {("10.0.0.0", "10.0.1.0", "10.0.2.0")}
+    assert kept == calc_layout(after, NODE)
+
+
+def peer_elements(layout: Layout) -> set[tuple[str, ...]]:
+    return {s.elements for name, s in layout.sets.items() if name.startswith("pods4-")}
 
 
 def test_a_rule_whose_peers_pick_nothing_declares_no_set() -> None:
