@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -105,9 +105,10 @@ class PodInfo:
 
 @dataclass(frozen=True)
 class PolicyInputs:
-    pods: tuple[PodInfo, ...] = ()
+    #: by ref (a tuple, or ``members.Flat``: made into one when first read)
+    pods: Sequence[PodInfo] = ()
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    policies: tuple[NetworkPolicy, ...] = ()
+    policies: Sequence[NetworkPolicy] = ()
     node_ips: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: ``pods`` by namespace when the source keeps them so (``view.PodCache``: an unchanged
     #: namespace's tuple is the same object from pass to pass); None: grouped when needed

@@ -11,7 +11,7 @@ record is logged once and left out; the others still apply.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from cni.spec.errors import CNIError
 from common.skipped import Skipped
@@ -160,7 +160,7 @@ class PodCache:
         self.order = KeyedOrder[Group, PodInfo]()  # each Pod by ref and by namespace
 
     @property
-    def sorted(self) -> tuple[PodInfo, ...]:
+    def sorted(self) -> Sequence[PodInfo]:
         return self.order.sorted
 
     @property
@@ -169,7 +169,7 @@ class PodCache:
 
     def refresh(
         self, endpoints: dict[str, EndpointRecord], touched: Iterable[str] | None = None
-    ) -> tuple[PodInfo, ...]:
+    ) -> Sequence[PodInfo]:
         """``touched``: the keys put or deleted since the last refresh (None: look at every
         key; the comparison of 10,000 keys was tens of ms of every pass)."""
         stale: set[Group] = set()

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from netpol import evaluate
 from netpol.evaluate import NamedPort, PodInfo, PolicyInputs, _ip, peer_matches
-from netpol.members import Grouping, Members, addresses
+from netpol.members import Flat, Grouping, Members, addresses, group_by_namespace
 from netpol.policy import NetworkPolicy, Peer, PolicyPort, Rule
 from netpol.selector import LabelSelector, Requirement
 
@@ -172,3 +172,20 @@ def test_a_grouping_kept_between_passes_answers_as_a_fresh_one(
                     assert kept.named_port(name, protocol, family) == fresh.named_port(
                         name, protocol, family
                     )
+
+
+NAMES = st.text(alphabet="ab-.0", min_size=1, max_size=3)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(NAMES, NAMES), unique=True, max_size=12))
+def test_flat_groups_are_the_items_in_ref_order(refs: list[tuple[str, str]]) -> None:
+    """``Flat`` over the groups of items sorted by ref gives them in ref order, whatever
+    namespaces prefix or follow others ('a', 'a-b', 'a.', 'a0': '-' and '.' sort before '/',
+    '0' after), and compares equal to that tuple both ways."""
+    items = tuple(sorted((PodInfo(ns, name, ()) for ns, name in refs), key=lambda p: p.ref))
+    flat = Flat(group_by_namespace(items))
+    assert len(flat) == len(items)
+    assert flat == items and items == flat
+    assert list(flat) == list(items) and flat[:] == items
+    assert flat != items + (PodInfo("z", "z", ()),)
