@@ -291,11 +291,10 @@ class Render:
         if chain in self.layout.chains:
             return
         shape = self.cache.shapes.get(chain)
-        if shape is not None and self.unmoved(shape):
-            pass
-        elif shape is not None and self.holds(shape):
-            shape = replace(shape, reads=self.calc_reads(shape.terms))
-        else:
+        if shape is not None and not self.unmoved(shape):  # checked set by set
+            held = self.holds(shape)
+            shape = replace(shape, reads=self.calc_reads(shape.terms)) if held else None
+        if shape is None:
             self.terms = []
             rules = calc_shape_rules(self, direction, policies)
             refs = frozenset(m for r in rules for m in REFERENCE.findall(r))
@@ -355,8 +354,7 @@ class Render:
         """``direction``'s ``LocalPart`` in the layout: the one kept, if it still holds,
         else computed."""
         part = self.cache.local.get(direction) if self.cache.local_pods is local else None
-        policies_in = self.inputs.policies_in
-        if part is None or any(policies_in.get(ns, ()) is not p for ns, p in part.policies):
+        if part is None or not self.same_policies(part):
             part = self.calc_local(local, direction)
         else:  # as computed: the maps' places first, then the chains' sets
             for declared in part.maps:
@@ -396,6 +394,11 @@ class Render:
             read,
         )
 
+    def same_policies(self, part: LocalPart) -> bool:
+        """Each local namespace ``part`` read has the same tuple of policies now."""
+        policies_in = self.inputs.policies_in
+        return all(policies_in.get(ns, ()) is p for ns, p in part.policies)
+
     def calc_pods(
         self, local: tuple[PodInfo, ...], direction: str, before: LocalPart | None
     ) -> tuple[dict[str, PodEntries], tuple[tuple[str, object], ...]]:
@@ -425,9 +428,9 @@ class Render:
         pairs = moved_pairs(was, local) if was is not None else None
         if pairs is None or any(a.ref != b.ref for a, b in pairs):
             return None
-        policies_in = self.inputs.policies_in
-        if any(policies_in.get(ns, ()) is not p for ns, p in before.policies):
+        if not self.same_policies(before):
             return None
+        policies_in = self.inputs.policies_in
         pods = dict(before.pods)
         for _was, pod in pairs:
             policies = policies_in.get(pod.namespace, ())
