@@ -82,12 +82,24 @@ class Churn:
         return [c for c in self.calls if not c.ok]
 
     def live(self) -> list[Call]:
-        """The last successful ADD of every Pod not deleted since."""
+        """The last successful ADD of every Pod no DEL was tried for since: a Pod whose DEL
+        failed is being torn down (the runtime repeats the DEL: ``follow_failed_dels``), and
+        a DEL cut half-way may have removed its veth or its lease already."""
         last: dict[str, Call] = {}
         for call in self.calls:
-            if call.ok:
+            if call.ok or call.command == "DEL":
                 last[call.cid] = call
-        return [c for c in last.values() if c.command == "ADD"]
+        return [c for c in last.values() if c.command == "ADD" and c.ok]
+
+    def follow_failed_dels(self) -> list[Call]:
+        """DEL again for each Pod whose last call was a failed DEL (the runtime repeats a
+        sandbox's teardown until it succeeds; the churn stopped before it did); the calls."""
+        last = {call.cid: call for call in self.calls}
+        return [
+            self.call(self.netns[c.cid][0], "DEL", c.cid)
+            for c in last.values()
+            if c.command == "DEL" and not c.ok
+        ]
 
     def pods(self, ok: bool = False) -> int:
         """How many Pods the churn added (``ok``: of them, those an ADD succeeded for)."""

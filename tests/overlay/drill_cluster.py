@@ -160,15 +160,37 @@ class DrillCluster:
 
     def assert_reachable(self, live: list[Call]) -> None:
         """Every live Pod answers a ping from another node: node1's from the peer, the others'
-        from the client (web-0 and web-1 admit the client only)."""
+        from the client (web-0 and web-1 admit the client only). A Pod that does not is
+        reported with where its address is and what the nodes on the path hold for it."""
         client, peer = self.pods["client"], self.pods["peer"]
 
-        def answers(call: Call) -> bool:
+        def answers(call: Call) -> str:
             src, ip = (peer if call.node == client.node.name else client), call.ips()[0]
-            return bool(wait_for(f"{src.ip} -> {ip}", lambda: src.ns.ping(ip, timeout=1), 10, 0.1))
+            try:
+                wait_for(f"{src.ip} -> {ip}", lambda: src.ns.ping(ip, timeout=1), 10, 0.1)
+            except AssertionError as timed_out:
+                return f"{timed_out} ({call.node}'s Pod {call.cid[:12]})\n{self.describe(ip)}"
+            return ""
 
         with ThreadPoolExecutor(8) as pool:
-            assert all(pool.map(answers, live))
+            unanswered = [found for found in pool.map(answers, live) if found]
+        assert not unanswered, "\n".join(unanswered)
+
+    def describe(self, ip: str) -> str:
+        """Every namespace of the run that holds ``ip``, and each node's neighbour entry and
+        route for it."""
+        lines = []
+        for host in self.cluster.cluster.underlay.hosts:
+            held = host.ns.run(["ip", "-o", "addr", "show", "to", ip], check=False).stdout
+            lines += [f"  {host.ns.name} holds: {line}" for line in held.splitlines()]
+        for node in self.cluster.nodes:
+            ns = node.host.ns
+            for what in (["ip", "neigh", "show", "to", ip], ["ip", "route", "get", ip]):
+                out = ns.run(what, check=False)
+                lines.append(
+                    f"  {node.name} {' '.join(what[:2])}: {(out.stdout + out.stderr).strip()}"
+                )
+        return "\n".join(lines)
 
     def close(self) -> None:
         for prober in self.probers:

@@ -12,12 +12,13 @@ started again at once. Then the runtime's DEL of every Pod whose ADD failed.
 
 Survived means: the other nodes never withdrew node2's routes (a restart used to announce
 node2 without its overlay fields for ~0.1 s, and the peers dropped its routes: a new
-connection to its Pods lost its first SYN); every failed ADD or DEL was code 11 and the
-follow-up DEL of each failed ADD succeeded; the store's handles are exactly the live Pods,
-none twice, and check clean; every live Pod answers a ping from another node; the allowed
-traffic lost no probe while pycnid was being killed and the denied pair was never answered;
-every node is doctor-clean (no veth, lease, route, neighbour, masquerade, Service or policy
-element of a gone Pod). Prints
+connection to its Pods lost its first SYN); every failed ADD or DEL was code 11, and the
+follow-up DEL of each failed ADD and the repeated DEL of each Pod whose DEL failed (a kill
+cuts a DEL half-way: veth or lease gone, the Pod not yet) succeeded; the store's handles are
+exactly the live Pods, none twice, and check clean; every live Pod answers a ping from
+another node; the allowed traffic lost no probe while pycnid was being killed and the denied
+pair was never answered; every node is doctor-clean (no veth, lease, route, neighbour,
+masquerade, Service or policy element of a gone Pod). Prints
 "pycnid killed on an overlay node: N tried, N survived, 0 lost" (N: the Pods the churn added).
 """
 
@@ -126,6 +127,7 @@ def test_pycnid_killed_under_churn_on_an_overlay_node_keeps_traffic_and_leaves_n
         assert {c.code for c in failed} <= {11}, {c.code: c.run.stdout for c in failed}
         churn.phase = "follow-up"
         follow_up = churn.follow_failed_adds("DEL")  # kubelet tears the sandbox down
+        follow_up += churn.follow_failed_dels()  # and repeats a teardown a kill cut
         assert all(c.ok for c in follow_up), [c.run.stdout for c in follow_up if not c.ok][:3]
         live = churn.live() + drill.pod_calls()
         assert_no_duplicates(live)
