@@ -67,9 +67,12 @@ def _family(ips: Iterable, model: ProxyModel) -> list:
 
 
 def _text(ip: IPAddress) -> str:
-    """An address as nft text by the C formatter: ``str()`` formats in Python and was the
-    costliest step per element."""
-    return socket.inet_ntop(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, ip.packed)
+    """An address as nft text: the text it was parsed with (``TextIPv4Address``), else by the
+    C formatter (``str()`` formats in Python and was the costliest step per element)."""
+    try:
+        return ip.text  # type: ignore[union-attr]
+    except AttributeError:
+        return socket.inet_ntop(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, ip.packed)
 
 
 def calc_shape(

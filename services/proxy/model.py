@@ -20,6 +20,21 @@ PROTOCOLS = ("tcp", "udp", "sctp")
 LOOPBACK = {4: ipaddress.ip_network("127.0.0.0/8"), 6: ipaddress.ip_network("::1/128")}
 
 
+class TextIPv4Address(ipaddress.IPv4Address):
+    """An address with its text as nft writes it, made once when it is parsed: a full render
+    writes each endpoint address into ~1.7 elements (85k at 10k Services)."""
+
+    __slots__ = ("text",)
+    text: str
+
+
+class TextIPv6Address(ipaddress.IPv6Address):
+    """``TextIPv4Address`` for IPv6."""
+
+    __slots__ = ("text",)
+    text: str
+
+
 @dataclass(frozen=True)
 class ProxyPort:
     """One port of a Service; ``node_port`` None when it is not a NodePort."""

@@ -31,6 +31,8 @@ from services.proxy.model import (
     ProxyPort,
     ProxyService,
     ServicePortView,
+    TextIPv4Address,
+    TextIPv6Address,
 )
 from services.record import EndpointRecord, ServiceRecord, ServiceSettings
 from services.selectors import calc_served_ports, matches
@@ -397,7 +399,10 @@ def parse_address(text: str) -> IPAddress:
     except OSError:
         raise ValueError(f"{addr!r} is not an IP address") from None
     # its own class: ip_address() would try IPv4 first, 1.6 us for each IPv6 address
-    return ipaddress.IPv6Address(packed) if v6 else ipaddress.IPv4Address(packed)
+    ip = TextIPv6Address(packed) if v6 else TextIPv4Address(packed)
+    text = socket.inet_ntop(socket.AF_INET6 if v6 else socket.AF_INET, packed)
+    ip.text = addr if text == addr else text  # the record's own string when it is nft's
+    return ip
 
 
 #: A Service's addresses, parsed on every view of it, once while they stay in use (the
