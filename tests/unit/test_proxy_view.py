@@ -21,7 +21,8 @@ from services.ops.edit import create, set_settings
 from services.ops.trace import parse_endpoint, parse_target, trace
 from services.proxy.config import parse_proxy_config
 from services.proxy.conntrack import calc_checks, calc_stale, calc_udp_serving, parse_flows
-from services.proxy.view import Records, calc_model, calc_node_ips
+from services.proxy.elements import _text
+from services.proxy.view import Records, calc_model, calc_node_ips, parse_address
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import KV, Put
 from store.codec import encode
@@ -191,6 +192,25 @@ def test_only_changed_udp_entry_points_are_cleaned_but_all_after_a_full_render()
     assert after == {("10.96.0.5", 53): {"10.0.0.7"}, ("192.168.0.2", 30053): {"10.0.0.7"}}
     assert calc_checks(before, after, False) == after  # 0 -> 1: both cleaned
     assert calc_checks(after, after, False) == {} and calc_checks(after, after, True) == after
+
+
+def spellings(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> st.SearchStrategy[str]:
+    """Texts that name ``ip``: nft's (compressed), the exploded form, upper case, with a
+    prefix length, as records may carry them."""
+    forms = [str(ip), ip.exploded, ip.exploded.upper(), f"{ip}/{ip.max_prefixlen}"]
+    return st.sampled_from(forms)
+
+
+@settings(max_examples=300)
+@given(text=st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)).flatmap(spellings))
+def test_a_parsed_address_keeps_the_text_the_c_formatter_gives_whatever_its_spelling(text):
+    """The render writes ``ip.text``: it must be what ``_text`` formats for an address that
+    carries none (a plain ``ipaddress`` one), for the same address."""
+    ip = parse_address(text)
+    plain = ipaddress.ip_address(text.split("/")[0])
+    assert ip == plain
+    assert ip.text == _text(plain)
+    assert _text(ip) is ip.text
 
 
 @given(ip=V4 | V6, port=st.integers(1, 65535), proto=st.sampled_from(["tcp", "udp", "sctp"]))
