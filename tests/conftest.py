@@ -7,6 +7,7 @@ import shutil
 import tempfile
 
 import pytest
+from hypothesis import settings
 
 from cni.launcher import write_launchers
 from tests.fixtures import netns as netns_mod
@@ -25,6 +26,12 @@ pytest_plugins = (
     "tests.fixtures.rootns",  # autouse, session-wide: the root netns is left as it was
     "tests.fixtures.doctor",
 )
+
+# No property times its examples: hypothesis' default 200 ms deadline is a timed assertion,
+# and on two shared cores beside CI's other worker one example of an nft or netns property
+# can take longer. The fuzz budgets (tests/fuzz/budget.py) set their own settings explicitly.
+settings.register_profile("pycni-default", deadline=None)
+settings.load_profile("pycni-default")
 
 IS_ROOT = os.geteuid() == 0
 ETCD_FIXTURES = frozenset(
