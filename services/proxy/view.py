@@ -164,10 +164,13 @@ class Records:
         pairs = _pairs(service.namespace, service.selector)
         if not pairs:
             return []
-        found = set(self.labelled.get(pairs[0], ())).intersection(
-            *(self.labelled.get(p, ()) for p in pairs[1:])
-        )
-        return [(self.endpoints[k], self.addresses[k]) for k in sorted(found)]
+        first = self.labelled.get(pairs[0], ())
+        if len(pairs) == 1 and isinstance(first, tuple):
+            keys: Iterable[str] = first  # a small entry is a sorted tuple (_index)
+        else:
+            keys = sorted(set(first).intersection(*(self.labelled.get(p, ()) for p in pairs[1:])))
+        endpoints, addresses = self.endpoints, self.addresses
+        return [(endpoints[k], addresses[k]) for k in keys]
 
     def _apply_pool(self, kv: KV) -> None:
         """A cluster pool's CIDR; a pool a netconf defined is not the cluster's."""

@@ -122,6 +122,64 @@ def test_the_model_holds_what_the_records_select(svcs, eps, family):
     assert model.node.node_ips == ((ipaddress.ip_address("192.168.0.2"),) if family == 4 else ())
 
 
+SELECTORS = st.sampled_from([{}, {"app": "a"}, {"tier": "b"}, {"app": "a", "tier": "b"}])
+
+
+@st.composite
+def crowded_endpoints(draw) -> list[EndpointRecord]:
+    """10-24 endpoints over few label sets, most in ``ns``: one label pair often picks more
+    than ``SMALL`` of them (its index entry a set, a sorted tuple below that)."""
+    pods = draw(st.lists(st.text("abcdefghijk", min_size=1, max_size=2), min_size=10,
+                         max_size=24, unique=True))  # fmt: skip
+    return [
+        EndpointRecord(
+            draw(st.sampled_from(["ns", "ns", "ns", "other"])),
+            pod,
+            "eth0",
+            (f"10.0.{i // 200}.{i % 200 + 2}",),
+            draw(SELECTORS),
+            draw(st.sampled_from(NODES_)),
+        )
+        for i, pod in enumerate(pods)
+    ]
+
+
+@settings(max_examples=150)
+@given(
+    selectors=st.lists(SELECTORS, min_size=1, max_size=4),
+    eps=crowded_endpoints(),
+    gone=st.sets(st.integers(0, 23), max_size=12),
+)
+def test_a_service_selects_every_endpoint_its_selector_holds_in_key_order(selectors, eps, gone):
+    """``Records.selected`` against a scan of every endpoint, with endpoints enough under one
+    label pair that its index entry grows past a sorted tuple into a set and, with deletes,
+    back (the entry's form decides how the selection is read)."""
+    svcs = [
+        ServiceRecord("ns", f"s{i}", "ClusterIP", (ServicePort("http", "TCP", 80, 8080),),
+                      ("10.96.0.5",), (), selector, "None")
+        for i, selector in enumerate(selectors)
+    ]  # fmt: skip
+    records = records_of(svcs, eps)
+    for i in sorted(gone):
+        if i < len(eps):
+            records.apply(kv(eps[i].key, b""), deleted=True)
+    live = [e for i, e in enumerate(eps) if i not in gone]
+    for svc in svcs:
+        picked = records.selected(svc)
+        expected = sorted(
+            (
+                e
+                for e in live
+                if e.namespace == svc.namespace
+                and svc.selector
+                and all(e.labels.get(k) == v for k, v in svc.selector.items())
+            ),
+            key=lambda e: e.key,
+        )
+        assert [e.key for e, _ in picked] == [e.key for e in expected]
+        assert all(ips == records.addresses[e.key] for e, ips in picked)
+
+
 @settings(max_examples=100, deadline=None)
 @given(eps=st.lists(endpoints(), max_size=6, unique_by=lambda e: e.key))
 def test_deletes_and_snapshots_leave_exactly_the_live_records(eps):
