@@ -253,8 +253,8 @@ def test_only_changed_udp_entry_points_are_cleaned_but_all_after_a_full_render()
 
 
 def spellings(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> st.SearchStrategy[str]:
-    """Texts that name ``ip``: nft's (compressed), the exploded form, upper case, with a
-    prefix length, as records may carry them."""
+    """Texts that name ``ip``: Python's compressed form, the exploded form, upper case, with
+    a prefix length, as records may carry them."""
     forms = [str(ip), ip.exploded, ip.exploded.upper(), f"{ip}/{ip.max_prefixlen}"]
     return st.sampled_from(forms)
 
