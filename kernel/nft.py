@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kernel.nftelem import (
     ElementBatch,
@@ -87,36 +87,30 @@ class Nft:
         with self._lock:
             self._commit_elements(_encode_batch(batch))
 
-    def run_then_elements(self, script: str, make: Callable[[], ElementBatch]) -> None:
+    def run_then_elements(
+        self,
+        script: str,
+        make: Callable[[], ElementBatch],
+        beside: Callable[[], object] | None = None,
+    ) -> None:
         """``run_sized(script)``, then ``run_elements(make())``: two transactions in that
         order, the batch made and encoded while the script is applied (a child nft, or
         libnftables' C code: neither holds the interpreter), so on a second core a full
         render's ~85k elements (~0.2 s of Python) no longer wait behind its declarations
-        (~0.3 s). The batch is not sent when the script is refused (NftError, as ``run``)."""
+        (~0.3 s). ``beside`` is called while the kernel takes the batch (~0.15 s within the
+        send, which holds no interpreter either). The batch is not sent when the script is
+        refused (NftError, as ``run``)."""
         self._guard()
         with self._lock:
-            if not script.strip():
-                self._commit_elements(_encode_batch(make()))
-                return
-            ctx = self._sized_context(script)
-            failure: list[BaseException] = []
-
-            def apply() -> None:
-                try:
-                    self._apply(ctx, script)
-                except BaseException as exc:  # handed to the caller after the join
-                    failure.append(exc)
-
-            # a thread starts in the netns of the thread that makes it (checked above)
-            worker = threading.Thread(target=apply, name="nft-script", daemon=True)
-            worker.start()
-            try:
+            if script.strip():
+                ctx = self._sized_context(script)
+                messages = _beside(lambda: self._apply(ctx, script), lambda: _encode_batch(make()))
+            else:
                 messages = _encode_batch(make())
-            finally:
-                worker.join()
-            if failure:
-                raise failure[0]
-            self._commit_elements(messages)
+            if beside is None:
+                self._commit_elements(messages)
+            else:
+                _beside(lambda: self._commit_elements(messages), beside)
 
     def _sized_context(self, script: str) -> Any:
         """Where ``run_sized`` runs ``script``: a child nft (None) from ``APART_BYTES`` on
@@ -208,6 +202,37 @@ def run_sized(nft: Nft, script: str) -> None:
     one not at all. What the Service proxy and NetworkPolicy send their scripts with."""
     if script:
         (nft.run_apart if len(script) >= APART_BYTES else nft.run)(script)
+
+
+_T = TypeVar("_T")
+
+
+def _beside(background: Callable[[], object], foreground: Callable[[], _T]) -> _T:
+    """``foreground()``'s result, ``background()`` run meanwhile on a thread (work that holds
+    no interpreter for most of its time: nft's parse, the kernel's commit). Once both are
+    done, the background's failure is raised (it is the transaction's), else the
+    foreground's. A thread starts in the netns of the thread that makes it (``_guard``)."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            background()
+        except BaseException as exc:  # handed to the caller after the join
+            failure.append(exc)
+
+    worker = threading.Thread(target=run, name="nft-beside", daemon=True)
+    worker.start()
+    try:
+        result = foreground()
+    except BaseException:
+        worker.join()
+        if failure:
+            raise failure[0] from None
+        raise
+    worker.join()
+    if failure:
+        raise failure[0]
+    return result
 
 
 def _encode_batch(batch: ElementBatch) -> list[tuple[int, bytes]]:

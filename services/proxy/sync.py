@@ -41,11 +41,9 @@ from common.collector import paused_gc
 from common.loop import Errors, Loop
 from common.metrics import Registry
 from kernel.nft import Nft, NftError, run_sized
-from kernel.nftelem import ElementBatch
 from kube.source import KubeSource
 from services.proxy import conntrack
 from services.proxy.config import DEFAULT_PROXY_CONFIG, ProxyConfig
-from services.proxy.elements import FullRender
 from services.proxy.health import EVERY_ADDRESS, HealthServers, ProxyHealth, calc_health
 from services.proxy.inputs import ProxyInputs, read_local_addresses
 from services.proxy.kube_source import KINDS as KUBE_KINDS
@@ -283,24 +281,20 @@ def calc_prefixes(from_kube: bool) -> tuple[str, ...]:
 
 def run_plan(nft: Nft, plan: TablePlan) -> None:
     """A plan's transactions: a full render's three steps (its elements as one netlink
-    batch, encoded while nft applies the declarations); an update of elements alone as one
-    netlink batch (libnftables would first re-read every set declaration: ~5 ms beside 2,500
-    affinity sets); any other script."""
+    batch, made and encoded while nft applies the declarations, the commit's counts made
+    while the kernel takes the batch); an update of elements alone as one netlink batch
+    (libnftables would first re-read every set declaration: ~5 ms beside 2,500 affinity
+    sets); any other script."""
     if plan.steps is not None:
         steps = plan.steps
-        nft.run_then_elements(steps.declarations, lambda: calc_beside(plan, steps))
+        nft.run_then_elements(
+            steps.declarations, lambda: steps.elements, beside=lambda: plan.tally
+        )
         run_sized(nft, steps.deletes)
     elif plan.elements is not None:
         nft.run_elements(plan.elements)
     else:
         run_sized(nft, plan.text)
-
-
-def calc_beside(plan: TablePlan, steps: FullRender) -> ElementBatch:
-    """What a full render makes while nft applies its declarations: the commit's counts,
-    then the element batch (both on first use: ``TablePlan.tally``, ``FullRender.elements``)."""
-    _ = plan.tally  # made now, on the second core's time; read by the commit
-    return steps.elements
 
 
 def calc_health_binds(

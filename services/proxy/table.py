@@ -89,7 +89,7 @@ class TablePlan:
     def tally(self) -> Tally:
         """A full plan's counts as the table will hold them once committed (counted in C:
         per-Service deltas were a tenth of a 10k render); made on first use, which
-        ``sync.run_plan`` makes while nft applies the declarations."""
+        ``sync.run_plan`` makes while the kernel takes the element batch."""
         planned = [p for p in self.services.values() if p.views]
         elements = Counter(chain.from_iterable(p.elements for p in planned))
         elements.update(self.node_elements)

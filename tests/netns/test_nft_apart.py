@@ -4,7 +4,8 @@ message and applies nothing, and without the binary the kept context runs it; th
 heap does not take the parse of a large transaction (its peak RSS is the child's, not its own).
 ``Nft.run_then_elements`` (a full render's declarations, then its element batch, encoded while
 the script is applied): the batch lands after the script, whose set it fills, and is not sent
-when the script is refused."""
+when the script is refused; what the caller gives to run beside the batch's commit runs once,
+and not when nothing is committed."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ add element ip {TABLE} m {{ 10.96.0.1 . 80 : 10.1.0.1 . 8080 }}
 """
 IN_NETNS = """
 import json, resource, subprocess, sys
+besides = []
 spawned, real_run = [], subprocess.run
 subprocess.run = lambda argv, **kw: spawned.append(argv[0]) or real_run(argv, **kw)
 import kernel.nft as nft_mod
@@ -50,7 +52,7 @@ if before:
     nft.run(before)
 try:
     if case == "then":
-        nft.run_then_elements(script, lambda: batch)
+        nft.run_then_elements(script, lambda: batch, beside=lambda: besides.append(1))
     else:
         (nft.run if case == "kept" else nft.run_apart)(script)
     error = None
@@ -64,6 +66,7 @@ print(json.dumps({
     "self_kib": peak_kib(),
     "child_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
     "spawned": spawned,
+    "besides": len(besides),
 }))
 """
 
@@ -143,6 +146,7 @@ def test_a_batch_after_its_script_fills_what_the_script_made(run_in_netns, size)
     assert out["error"] is None
     assert out["spawned"] == (["nft"] if size == "large" else [])
     assert sorted(set_elements(out["listing"], "s")) == ["10.0.0.10", "10.0.0.9"]
+    assert out["besides"] == 1  # what the caller makes while the kernel takes the batch
     assert len(script) >= 64 * 1024 if size == "large" else len(script) < 64 * 1024
 
 
@@ -153,3 +157,4 @@ def test_a_refused_script_sends_no_batch(run_in_netns):
     out = run_in_netns("then", bad, before=SCRIPT)
     assert out["error"] and "No such file or directory" in out["error"]  # set nope
     assert sorted(set_elements(out["listing"], "s")) == ["10.0.0.1", "10.0.0.2"]
+    assert out["besides"] == 0

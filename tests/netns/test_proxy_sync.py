@@ -129,9 +129,11 @@ class KeptNft:
     def run_elements(self, batch: ElementBatch) -> None:
         self.ctx.run_elements(batch)
 
-    def run_then_elements(self, script: str, make) -> None:
+    def run_then_elements(self, script: str, make, beside=None) -> None:
         self.run(script)
         self.run_elements(make())
+        if beside is not None:
+            beside()
 
 
 @pytest.fixture(scope="module")

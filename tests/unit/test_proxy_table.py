@@ -240,9 +240,11 @@ class RecordingNft:
     def run_elements(self, batch) -> None:
         self.calls.append("run_elements")
 
-    def run_then_elements(self, script: str, make) -> None:
+    def run_then_elements(self, script: str, make, beside=None) -> None:
         self.calls.append("run_then_elements")
         make()
+        if beside is not None:
+            beside()
 
 
 def test_two_affinity_chains_of_one_key_program_one_service_not_a_refused_transaction(
