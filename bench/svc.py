@@ -2,7 +2,7 @@
 
     python3 -m bench.svc [--sizes 1000,10000,30000] [--update-at 10000] [--updates 5]
                          [--engines lib,bin] [--kube-max 10000] [--mix mixed|mixed-2aff|clusterip]
-                         [--results-dir DIR]
+                         [--repeats 3] [--results-dir DIR]
 
 Every Service has 5 endpoints. The Services are a mix (bench/svc_shapes.py), per 100: 5
 LoadBalancer (an ingress IP and a nodePort each, 2 with loadBalancerSourceRanges), 10 NodePort,
@@ -14,7 +14,10 @@ shape and engine (lib = one kept libnftables context, as pycnid runs it; bin = `
 kube-proxy runs it) a fresh netns and a fresh process (bench/svc_worker.py) time the full sync
 as one transaction; at --update-at, --updates one-Service updates (one endpoint of one Service
 changed: with the mix a LoadBalancer with externalTrafficPolicy Local and source ranges, its
-local endpoint swapped) on each shape. pycni's times are a whole proxy pass as pycnid runs it
+local endpoint swapped) on each shape. pycni's runs are made --repeats times, each in a fresh
+netns and process: its full sync is the run of the median time (one load varied by 0.5 s
+between runs minutes apart on this 2-core machine), its updates those of every run. The
+kube-proxy shape loads once (200 s at 10k). pycni's times are a whole proxy pass as pycnid runs it
 (``services.proxy.sync.calc_plan`` over the store records the proxy holds: the Services' views,
 the table's plan and script, the commit); the kube-proxy shape's count only nft's load (its Go
 generator is not measured), which favours kube-proxy. Endpoints are spread over 100 nodes (1 in
@@ -59,6 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--mix", choices=MIXES, default="mixed", help="the Services' features (see above)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="pycni runs per size and engine (the median's)"
     )
     parser.add_argument("--results-dir", default=RESULTS_DIR)
     return parser.parse_args(argv)
@@ -114,11 +120,22 @@ def measure_runs(args: argparse.Namespace, box: Sandbox) -> dict[str, dict]:
                 continue
             for engine in engines:
                 updates = args.updates if size == args.update_at else 0
-                runs[f"{shape}/{engine}/{size}"] = run_worker(
-                    box, shape, engine, size, updates, args.mix
-                )
+                repeats = max(1, args.repeats) if shape == "pycni" else 1
+                made = [
+                    run_worker(box, shape, engine, size, updates, args.mix) for _ in range(repeats)
+                ]
+                runs[f"{shape}/{engine}/{size}"] = calc_median_run(made)
                 print(f"  {shape:5} {ENGINES[engine]:11} {size:>6,} Services loaded", flush=True)
     return runs
+
+
+def calc_median_run(made: list[dict]) -> dict:
+    """Runs of one (shape, engine, size) as one: the run whose full sync took the median time
+    (the lower middle of an even count), with every run's full sync time and update rounds."""
+    ranked = sorted(made, key=full_seconds)
+    chosen = ranked[(len(ranked) - 1) // 2]
+    rounds = [u for run in made for u in run.get("updates") or []]
+    return {**chosen, "full_runs": [full_seconds(run) for run in made], "updates": rounds}
 
 
 def full_seconds(run: dict) -> float:
@@ -167,7 +184,9 @@ def goal_rows(runs: dict, size: int, kind: str, mix: str) -> list[dict]:
     kube, engine = best_kube(runs, size, metric)
     r = ratio(kube, mine)
     label = (
-        "full sync" if kind == "full" else f"one-Service update (median of {args_updates(run)})"
+        f"full sync ({_runs(run)})"
+        if kind == "full"
+        else f"one-Service update (median of {args_updates(run)})"
     )
     return [
         {
@@ -201,6 +220,11 @@ def _apply_row(run: dict | None, kube: float | None, kind: str) -> dict:
         "goal": "",
         "verdict": "",
     }
+
+
+def _runs(run: dict | None) -> str:
+    count = len(run.get("full_runs") or [1]) if run else 1
+    return "one run" if count == 1 else f"median of {count} runs"
 
 
 def args_updates(run: dict | None) -> int:
@@ -237,6 +261,9 @@ def info_lines(runs: dict, sizes: list[int]) -> list[Line]:
                         "",
                     )
                 )
+                if len(mine.get("full_runs") or []) > 1:
+                    each = " / ".join(ms(t) for t in mine["full_runs"])
+                    lines.append(("  pycni: each run, in order", each, "", "", "", ""))
             lines += _update_lines(mine, kube)
     return lines
 
