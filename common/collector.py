@@ -10,6 +10,10 @@ The collector is process-wide: a pause restores only what it found, so pauses th
 on two threads end with the collector enabled again (by the first pause's end). Pause only
 work that waits on no network and no timer (a lock held by other such work at most): it
 must stay short.
+
+After a whole render (the proxy's, NetworkPolicy's) what is alive is frozen (``freeze_heap``):
+the records and tables, ~10^6 objects at 10k Services, then leave the collector's
+generations, so the collections a pause defers, and every later full one, do not walk them.
 """
 
 from __future__ import annotations
@@ -28,3 +32,14 @@ def paused_gc() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def freeze_heap() -> None:
+    """After a whole render: one collection, then every object alive (the records and the
+    tables, ~10^6 at 10k Services) leaves the collector's generations (``gc.freeze``), so a
+    later full collection, due on whichever thread allocates, no longer walks them: one took
+    0.15-0.44 s at 10k Services, stalling the watch and the next pass. The next whole render
+    unfreezes first, so what became cyclic garbage meanwhile is collected then."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()

@@ -30,14 +30,13 @@ Service). Metrics: sync seconds, Services programmed, refused transactions.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
 
 from cni.spec.errors import CNIError
-from common.collector import paused_gc
+from common.collector import freeze_heap, paused_gc
 from common.loop import Errors, Loop
 from common.metrics import Registry
 from kernel.nft import Nft, NftError, run_sized
@@ -333,14 +332,3 @@ def calc_plan(
     if not changes and view == table.node:
         return None
     return table.plan(view, changes)
-
-
-def freeze_heap() -> None:
-    """After a full render: one collection, then every object alive (the records and the
-    table, ~10^6 at 10k Services) leaves the collector's generations (``gc.freeze``), so a
-    later full collection, due on whichever thread allocates, no longer walks them: one took
-    0.15-0.44 s at 10k Services, stalling the watch and the next pass. The next full render
-    unfreezes first, so what became cyclic garbage meanwhile is collected then."""
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()

@@ -1,5 +1,6 @@
-"""``freeze_heap`` (after each full render of the proxy): what is alive leaves the collector's
-generations, and what became cyclic garbage while frozen is collected by the next full render.
+"""``freeze_heap`` (after each whole render of the proxy and of NetworkPolicy): what is alive
+leaves the collector's generations, and what became cyclic garbage while frozen is collected by
+the next whole render.
 Run in a child interpreter: freezing the test process would hide its own garbage."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import gc, json, weakref
-from services.proxy.sync import freeze_heap
+from common.collector import freeze_heap
 
 class Node:
     pass
