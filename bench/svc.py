@@ -223,7 +223,7 @@ def _apply_row(run: dict | None, kube: float | None, kind: str) -> dict:
 
 
 def _runs(run: dict | None) -> str:
-    count = len(run.get("full_runs") or [1]) if run else 1
+    count = len(run["full_runs"]) if run else 1
     return "one run" if count == 1 else f"median of {count} runs"
 
 
@@ -261,7 +261,7 @@ def info_lines(runs: dict, sizes: list[int]) -> list[Line]:
                         "",
                     )
                 )
-                if len(mine.get("full_runs") or []) > 1:
+                if len(mine["full_runs"]) > 1:
                     each = " / ".join(ms(t) for t in mine["full_runs"])
                     lines.append(("  pycni: each run, in order", each, "", "", "", ""))
             lines += _update_lines(mine, kube)
