@@ -312,20 +312,21 @@ def test_the_pass_after_an_add_isolated_at_once_waits_for_the_add_to_answer(
     store.close()
 
 
-def test_a_pass_runs_with_the_collector_paused_and_a_whole_render_freezes_the_heap(
+def test_a_pass_runs_with_the_collector_paused_and_then_freezes_the_heap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The collections a pass makes due run after it (a full one took 64 ms inside a pass at
     10k Pods): its layout and its transaction see the collector off, and it is on again
-    after. A whole render then freezes what is alive (``common.collector.freeze_heap``, here
-    counted rather than run: freezing the test process would hide its garbage); a diff does
-    not."""
+    after. Once the pass's ADDs were released (``passed``), a whole render freezes what is
+    alive after a collection (``common.collector.freeze_heap``) and a diff what it made
+    without one (``freeze_young``): here counted rather than run, as freezing the test
+    process would hide its garbage."""
     store, sync = deny_all_in_x(tmp_path)
     seen: list[tuple[str, bool]] = []
-    frozen: list[int] = []
+    events: list[str] = []
     real_layout = netpol_sync.calc_layout
     nft = cast(FakeNft, sync.nft)
-    real_run, real_elements = nft.run, nft.run_elements
+    real_run, real_elements, real_passed = nft.run, nft.run_elements, sync.passed
 
     def layout(*args, **kwargs):
         seen.append(("layout", gc.isenabled()))
@@ -339,8 +340,14 @@ def test_a_pass_runs_with_the_collector_paused_and_a_whole_render_freezes_the_he
         seen.append(("nft", gc.isenabled()))
         real_elements(batch)
 
+    def passed() -> None:
+        events.append("passed")
+        real_passed()
+
     monkeypatch.setattr(netpol_sync, "calc_layout", layout)
-    monkeypatch.setattr(netpol_sync, "freeze_heap", lambda: frozen.append(1))
+    monkeypatch.setattr(netpol_sync, "freeze_heap", lambda: events.append("whole"))
+    monkeypatch.setattr(netpol_sync, "freeze_young", lambda: events.append("young"))
+    monkeypatch.setattr(sync, "passed", passed)
     monkeypatch.setattr(nft, "run", run)
     monkeypatch.setattr(nft, "run_apart", run)
     monkeypatch.setattr(nft, "run_elements", run_elements)
@@ -348,13 +355,14 @@ def test_a_pass_runs_with_the_collector_paused_and_a_whole_render_freezes_the_he
     a = EndpointRecord("x", "a", "eth0", ("10.0.0.2",), {}, "n1")
     store.txn([], [Put(a.key, a.to_bytes())])
     sync.step()  # the first pass: the table whole
-    assert frozen == [1] and nft.sent
-    sent = len(nft.sent)
+    assert events[:2] == ["passed", "whole"] and "young" not in events and nft.sent
+    first, sent = len(events), len(nft.sent)
     b = EndpointRecord("x", "b", "eth0", ("10.0.0.3",), {}, "n1")
     store.txn([], [Put(b.key, b.to_bytes())])
     wait_for("a pass isolating x/b", lambda: sync.step() >= 0 and len(nft.sent) > sent, 5)
     assert sync.layout is not None and "10.0.0.3" in repr(sync.layout.sets)  # a diff
-    assert frozen == [1]
+    later = events[first:]  # the diff's pass: released, then its new objects frozen
+    assert later[0] == "passed" and later.count("young") == 1 and "whole" not in later, events
     assert {what for what, _ in seen} == {"layout", "nft"}
     assert all(not enabled for _, enabled in seen), seen
     assert gc.isenabled()
