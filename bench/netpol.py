@@ -2,7 +2,8 @@
 the same run on the same machine.
 
     python3 -m bench.netpol [--policies 1000] [--pods 10000] [--local 100] [--runs 3]
-                            [--labels 10] [--changes 20] [--adds 20] [--connects 2000] [--rounds 3]
+                            [--labels 10] [--changes 20] [--adds 150] [--connects 2000]
+                            [--rounds 3]
                             [--svc-services 10000] [--remote-services 100]
                             [--timeout 900] [--settle 2] [--results-dir DIR]
 
@@ -19,8 +20,9 @@ their anchors:
 (c) a Pod's labels changed -> the pass after it, p50 of ``--labels`` (half a Pod of this node,
     half of another node), against the Service proxy's one-Service update (libnftables);
 (d) ADD cost: bridge + svc ADD, p50 of ``--adds`` pairs of an ADD enforcing 1,000 policies
-    minus the neighbouring one on a second node not enforcing (the two in turn), against the
-    ADD not enforcing (bench/netpol_node.py);
+    minus the neighbouring one on a second node not enforcing (the two in turn, the pair's
+    Pods deleted after it), against the ADD not enforcing; beside it, the same difference in
+    pycnid's own time serving the two requests (bench/netpol_node.py);
 (e) first packet: TCP connect p50 of ``--connects`` between two Pods of one bridge, with every
     policy minus with none, against the same difference for the policies as a linear ruleset
     (bench/netpol_linear.py);
@@ -79,7 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--runs", type=int, default=3, help="full syncs, each in a fresh netns")
     add("--labels", type=int, default=10, help="Pod label changes timed")
     add("--changes", type=int, default=20, help="policy changes timed across nodes")
-    add("--adds", type=int, default=60, help="ADDs timed, enforcing and not")
+    add("--adds", type=int, default=150, help="pairs of ADDs timed, enforcing and not")
     add("--connects", type=int, default=2000, help="TCP connects a first-packet figure")
     add("--rounds", type=int, default=3, help="first-packet states measured in turn")
     add("--svc-services", type=int, default=10000, help="Services of the proxy's anchor")
@@ -295,6 +297,7 @@ def node_lines(node: dict) -> list[Line]:
             GOALS["add_ms"] / 1e3,
         ),
         line("  ADD enforcing / the anchor node (bridge + svc)", add_on, add_off, ms, "", None),
+        *served_lines(on["adds"], off["adds"]),
         *failure_lines(failures, len(on["adds"]["failed"])),
         line(
             f"(e) first packet, policies vs 0, p50 of {fp['policies']['n']}",
@@ -332,6 +335,20 @@ def node_lines(node: dict) -> list[Line]:
         line("  VmRSS enforcing / not", rss_on, rss_off, mib, "", None),
         ("  first render after start", secs(on["start_to_programmed"]), "", "", "", ""),
     ]
+
+
+def served_lines(on: dict, off: dict) -> list[Line]:
+    """The pairs' difference in pycnid's own time serving the ADD's requests (its log), beside
+    the whole ADD's: the ADDs' executables are the same on the two nodes, and their start
+    (~40 ms of Python) moves each ADD by a few ms, pycnid's part by less."""
+    out = []
+    for key, name in (("served_ms", "bridge + svc"), ("svc_ms", "svc alone")):
+        both = zip(on.get(key, ()), off.get(key, ()), strict=True)
+        pairs = [(a / 1e3, b / 1e3) for a, b in both if a is not None and b is not None]
+        diffs = [a - b for a, b in pairs]
+        label = f"  pycnid serving it ({name}), p50 of {len(pairs)} pairs' differences"
+        out.append(line(label, p50(diffs), p50([b for _, b in pairs]), ms, "", None))
+    return out
 
 
 def p50(values: list[float]) -> float | None:

@@ -9,16 +9,20 @@ same pycnid without enforcement). Pods are attached as the tests attach them
 then), then with it.
 
 - (f) VmRSS of pycnid, programmed and settled, enforcing vs not;
-- (d) ADD cost: bridge + svc ADD of ``--adds`` Pods in ``ns0`` labelled ``app: a0`` (selected
-  by policy ``np0``, so each ADD isolates its Pod before it returns), enforcing vs not. The
-  anchor is a second node, the same pycnid and records without enforcement, started beside
-  the enforcing one; the ADDs go to the two in turn (which one first alternates), a pause
-  after each, once both pycnids are idle (``driver.wait_idle``: a pycnid just started
-  enforcing is still busy for a second or more). Timed one phase after the other, the
-  machine's speed drifted between them by more than the figure (medians 33-47 ms for the same
-  ADDs); in pairs, each ADD is compared with its neighbour. An ADD that fails (code 11: no
-  pass programmed its Pod within pycni-svc's wait, ``netpol.sync.SETTLE``) is counted with its
-  message, not retried;
+- (d) ADD cost: bridge + svc ADD of a Pod in ``ns0`` labelled ``app: a0`` (selected by
+  policy ``np0``, so each ADD isolates its Pod before it returns), enforcing vs not, in
+  ``--adds`` pairs. The anchor is a second node, the same pycnid and records without
+  enforcement, started beside the enforcing one; the ADDs go to the two in turn (which one
+  first alternates), a pause after each, once both pycnids are idle (``driver.wait_idle``: a
+  pycnid just started enforcing is still busy for a second or more), and the pair's Pods are
+  deleted after it (each ADD meets the node's own Pods, not the pairs' before it). Timed one
+  phase after the other, the machine's speed drifted between them by more than the figure
+  (medians 33-47 ms for the same ADDs); in pairs, each ADD is compared with its neighbour.
+  A pair's difference still moves by ~5 ms (sd; the executables' start, ~40 ms of Python
+  each ADD), so its median over 60 pairs moved by ~1 ms: hence 150. Beside it, the pairs'
+  difference in pycnid's own time serving the two requests (its log's ``ms``). An ADD that
+  fails (code 11: no pass programmed its Pod within pycni-svc's wait,
+  ``netpol.sync.SETTLE``) is counted with its message, not retried;
 - (e) first packet: a client and a server Pod on the node's bridge, policy ``fp/allow`` letting
   the client reach the server's TCP 8080; median of ``--connects`` TCP connects (each a new
   connection, so each first packet meets the forward hook) with every policy in the store,
@@ -127,9 +131,11 @@ class PolicyNode:
             socket=self.pycnid.socket,
         )
 
-    def add(self, pod: str, namespace: str, name: str, labels: dict[str, str]) -> tuple:
+    def add(
+        self, pod: str, namespace: str, name: str, labels: dict[str, str], cid: str = ""
+    ) -> tuple:
         """bridge + svc ADD as a conflist runs them: (seconds, IPv4, undo (DELs))."""
-        cid, args = new_cid(), f"K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}"
+        cid, args = cid or new_cid(), f"K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}"
         started = time.perf_counter()
         added = self.plugin("pycni-bridge", "ADD", bridge_conf(IPAM), pod, cid, args)
         if added.code != 0:
@@ -206,33 +212,73 @@ def make_node(
 
 
 # --- (d) ADD cost --------------------------------------------------------------------------
-#: after each timed ADD: the pass it woke (enforcing) ends before the next ADD starts
+#: after each timed ADD, and after a pair's DELs: the pass it woke (enforcing) ends before the
+#: next ADD starts
 ADD_PAUSE = 0.1
 
 
 def measure_adds(on: PolicyNode, off: PolicyNode, count: int, undo: list) -> dict[str, dict]:
-    """``count`` Pods in ns0 with ``app: a0`` added to each node in turn (kept until the end:
-    ``undo``), the enforcing one first in even rounds: per side, the seconds of each ADD
-    that succeeded (None where it failed, so that the rounds stay paired) and why the
-    others failed."""
-    out: dict[str, dict] = {tag: {"seconds": [], "failed": []} for tag in ("on", "off")}
+    """``count`` pairs: a Pod in ns0 with ``app: a0`` added to each node in turn, the
+    enforcing one first in even pairs, then both deleted (so each ADD meets the node's
+    ~``--local`` Pods, not those of the pairs before it). Per side: the seconds of each ADD
+    that succeeded (None where it failed, so that the pairs stay paired), why the others
+    failed, and the milliseconds pycnid's log says it took to serve each ADD's two requests
+    (bridge + svc, and svc alone; None where it has no line)."""
+    out: dict[str, dict] = {tag: {"seconds": [], "failed": [], "ids": []} for tag in ("on", "off")}
     for i in range(count):
         sides = [("on", on), ("off", off)]
+        mark = len(undo)
         for tag, node in sides if i % 2 == 0 else sides[::-1]:
-            out[tag]["seconds"].append(add_one(node, f"add{tag}{i}", out[tag]["failed"], undo))
+            took, cid = add_one(node, f"add{tag}{i}", out[tag]["failed"], undo)
+            out[tag]["seconds"].append(took)
+            out[tag]["ids"].append(cid)
             time.sleep(ADD_PAUSE)
+        while len(undo) > mark:
+            undo.pop()()
+        time.sleep(ADD_PAUSE)
+    for tag, node in (("on", on), ("off", off)):
+        served = calc_served(node.pycnid.log())
+        out[tag]["served_ms"] = [served.get(cid, {}).get("both") for cid in out[tag]["ids"]]
+        out[tag]["svc_ms"] = [served.get(cid, {}).get("svc") for cid in out[tag]["ids"]]
     return out
 
 
-def add_one(node: PolicyNode, name: str, failed: list[str], undo: list) -> float | None:
+def calc_served(log_text: str) -> dict[str, dict[str, float]]:
+    """Per container id, the milliseconds pycnid's log (JSON lines, pycnid/dispatch.py's
+    "request served") gives its last bridge and svc ADDs: ``bridge``, ``svc``, and ``both``
+    (their sum, only when it served the two). Other lines are skipped."""
+    found: dict[str, dict[str, float]] = {}
+    for text in log_text.splitlines():
+        try:
+            entry = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict) or entry.get("msg") != "request served":
+            continue
+        plugin, cid = entry.get("plugin"), entry.get("containerID")
+        if entry.get("command") == "ADD" and plugin in ("bridge", "svc") and cid:
+            found.setdefault(str(cid), {})[str(plugin)] = float(entry["ms"])
+    for times in found.values():
+        if "bridge" in times and "svc" in times:
+            times["both"] = times["bridge"] + times["svc"]
+    return found
+
+
+def add_one(
+    node: PolicyNode, name: str, failed: list[str], undo: list
+) -> tuple[float | None, str]:
+    """One timed ADD of a fresh Pod: (seconds or None if it failed, its container id); its
+    DELs and its namespace's removal go on ``undo``."""
     pod = node.box.pods(f"{name}-", 1)[0]
+    undo.append(lambda: node.box.drop_namespaces([pod]))
+    cid = new_cid()
     try:
-        took, _ip, remove = node.add(pod, "ns0", name, {"app": "a0"})
+        took, _ip, remove = node.add(pod, "ns0", name, {"app": "a0"}, cid)
     except AddFailed as exc:
         failed.append(str(exc))
-        return None
+        return None, cid
     undo.append(remove)
-    return took
+    return took, cid
 
 
 # --- (e) first packet ----------------------------------------------------------------------
