@@ -3,7 +3,7 @@ the same run on the same machine.
 
     python3 -m bench.netpol [--policies 1000] [--pods 10000] [--local 100] [--runs 3]
                             [--labels 10] [--changes 20] [--adds 150] [--connects 2000]
-                            [--rounds 3]
+                            [--rounds 4]
                             [--svc-services 10000] [--remote-services 100]
                             [--timeout 900] [--settle 2] [--results-dir DIR]
 
@@ -23,9 +23,12 @@ their anchors:
     minus the neighbouring one on a second node not enforcing (the two in turn, the pair's
     Pods deleted after it), against the ADD not enforcing; beside it, the same difference in
     pycnid's own time serving the two requests (bench/netpol_node.py);
-(e) first packet: TCP connect p50 of ``--connects`` between two Pods of one bridge, with every
-    policy minus with none, against the same difference for the policies as a linear ruleset
-    (bench/netpol_linear.py);
+(e) first packet: TCP connects of ``--connects`` between two Pods of one bridge, with every
+    policy minus with none: the p50 of each connect minus one made beside it to a twin
+    server no policy selects, with the policies minus the same with none (the client's own
+    speed moved each state's p50 by 10-20 µs between rounds); against the unpaired
+    difference of the connects' p50s for the policies as a linear ruleset, where the twin
+    walks every rule too (bench/netpol_linear.py);
 (f) pycnid VmRSS enforcing minus not (same store, same records), against the one not enforcing.
 
 A figure that fails is printed with why; the others are still measured. Results:
@@ -83,7 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--changes", type=int, default=20, help="policy changes timed across nodes")
     add("--adds", type=int, default=150, help="pairs of ADDs timed, enforcing and not")
     add("--connects", type=int, default=2000, help="TCP connects a first-packet figure")
-    add("--rounds", type=int, default=3, help="first-packet states measured in turn")
+    add("--rounds", type=int, default=4, help="first-packet states measured in turn")
     add("--svc-services", type=int, default=10000, help="Services of the proxy's anchor")
     add("--remote-services", type=int, default=100, help="Services of the cross-node anchor")
     add("--timeout", type=float, default=900.0, help="seconds to wait for a pycnid step")
@@ -285,7 +288,7 @@ def node_lines(node: dict) -> list[Line]:
     add_on, add_off = p50([a for a, _ in pairs]), p50([b for _, b in pairs])
     failures = [*on["adds"]["failed"], *off["adds"]["failed"]]
     rss_on, rss_off = on["rss_kib"], off["rss_kib"]
-    packet = fp["policies"]["p50"] - fp["none"]["p50"]
+    packet = fp["policies"]["paired"] - fp["none"]["paired"]
     linear = fp["linear"]["p50"] - fp["none"]["p50"]
     return [
         line(
@@ -300,7 +303,7 @@ def node_lines(node: dict) -> list[Line]:
         *served_lines(on["adds"], off["adds"]),
         *failure_lines(failures, len(on["adds"]["failed"])),
         line(
-            f"(e) first packet, policies vs 0, p50 of {fp['policies']['n']}",
+            f"(e) first packet, policies vs 0, paired with the twin, p50 of {fp['policies']['n']}",
             packet,
             linear,
             us,
@@ -308,9 +311,25 @@ def node_lines(node: dict) -> list[Line]:
             GOALS["first_packet_us"] / 1e6,
         ),
         line(
-            "  connect: with policies / with 0",
+            "  server minus twin beside it, p50: with policies / with 0",
+            fp["policies"]["paired"],
+            fp["none"]["paired"],
+            us,
+            "",
+            None,
+        ),
+        line(
+            "  connect, unpaired: with policies / with 0",
             fp["policies"]["p50"],
             fp["none"]["p50"],
+            us,
+            "",
+            None,
+        ),
+        line(
+            "  the twin (no policy selects it): with policies / with 0",
+            fp["policies"]["twin"]["p50"],
+            fp["none"]["twin"]["p50"],
             us,
             "",
             None,
@@ -323,6 +342,7 @@ def node_lines(node: dict) -> list[Line]:
             "",
             None,
         ),
+        round_lines(fp),
         (f"  anchor: linear ruleset, {fp['linear_rules']} rules", "", "", "", "", ""),
         line(
             "(f) pycnid VmRSS enforcing minus not",
@@ -335,6 +355,14 @@ def node_lines(node: dict) -> list[Line]:
         line("  VmRSS enforcing / not", rss_on, rss_off, mib, "", None),
         ("  first render after start", secs(on["start_to_programmed"]), "", "", "", ""),
     ]
+
+
+def round_lines(fp: dict) -> Line:
+    """Each round's p50 with the policies minus its p50 with none, unpaired (the order of the
+    states reversed every other round, bench/netpol_node.py): how much that moves."""
+    both = zip(fp["policies"]["rounds"], fp["none"]["rounds"], strict=True)
+    each = " ".join(f"{(a - b) * 1e6:+.1f}" for a, b in both)
+    return (f"  each round unpaired, policies minus 0 (µs): {each}", "", "", "", "", "")
 
 
 def served_lines(on: dict, off: dict) -> list[Line]:

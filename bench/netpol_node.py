@@ -23,12 +23,15 @@ then), then with it.
   difference in pycnid's own time serving the two requests (its log's ``ms``). An ADD that
   fails (code 11: no pass programmed its Pod within pycni-svc's wait,
   ``netpol.sync.SETTLE``) is counted with its message, not retried;
-- (e) first packet: a client and a server Pod on the node's bridge, policy ``fp/allow`` letting
-  the client reach the server's TCP 8080; median of ``--connects`` TCP connects (each a new
-  connection, so each first packet meets the forward hook) with every policy in the store,
+- (e) first packet: a client, a server and its twin Pod on the node's bridge, policy
+  ``fp/allow`` letting the client reach the server's TCP 8080 (no policy selects the twin);
+  ``--connects`` TCP connects to each server, in turn from one client process (each a new
+  connection, so each first packet meets the forward hook), with every policy in the store,
   with none (the store's policies deleted: the table stays, nothing isolated), and, as the
   anchor, with none in pycni but the same policies loaded as a linear ruleset
-  (bench/netpol_linear.py); the three states in turn, ``--rounds`` times.
+  (bench/netpol_linear.py); the three states in turn, ``--rounds`` times (the order reversed
+  every other round). The figure: the p50 of each server connect minus the twin's beside it,
+  with every policy minus with none (``measure_first_packet`` says why).
 """
 
 from __future__ import annotations
@@ -71,13 +74,14 @@ while True:
 """
 CLIENT = """
 import json, socket, struct, sys, time
-ip, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ips, port, n = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3])
 linger = struct.pack("ii", 1, 0)  # close with RST: no TIME_WAIT piling up
-out = []
-for _ in range(n):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
-    t = time.perf_counter(); s.connect((ip, port)); out.append(time.perf_counter() - t)
-    s.close()
+out = [[] for _ in ips]
+for i in range(n):  # the servers in turn, which one first alternating
+    for k in (range(len(ips)) if i % 2 == 0 else range(len(ips) - 1, -1, -1)):
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        t = time.perf_counter(); s.connect((ips[k], port)); out[k].append(time.perf_counter() - t)
+        s.close()
 print(json.dumps(out))
 """
 
@@ -287,19 +291,23 @@ class Pair:
     client: str  # netns path
     server: str
     server_ip: str
+    twin_ip: str  # a second server Pod, which no policy selects
 
 
 def setup_pair(node: PolicyNode, undo: list) -> Pair:
-    client, server = node.box.pods("fp-", 2)
+    client, server, twin = node.box.pods("fp-", 3)
     _, _, remove = node.add(client, FP_NS, "client", {"role": "client"})
     undo.append(remove)
-    _, server_ip, remove = node.add(server, FP_NS, "server", {"role": "server"})
-    undo.append(remove)
-    name = server.rsplit("/", 1)[1]
-    proc = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", SERVER])
-    node.box.processes.append(proc)
-    pair = Pair(client, server, server_ip)
-    connects(pair, 1)  # the server listens
+    ips = []
+    for pod, role in ((server, "server"), (twin, "twin")):
+        _, ip, remove = node.add(pod, FP_NS, role, {"role": role})
+        undo.append(remove)
+        ips.append(ip)
+        name = pod.rsplit("/", 1)[1]
+        proc = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", SERVER])
+        node.box.processes.append(proc)
+    pair = Pair(client, server, *ips)
+    connects(pair, 1)  # the servers listen
     return pair
 
 
@@ -316,13 +324,17 @@ def allow_policy() -> tuple[str, bytes]:
     return records.policy_kv(parse_policy(records.manifest(FP_NS, "allow", spec)))
 
 
-def connects(pair: Pair, count: int) -> list[float]:
+def connects(pair: Pair, count: int) -> tuple[list[float], list[float]]:
+    """``count`` connects to the server and as many to its twin, in turn from one client
+    process: (the server's seconds, the twin's), the i-th of each made side by side."""
     name = pair.client.rsplit("/", 1)[1]
     cmd = ["ip", "netns", "exec", name, sys.executable, "-c", CLIENT]
+    ips = f"{pair.server_ip},{pair.twin_ip}"
     for _ in range(100):
-        out = subprocess.run([*cmd, pair.server_ip, str(FP_PORT), str(count)], capture_output=True)
+        out = subprocess.run([*cmd, ips, str(FP_PORT), str(count)], capture_output=True)
         if out.returncode == 0:
-            return [float(x) for x in json.loads(out.stdout)]
+            server, twin = json.loads(out.stdout)
+            return [float(x) for x in server], [float(x) for x in twin]
         time.sleep(0.1)
     raise RuntimeError(f"the client cannot connect: {out.stderr.decode()[-500:]}")
 
@@ -380,30 +392,65 @@ class Phases:
         self.node.netns.run(["nft", "delete", "table", "inet", linear.TABLE], check=False)
 
 
+#: The first-packet figure's states, in the order of even rounds (odd rounds: reversed).
+STATES = ("policies", "none", "linear")
+
+
 def measure_first_packet(
     node: PolicyNode, pair: Pair, count: int, rounds: int, timeout: float
 ) -> dict:
     """Every policy (+ fp/allow), none, none + the linear ruleset, ``rounds`` times in turn
-    (``count`` connects each in all): the machine's load drifts, each state sees it alike."""
+    (``count`` connects each in all), the order reversed every other round. Per state: the
+    figures of the server's connects, each round's p50, the twin's figures, and ``paired``:
+    the p50 of each server connect minus the twin's beside it (``connects``).
+
+    Each state's client runs apart, and its p50 moved by ~10-20 µs from one round to the
+    next (-17.5 -19.2 -0.1 +10.9 µs, policies minus none, in one run), over a figure of a few
+    µs; the twin, which no policy selects, is connected to in the same loop, so what moved
+    both is taken out of ``paired``."""
     phases = Phases(node, pair, timeout)
-    found: dict[str, list[float]] = {"policies": [], "none": [], "linear": []}
+    found: dict[str, dict[str, list[float]]] = {
+        state: {"server": [], "twin": [], "paired": [], "rounds": []} for state in STATES
+    }
     share = max(1, count // rounds)
-    for _ in range(rounds):
-        phases.policies()
-        phases.settle()
-        found["policies"] += connects(pair, share)
-        phases.none()
-        phases.settle()
-        found["none"] += connects(pair, share)
-        phases.linear_on()
-        try:
-            phases.settle()
-            found["linear"] += connects(pair, share)
-        finally:
-            phases.linear_off()
-    out: dict[str, Any] = {k: figures(v) for k, v in found.items()}
+    for r in range(rounds):
+        for state in STATES if r % 2 == 0 else STATES[::-1]:
+            server, twin = connect_in(phases, pair, state, share)
+            seen = found[state]
+            seen["server"] += server
+            seen["twin"] += twin
+            seen["paired"] += [a - b for a, b in zip(server, twin, strict=True)]
+            seen["rounds"].append(median(server))
+    out: dict[str, Any] = {
+        state: {
+            **figures(seen["server"]),
+            "rounds": seen["rounds"],
+            "twin": figures(seen["twin"]),
+            "paired": median(seen["paired"]),
+        }
+        for state, seen in found.items()
+    }
     out["linear_rules"] = phases.script.count("\nadd rule ")
     return out
+
+
+def connect_in(
+    phases: Phases, pair: Pair, state: str, count: int
+) -> tuple[list[float], list[float]]:
+    """``connects`` once the node is in ``state`` (one of ``STATES``) and idle."""
+    if state == "policies":
+        phases.policies()
+    else:
+        phases.none()
+    if state != "linear":
+        phases.settle()
+        return connects(pair, count)
+    phases.linear_on()
+    try:
+        phases.settle()
+        return connects(pair, count)
+    finally:
+        phases.linear_off()
 
 
 # --- the run -------------------------------------------------------------------------------
