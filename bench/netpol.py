@@ -2,7 +2,7 @@
 the same run on the same machine.
 
     python3 -m bench.netpol [--policies 1000] [--pods 10000] [--local 100] [--runs 3]
-                            [--labels 10] [--changes 20] [--adds 150] [--connects 2000]
+                            [--labels 30] [--changes 20] [--adds 150] [--connects 2000]
                             [--rounds 4]
                             [--svc-services 10000] [--remote-services 100]
                             [--timeout 900] [--settle 2] [--results-dir DIR]
@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--pods", type=int, default=10000, help="Pods in the cluster")
     add("--local", type=int, default=100, help="Pods on the measured node (about)")
     add("--runs", type=int, default=3, help="full syncs, each in a fresh netns")
-    add("--labels", type=int, default=10, help="Pod label changes timed")
+    add("--labels", type=int, default=30, help="Pod label changes timed")
     add("--changes", type=int, default=20, help="policy changes timed across nodes")
     add("--adds", type=int, default=150, help="pairs of ADDs timed, enforcing and not")
     add("--connects", type=int, default=2000, help="TCP connects a first-packet figure")
