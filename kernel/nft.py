@@ -25,7 +25,7 @@ from kernel.nftelem import (
     calc_messages,
     dump_counters,
 )
-from kernel.session import thread_netns_inode
+from kernel.ns import thread_netns_inode
 
 log = logging.getLogger("pycnid.nft")
 NFT_BINARY = "nft"

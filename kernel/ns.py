@@ -4,6 +4,10 @@
 netlink socket there (the socket stays bound to that netns) and come back. ``entered`` always
 switches back in ``finally``, so a switch never leaks into other work on the thread.
 Never creates a namespace: a vanished CNI_NETNS is an error (cf. pyroute2's O_CREAT default).
+
+A thread's netns is known without a syscall (``thread_netns_inode``) between its own switches:
+only its own ``setns`` (here, pycni's one way to switch) moves it, and a new thread starts with
+nothing known.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,10 +26,25 @@ CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
+_known = threading.local()  # the calling thread's netns inode, until its own next setns
+
+
 def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
+    _known.inode = None
     if _libc.setns(fd, nstype) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+def thread_netns_inode() -> int:
+    """The inode of the calling thread's netns (to tell the node netns from a pod's), read
+    once between the thread's own switches (``setns``): every nft call and node session asks,
+    and a stat of /proc/thread-self/ns/net took 30-60 us after an idle spell (5 us back to
+    back), in a NetworkPolicy pass of ~2 ms and in each ADD's isolation."""
+    inode = getattr(_known, "inode", None)
+    if inode is None:
+        inode = _known.inode = os.stat("/proc/thread-self/ns/net").st_ino
+    return inode
 
 
 def current_netns_fd() -> int:

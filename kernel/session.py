@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -31,7 +30,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from cni.spec.errors import CNIError
-from kernel.ns import entered
+from kernel.ns import entered, thread_netns_inode
 
 T = TypeVar("T")
 log = logging.getLogger("pycnid.netlink")
@@ -40,11 +39,6 @@ log = logging.getLogger("pycnid.netlink")
 logging.getLogger("pyroute2").setLevel(logging.INFO)
 # Failures that leave the session usable: the kernel refused a request, or policy said no.
 HARMLESS = (NetlinkError, CNIError)
-
-
-def thread_netns_inode() -> int:
-    """The inode of the calling thread's netns (to tell the node netns from a pod's)."""
-    return os.stat("/proc/thread-self/ns/net").st_ino
 
 
 @dataclass
