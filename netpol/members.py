@@ -64,9 +64,11 @@ class Grouping:
         self.stamps: dict[str, int] = {}  # namespace -> the stamp of its Pods
         self.named_stamp = 0
         #: since the last render that kept what it computed (``settle``): the namespaces whose
-        #: Pods changed, and whether a namespace selector's picks or the named ports may have
-        #: (a shape chain none of whose sets read those namespaces then holds as it was)
-        self.since: set[str] = set()
+        #: Pods changed, each with the label keys that changed when nothing else did (the same
+        #: Pods with the same addresses: ``changed_label_keys``; None: anything may have), and
+        #: whether a namespace selector's picks or the named ports may have (a shape chain
+        #: none of whose sets read those namespaces, or the keys they changed, then holds)
+        self.since: dict[str, frozenset[str] | None] = {}
         self.moved_all = True
         #: the port names some policy's rule names, read from ``wanted_from`` (the inputs'
         #: policies): only those of a Pod's named ports are elements (``named_in``)
@@ -143,8 +145,13 @@ class Grouping:
         if fresh.keys() != before.keys():
             self.clear_picks()  # a namespace selector picks among namespaces with Pods
         self.moved = {}
-        self.since.update(changed)
         moved = {ns: moved_pairs(before.get(ns, ()), fresh.get(ns, ())) for ns in changed}
+        for ns, pairs in moved.items():
+            keys = changed_label_keys(pairs)
+            if ns in self.since:  # changed already since the last kept render
+                earlier = self.since[ns]
+                keys = None if earlier is None or keys is None else earlier | keys
+            self.since[ns] = keys
         for ns, pairs in moved.items():
             parts = self.parts.pop(ns, None)
             if parts and pairs is not None:
@@ -162,6 +169,8 @@ class Grouping:
             self.stamps[ns] = self.tick()
             if named is not None and same_ports(pairs, before.get(ns, ()), fresh[ns]):
                 self.named[ns] = named  # a relabel: the same elements, not computed again
+            elif named is None and not self.wanted:
+                pass  # no policy names a port: there are no named-port elements to move
             elif named is None or named != self.named_in(ns):
                 self.move_named()
             local = tuple(p for p in fresh[ns] if p.node == self.local_node)
@@ -420,6 +429,22 @@ def moved_pairs(was: tuple[PodInfo, ...], now: tuple[PodInfo, ...]) -> list[Move
         return None
     pairs = [(a, b) for a, b in zip(was, now, strict=True) if a is not b]
     return pairs if len(pairs) <= MOVED_MAX else None
+
+
+def changed_label_keys(pairs: list[Moved] | None) -> frozenset[str] | None:
+    """The label keys a namespace's change moved, when it moved nothing else a part reads
+    (``pairs``: ``moved_pairs``; each Pod the same ref in the same place, with the same
+    addresses: a relabel); None otherwise. A part whose selector reads none of these keys
+    picks the same Pods, so the same addresses."""
+    if pairs is None:
+        return None
+    keys: set[str] = set()
+    for was, now in pairs:
+        if was.ref != now.ref or was.ips != now.ips:
+            return None
+        old, new = was.labels, now.labels
+        keys.update(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    return frozenset(keys)
 
 
 def same_ports(pairs: list[Moved] | None, a: tuple[PodInfo, ...], b: tuple[PodInfo, ...]) -> bool:

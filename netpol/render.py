@@ -48,7 +48,7 @@ import itertools
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import cast
 
 from netpol.evaluate import PodInfo, PolicyInputs, policies_of
@@ -124,6 +124,8 @@ class Term:
     #: a peer set's elements as parts (``calc_pod_slots``): ``calc``'s elements are their
     #: concatenation, each address once; a changed part alone is spliced in (``splice``)
     slots: Callable[[Members], Slots] | None = None
+    #: the Pod label keys its elements depend on (a peer set's: its pod selectors')
+    keys: frozenset[str] = frozenset()
 
 
 Slots = tuple[tuple[str, ...], ...]
@@ -152,6 +154,7 @@ class Shape:
     terms: tuple[tuple[Term, bool], ...]
     refs: frozenset[str]
     reads: frozenset[str] = frozenset()
+    keys: frozenset[str] = frozenset()  # the Pod label keys its peer sets' selectors read
 
 
 Isolating = tuple[str, list[NetworkPolicy]] | None  # a local Pod's chain and its policies
@@ -292,24 +295,34 @@ class Render:
             return
         shape = self.cache.shapes.get(chain)
         if shape is not None and not self.unmoved(shape):  # checked set by set
-            held = self.holds(shape)
-            shape = replace(shape, reads=self.calc_reads(shape.terms)) if held else None
+            if self.holds(shape):  # as it was, with the namespaces its sets read now
+                reads = self.calc_reads(shape.terms)
+                shape = Shape(shape.rules, shape.terms, shape.refs, reads, shape.keys)
+            else:
+                shape = None
         if shape is None:
             self.terms = []
             rules = calc_shape_rules(self, direction, policies)
             refs = frozenset(m for r in rules for m in REFERENCE.findall(r))
             terms = tuple(self.terms)
-            shape = Shape(rules, terms, refs, self.calc_reads(terms))
+            keys = frozenset().union(*(term.keys for term, _had in terms))
+            shape = Shape(rules, terms, refs, self.calc_reads(terms), keys)
         self.layout.chains[chain] = shape.rules
         self.shapes[chain] = shape
 
     def unmoved(self, shape: Shape) -> bool:
         """Nothing ``shape``'s sets read moved since the last kept render (no namespace it
-        reads changed its Pods, no picks or named ports moved): each set is as that render
-        made it, and goes in the layout without computing its deps (~70 a pass)."""
+        reads changed its Pods, other than labels its selectors do not read; no picks or
+        named ports moved): each set is as that render made it, and goes in the layout
+        without computing its deps (~70 a pass). A relabel of a key no peer selector reads
+        (the bench's local relabels: ``app``, which policies select by) moves none."""
         grouping = self.cache.grouping
-        if grouping.moved_all or not shape.reads.isdisjoint(grouping.since):
+        if grouping.moved_all:
             return False
+        reads, read_keys = shape.reads, shape.keys
+        for ns, keys in grouping.since.items():
+            if ns in reads and (keys is None or not keys.isdisjoint(read_keys)):
+                return False
         layout, kept = self.layout, self.cache.sets
         for term, had in shape.terms:
             name = term.name
@@ -383,8 +396,8 @@ class Render:
         counters = [e.counter for e in pods.values() if e.counter is not None]
         # the maps' columns: each Pod's elements of one map, in the Pods' order
         columns = zip(*(e.elements for e in pods.values()), strict=True) if pods else NO_ELEMENTS
-        for (name, _kind), column in zip(names, columns, strict=True):
-            layout.sets[name] = replace(layout.sets[name], elements=tuple(chain_all(column)))
+        for (name, kind), column in zip(names, columns, strict=True):  # in their places
+            layout.sets[name] = NamedSet(name, "map", kind, False, tuple(chain_all(column)))
         return LocalPart(
             tuple(layout.sets[name] for name, _kind in names),
             tuple(chains.items()),
@@ -608,7 +621,10 @@ def calc_peer_sets(run: Render, policy: NetworkPolicy, rule: Rule, family: int) 
         calc = functools.partial(calc_pod_elements, policy=policy, rule=rule, family=family)
         deps = functools.partial(calc_peer_deps, policy=policy, rule=rule)
         slots = functools.partial(calc_pod_slots, policy=policy, rule=rule, family=family)
-        if run.ensure(Term(name, ADDR[family], False, calc, deps, slots)):
+        keys = frozenset().union(
+            *(p.pod_selector.keys for p in rule.peers if p.pod_selector is not None)
+        )
+        if run.ensure(Term(name, ADDR[family], False, calc, deps, slots, keys)):
             found.append(name)
     if blocks:
         name = f"blocks{family}-{digest(blocks)}"

@@ -54,6 +54,12 @@ class LabelSelector:
     def empty(self) -> bool:
         return not self.match_labels and not self.expressions
 
+    @property
+    def keys(self) -> frozenset[str]:
+        """The label keys ``matches`` reads: labels under other keys never change its
+        answer."""
+        return frozenset((*(k for k, _v in self.match_labels), *(r.key for r in self.expressions)))
+
     def matches(self, labels: Mapping[str, str]) -> bool:
         # loops, not all() over generators: a relabel pass matches each selector of its
         # namespace against every Pod there, and the generators were half of that

@@ -89,9 +89,9 @@ def test_a_layout_cache_kept_between_passes_renders_what_a_fresh_render_does(
 @st.composite
 def relabels(draw: st.DrawFn) -> list[PolicyInputs]:
     """One cluster, then passes that each change one to three of its Pods as a relabel does
-    (labels set or dropped, now and then the addresses of another Pod): the other Pods, the
-    policies, the namespaces' labels and the unchanged namespaces' tuples are the same
-    objects as the pass before, as ``view.Records`` hands them over."""
+    (labels set or dropped, now and then the addresses or named ports of another Pod): the
+    other Pods, the policies, the namespaces' labels and the unchanged namespaces' tuples are
+    the same objects as the pass before, as ``view.Records`` hands them over."""
     first = inputs_of(draw(clusters()))
     found = [replace(first, groups=group_by_namespace(first.pods))]
     for _ in range(draw(st.integers(1, 5)) if first.pods else 0):
@@ -102,7 +102,8 @@ def relabels(draw: st.DrawFn) -> list[PolicyInputs]:
             if labels and draw(st.booleans()):
                 del labels[draw(st.sampled_from(sorted(labels)))]
             ips = pods[i].ips if draw(st.integers(0, 3)) else draw(st.sampled_from(pods)).ips
-            pods[i] = replace(pods[i], labels=labels, ips=ips)
+            ports = pods[i].ports if draw(st.integers(0, 3)) else draw(st.sampled_from(pods)).ports
+            pods[i] = replace(pods[i], labels=labels, ips=ips, ports=ports)
         kept = tuple(pods)
         found.append(replace(last, pods=kept, groups=kept_groups(last.groups, kept)))
     return found
