@@ -152,7 +152,6 @@ class Grouping:
                 earlier = self.since[ns]
                 keys = None if earlier is None or keys is None else earlier | keys
             self.since[ns] = keys
-        for ns, pairs in moved.items():
             parts = self.parts.pop(ns, None)
             if parts and pairs is not None:
                 self.moved[ns] = (parts, pairs)

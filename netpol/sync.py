@@ -182,7 +182,6 @@ class NetpolSync:
         self.nft: Nft | None = None
         self.objects: frozenset[Object] | None = None  # None: to be listed from the kernel
         self.layout: Layout | None = None  # what the kernel holds; None: render it whole
-        self.applied: str | None = None  # how the last pass sent its render: settle_heap's
         self.kernel = threading.Lock()  # the layout the kernel holds, and sending to it
         self.pins: list[tuple[int, Pin]] = []  # (generation, element) added by ``settle``
         self.generation = 0  # of the records: bumped by each ``settle``
@@ -375,9 +374,9 @@ class NetpolSync:
             self.cache = LayoutCache()  # and computed from nothing, as at start
             self.local_due = 0.0  # and the netns' addresses read again
             self.full_due = now + self.resync_interval
-        self.sync()
+        how = self.sync()
         self.passed()
-        self.settle_heap()
+        self.settle_heap(how)
         self.run_purge()
         wait = max(0.0, self.full_due - time.monotonic())
         return wait if self.watched.can_watch else min(wait, POLL)
@@ -408,9 +407,10 @@ class NetpolSync:
             self.changed_at = time.perf_counter()
         self.wake.set()
 
-    def sync(self) -> bool:
-        """Render the table; apply what differs from what the kernel holds (True): the diff
-        from the committed layout, or the table whole when there is none."""
+    def sync(self) -> str | None:
+        """Render the table; apply what differs from what the kernel holds: the diff from the
+        committed layout ('updated'), or the table whole when there is none ('rendered');
+        None when there was nothing to send."""
         started = time.perf_counter()
         changed_at, self.changed_at = self.changed_at, None
         with paused_gc():  # the collections a pass makes due run after it, as the proxy's:
@@ -426,7 +426,7 @@ class NetpolSync:
                 how = self.apply_layout(self.with_later_pins(layout, generation))
                 self.pins = [(g, pin) for g, pin in self.pins if g > generation]
         if how is None:
-            return False
+            return None
         if self.purge:  # run once the pass's waiting ADDs were released (``_step``)
             node_ips = {**inputs.node_ips, self.node: addresses}  # the kernel exempts these
             self.to_purge = replace(inputs, node_ips=node_ips)
@@ -447,15 +447,14 @@ class NetpolSync:
         )
         self.counters_due = min(self.counters_due, time.monotonic() + COUNTERS_AFTER)
         self.counters_wake.set()
-        self.applied = how
-        return True
+        return how
 
-    def settle_heap(self) -> None:
-        """After a pass the kernel took, once its waiting ADDs were released (``passed``):
-        a whole render's garbage goes back to the system and what is alive (the Pods,
-        policies and layout) is frozen after one collection (``freeze_heap``, ~75 ms at 10k
-        Pods); a diff's new objects are frozen without one (``freeze_young``)."""
-        how, self.applied = self.applied, None
+    def settle_heap(self, how: str | None) -> None:
+        """After a pass the kernel took as ``how`` (``sync``'s answer), once its waiting
+        ADDs were released (``passed``): a whole render's garbage goes back to the system and
+        what is alive (the Pods, policies and layout) is frozen after one collection
+        (``freeze_heap``, ~75 ms at 10k Pods); a diff's new objects are frozen without one
+        (``freeze_young``)."""
         if how == "rendered":
             if self.nft is not None:
                 # a whole render's script and sets are garbage now: libnftables' cache of

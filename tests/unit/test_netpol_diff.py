@@ -223,8 +223,10 @@ def test_a_pass_without_change_sends_nothing_and_a_change_only_its_diff(
 ) -> None:
     netpol, nft = sync
     add_endpoint(netpol, "a", "10.0.0.1")
-    assert netpol.sync() and nft.scripts[0].startswith("add table inet pycni-netpol\nflush table")
-    netpol.settle_heap()  # as the loop does once the pass's ADDs were released
+    how = netpol.sync()
+    assert how == "rendered"
+    assert nft.scripts[0].startswith("add table inet pycni-netpol\nflush table")
+    netpol.settle_heap(how)  # as the loop does once the pass's ADDs were released
     assert nft.released == 1  # a whole render's cache and heap given back
     assert not netpol.sync() and len(nft.scripts) == 1
     add_endpoint(netpol, "b", "10.0.0.2")  # isolated in a's chain: entries and a counter
