@@ -162,12 +162,19 @@ def _dispatch_elements(
     affinity chain names its endpoints itself)."""
     out = [Element(DISPATCH[entry], key, f"goto {shape.chain}")]
     if isinstance(shape, Shape):
-        data = backends_map(entry, view.port.protocol)
+        data = _backends_map(entry, view.port.protocol)
         out += [
-            Element(data, f"{key} . {i}", f"{_text(b.ip)} . {b.port}")
+            _new_tuple(Element, (data, f"{key} . {i}", f"{_text(b.ip)} . {b.port}"))
             for i, b in enumerate(backends)
         ]
     return out
+
+
+#: A full render's ~60k backend elements are tuples made by tuple.__new__, which skips the
+#: NamedTuple's Python-level __new__ (a third of each element's making); the maps' names
+#: are looked up, not formatted, per entry.
+_new_tuple = tuple.__new__
+_backends_map = functools.cache(backends_map)
 
 
 def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset[AnyShape]]:
@@ -185,10 +192,11 @@ def calc_service_parts(model: ProxyModel) -> tuple[frozenset[Element], frozenset
         elements += [
             Element("service-vips", _text(ip)) for ip in _family(view.service.vips, model)
         ]
-        elements += calc_firewall_elements(view, model)
+        if view.service.source_ranges:
+            elements += calc_firewall_elements(view, model)
         remote = view.is_short_circuit(True)
         elements += [
-            Element("hairpin", f"{text} . {text}")
+            _new_tuple(Element, ("hairpin", f"{text} . {text}", None))
             for b in view.backends
             if (b.local or remote) and b.ip.version == model.family and (text := _text(b.ip))
         ]

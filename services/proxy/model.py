@@ -116,6 +116,18 @@ class ServicePortView:
         if len(unique) != len(self.backends):
             object.__setattr__(self, "backends", tuple(unique.values()))
 
+    @classmethod
+    def of_unique(
+        cls, service: ProxyService, port: ProxyPort, backends: tuple[Backend, ...]
+    ) -> ServicePortView:
+        """A view whose ``backends`` are each once already (``view.calc_port_views`` makes
+        them so): built without ``__post_init__``'s pass over them, which was ~10% of a full
+        render's views (~13k of them at 10k Services)."""
+        view = object.__new__(cls)
+        for name, value in (("service", service), ("port", port), ("backends", backends)):
+            object.__setattr__(view, name, value)
+        return view
+
     def calc_backends(self, external: bool, in_cluster: bool = False) -> tuple[Backend, ...]:
         """The backends an entry may choose: only local ones under a Local policy. A client in
         the cluster (a Pod, or the node itself) reaching an external entry is short-circuited:

@@ -164,6 +164,9 @@ class ServiceTable:
         claimed = {} if claimed is None else claimed
         for key in sorted(planned):
             mine = _map_keys(planned[key].elements)
+            if claimed.keys().isdisjoint(mine) and owners.keys().isdisjoint(mine):
+                claimed.update(dict.fromkeys(mine, key))  # nobody else's (a full render's)
+                continue
             held = {
                 holder
                 for k in mine
@@ -322,9 +325,9 @@ def _map_keys(elements: Iterable[Element]) -> set[tuple[str, str]]:
     chain keys (``sticky-backends-P``'s, without the index): two chains' 64-bit keys collide
     only if made to, and the second Service is then left out, not the transaction refused."""
     return {
-        (kind, e.key if kind != "sticky" else e.key.rpartition(" . ")[0])
-        for e in elements
-        if (kind := CLAIMED_MAPS.get(e.name))
+        (kind, key if kind != "sticky" else key.rpartition(" . ")[0])
+        for name, key, _ in elements
+        if (kind := CLAIMED_MAPS.get(name))
     }
 
 

@@ -22,6 +22,7 @@ from services.ops.trace import parse_endpoint, parse_target, trace
 from services.proxy.config import parse_proxy_config
 from services.proxy.conntrack import calc_checks, calc_stale, calc_udp_serving, parse_flows
 from services.proxy.elements import _text
+from services.proxy.model import ServicePortView
 from services.proxy.view import Records, calc_model, calc_node_ips, parse_address
 from services.record import EndpointRecord, ServicePort, ServiceRecord, ServiceSettings
 from store.base import KV, Put
@@ -103,6 +104,8 @@ def test_the_model_holds_what_the_records_select(svcs, eps, family):
     }
     assert {v.service.name for v in model.ports} == with_vip
     for view in model.ports:
+        # each address and port once: what the checked constructor would keep of them
+        assert view == ServicePortView(view.service, view.port, view.backends)
         svc = next(s for s in svcs if s.name == view.service.name)
         for b in view.backends:
             owner = [e for e in eps if str(b.ip) in e.ips and e.node == b.node]
@@ -120,6 +123,28 @@ def test_the_model_holds_what_the_records_select(svcs, eps, family):
         (ipaddress.ip_network("10.0.0.0/16"),) if family == 4 else ()
     )
     assert model.node.node_ips == ((ipaddress.ip_address("192.168.0.2"),) if family == 4 else ())
+
+
+def test_an_address_two_nodes_claim_is_one_backend_the_last_nodes_in_address_order():
+    """Two endpoint records with one address and port (a Pod moved, its old record not yet
+    gone): one backend, at the address's place, on the node that sorts last."""
+    port = ServicePort("http", "TCP", 80, 8080)
+    svc = ServiceRecord(
+        "ns", "a", ports=(port,), cluster_ips=("10.96.0.5",), selector={"app": "a"}
+    )
+    eps = [
+        EndpointRecord("ns", pod, "eth0", (ip,), {"app": "a"}, node)
+        for pod, ip, node in [
+            ("p1", "10.0.0.9", "n2"),
+            ("p2", "10.0.0.9", "n1"),
+            ("p3", "10.0.0.3", "n2"),
+        ]
+    ]
+    (view,) = calc_model(records_of([svc], eps), "n1", 4).ports
+    assert [(str(b.ip), b.node, b.local) for b in view.backends] == [
+        ("10.0.0.3", "n2", False),
+        ("10.0.0.9", "n2", False),
+    ]
 
 
 SELECTORS = st.sampled_from([{}, {"app": "a"}, {"tier": "b"}, {"app": "a", "tier": "b"}])
