@@ -347,7 +347,27 @@ def _element_encoder(set_type: SetType) -> Callable[[str, str | None], bytes]:
             body += data_of(data)
         return head.pack(4 + len(body), elem) + body
 
-    return encode_one
+    if set_type.data is None or set_type.data in (VERDICT, COUNTER):
+        return encode_one
+    # a value's width is fixed too: such an element's length and headers are packed once
+    # (the backends maps: ~60k of a full render's ~85k elements)
+    value_of = _value_encoder(set_type.data)
+    data_head, data_pad = _value_head(ELEM_DATA, set_type.data)
+    width = 4 + len(key_head) + _width(set_type.key) + len(key_pad)
+    width += len(data_head) + _width(set_type.data) + len(data_pad)
+    start, middle = head.pack(width, elem) + key_head, key_pad + data_head
+
+    def encode_valued(key: str, data: str | None) -> bytes:
+        if data is None:
+            return encode_one(key, data)
+        return start + key_of(key) + middle + value_of(data) + data_pad
+
+    return encode_valued
+
+
+def _width(types: tuple[str, ...]) -> int:
+    """A value's bytes: a lone field's own width, a concatenation's fields 4-byte aligned."""
+    return sum(-(-WIDTH[t] // 4) * 4 for t in types) if len(types) > 1 else WIDTH[types[0]]
 
 
 def _span_encoder(set_type: SetType) -> Callable[[str, str | None], bytes]:
@@ -372,7 +392,7 @@ def _span_encoder(set_type: SetType) -> Callable[[str, str | None], bytes]:
 def _value_head(kind: int, types: tuple[str, ...]) -> tuple[bytes, bytes]:
     """The two attribute headers (``kind`` nesting NFTA_DATA_VALUE) before a value of
     ``types``, and the padding after it (a lone 1- or 2-byte field's)."""
-    width = sum(-(-WIDTH[t] // 4) * 4 for t in types) if len(types) > 1 else WIDTH[types[0]]
+    width = _width(types)
     pad = b"\0" * (-width % 4)
     inner = struct.pack("=HH", 4 + width, DATA_VALUE)
     return struct.pack("=HH", 4 + len(inner) + width + len(pad), kind | NLA_F_NESTED) + inner, pad
