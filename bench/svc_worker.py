@@ -56,10 +56,13 @@ def timed(fn, *args) -> tuple[object, float]:
     return result, time.perf_counter() - started
 
 
-def sync_pycni(records: Records, table: ServiceTable | None) -> TablePlan:
+def sync_pycni(nft: Nft, records: Records, table: ServiceTable | None) -> TablePlan:
     """What pycnid's proxy plans on a pass (services/proxy/sync.py): the dirty Services' views
-    from its records (all of them without a table), then the table's plan."""
-    return calc_plan(records, shapes.NODE.node, 4, LOCAL, table, records.take_dirty())
+    from its records (all of them without a table), then the table's plan; a full plan sends
+    its early declarations as it goes (``early``), as pycnid's does."""
+    dirty = records.take_dirty()
+    early = nft.start_apart if table is None else None
+    return calc_plan(records, shapes.NODE.node, 4, LOCAL, table, dirty, early=early)
 
 
 def measure_pass(
@@ -68,7 +71,7 @@ def measure_pass(
     """One pass as ProxySync.sync makes it, the collector paused from plan to commit (its
     due collection comes after, in pycnid as here): (plan, Python seconds, nft seconds)."""
     with paused_gc():
-        plan, render = timed(sync_pycni, records, table if committed else None)
+        plan, render = timed(sync_pycni, nft, records, table if committed else None)
         _, apply = timed(run_plan, nft, plan)
         _, commit = timed(table.commit, plan)
     return plan, render + commit, apply

@@ -79,6 +79,30 @@ class Nft:
             self._apply(None, script)
         return None
 
+    def start_apart(self, script: str) -> Started:
+        """``run_apart`` begun and not waited for: a child nft parses and applies ``script``
+        on a thread of its own (a child process and a wait: it holds no interpreter) while
+        the caller goes on, e.g. with the rest of a full render's plan on the other core.
+        ``Started.wait`` ends it (NftError when refused); the thread holds the lock until the
+        child is done, so a transaction asked for meanwhile comes after it. Without the
+        binary: ``run`` in the library, done when this returns."""
+        self._guard()
+        if not script.strip() or shutil.which(NFT_BINARY) is None:
+            self.run(script)
+            return Started(None, [])
+        failure: list[BaseException] = []
+
+        def apply() -> None:
+            try:
+                with self._lock:
+                    self._apply(None, script)
+            except BaseException as exc:  # handed to whoever waits for it
+                failure.append(exc)
+
+        worker = threading.Thread(target=apply, name="nft-apart", daemon=True)
+        worker.start()  # in the netns of the thread that makes it (``_guard``)
+        return Started(worker, failure)
+
     def run_elements(self, batch: ElementBatch) -> None:
         """A table's element changes as one netlink batch (kernel/nftelem.py):
         atomic as ``run``, but no libnftables cache refill (several ms beside thousands of
@@ -194,6 +218,20 @@ class Nft:
                 argv, stdin=source, capture_output=True, text=True, timeout=TIMEOUT
             )
         return proc.returncode, proc.stdout, proc.stderr
+
+
+class Started:
+    """A transaction ``Nft.start_apart`` began."""
+
+    def __init__(self, worker: threading.Thread | None, failure: list[BaseException]) -> None:
+        self._worker, self._failure = worker, failure
+
+    def wait(self) -> None:
+        """Its end: NftError (or what else stopped it) when it was refused."""
+        if self._worker is not None:
+            self._worker.join()
+        if self._failure:
+            raise self._failure[0]
 
 
 def run_sized(nft: Nft, script: str) -> None:

@@ -303,6 +303,11 @@ class FullRender:
     - ``deletes``: the shape chains nothing names any more (and an earlier layout's
       per-endpoint ``clients-`` sets).
 
+    A plan given a way to start a transaction (``ServiceTable.plan``'s ``early``) sends the
+    skeleton and the affinity chains (``early``: ~95% of the declarations' parse at 10k
+    Services, 5,500 rules) before it plans the other Services, and ``declarations`` is then
+    the rest: adding chains changes no data either, so that is a fourth step of the same kind.
+
     The ``clients`` set is added, never flushed: a resync keeps clients' affinity. The batch
     is made on first use from ``parts`` (the node's elements and each Service's): pycnid's
     ``run_plan`` asks for it while nft applies the declarations, so its ~85k elements are
@@ -312,6 +317,7 @@ class FullRender:
     deletes: str
     family: int
     parts: tuple[Iterable[Element], ...]
+    early: str = ""  # the skeleton and the shapes already sent (none: all in declarations)
 
     @functools.cached_property
     def elements(self) -> ElementBatch:
@@ -329,8 +335,16 @@ class FullRender:
         return ElementBatch(FAMILY[self.family], TABLE, (*flushes, *adds))
 
     def render(self) -> str:
-        """The three as one nft script, the same table once applied."""
-        return self.declarations + render_script(self.elements) + self.deletes
+        """The steps as one nft script, the same table once applied."""
+        return self.early + self.declarations + render_script(self.elements) + self.deletes
+
+
+def calc_early_declarations(family: int, node: NodeView | None, shapes: Iterable[AnyShape]) -> str:
+    """What a full render may send before the rest of its plan: the skeleton and ``shapes``
+    (the affinity chains: they name only the skeleton's sets)."""
+    return render_skeleton(family, node) + "".join(
+        render_shape(family, s) for s in sorted(shapes, key=repr)
+    )
 
 
 def calc_full_render(
@@ -339,16 +353,20 @@ def calc_full_render(
     parts: tuple[Iterable[Element], ...],
     node: NodeView | None,
     deletes: str,
+    early: tuple[str, frozenset[AnyShape]] | None = None,
 ) -> FullRender:
-    """``parts``: the node's elements and each Service's (an element may be in several)."""
+    """``parts``: the node's elements and each Service's (an element may be in several);
+    ``early``: the script already sent (``calc_early_declarations``) and its shapes, which
+    ``declarations`` leaves out with the skeleton."""
     t = f"{FAMILY[family]} {TABLE}"
     types = calc_element_types(family)  # the batch's; the others (interval sets) are nft's
+    sent, declared = early if early is not None else ("", frozenset())
     declarations = (
-        render_skeleton(family, node)
-        + "".join(render_shape(family, s) for s in sorted(shapes, key=repr))
+        ("" if early is not None else render_skeleton(family, node))
+        + "".join(render_shape(family, s) for s in sorted(shapes, key=repr) if s not in declared)
         + "".join(f"flush set {t} {n}\n" for n in DATA_SETS if n not in types)
         + render_elements(
             family, "add", dict.fromkeys(e for p in parts for e in p if e.name not in types)
         )
     )
-    return FullRender(declarations, deletes, family, parts)
+    return FullRender(declarations, deletes, family, parts, sent)

@@ -19,14 +19,16 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import NamedTuple
 
+from kernel.nft import Started
 from kernel.nftelem import ElementBatch
 from services.proxy.elements import (
     FullRender,
+    calc_early_declarations,
     calc_element_batch,
     calc_full_render,
     calc_node_elements,
@@ -78,6 +80,7 @@ class TablePlan:
     # (kernel/nftelem.py), which spares libnftables' cache refill; None: run the script
     elements: ElementBatch | None = None
     steps: FullRender | None = None  # a full render's transactions
+    started: Started | None = None  # its early declarations, when they were sent
 
     @property
     def script(self) -> str:
@@ -96,6 +99,16 @@ class TablePlan:
         shapes = Counter(chain.from_iterable(p.shapes for p in planned))
         names = Counter(shape.chain for shape in shapes)
         return Tally(elements, shapes, names, sum(len(p.views) for p in planned))
+
+
+class EarlyRender(NamedTuple):
+    """A full render's first step (``ServiceTable.send_early``): the transaction begun, its
+    script, the shapes it declared, and its Services' plans."""
+
+    started: Started
+    script: str
+    declared: frozenset[AnyShape]
+    planned: dict[str, Planned]
 
 
 class Tally(NamedTuple):
@@ -127,15 +140,18 @@ class ServiceTable:
         full: bool = False,
         chains: Iterable[str] = (),
         hints: Mapping[str, Planned] | None = None,
+        early: EarlyRender | None = None,
     ) -> TablePlan:
         """The transaction that gives the Services in ``changes`` their views (``()``: the
         Service is gone). A changed node view re-plans every Service (NodePort addresses);
         ``full`` starts from an empty table and renders the whole family, deleting the shape
         ``chains`` the kernel holds that it no longer needs (a restart's leftovers), and an
         earlier layout's per-endpoint ``clients-`` sets; ``hints``
-        (the table it replaces) keeps affinity ports' endpoint order."""
+        (the table it replaces) keeps affinity ports' endpoint order; ``early``: what
+        ``send_early`` sent of a full render (its Services are not planned again; the caller
+        waits for it before the rest: ``sync.run_plan``)."""
         if full:
-            return self._plan_full(node, changes, set(chains), hints or {})
+            return self._plan_full(node, changes, set(chains), hints or {}, early)
         if node != self.node:
             changes = {**{k: p.views for k, p in self.services.items()}, **changes}
         planned = {
@@ -182,14 +198,37 @@ class ServiceTable:
                 claimed.update(dict.fromkeys(mine, key))
         return planned
 
+    def send_early(
+        self,
+        node: NodeView,
+        changes: Mapping[str, Views],
+        hints: Mapping[str, Planned],
+        start: Callable[[str], Started],
+    ) -> EarlyRender:
+        """A full render's first step, before the other Services are viewed: ``changes``
+        (the Services under affinity) planned, and the skeleton with their chains sent by
+        ``start`` (``Nft.start_apart``: nft's parse, ~95% of the declarations' at 10k
+        Services, then runs beside the rest of the plan). ``plan(..., early=)`` takes it."""
+        planned = {k: self._calc_planned(node, v, hints.get(k)) for k, v in changes.items() if v}
+        declared = frozenset(s for p in planned.values() for s in p.shapes)
+        script = calc_early_declarations(self.family, node, declared)
+        return EarlyRender(start(script), script, declared, planned)
+
     def _plan_full(
         self,
         node: NodeView,
         changes: Mapping[str, Views],
         chains: set[str],
         hints: Mapping[str, Planned],
+        early: EarlyRender | None = None,
     ) -> TablePlan:
-        planned = {k: self._calc_planned(node, v, hints.get(k)) for k, v in changes.items() if v}
+        """Every Service whole (those ``early`` planned as it did)."""
+        first = early.planned if early is not None else {}
+        planned = {
+            k: first.get(k) or self._calc_planned(node, v, hints.get(k))
+            for k, v in changes.items()
+            if v
+        }
         owners: dict[tuple[str, str], str] = {}
         planned = {
             k: p for k, p in self._claim(planned, {}, owners).items() if p.views or p.left_out
@@ -200,10 +239,15 @@ class ServiceTable:
         live = calc_shape_chains(shapes)
         stale_sets = {c for c in chains if is_affinity_set(c)}  # an earlier layout's
         stale = {c for c in chains if not is_affinity_set(c)} - live
-        steps = calc_full_render(
-            self.family, shapes, parts, node, self._render_deletes(stale, live, stale_sets)
+        sent = (early.script, early.declared) if early is not None else None
+        if early is not None:  # a chain sent early whose Service was left out after
+            stale |= calc_shape_chains(early.declared) - live
+        deletes = self._render_deletes(stale, live, stale_sets)
+        steps = calc_full_render(self.family, shapes, parts, node, deletes, sent)
+        started = early.started if early is not None else None
+        return TablePlan(
+            "", True, node, node_elements, planned, {}, owners, steps=steps, started=started
         )
-        return TablePlan("", True, node, node_elements, planned, {}, owners, steps=steps)
 
     def _plan_update(self, node: NodeView, planned: dict[str, Planned]) -> TablePlan:
         node_elements = calc_node_elements(ProxyModel(self.family, node))

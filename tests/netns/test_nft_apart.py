@@ -53,6 +53,14 @@ if before:
 try:
     if case == "then":
         nft.run_then_elements(script, lambda: batch, beside=lambda: besides.append(1))
+    elif case == "start":  # begun; a transaction asked for before the wait comes after it
+        started = nft.start_apart(script)
+        nft.run("add element ip pycni-apart s { 10.0.0.7 }")
+        started.wait()
+    elif case == "start-wait":
+        started = nft.start_apart(script)
+        besides.append(sum(range(10**5)))  # the caller goes on meanwhile
+        started.wait()
     else:
         (nft.run if case == "kept" else nft.run_apart)(script)
     error = None
@@ -109,6 +117,26 @@ def test_a_refused_transaction_apart_is_nfts_message_and_applies_nothing(run_in_
     out = run_in_netns("apart", bad)
     assert out["error"] and "10.0.0.300" in out["error"]
     assert out["listing"] is None
+
+
+def test_a_transaction_started_apart_comes_before_what_is_asked_after_it(run_in_netns):
+    """``start_apart`` (a full render's early declarations): the child applies the script
+    while the caller goes on; a transaction the caller asks for before waiting is applied
+    after it (here it fills the set the script makes)."""
+    kept, started = run_in_netns("kept", SCRIPT), run_in_netns("start", SCRIPT)
+    assert started["error"] is None and started["spawned"] == ["nft"]  # the run: in-process
+    assert sorted(set_elements(started["listing"], "s")) == ["10.0.0.1", "10.0.0.2", "10.0.0.7"]
+    listed = strip_handles(started["listing"])
+    assert [i for i in listed if "map" in i] == [
+        i for i in strip_handles(kept["listing"]) if "map" in i
+    ]
+
+
+def test_a_refused_transaction_started_apart_is_raised_by_its_wait(run_in_netns):
+    bad = SCRIPT + f"add element ip {TABLE} s {{ 10.0.0.300 }}\n"
+    out = run_in_netns("start-wait", bad)
+    assert out["error"] and "10.0.0.300" in out["error"]
+    assert out["listing"] is None and out["spawned"] == ["nft"] and out["besides"] == 1
 
 
 def test_without_the_binary_the_kept_context_runs_it(run_in_netns):

@@ -15,6 +15,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernel.nft import Started
 from services.proxy.render import (
     TABLE,
     calc_element_types,
@@ -184,6 +185,22 @@ def test_passes_of_dirty_services_hold_what_a_full_render_holds(steps, family):
         if full is not None:  # else nothing of the family is wanted any more
             whole.commit(full)
         assert rendered(table) == rendered(whole) == kernel.elements
+        # the same full render sending its skeleton and affinity chains first: the same
+        # commands, split otherwise, and the same table
+        sent = SentEarly()
+        early = calc_plan(fresh, "n1", family, LOCAL, None, set(), (), table.services, early=sent)
+        assert (early is None) == (full is None)
+        if full is not None and early is not None:
+            assert sorted(early.script.splitlines()) == sorted(full.script.splitlines())
+            assert early.steps is not None and sent.scripts == [early.steps.early]
+            assert "add table" in early.steps.early and "add table" not in early.steps.declarations
+            assert early.started is not None
+            affinity = {c for c in calc_shape_chains(whole.shape_counts) if "sticky-" in c}
+            t = f"ip{'6' if family == 6 else ''} {TABLE}"
+            assert all(f"add chain {t} {c}\n" in sent.scripts[0] for c in affinity)
+            again = ServiceTable(family)
+            again.commit(early)
+            assert rendered(again) == rendered(whole)
         assert set(table.shape_counts) == set(whole.shape_counts)
         assert table.port_count == whole.port_count
         # the names index the updates keep is the whole table's, and the chains the kernel holds
@@ -223,6 +240,53 @@ def test_two_services_on_one_vip_port_program_one_then_the_other_and_never_a_dup
     table.commit(calc_plan(records, "n1", 4, LOCAL, table, records.take_dirty()))
     assert list(table.services) == [second.key]  # retried in the pass that freed its entry
     assert not table.left_out
+
+
+class SentEarly:
+    """An ``early`` for ``calc_plan``: the scripts it was given, each taken at once."""
+
+    def __init__(self) -> None:
+        self.scripts: list[str] = []
+
+    def __call__(self, script: str) -> Started:
+        self.scripts.append(script)
+        return Started(None, [])
+
+
+def test_an_affinity_chain_sent_early_whose_service_is_left_out_is_deleted_after():
+    """Two Services under affinity on one VIP port: both chains go early, before the plan
+    knows the second is left out; the full render's deletes then remove its chain."""
+    records = base_records()
+    services = [
+        ServiceRecord(
+            "ns",
+            name,
+            "ClusterIP",
+            (ServicePort("http", "TCP", 80, 8080),),
+            ("10.96.0.9",),
+            (),
+            {"app": "a"},
+            session_affinity="ClientIP",
+        )
+        for name in "ab"
+    ]
+    endpoint = EndpointRecord("ns", "x", "eth0", ("10.0.0.2",), {"app": "a"}, "n2", {})
+    for record in (*services, endpoint):
+        records.apply(kv(record.key, record.to_bytes()))
+    sent = SentEarly()
+    plan = calc_plan(records, "n1", 4, LOCAL, None, records.take_dirty(), early=sent)
+    table = ServiceTable(4)
+    table.commit(plan)
+    assert table.left_out == {services[1].key}
+    (kept,) = [c for c in table.chains() if "sticky-" in c]
+    chains = [
+        line.split()[4]
+        for line in sent.scripts[0].splitlines()
+        if line.startswith("add chain") and "sticky-" in line
+    ]
+    (gone,) = [c for c in chains if c != kept]
+    assert plan.steps is not None and f"delete chain ip {TABLE} {gone}\n" in plan.steps.deletes
+    assert kept not in plan.steps.deletes
 
 
 class RecordingNft:
