@@ -9,9 +9,11 @@
    applies ``ServiceTable.plan`` (``table.py``) through one kept libnftables context: their
    elements diffed against what they had, never a listing of the table, so an update costs
    what it changes. A full render of every Service comes at start, after a refused
-   transaction (the table is then unknown) and every ``resyncInterval`` seconds, as three
-   transactions (``elements.FullRender``): the declarations, every element as one netlink
-   batch (``Nft.run_elements``), the deletes. Element changes alone go as one batch too;
+   transaction (the table is then unknown) and every ``resyncInterval`` seconds, as four
+   transactions (``elements.FullRender``): the skeleton and the affinity chains, begun in a
+   child nft while the other Services are planned (``calc_full_plan``), the other
+   declarations, every element as one netlink batch (``Nft.run_elements``), the deletes.
+   Element changes alone go as one batch too;
    a script of 64 KiB or more (the declarations of thousands of affinity sets, many
    Services' chains at once) runs in a child ``nft -f -`` (``kernel.nft.run_sized``: its
    parse is never pycnid's heap); a small one costs ~0.5 ms in the kept context, ~15 ms in a
