@@ -303,10 +303,11 @@ class FullRender:
     - ``deletes``: the shape chains nothing names any more (and an earlier layout's
       per-endpoint ``clients-`` sets).
 
-    A plan given a way to start a transaction (``ServiceTable.plan``'s ``early``) sends the
+    A plan given a way to start a transaction (``sync.calc_full_plan``'s ``early``) sends the
     skeleton and the affinity chains (``early``: ~95% of the declarations' parse at 10k
-    Services, 5,500 rules) before it plans the other Services, and ``declarations`` is then
-    the rest: adding chains changes no data either, so that is a fourth step of the same kind.
+    Services, 5,500 rules) before it plans the other Services (``ServiceTable.send_early``),
+    and ``declarations`` is then the rest: adding chains changes no data either, so that is a
+    fourth step of the same kind.
 
     The ``clients`` set is added, never flushed: a resync keeps clients' affinity. The batch
     is made on first use from ``parts`` (the node's elements and each Service's): pycnid's

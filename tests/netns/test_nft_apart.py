@@ -119,12 +119,19 @@ def test_a_refused_transaction_apart_is_nfts_message_and_applies_nothing(run_in_
     assert out["listing"] is None
 
 
-def test_a_transaction_started_apart_comes_before_what_is_asked_after_it(run_in_netns):
-    """``start_apart`` (a full render's early declarations): the child applies the script
-    while the caller goes on; a transaction the caller asks for before waiting is applied
-    after it (here it fills the set the script makes)."""
-    kept, started = run_in_netns("kept", SCRIPT), run_in_netns("start", SCRIPT)
-    assert started["error"] is None and started["spawned"] == ["nft"]  # the run: in-process
+FILLER = "".join(f"add set ip {TABLE} pad{i} {{ type ipv4_addr; }}\n" for i in range(1500))
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_a_transaction_started_apart_comes_before_what_is_asked_after_it(run_in_netns, size):
+    """``start_apart`` (a full render's early declarations): a large script's child applies
+    it while the caller goes on, and a transaction the caller asks for before waiting is
+    applied after it (here it fills the set the script makes); a small one (under 64 KiB)
+    is applied at once in the kept context."""
+    script = SCRIPT + (FILLER if size == "large" else "")
+    kept, started = run_in_netns("kept", SCRIPT), run_in_netns("start", script)
+    assert started["error"] is None
+    assert started["spawned"] == (["nft"] if size == "large" else [])  # the run: in-process
     assert sorted(set_elements(started["listing"], "s")) == ["10.0.0.1", "10.0.0.2", "10.0.0.7"]
     listed = strip_handles(started["listing"])
     assert [i for i in listed if "map" in i] == [
@@ -133,7 +140,7 @@ def test_a_transaction_started_apart_comes_before_what_is_asked_after_it(run_in_
 
 
 def test_a_refused_transaction_started_apart_is_raised_by_its_wait(run_in_netns):
-    bad = SCRIPT + f"add element ip {TABLE} s {{ 10.0.0.300 }}\n"
+    bad = SCRIPT + FILLER + f"add element ip {TABLE} s {{ 10.0.0.300 }}\n"
     out = run_in_netns("start-wait", bad)
     assert out["error"] and "10.0.0.300" in out["error"]
     assert out["listing"] is None and out["spawned"] == ["nft"] and out["besides"] == 1
@@ -168,8 +175,7 @@ def test_a_batch_after_its_script_fills_what_the_script_made(run_in_netns, size)
     """A small script in the kept context, a large one (64 KiB and more) in a child reading
     it from a memory file: either way the batch is the second transaction (its flush and
     adds replace what the script put in ``s``)."""
-    filler = "".join(f"add set ip {TABLE} pad{i} {{ type ipv4_addr; }}\n" for i in range(1500))
-    script = SCRIPT + (filler if size == "large" else "")
+    script = SCRIPT + (FILLER if size == "large" else "")
     out = run_in_netns("then", script)
     assert out["error"] is None
     assert out["spawned"] == (["nft"] if size == "large" else [])
