@@ -86,10 +86,14 @@ class Nft:
         ``Started.wait`` ends it (NftError when refused); the thread holds the lock until the
         child is done, so a transaction asked for meanwhile comes after it. A script under
         ``APART_BYTES`` (a child costs ~15 ms, the kept context ~0.5), or without the binary:
-        ``run``, done when this returns."""
+        ``run``, done when this returns; refused, it is raised by ``wait`` all the same (the
+        caller's plan goes on, and its run answers for the refusal)."""
         self._guard()
         if len(script) < APART_BYTES or shutil.which(NFT_BINARY) is None:
-            self.run(script)
+            try:
+                self.run(script)
+            except NftError as exc:
+                return Started(None, [exc])
             return Started(None, [])
         failure: list[BaseException] = []
 

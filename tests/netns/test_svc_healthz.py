@@ -168,6 +168,8 @@ def test_503_and_unhealthy_while_the_kernel_refuses_the_proxys_table(nodes, tmp_
         if owner.poll() is None:
             owner.kill()
             owner.wait()
+        if not owner.stdin.closed:
+            owner.stdin.close()
         proxy.communicate(timeout=30)
         store.close()
     assert proxy.returncode == 0
