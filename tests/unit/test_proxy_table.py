@@ -242,6 +242,29 @@ def test_two_services_on_one_vip_port_program_one_then_the_other_and_never_a_dup
     assert not table.left_out
 
 
+def affinity_records(vip_a: str, vip_b: str) -> tuple[Records, list[ServiceRecord]]:
+    """Services a and b under ClientIP affinity on ``vip_a`` and ``vip_b`` port 80, and the
+    one endpoint both select."""
+    records = base_records()
+    services = [
+        ServiceRecord(
+            "ns",
+            name,
+            "ClusterIP",
+            (ServicePort("http", "TCP", 80, 8080),),
+            (vip,),
+            (),
+            {"app": "a"},
+            session_affinity="ClientIP",
+        )
+        for name, vip in (("a", vip_a), ("b", vip_b))
+    ]
+    endpoint = EndpointRecord("ns", "x", "eth0", ("10.0.0.2",), {"app": "a"}, "n2", {})
+    for record in (*services, endpoint):
+        records.apply(kv(record.key, record.to_bytes()))
+    return records, services
+
+
 class SentEarly:
     """An ``early`` for ``calc_plan``: the scripts it was given, each taken at once."""
 
@@ -256,23 +279,7 @@ class SentEarly:
 def test_an_affinity_chain_sent_early_whose_service_is_left_out_is_deleted_after():
     """Two Services under affinity on one VIP port: both chains go early, before the plan
     knows the second is left out; the full render's deletes then remove its chain."""
-    records = base_records()
-    services = [
-        ServiceRecord(
-            "ns",
-            name,
-            "ClusterIP",
-            (ServicePort("http", "TCP", 80, 8080),),
-            ("10.96.0.9",),
-            (),
-            {"app": "a"},
-            session_affinity="ClientIP",
-        )
-        for name in "ab"
-    ]
-    endpoint = EndpointRecord("ns", "x", "eth0", ("10.0.0.2",), {"app": "a"}, "n2", {})
-    for record in (*services, endpoint):
-        records.apply(kv(record.key, record.to_bytes()))
+    records, services = affinity_records("10.96.0.9", "10.96.0.9")
     sent = SentEarly()
     plan = calc_plan(records, "n1", 4, LOCAL, None, records.take_dirty(), early=sent)
     table = ServiceTable(4)
@@ -317,23 +324,7 @@ def test_two_affinity_chains_of_one_key_program_one_service_not_a_refused_transa
     """Two chains whose ``sticky-backends`` keys collide (made so here: a 64-bit digest) would
     give one key two endpoints: the second Service is left out, as one whose VIP is taken."""
     monkeypatch.setattr("services.proxy.elements.calc_chain_key", lambda chain: 7 << 32 | 9)
-    records, table = base_records(), ServiceTable(4)
-    services = [
-        ServiceRecord(
-            "ns",
-            name,
-            "ClusterIP",
-            (ServicePort("http", "TCP", 80, 8080),),
-            (vip,),
-            (),
-            {"app": "a"},
-            session_affinity="ClientIP",
-        )
-        for name, vip in (("a", "10.96.0.9"), ("b", "10.96.0.10"))
-    ]
-    endpoint = EndpointRecord("ns", "x", "eth0", ("10.0.0.2",), {"app": "a"}, "n2", {})
-    for record in (*services, endpoint):
-        records.apply(kv(record.key, record.to_bytes()))
+    (records, services), table = affinity_records("10.96.0.9", "10.96.0.10"), ServiceTable(4)
     plan = calc_plan(records, "n1", 4, LOCAL, None, records.take_dirty())
     table.commit(plan)
     assert list(table.services) == [services[0].key]
