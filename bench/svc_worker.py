@@ -61,8 +61,7 @@ def sync_pycni(nft: Nft, records: Records, table: ServiceTable | None) -> TableP
     from its records (all of them without a table), then the table's plan; a full plan sends
     its early declarations as it goes (``early``), as pycnid's does."""
     dirty = records.take_dirty()
-    early = nft.start_apart if table is None else None
-    return calc_plan(records, shapes.NODE.node, 4, LOCAL, table, dirty, early=early)
+    return calc_plan(records, shapes.NODE.node, 4, LOCAL, table, dirty, early=nft.start_apart)
 
 
 def measure_pass(

@@ -95,18 +95,12 @@ class Nft:
             except NftError as exc:
                 return Started(None, [exc])
             return Started(None, [])
-        failure: list[BaseException] = []
 
         def apply() -> None:
-            try:
-                with self._lock:
-                    self._apply(None, script)
-            except BaseException as exc:  # handed to whoever waits for it
-                failure.append(exc)
+            with self._lock:
+                self._apply(None, script)
 
-        worker = threading.Thread(target=apply, name="nft-apart", daemon=True)
-        worker.start()  # in the netns of the thread that makes it (``_guard``)
-        return Started(worker, failure)
+        return _start(apply, "nft-apart")
 
     def run_elements(self, batch: ElementBatch) -> None:
         """A table's element changes as one netlink batch (kernel/nftelem.py):
@@ -250,31 +244,37 @@ def run_sized(nft: Nft, script: str) -> None:
 _T = TypeVar("_T")
 
 
-def _beside(background: Callable[[], object], foreground: Callable[[], _T]) -> _T:
-    """``foreground()``'s result, ``background()`` run meanwhile on a thread (work that holds
-    no interpreter for most of its time: nft's parse, the kernel's commit). Once both are
-    done, the background's failure is raised (it is the transaction's), else the
-    foreground's. A thread starts in the netns of the thread that makes it (``_guard``)."""
+def _start(work: Callable[[], object], name: str) -> Started:
+    """``work()`` begun on a thread of its own (in the netns of the thread that makes it:
+    ``_guard``); its failure is kept for ``Started.wait``."""
     failure: list[BaseException] = []
 
     def run() -> None:
         try:
-            background()
-        except BaseException as exc:  # handed to the caller after the join
+            work()
+        except BaseException as exc:  # handed to whoever waits for it
             failure.append(exc)
 
-    worker = threading.Thread(target=run, name="nft-beside", daemon=True)
+    worker = threading.Thread(target=run, name=name, daemon=True)
     worker.start()
+    return Started(worker, failure)
+
+
+def _beside(background: Callable[[], object], foreground: Callable[[], _T]) -> _T:
+    """``foreground()``'s result, ``background()`` run meanwhile on a thread (work that holds
+    no interpreter for most of its time: nft's parse, the kernel's commit). Once both are
+    done, the background's failure is raised (it is the transaction's), else the
+    foreground's."""
+    started = _start(background, "nft-beside")
     try:
         result = foreground()
     except BaseException:
-        worker.join()
-        if failure:
-            raise failure[0] from None
+        try:
+            started.wait()
+        except BaseException as failure:
+            raise failure from None
         raise
-    worker.join()
-    if failure:
-        raise failure[0]
+    started.wait()
     return result
 
 

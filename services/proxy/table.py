@@ -239,12 +239,12 @@ class ServiceTable:
         live = calc_shape_chains(shapes)
         stale_sets = {c for c in chains if is_affinity_set(c)}  # an earlier layout's
         stale = {c for c in chains if not is_affinity_set(c)} - live
-        sent = (early.script, early.declared) if early is not None else None
+        sent, started = None, None
         if early is not None:  # a chain sent early whose Service was left out after
             stale |= calc_shape_chains(early.declared) - live
+            sent, started = (early.script, early.declared), early.started
         deletes = self._render_deletes(stale, live, stale_sets)
         steps = calc_full_render(self.family, shapes, parts, node, deletes, sent)
-        started = early.started if early is not None else None
         return TablePlan(
             "", True, node, node_elements, planned, {}, owners, steps=steps, started=started
         )

@@ -33,6 +33,7 @@ from services.proxy.model import (
     ServicePortView,
     TextIPv4Address,
     TextIPv6Address,
+    new_tuple,
 )
 from services.record import EndpointRecord, ServiceRecord, ServiceSettings
 from services.selectors import calc_served_ports, matches
@@ -393,9 +394,6 @@ def _proxy_port(name: str, protocol: str, port: int, node_port: int | None) -> P
     return ProxyPort(name, protocol.lower(), port, node_port or None)
 
 
-_new_tuple = tuple.__new__
-
-
 def _ips(texts: Iterable[str], family: int) -> tuple[IPAddress, ...]:
     """Addresses of ``family`` (an endpoint's may carry its prefix length)."""
     return tuple([ip for ip in map(_parse_ip, texts) if ip.version == family])
@@ -480,10 +478,9 @@ def calc_port_views(
             for ip in ips
         }
         # each address and port once, in address order, the last node's when two claim it
-        # (what ServicePortView's own check keeps); tuples made by tuple.__new__, which skips
-        # the NamedTuple's Python-level __new__ (~60k backends at 10k Services)
+        # (what ServicePortView's own check keeps)
         chosen: dict[tuple[int, int], Backend] = {}
         for (number, p, n), (ip, ready) in sorted(found.items()):
-            chosen[number, p] = _new_tuple(Backend, (ip, p, n, n == node, ready))
+            chosen[number, p] = new_tuple(Backend, (ip, p, n, n == node, ready))
         views.append(ServicePortView.of_unique(service, port, tuple(chosen.values())))
     return views
